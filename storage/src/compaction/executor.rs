@@ -1,0 +1,128 @@
+//! Writes the output tables of a flush or compaction from a merged cursor.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::retention::{Retention, Version};
+use crate::cache::PageCache;
+use crate::failpoint::{points, FailPoints};
+use crate::iter::EntryCursor;
+use crate::sst::{FileMeta, Table, TableWriter};
+use crate::sst::writer::WriterOptions;
+use crate::{Options, Result};
+
+/// What a run of [`write_tables`] needs from the engine.
+pub(crate) struct OutputSpec<'a> {
+    pub dir: &'a Path,
+    pub opts: &'a Options,
+    pub cache: &'a Arc<PageCache>,
+    pub level: usize,
+    /// Split outputs once they reach this size (at a key boundary).
+    pub target_file_size: u64,
+    pub retention: Retention,
+    /// Allocates a file id.
+    pub next_id: &'a dyn Fn() -> u64,
+    /// Check the mid-output fail point (compactions).
+    pub fail: Option<&'a FailPoints>,
+}
+
+/// Counters of one run.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct RunStats {
+    pub entries_in: u64,
+    pub entries_out: u64,
+    pub bytes_out: u64,
+}
+
+/// Drains `cursor` (already positioned at its first entry), applies the retention rule per key and
+/// writes tables. Returns the opened output tables (empty if every entry was dropped). On error the
+/// partially written outputs are removed.
+pub(crate) fn write_tables(
+    cursor: &mut dyn EntryCursor,
+    spec: &OutputSpec<'_>,
+) -> Result<(Vec<Arc<Table>>, RunStats)> {
+    let mut metas: Vec<FileMeta> = Vec::new();
+    let result = write_inner(cursor, spec, &mut metas);
+    match result {
+        Ok(stats) => {
+            let mut tables = Vec::with_capacity(metas.len());
+            for m in metas {
+                tables.push(Arc::new(Table::open(spec.dir, m, spec.cache.clone())?));
+            }
+            Ok((tables, stats))
+        }
+        Err(e) => {
+            for m in &metas {
+                let _ = std::fs::remove_file(spec.dir.join(crate::sst::file_name(m.id)));
+            }
+            Err(e)
+        }
+    }
+}
+
+fn write_inner(
+    cursor: &mut dyn EntryCursor,
+    spec: &OutputSpec<'_>,
+    metas: &mut Vec<FileMeta>,
+) -> Result<RunStats> {
+    let wopts = WriterOptions {
+        page_size: spec.opts.page_size,
+        tile_pages: spec.opts.tile_pages_for(spec.level),
+        bloom_bits_per_key: spec.opts.bloom_bits_per_key,
+        compression: spec.opts.compression,
+        delete_key: spec.opts.delete_key.clone(),
+    };
+    let mut stats = RunStats::default();
+    let mut writer: Option<TableWriter> = None;
+    let mut versions: Vec<Version> = Vec::new();
+    while cursor.valid() {
+        let key = cursor.key_bytes();
+        versions.clear();
+        while cursor.valid() && cursor.key() == key.as_ref() {
+            versions.push(Version { seq: cursor.seq(), kind: cursor.kind(), value: cursor.value() });
+            cursor.next()?;
+        }
+        stats.entries_in += versions.len() as u64;
+        spec.retention.retain(&mut versions);
+        if versions.is_empty() {
+            continue;
+        }
+        let w = match &mut writer {
+            Some(w) => w,
+            None => {
+                let id = (spec.next_id)();
+                let path = spec.dir.join(crate::sst::file_name(id));
+                writer.insert(TableWriter::create(id, &path, wopts.clone())?)
+            }
+        };
+        for v in versions.drain(..) {
+            w.add(key.clone(), v.seq, v.kind, v.value)?;
+            stats.entries_out += 1;
+        }
+        if w.estimated_size() >= spec.target_file_size {
+            finish(writer.take(), metas, &mut stats)?;
+            if let Some(fp) = spec.fail {
+                fp.check(points::COMPACTION_MID_OUTPUT)?;
+            }
+        }
+    }
+    finish(writer.take(), metas, &mut stats)?;
+    Ok(stats)
+}
+
+fn finish(w: Option<TableWriter>, metas: &mut Vec<FileMeta>, stats: &mut RunStats) -> Result<()> {
+    if let Some(w) = w {
+        let path = w.path().to_path_buf();
+        match w.finish() {
+            Ok(m) => {
+                stats.bytes_out += m.size;
+                metas.push(m);
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(path);
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,98 @@
+//! Background threads: one flushes sealed memtables (and seals old ones), one compacts.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::Inner;
+use crate::Result;
+
+/// Starts the flush and compaction threads.
+pub(super) fn spawn(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
+    let mut threads = Vec::new();
+    let i = inner.clone();
+    threads.push(spawn_named("ebb-flush", move || flush_loop(&i)));
+    let i = inner.clone();
+    threads.push(spawn_named("ebb-compact", move || compaction_loop(&i)));
+    threads
+}
+
+fn spawn_named(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(f)
+        .unwrap_or_else(|e| panic!("cannot start thread {name}: {e}"))
+}
+
+fn tick(inner: &Inner) -> Duration {
+    let age = inner.opts.memtable_max_age.map_or(Duration::from_secs(1), |a| a / 4);
+    age.clamp(Duration::from_millis(10), Duration::from_secs(1))
+}
+
+fn flush_loop(inner: &Inner) {
+    loop {
+        {
+            let mut bg = inner.bg.lock();
+            if bg.shutdown {
+                return;
+            }
+            if inner.current().imms.is_empty() {
+                inner.bg_cv.wait_for(&mut bg, tick(inner));
+            }
+            if bg.shutdown {
+                return;
+            }
+        }
+        if inner.is_poisoned() {
+            continue;
+        }
+        let res = inner.seal_if_old().and_then(|_| {
+            while inner.flush_oldest()? {}
+            Ok(())
+        });
+        if let Err(e) = res {
+            inner.poison(e);
+        }
+    }
+}
+
+fn compaction_loop(inner: &Inner) {
+    loop {
+        {
+            let mut bg = inner.bg.lock();
+            while !bg.shutdown && !bg.compaction_requested {
+                inner.bg_cv.wait(&mut bg);
+            }
+            if bg.shutdown {
+                return;
+            }
+            bg.compaction_requested = false;
+        }
+        loop {
+            if inner.is_poisoned() || inner.bg.lock().shutdown {
+                break;
+            }
+            match inner.compact_once() {
+                Ok(true) => inner.notify_bg(false),
+                Ok(false) => break,
+                Err(e) => {
+                    inner.poison(e);
+                    break;
+                }
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// Runs pending flushes and compactions to completion in the calling thread.
+    pub(super) fn wait_idle(&self) -> Result<()> {
+        self.check_writable()?;
+        loop {
+            while self.flush_oldest()? {}
+            if !self.compact_once()? {
+                return Ok(());
+            }
+        }
+    }
+}

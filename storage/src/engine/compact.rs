@@ -1,0 +1,134 @@
+//! Running compactions: background picks and manual range compactions.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::Inner;
+use crate::compaction::executor::{write_tables, OutputSpec};
+use crate::compaction::policy::{self, CompactionReason, CompactionTask};
+use crate::compaction::retention::Retention;
+use crate::failpoint::points;
+use crate::iter::{EntryCursor, LevelCursor, MergeCursor};
+use crate::sst::{Table, TableCursor};
+use crate::version::{Version, VersionEdit};
+use crate::{Error, Result};
+
+impl Inner {
+    /// Runs the policy's pick, if any. Returns `false` when nothing needed compaction.
+    pub(super) fn compact_once(&self) -> Result<bool> {
+        let _serial = self.compaction_lock.lock();
+        let sv = self.current();
+        let Some(task) = policy::pick(&sv.version.metas(), &self.opts) else { return Ok(false) };
+        self.run_task(&sv.version, &task)?;
+        Ok(true)
+    }
+
+    pub(super) fn compact_range(&self, lo: Option<&[u8]>, hi: Option<&[u8]>) -> Result<()> {
+        let _serial = self.compaction_lock.lock();
+        let v = self.current().version.clone();
+        let deepest = (1..v.levels.len())
+            .rev()
+            .find(|&l| v.levels[l].iter().any(|t| t.meta().overlaps(lo, hi)))
+            .unwrap_or(1);
+        for level in 0..deepest {
+            let v = self.current().version.clone();
+            let metas = v.metas();
+            let inputs: Vec<_> = if level == 0 {
+                // Level-0 files overlap each other: moving only some of them down could put
+                // older versions above newer ones, so all go together.
+                if metas[0].iter().any(|f| f.overlaps(lo, hi)) {
+                    metas[0].clone()
+                } else {
+                    Vec::new()
+                }
+            } else {
+                metas[level].iter().copied().filter(|f| f.overlaps(lo, hi)).collect()
+            };
+            if inputs.is_empty() {
+                continue;
+            }
+            let mut task = policy::task_for(&metas, level, &inputs, CompactionReason::Manual);
+            if level + 1 == deepest {
+                task.trivial_move = false; // rewrite the last step so tombstones are purged
+            }
+            self.run_task(&v, &task)?;
+        }
+        Ok(())
+    }
+
+    fn find_tables(&self, v: &Version, level: usize, ids: &[u64]) -> Result<Vec<Arc<Table>>> {
+        ids.iter()
+            .map(|id| {
+                v.levels[level].iter().find(|t| t.id() == *id).cloned().ok_or_else(|| {
+                    Error::InvalidArgument(format!("compaction input {id} not at level {level}"))
+                })
+            })
+            .collect()
+    }
+
+    fn run_task(&self, v: &Version, task: &CompactionTask) -> Result<()> {
+        let inputs = self.find_tables(v, task.level, &task.inputs)?;
+        let overlapping = self.find_tables(v, task.output_level, &task.overlapping)?;
+        let mut edit = VersionEdit::default();
+        for t in &inputs {
+            edit.deleted.push((task.level as u32, t.id()));
+        }
+        for t in &overlapping {
+            edit.deleted.push((task.output_level as u32, t.id()));
+        }
+        if task.trivial_move {
+            let opened: HashMap<_, _> = inputs.iter().map(|t| (t.id(), t.clone())).collect();
+            edit.added = inputs.iter().map(|t| (task.output_level as u32, t.meta().clone())).collect();
+            self.commit(edit, &opened, None)?;
+            self.counters.trivial_moves.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        let mut children: Vec<Box<dyn EntryCursor>> = Vec::new();
+        if task.level == 0 {
+            for t in &inputs {
+                children.push(Box::new(TableCursor::new(t.clone(), false)));
+            }
+        } else {
+            children.push(Box::new(LevelCursor::new(inputs.clone(), false)));
+        }
+        if !overlapping.is_empty() {
+            children.push(Box::new(LevelCursor::new(overlapping.clone(), false)));
+        }
+        let mut merged = MergeCursor::new(children);
+        merged.seek(&[])?;
+        let next_id = || self.alloc_file_id();
+        let spec = OutputSpec {
+            dir: &self.dir,
+            opts: &self.opts,
+            cache: &self.cache,
+            level: task.output_level,
+            target_file_size: self.opts.target_file_size,
+            retention: Retention::new(self.snapshots.seqs(), task.bottommost),
+            next_id: &next_id,
+            fail: Some(&self.opts.fail_points),
+        };
+        let (outputs, stats) = write_tables(&mut merged, &spec).map_err(|e| self.poison(e))?;
+        self.opts.fail_points.check(points::COMPACTION_BEFORE_COMMIT).map_err(|e| self.poison(e))?;
+        edit.added = outputs.iter().map(|t| (task.output_level as u32, t.meta().clone())).collect();
+        let opened: HashMap<_, _> = outputs.iter().map(|t| (t.id(), t.clone())).collect();
+        self.commit(edit, &opened, None)?;
+        // A crash here leaves the inputs on disk although the manifest dropped them: recovery
+        // deletes them as orphans.
+        self.opts.fail_points.check(points::COMPACTION_AFTER_COMMIT).map_err(|e| self.poison(e))?;
+        for t in inputs.iter().chain(&overlapping) {
+            t.mark_obsolete();
+        }
+        self.counters.compactions.fetch_add(1, Ordering::Relaxed);
+        self.counters.bytes_compacted.fetch_add(stats.bytes_out, Ordering::Relaxed);
+        tracing::debug!(
+            level = task.level,
+            inputs = task.inputs.len() + task.overlapping.len(),
+            outputs = outputs.len(),
+            entries_in = stats.entries_in,
+            entries_out = stats.entries_out,
+            "compaction done"
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,72 @@
+//! Flushing sealed memtables to level 0.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use super::Inner;
+use crate::compaction::executor::{write_tables, OutputSpec};
+use crate::compaction::retention::Retention;
+use crate::failpoint::points;
+use crate::iter::EntryCursor;
+use crate::memtable::MemCursor;
+use crate::version::VersionEdit;
+use crate::Result;
+
+impl Inner {
+    /// Flushes the oldest sealed memtable. Returns `false` if there was none.
+    pub(super) fn flush_oldest(&self) -> Result<bool> {
+        let _serial = self.flush_lock.lock();
+        let sv = self.current();
+        let Some(mem) = sv.imms.last().cloned() else { return Ok(false) };
+        // The oldest memtable left after this flush; its WAL is the oldest one still needed.
+        let next_log = match sv.imms.len() {
+            n if n >= 2 => sv.imms[n - 2].wal_number,
+            _ => sv.mem.wal_number,
+        };
+        let mut cursor = MemCursor::new(mem.clone());
+        cursor.seek(&[])?;
+        let next_id = || self.alloc_file_id();
+        let spec = OutputSpec {
+            dir: &self.dir,
+            opts: &self.opts,
+            cache: &self.cache,
+            level: 0,
+            target_file_size: u64::MAX,
+            retention: Retention::new(self.snapshots.seqs(), false),
+            next_id: &next_id,
+            fail: None,
+        };
+        let (tables, stats) = write_tables(&mut cursor, &spec).map_err(|e| self.poison(e))?;
+        // A crash here leaves an SST the manifest never names: recovery deletes it.
+        self.opts.fail_points.check(points::FLUSH_BEFORE_COMMIT).map_err(|e| self.poison(e))?;
+        let edit = VersionEdit {
+            added: tables.iter().map(|t| (0, t.meta().clone())).collect(),
+            persisted_seq: Some(mem.max_seq()),
+            log_number: self.opts.wal.then_some(next_log),
+            ..Default::default()
+        };
+        let opened: HashMap<_, _> = tables.iter().map(|t| (t.id(), t.clone())).collect();
+        self.commit(edit, &opened, Some(&mem))?;
+        self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+        self.counters.bytes_flushed.fetch_add(stats.bytes_out, Ordering::Relaxed);
+        if self.opts.wal {
+            self.remove_wals_below(next_log);
+        }
+        self.notify_bg(true);
+        Ok(true)
+    }
+
+    /// Deletes WAL files numbered below `log_number` (their memtables are flushed).
+    pub(super) fn remove_wals_below(&self, log_number: u64) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else { return };
+        for e in entries.flatten() {
+            if let Some(crate::fs::FileKind::Wal(n)) =
+                e.file_name().to_str().and_then(crate::fs::parse_name)
+            {
+                if n < log_number {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+    }
+}

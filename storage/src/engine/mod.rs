@@ -1,0 +1,317 @@
+//! The engine of one shard replica.
+
+mod background;
+mod checkpoint;
+mod compact;
+mod flush;
+mod open;
+mod read;
+mod stats;
+mod write;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use parking_lot::{Condvar, Mutex, RwLock};
+
+pub use stats::{EngineStats, LevelStats};
+
+use crate::cache::PageCache;
+use crate::memtable::Memtable;
+use crate::snapshot::{Snapshot, SnapshotList};
+use crate::version::{Manifest, Version, VersionEdit};
+use crate::wal::Wal;
+use crate::{Error, Options, Result};
+
+/// What readers see: the active memtable, sealed memtables (newest first) and the live files.
+#[derive(Debug)]
+pub(crate) struct SuperVersion {
+    pub mem: Arc<Memtable>,
+    pub imms: Vec<Arc<Memtable>>,
+    pub version: Arc<Version>,
+}
+
+/// State guarded by the write lock.
+#[derive(Debug)]
+struct WriterState {
+    wal: Option<Wal>,
+    last_seq: u64,
+}
+
+/// State guarded by the manifest lock. Version changes are committed and installed under it, so
+/// the in-memory order of versions matches the manifest.
+#[derive(Debug)]
+struct MetaState {
+    manifest: Manifest,
+    persisted_seq: u64,
+    log_number: u64,
+}
+
+#[derive(Debug, Default)]
+struct BgState {
+    shutdown: bool,
+    compaction_requested: bool,
+}
+
+/// Counters for observability.
+#[derive(Debug, Default)]
+struct Counters {
+    flushes: AtomicU64,
+    compactions: AtomicU64,
+    trivial_moves: AtomicU64,
+    bytes_flushed: AtomicU64,
+    bytes_compacted: AtomicU64,
+    write_stalls: AtomicU64,
+}
+
+pub(crate) struct Inner {
+    dir: PathBuf,
+    opts: Options,
+    cache: Arc<PageCache>,
+    sv: RwLock<Arc<SuperVersion>>,
+    writer: Mutex<WriterState>,
+    meta: Mutex<MetaState>,
+    next_file_id: AtomicU64,
+    visible_seq: AtomicU64,
+    snapshots: Arc<SnapshotList>,
+    poisoned: AtomicBool,
+    poison_reason: Mutex<Option<String>>,
+    bg: Mutex<BgState>,
+    bg_cv: Condvar,
+    compaction_lock: Mutex<()>,
+    flush_lock: Mutex<()>,
+    counters: Counters,
+    _lock_file: File,
+}
+
+/// An LSM storage engine instance over one directory.
+///
+/// Writes carry caller-supplied, strictly increasing sequence numbers. Reads see the newest version
+/// at or below their snapshot. Background threads flush memtables and run compactions.
+pub struct Engine {
+    inner: Arc<Inner>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    closed: AtomicBool,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("dir", &self.inner.dir).finish()
+    }
+}
+
+impl Engine {
+    /// Opens (or creates) the engine in `dir`, recovering from any crash.
+    pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Engine> {
+        let inner = Arc::new(open::open(dir.as_ref(), opts)?);
+        let threads = background::spawn(&inner);
+        Ok(Engine { inner, threads: Mutex::new(threads), closed: AtomicBool::new(false) })
+    }
+
+    /// The engine's directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// The options the engine runs with.
+    pub fn options(&self) -> &Options {
+        &self.inner.opts
+    }
+
+    /// A snapshot of the current state.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot::new(self.inner.visible_seq.load(Ordering::Acquire), self.inner.snapshots.clone())
+    }
+
+    /// Highest sequence number applied (visible to reads).
+    pub fn last_seq(&self) -> u64 {
+        self.inner.visible_seq.load(Ordering::Acquire)
+    }
+
+    /// Highest sequence number whose effects are durably in SSTs (recorded by the manifest). Without
+    /// a WAL, writes above it are lost on a crash and must be replayed by the caller.
+    pub fn persisted_seq(&self) -> u64 {
+        self.inner.meta.lock().persisted_seq
+    }
+
+    /// Flushes every memtable to level 0 and waits for it.
+    pub fn flush(&self) -> Result<()> {
+        self.inner.check_writable()?;
+        self.inner.seal_active()?;
+        while self.inner.flush_oldest()? {}
+        Ok(())
+    }
+
+    /// Compacts every file overlapping `[lo, hi]` (inclusive, `None` = unbounded) down to the
+    /// deepest level holding data in that range, dropping deleted and shadowed entries.
+    pub fn compact_range(&self, lo: Option<&[u8]>, hi: Option<&[u8]>) -> Result<()> {
+        self.flush()?;
+        self.inner.compact_range(lo, hi)
+    }
+
+    /// Writes a consistent copy of the engine into the new directory `target` (SSTs hard-linked,
+    /// fresh manifest). Returns the sequence number the copy holds everything up to.
+    pub fn checkpoint(&self, target: impl AsRef<Path>) -> Result<u64> {
+        self.flush()?;
+        self.inner.checkpoint(target.as_ref())
+    }
+
+    /// Statistics: files and bytes per level, memtables, cache, counters.
+    pub fn stats(&self) -> EngineStats {
+        self.inner.stats()
+    }
+
+    /// Waits until no flush or compaction is pending (used by tests and benchmarks).
+    pub fn wait_for_background(&self) -> Result<()> {
+        self.inner.wait_idle()
+    }
+
+    /// Stops background work and syncs the WAL. Without a WAL, memtables are flushed first so a
+    /// clean close loses nothing.
+    pub fn close(self) -> Result<()> {
+        self.shutdown(true)
+    }
+
+    fn shutdown(&self, clean: bool) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        if clean && !self.inner.opts.wal && !self.inner.is_poisoned() {
+            self.flush()?;
+        }
+        {
+            let mut bg = self.inner.bg.lock();
+            bg.shutdown = true;
+            self.inner.bg_cv.notify_all();
+        }
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+        if clean {
+            if let Some(wal) = &mut self.inner.writer.lock().wal {
+                wal.sync()?;
+            }
+            if let Some(reason) = self.inner.poison_reason.lock().clone() {
+                return Err(Error::Poisoned(reason));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Engine {
+    /// Dropping without `close` stops background threads without flushing or syncing, which is
+    /// what a crashed process leaves behind.
+    fn drop(&mut self) {
+        let _ = self.shutdown(false);
+    }
+}
+
+impl Inner {
+    pub(crate) fn current(&self) -> Arc<SuperVersion> {
+        self.sv.read().clone()
+    }
+
+    fn alloc_file_id(&self) -> u64 {
+        self.next_file_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire)
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if self.is_poisoned() {
+            let reason = self.poison_reason.lock().clone().unwrap_or_default();
+            return Err(Error::Poisoned(reason));
+        }
+        if self.bg.lock().shutdown {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    /// Records a failed durability operation: the engine refuses writes until reopened.
+    fn poison(&self, e: Error) -> Error {
+        tracing::error!(error = %e, dir = %self.dir.display(), "engine poisoned");
+        self.poison_reason.lock().get_or_insert_with(|| e.to_string());
+        self.poisoned.store(true, Ordering::Release);
+        let _bg = self.bg.lock();
+        self.bg_cv.notify_all();
+        e
+    }
+
+    fn notify_bg(&self, compaction: bool) {
+        let mut bg = self.bg.lock();
+        if compaction {
+            bg.compaction_requested = true;
+        }
+        self.bg_cv.notify_all();
+    }
+
+    /// Commits `edit` to the manifest and installs the resulting version. `flushed` is the memtable
+    /// the edit persisted, removed from the sealed list.
+    fn commit(
+        &self,
+        mut edit: VersionEdit,
+        opened: &HashMap<u64, Arc<crate::sst::Table>>,
+        flushed: Option<&Arc<Memtable>>,
+    ) -> Result<()> {
+        let mut meta = self.meta.lock();
+        edit.next_file_id = Some(self.next_file_id.load(Ordering::Relaxed));
+        if let Err(e) = meta.manifest.commit(&edit) {
+            return Err(self.poison(e));
+        }
+        if let Some(s) = edit.persisted_seq {
+            meta.persisted_seq = meta.persisted_seq.max(s);
+        }
+        if let Some(l) = edit.log_number {
+            meta.log_number = meta.log_number.max(l);
+        }
+        {
+            let mut sv = self.sv.write();
+            let version = Arc::new(sv.version.apply(&edit, opened));
+            let imms = match flushed {
+                Some(m) => sv.imms.iter().filter(|x| !Arc::ptr_eq(x, m)).cloned().collect(),
+                None => sv.imms.clone(),
+            };
+            *sv = Arc::new(SuperVersion { mem: sv.mem.clone(), imms, version });
+        }
+        if meta.manifest.size() > MANIFEST_ROTATE_BYTES {
+            if let Err(e) = self.rotate_manifest(&mut meta) {
+                return Err(self.poison(e));
+            }
+        }
+        Ok(())
+    }
+
+    fn snapshot_edit(&self, meta: &MetaState, version: &Version) -> VersionEdit {
+        let mut added = Vec::new();
+        for (level, files) in version.levels.iter().enumerate() {
+            added.extend(files.iter().map(|t| (level as u32, t.meta().clone())));
+        }
+        VersionEdit {
+            added,
+            deleted: Vec::new(),
+            next_file_id: Some(self.next_file_id.load(Ordering::Relaxed)),
+            persisted_seq: Some(meta.persisted_seq),
+            log_number: Some(meta.log_number),
+        }
+    }
+
+    fn rotate_manifest(&self, meta: &mut MetaState) -> Result<()> {
+        let number = self.alloc_file_id();
+        let edit = self.snapshot_edit(meta, &self.current().version);
+        let old = meta.manifest.path();
+        meta.manifest = Manifest::create(&self.dir, number, &edit, self.opts.fail_points.clone())?;
+        let _ = std::fs::remove_file(old);
+        Ok(())
+    }
+}
+
+/// The manifest is rewritten as one snapshot record once it grows past this size.
+const MANIFEST_ROTATE_BYTES: u64 = 16 << 20;

@@ -1,0 +1,230 @@
+//! Opening an engine: directory lock, manifest replay, orphan removal, WAL replay.
+//!
+//! Crash safety of the sequence: replayed WAL data is first written to a level-0 SST (fsynced),
+//! then a fresh manifest naming it is made current (the commit point), and only then are the old
+//! WALs and manifest deleted. A crash anywhere before the commit point leaves the old state intact
+//! plus an orphan SST, which the next open deletes.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs::{File, OpenOptions};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use super::{BgState, Counters, Inner, MetaState, SuperVersion, WriterState};
+use crate::batch::{BatchOp, EntryKind};
+use crate::cache::PageCache;
+use crate::compaction::executor::{write_tables, OutputSpec};
+use crate::compaction::retention::Retention;
+use crate::error::IoContext;
+use crate::fs::{parse_name, sync_dir, wal_name, FileKind};
+use crate::iter::EntryCursor;
+use crate::memtable::{MemCursor, Memtable};
+use crate::snapshot::SnapshotList;
+use crate::sst::Table;
+use crate::version::{Manifest, RecoveredManifest, Version, VersionEdit};
+use crate::wal::{self, Wal};
+use crate::{Error, Options, Result};
+
+fn lock_dir(dir: &Path) -> Result<File> {
+    let path = dir.join("LOCK");
+    let f = OpenOptions::new().create(true).truncate(false).write(true).open(&path).at(&path)?;
+    match f.try_lock() {
+        Ok(()) => Ok(f),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked(dir.to_path_buf())),
+        Err(std::fs::TryLockError::Error(e)) => Err(Error::io(path, e)),
+    }
+}
+
+struct DirListing {
+    tables: BTreeSet<u64>,
+    wals: BTreeSet<u64>,
+    manifests: BTreeSet<u64>,
+    temps: Vec<std::path::PathBuf>,
+    max_id: u64,
+}
+
+fn list_dir(dir: &Path) -> Result<DirListing> {
+    let mut l = DirListing {
+        tables: BTreeSet::new(),
+        wals: BTreeSet::new(),
+        manifests: BTreeSet::new(),
+        temps: Vec::new(),
+        max_id: 0,
+    };
+    for entry in std::fs::read_dir(dir).at(dir)? {
+        let entry = entry.at(dir)?;
+        let Some(kind) = entry.file_name().to_str().and_then(parse_name) else { continue };
+        match kind {
+            FileKind::Table(n) => {
+                l.tables.insert(n);
+                l.max_id = l.max_id.max(n);
+            }
+            FileKind::Wal(n) => {
+                l.wals.insert(n);
+                l.max_id = l.max_id.max(n);
+            }
+            FileKind::Manifest(n) => {
+                l.manifests.insert(n);
+                l.max_id = l.max_id.max(n);
+            }
+            FileKind::Temp => l.temps.push(entry.path()),
+        }
+    }
+    Ok(l)
+}
+
+fn remove(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(path, e)),
+    }
+}
+
+pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
+    opts.validate()?;
+    std::fs::create_dir_all(dir).at(dir)?;
+    let lock_file = lock_dir(dir)?;
+    let listing = list_dir(dir)?;
+    let recovered = match Manifest::recover(dir)? {
+        Some(r) => r,
+        None if !listing.tables.is_empty() => {
+            return Err(Error::corruption(
+                dir.join("CURRENT"),
+                0,
+                "CURRENT is missing but table files exist; refusing to treat the directory as new",
+            ));
+        }
+        None => RecoveredManifest { next_file_id: 1, ..Default::default() },
+    };
+    let next_file_id = AtomicU64::new(recovered.next_file_id.max(listing.max_id + 1).max(1));
+    let alloc = || next_file_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+
+    for t in &listing.temps {
+        remove(t)?;
+    }
+    for id in &listing.tables {
+        if !recovered.files.contains_key(id) {
+            tracing::info!(file = id, "removing orphan SST");
+            remove(&dir.join(crate::sst::file_name(*id)))?;
+        }
+    }
+
+    let cache = Arc::new(PageCache::new(opts.page_cache_bytes));
+    let mut opened = HashMap::new();
+    let mut edit = recovered.snapshot_edit();
+    for (id, (level, meta)) in &recovered.files {
+        if *level as usize >= opts.num_levels {
+            return Err(Error::InvalidArgument(format!(
+                "file {id} is at level {level} but num_levels is {}",
+                opts.num_levels
+            )));
+        }
+        opened.insert(*id, Arc::new(Table::open(dir, meta.clone(), cache.clone())?));
+    }
+    let mut version = Version::new(opts.num_levels).apply(&edit, &opened);
+    version.check_invariants().map_err(|why| {
+        Error::corruption(dir.join(crate::fs::manifest_name(recovered.number)), 0, why)
+    })?;
+
+    // Replay WALs not yet covered by flushed SSTs.
+    let mem = Arc::new(Memtable::new(0));
+    let mut last_seq = recovered.persisted_seq;
+    last_seq = last_seq.max(version.all_tables().map(|t| t.meta().props.max_seq).max().unwrap_or(0));
+    for &n in listing.wals.iter().filter(|&&n| n >= recovered.log_number) {
+        for (seq, batch) in wal::replay(&dir.join(wal_name(n)))? {
+            if seq <= recovered.persisted_seq {
+                continue;
+            }
+            if seq <= last_seq {
+                return Err(Error::corruption(
+                    dir.join(wal_name(n)),
+                    0,
+                    format!("batch sequence {seq} is not above {last_seq}"),
+                ));
+            }
+            for (i, op) in batch.ops().iter().enumerate() {
+                let s = seq + i as u64;
+                match op {
+                    BatchOp::Put { key, value } => {
+                        mem.insert(key.clone(), s, EntryKind::Put, value.clone())
+                    }
+                    BatchOp::Delete { key } => {
+                        mem.insert(key.clone(), s, EntryKind::Delete, bytes::Bytes::new())
+                    }
+                }
+                last_seq = s;
+            }
+        }
+    }
+    let mut persisted_seq = recovered.persisted_seq;
+    if !mem.is_empty() {
+        let mut cursor = MemCursor::new(mem.clone());
+        cursor.seek(&[])?;
+        let spec = OutputSpec {
+            dir,
+            opts: &opts,
+            cache: &cache,
+            level: 0,
+            target_file_size: u64::MAX,
+            retention: Retention::new(Vec::new(), false),
+            next_id: &alloc,
+            fail: None,
+        };
+        let (tables, _) = write_tables(&mut cursor, &spec)?;
+        let added: Vec<_> = tables.iter().map(|t| (0u32, t.meta().clone())).collect();
+        let new_opened: HashMap<_, _> = tables.iter().map(|t| (t.id(), t.clone())).collect();
+        let add_edit = VersionEdit { added: added.clone(), ..Default::default() };
+        version = version.apply(&add_edit, &new_opened);
+        edit.added.extend(added);
+        persisted_seq = mem.max_seq();
+    }
+
+    // Commit the recovered state into a fresh manifest, then drop what it supersedes.
+    let wal_number = if opts.wal { alloc() } else { 0 };
+    let log_number = if opts.wal { wal_number } else { recovered.log_number };
+    let manifest_number = alloc();
+    edit.persisted_seq = Some(persisted_seq);
+    edit.log_number = Some(log_number);
+    edit.next_file_id = Some(next_file_id.load(std::sync::atomic::Ordering::Relaxed));
+    let manifest = Manifest::create(dir, manifest_number, &edit, opts.fail_points.clone())?;
+    for n in &listing.manifests {
+        remove(&dir.join(crate::fs::manifest_name(*n)))?;
+    }
+    for n in &listing.wals {
+        if !opts.wal || *n < log_number {
+            remove(&dir.join(wal_name(*n)))?;
+        }
+    }
+    sync_dir(dir)?;
+    let wal = if opts.wal { Some(Wal::create(dir, wal_number, opts.fail_points.clone())?) } else { None };
+
+    let sv = SuperVersion {
+        mem: Arc::new(Memtable::new(wal_number)),
+        imms: Vec::new(),
+        version: Arc::new(version),
+    };
+    tracing::info!(dir = %dir.display(), last_seq, persisted_seq, "engine opened");
+    Ok(Inner {
+        dir: dir.to_path_buf(),
+        cache,
+        sv: RwLock::new(Arc::new(sv)),
+        writer: Mutex::new(WriterState { wal, last_seq }),
+        meta: Mutex::new(MetaState { manifest, persisted_seq, log_number }),
+        next_file_id,
+        visible_seq: AtomicU64::new(last_seq),
+        snapshots: Arc::new(SnapshotList::default()),
+        poisoned: AtomicBool::new(false),
+        poison_reason: Mutex::new(None),
+        bg: Mutex::new(BgState { shutdown: false, compaction_requested: true }),
+        bg_cv: Condvar::new(),
+        compaction_lock: Mutex::new(()),
+        flush_lock: Mutex::new(()),
+        counters: Counters::default(),
+        opts,
+        _lock_file: lock_file,
+    })
+}

@@ -1,0 +1,98 @@
+//! The read path: point lookups and range scans.
+
+use std::ops::{Bound, RangeBounds};
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+
+use super::Engine;
+use crate::batch::EntryKind;
+use crate::iter::{EngineIter, EntryCursor, LevelCursor, MergeCursor};
+use crate::memtable::MemCursor;
+use crate::snapshot::Snapshot;
+use crate::sst::{bloom, TableCursor};
+use crate::Result;
+
+fn visible(kind: EntryKind, value: Bytes) -> Option<Bytes> {
+    match kind {
+        EntryKind::Put => Some(value),
+        EntryKind::Delete => None,
+    }
+}
+
+impl Engine {
+    fn read_seq(&self, snapshot: Option<&Snapshot>) -> u64 {
+        snapshot.map_or_else(|| self.inner.visible_seq.load(Ordering::Acquire), Snapshot::seq)
+    }
+
+    /// The value of `key` as of `snapshot` (latest if `None`).
+    pub fn get(&self, key: &[u8], snapshot: Option<&Snapshot>) -> Result<Option<Bytes>> {
+        let seq = self.read_seq(snapshot);
+        let sv = self.inner.current();
+        if let Some((_, v)) = sv.mem.get(key, seq) {
+            return Ok(visible(v.kind, v.value));
+        }
+        for m in &sv.imms {
+            if let Some((_, v)) = m.get(key, seq) {
+                return Ok(visible(v.kind, v.value));
+            }
+        }
+        let hash = bloom::key_hash(key);
+        for t in &sv.version.levels[0] {
+            if t.meta().overlaps(Some(key), Some(key)) {
+                if let Some((_, kind, value)) = t.get(key, hash, seq)? {
+                    return Ok(visible(kind, value));
+                }
+            }
+        }
+        for level in 1..sv.version.levels.len() {
+            if let Some(t) = sv.version.file_for(level, key) {
+                if let Some((_, kind, value)) = t.get(key, hash, seq)? {
+                    return Ok(visible(kind, value));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Streams the live `(key, value)` pairs in `range` as of `snapshot` (latest if `None`).
+    pub fn scan<K: AsRef<[u8]>>(
+        &self,
+        range: impl RangeBounds<K>,
+        snapshot: Option<&Snapshot>,
+    ) -> Result<EngineIter> {
+        let owned = |b: Bound<&K>| match b {
+            Bound::Included(k) => Bound::Included(k.as_ref().to_vec()),
+            Bound::Excluded(k) => Bound::Excluded(k.as_ref().to_vec()),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        let (start, end) = (owned(range.start_bound()), owned(range.end_bound()));
+        let lo = match &start {
+            Bound::Included(k) | Bound::Excluded(k) => Some(k.as_slice()),
+            Bound::Unbounded => None,
+        };
+        let hi = match &end {
+            Bound::Included(k) | Bound::Excluded(k) => Some(k.as_slice()),
+            Bound::Unbounded => None,
+        };
+        let seq = self.read_seq(snapshot);
+        let sv = self.inner.current();
+        let mut children: Vec<Box<dyn EntryCursor>> = Vec::new();
+        children.push(Box::new(MemCursor::new(sv.mem.clone())));
+        for m in &sv.imms {
+            children.push(Box::new(MemCursor::new(m.clone())));
+        }
+        for t in &sv.version.levels[0] {
+            if t.meta().overlaps(lo, hi) {
+                children.push(Box::new(TableCursor::new(t.clone(), true)));
+            }
+        }
+        for files in sv.version.levels.iter().skip(1) {
+            let tables: Vec<_> = files.iter().filter(|t| t.meta().overlaps(lo, hi)).cloned().collect();
+            if !tables.is_empty() {
+                children.push(Box::new(LevelCursor::new(tables, true)));
+            }
+        }
+        Ok(EngineIter::new(MergeCursor::new(children), seq, start, end))
+    }
+}

@@ -1,0 +1,81 @@
+//! Engine statistics.
+
+use std::sync::atomic::Ordering;
+
+use super::Inner;
+
+/// Files and bytes at one level.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LevelStats {
+    /// Number of files.
+    pub files: usize,
+    /// Bytes on disk.
+    pub bytes: u64,
+    /// Entries (including tombstones).
+    pub entries: u64,
+    /// Point tombstones.
+    pub tombstones: u64,
+}
+
+/// A point-in-time view of the engine's shape and counters.
+#[derive(Debug, Clone, Default)]
+pub struct EngineStats {
+    /// Per level, level 0 first.
+    pub levels: Vec<LevelStats>,
+    /// Bytes in the active memtable.
+    pub memtable_bytes: usize,
+    /// Sealed memtables waiting for flush.
+    pub immutable_memtables: usize,
+    /// Bytes held by the page cache.
+    pub page_cache_bytes: u64,
+    /// Configured page cache capacity.
+    pub page_cache_capacity: u64,
+    /// Flushes completed.
+    pub flushes: u64,
+    /// Merging compactions completed.
+    pub compactions: u64,
+    /// Files moved down a level without rewriting.
+    pub trivial_moves: u64,
+    /// Bytes written by flushes.
+    pub bytes_flushed: u64,
+    /// Bytes written by compactions.
+    pub bytes_compacted: u64,
+    /// Times a writer had to wait for flush or compaction.
+    pub write_stalls: u64,
+    /// Highest applied sequence number.
+    pub last_seq: u64,
+    /// Highest sequence number persisted in SSTs.
+    pub persisted_seq: u64,
+}
+
+impl Inner {
+    pub(super) fn stats(&self) -> EngineStats {
+        let sv = self.current();
+        let c = &self.counters;
+        EngineStats {
+            levels: sv
+                .version
+                .levels
+                .iter()
+                .map(|files| LevelStats {
+                    files: files.len(),
+                    bytes: files.iter().map(|t| t.meta().size).sum(),
+                    entries: files.iter().map(|t| t.meta().props.entries).sum(),
+                    tombstones: files.iter().map(|t| t.meta().props.tombstones).sum(),
+                })
+                .collect(),
+            memtable_bytes: sv.mem.approximate_bytes(),
+            immutable_memtables: sv.imms.len(),
+            page_cache_bytes: self.cache.used_bytes(),
+            page_cache_capacity: self.cache.capacity_bytes(),
+            flushes: c.flushes.load(Ordering::Relaxed),
+            compactions: c.compactions.load(Ordering::Relaxed),
+            trivial_moves: c.trivial_moves.load(Ordering::Relaxed),
+            bytes_flushed: c.bytes_flushed.load(Ordering::Relaxed),
+            bytes_compacted: c.bytes_compacted.load(Ordering::Relaxed),
+            write_stalls: c.write_stalls.load(Ordering::Relaxed),
+            last_seq: self.visible_seq.load(Ordering::Relaxed),
+            persisted_seq: self.meta.lock().persisted_seq,
+        }
+    }
+}

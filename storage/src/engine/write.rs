@@ -1,0 +1,154 @@
+//! The write path: WAL append, memtable insert, memtable sealing and write stalls.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::{Engine, Inner, SuperVersion, WriterState};
+use crate::batch::{BatchOp, EntryKind, WriteBatch};
+use crate::memtable::Memtable;
+use crate::wal::Wal;
+use crate::{Error, Result};
+
+impl Engine {
+    /// Applies `batch` atomically. Operation `i` gets sequence number `seq + i`; `seq` must be above
+    /// every sequence number written before.
+    pub fn write(&self, batch: &WriteBatch, seq: u64) -> Result<()> {
+        self.inner.write(batch, seq)
+    }
+
+    /// Writes one key.
+    pub fn put(&self, key: impl Into<Bytes>, value: impl Into<Bytes>, seq: u64) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.put(key, value);
+        self.write(&b, seq)
+    }
+
+    /// Deletes one key.
+    pub fn delete(&self, key: impl Into<Bytes>, seq: u64) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.delete(key);
+        self.write(&b, seq)
+    }
+}
+
+impl Inner {
+    fn write(&self, batch: &WriteBatch, seq: u64) -> Result<()> {
+        self.check_writable()?;
+        batch.validate()?;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let last = seq
+            .checked_add(batch.len() as u64 - 1)
+            .ok_or_else(|| Error::InvalidArgument("sequence number overflows".into()))?;
+        let mut w = self.writer.lock();
+        if seq <= w.last_seq {
+            return Err(Error::InvalidArgument(format!(
+                "sequence number {seq} is not above the last written {}",
+                w.last_seq
+            )));
+        }
+        self.make_room(&mut w)?;
+        if let Some(wal) = &mut w.wal {
+            let res = wal.append(batch, seq);
+            let res = res.and_then(|_| if self.opts.sync_writes { wal.sync() } else { Ok(()) });
+            if let Err(e) = res {
+                return Err(self.poison(e));
+            }
+        }
+        let mem = self.sv.read().mem.clone();
+        for (i, op) in batch.ops().iter().enumerate() {
+            let s = seq + i as u64;
+            match op {
+                BatchOp::Put { key, value } => mem.insert(key.clone(), s, EntryKind::Put, value.clone()),
+                BatchOp::Delete { key } => mem.insert(key.clone(), s, EntryKind::Delete, Bytes::new()),
+            }
+        }
+        w.last_seq = last;
+        self.visible_seq.store(last, Ordering::Release);
+        Ok(())
+    }
+
+    /// Seals a full memtable and stalls while flushes or level-0 compactions are behind.
+    fn make_room(&self, w: &mut WriterState) -> Result<()> {
+        let mut stalled = false;
+        loop {
+            self.check_writable()?;
+            let sv = self.current();
+            let full = sv.mem.approximate_bytes() >= self.opts.write_buffer_size;
+            let too_many_imms = sv.imms.len() >= self.opts.max_immutable_memtables;
+            let l0_full = sv.version.levels[0].len() >= self.opts.level0_stop_writes_trigger;
+            if full && !too_many_imms && !l0_full {
+                self.seal(w)?;
+                return Ok(());
+            }
+            if !l0_full && !full {
+                return Ok(());
+            }
+            if !stalled {
+                stalled = true;
+                self.counters.write_stalls.fetch_add(1, Ordering::Relaxed);
+            }
+            self.notify_bg(true);
+            let mut bg = self.bg.lock();
+            if bg.shutdown {
+                return Err(Error::Closed);
+            }
+            self.bg_cv.wait_for(&mut bg, Duration::from_millis(50));
+        }
+    }
+
+    /// Replaces the active memtable with an empty one (and a new WAL file).
+    pub(super) fn seal(&self, w: &mut WriterState) -> Result<()> {
+        let wal_number = if self.opts.wal {
+            let n = self.alloc_file_id();
+            let wal = Wal::create(&self.dir, n, self.opts.fail_points.clone())?;
+            w.wal = Some(wal);
+            n
+        } else {
+            0
+        };
+        {
+            let mut sv = self.sv.write();
+            let mut imms = Vec::with_capacity(sv.imms.len() + 1);
+            imms.push(sv.mem.clone());
+            imms.extend(sv.imms.iter().cloned());
+            *sv = Arc::new(SuperVersion {
+                mem: Arc::new(Memtable::new(wal_number)),
+                imms,
+                version: sv.version.clone(),
+            });
+        }
+        self.notify_bg(false);
+        Ok(())
+    }
+
+    /// Seals the active memtable if it holds anything.
+    pub(super) fn seal_active(&self) -> Result<()> {
+        let mut w = self.writer.lock();
+        if self.current().mem.is_empty() {
+            return Ok(());
+        }
+        self.seal(&mut w)
+    }
+
+    /// Seals the active memtable if it is older than the configured maximum age. Never blocks on
+    /// the write lock (a writer holding it will seal by size soon enough).
+    pub(super) fn seal_if_old(&self) -> Result<()> {
+        let Some(max_age) = self.opts.memtable_max_age else { return Ok(()) };
+        let sv = self.current();
+        if sv.mem.is_empty() || sv.mem.created().elapsed() < max_age {
+            return Ok(());
+        }
+        if let Some(mut w) = self.writer.try_lock() {
+            let mem = self.current().mem.clone();
+            if !mem.is_empty() && mem.created().elapsed() >= max_age {
+                self.seal(&mut w)?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,75 @@
+//! Typed errors of the storage engine.
+
+use std::path::PathBuf;
+
+/// Result type of the storage engine.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Errors the engine returns. Every corruption names the file and byte offset it was found at.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An I/O operation on `path` failed.
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        /// File or directory the operation was on.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Stored data failed validation (checksum, magic, bounds, decoding).
+    #[error("corruption in {path} at offset {offset}: {reason}")]
+    Corruption {
+        /// The corrupt file.
+        path: PathBuf,
+        /// Byte offset of the corrupt record, page or block.
+        offset: u64,
+        /// What check failed.
+        reason: String,
+    },
+    /// A durability operation (fsync, manifest commit) failed earlier; the engine refuses writes
+    /// until it is reopened.
+    #[error("engine is poisoned after a failed durability operation: {0}")]
+    Poisoned(String),
+    /// The caller passed an argument the engine cannot accept.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The engine has been closed.
+    #[error("engine is closed")]
+    Closed,
+    /// Another process or engine instance holds the directory lock.
+    #[error("data directory {0} is locked by another engine instance")]
+    Locked(PathBuf),
+    /// A fail point injected this error (tests only).
+    #[error("injected failure at fail point `{0}`")]
+    Injected(&'static str),
+}
+
+impl Error {
+    /// Wraps an I/O error with the path it happened on.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io { path: path.into(), source }
+    }
+
+    /// Builds a corruption error.
+    pub fn corruption(path: impl Into<PathBuf>, offset: u64, reason: impl Into<String>) -> Self {
+        Error::Corruption { path: path.into(), offset, reason: reason.into() }
+    }
+
+    /// True if this error reports corrupt data.
+    pub fn is_corruption(&self) -> bool {
+        matches!(self, Error::Corruption { .. })
+    }
+}
+
+/// Adds a path to `std::io::Result`s.
+pub(crate) trait IoContext<T> {
+    /// Maps an I/O error to [`Error::Io`] naming `path`.
+    fn at(self, path: &std::path::Path) -> Result<T>;
+}
+
+impl<T> IoContext<T> for std::io::Result<T> {
+    fn at(self, path: &std::path::Path) -> Result<T> {
+        self.map_err(|e| Error::io(path, e))
+    }
+}

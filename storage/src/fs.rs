@@ -1,0 +1,70 @@
+//! File naming and directory helpers.
+
+use std::path::Path;
+
+use crate::error::IoContext;
+use crate::Result;
+
+/// Kinds of files in an engine directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FileKind {
+    /// `{n:08}.sst`
+    Table(u64),
+    /// `{n:08}.wal`
+    Wal(u64),
+    /// `MANIFEST-{n:08}`
+    Manifest(u64),
+    /// `*.tmp`
+    Temp,
+}
+
+/// Name of manifest `n`.
+pub(crate) fn manifest_name(n: u64) -> String {
+    format!("MANIFEST-{n:08}")
+}
+
+/// Name of WAL file `n`.
+pub(crate) fn wal_name(n: u64) -> String {
+    format!("{n:08}.wal")
+}
+
+/// Classifies a file name; `None` for files the engine does not own (left alone).
+pub(crate) fn parse_name(name: &str) -> Option<FileKind> {
+    if name.ends_with(".tmp") {
+        return Some(FileKind::Temp);
+    }
+    if let Some(n) = name.strip_prefix("MANIFEST-") {
+        return n.parse().ok().map(FileKind::Manifest);
+    }
+    let (stem, ext) = name.split_once('.')?;
+    if stem.len() < 8 || !stem.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n = stem.parse().ok()?;
+    match ext {
+        "sst" => Some(FileKind::Table(n)),
+        "wal" => Some(FileKind::Wal(n)),
+        _ => None,
+    }
+}
+
+/// Fsyncs a directory so created, renamed and removed entries are durable.
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir).and_then(|f| f.sync_all()).at(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_roundtrip_and_foreign_files_ignored() {
+        assert_eq!(parse_name(&crate::sst::file_name(12)), Some(FileKind::Table(12)));
+        assert_eq!(parse_name(&wal_name(7)), Some(FileKind::Wal(7)));
+        assert_eq!(parse_name(&manifest_name(3)), Some(FileKind::Manifest(3)));
+        assert_eq!(parse_name("CURRENT.tmp"), Some(FileKind::Temp));
+        for foreign in [".DS_Store", "._00000001.sst", "notes.txt", "LOCK", "CURRENT", "1.sst"] {
+            assert_eq!(parse_name(foreign), None, "{foreign}");
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! Engine configuration.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::failpoint::FailPoints;
+
+/// Page compression codec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    /// Pages are stored uncompressed.
+    None,
+    /// LZ4 block compression.
+    Lz4,
+    /// Zstandard at the given level.
+    Zstd(i32),
+}
+
+/// Extracts the delete key `D` (for time-series keys: the timestamp) from a sort key.
+///
+/// `D` must be a function of the sort key, so every version of a key has the same delete key and a
+/// delete on `D` can never resurrect an older version.
+#[derive(Clone)]
+pub struct DeleteKeyExtractor(Arc<dyn Fn(&[u8]) -> u64 + Send + Sync>);
+
+impl DeleteKeyExtractor {
+    /// Wraps a function.
+    pub fn new(f: impl Fn(&[u8]) -> u64 + Send + Sync + 'static) -> Self {
+        Self(Arc::new(f))
+    }
+
+    /// The time-series default: the trailing 8 bytes of the key as a big-endian `u64` (EbbDB keys end
+    /// in the timestamp with its sign bit flipped, so this order is time order). Keys shorter than 8
+    /// bytes have delete key 0.
+    pub fn trailing_u64_be() -> Self {
+        Self::new(|key: &[u8]| {
+            if key.len() < 8 {
+                return 0;
+            }
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&key[key.len() - 8..]);
+            u64::from_be_bytes(b)
+        })
+    }
+
+    /// Every key has delete key 0: pages inside a tile keep plain key order.
+    pub fn constant() -> Self {
+        Self::new(|_| 0)
+    }
+
+    /// Applies the extractor.
+    #[inline]
+    pub fn extract(&self, key: &[u8]) -> u64 {
+        (self.0)(key)
+    }
+}
+
+impl fmt::Debug for DeleteKeyExtractor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("DeleteKeyExtractor")
+    }
+}
+
+/// Engine options. [`Options::default`] gives sane values for a time-series shard.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Keep an engine-owned write-ahead log. Off when the caller (Raft) is the log: then writes not
+    /// yet flushed are lost on a crash and the caller replays them after [`crate::Engine::persisted_seq`].
+    pub wal: bool,
+    /// Fsync the WAL on every write batch. Off by default (the OS page cache survives a process crash).
+    pub sync_writes: bool,
+    /// Size of one memtable in bytes; a full memtable is sealed and flushed in the background.
+    pub write_buffer_size: usize,
+    /// Sealed memtables waiting for flush before writes stall.
+    pub max_immutable_memtables: usize,
+    /// A non-empty memtable older than this is sealed and flushed even if it is not full.
+    pub memtable_max_age: Option<Duration>,
+    /// Number of level-0 files that triggers a level-0 compaction.
+    pub level0_compaction_trigger: usize,
+    /// Number of level-0 files at which writes stall until compaction catches up.
+    pub level0_stop_writes_trigger: usize,
+    /// Size ratio T between adjacent levels.
+    pub size_ratio: u32,
+    /// Target size of level 1 in bytes; level i targets `base_level_size * T^(i-1)`.
+    pub base_level_size: u64,
+    /// Number of levels including level 0.
+    pub num_levels: usize,
+    /// Target size of one SST file produced by compaction.
+    pub target_file_size: u64,
+    /// Target size of one page before compression.
+    pub page_size: usize,
+    /// KiWi+ delete-tile size h (pages per tile) for each level; the last value repeats for deeper
+    /// levels. `1` everywhere is the classic layout.
+    pub tile_pages: Vec<usize>,
+    /// Bloom filter bits per key (0 disables filters).
+    pub bloom_bits_per_key: u32,
+    /// Page compression.
+    pub compression: Compression,
+    /// Capacity of the decoded page cache in bytes.
+    pub page_cache_bytes: usize,
+    /// Delete-key extractor used by the KiWi layout.
+    pub delete_key: DeleteKeyExtractor,
+    /// Fail points for crash testing; empty (and free) in production.
+    pub fail_points: FailPoints,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            wal: true,
+            sync_writes: false,
+            write_buffer_size: 64 << 20,
+            max_immutable_memtables: 2,
+            memtable_max_age: Some(Duration::from_secs(600)),
+            level0_compaction_trigger: 4,
+            level0_stop_writes_trigger: 20,
+            size_ratio: 10,
+            base_level_size: 256 << 20,
+            num_levels: 7,
+            target_file_size: 64 << 20,
+            page_size: 4096,
+            tile_pages: vec![1, 1, 1, 2, 4, 8, 16],
+            bloom_bits_per_key: 10,
+            compression: Compression::Lz4,
+            page_cache_bytes: 64 << 20,
+            delete_key: DeleteKeyExtractor::trailing_u64_be(),
+            fail_points: FailPoints::default(),
+        }
+    }
+}
+
+impl Options {
+    /// Delete-tile size h for `level`.
+    pub fn tile_pages_for(&self, level: usize) -> usize {
+        let h = self.tile_pages.get(level).or(self.tile_pages.last()).copied().unwrap_or(1);
+        h.max(1)
+    }
+
+    /// Target byte size of `level` (level >= 1).
+    pub fn level_target_size(&self, level: usize) -> u64 {
+        let t = self.size_ratio.max(2) as u64;
+        let mut size = self.base_level_size.max(1);
+        for _ in 1..level {
+            size = size.saturating_mul(t);
+        }
+        size
+    }
+
+    /// Checks the options for values the engine cannot work with.
+    pub fn validate(&self) -> crate::Result<()> {
+        let bad = |m: &str| Err(crate::Error::InvalidArgument(m.to_string()));
+        if self.write_buffer_size < 1024 {
+            return bad("write_buffer_size must be at least 1 KiB");
+        }
+        if self.num_levels < 2 || self.num_levels > 16 {
+            return bad("num_levels must be between 2 and 16");
+        }
+        if self.size_ratio < 2 {
+            return bad("size_ratio must be at least 2");
+        }
+        if self.page_size < 64 || self.page_size > (16 << 20) {
+            return bad("page_size must be between 64 bytes and 16 MiB");
+        }
+        if self.tile_pages.iter().any(|&h| h == 0 || h > 4096) {
+            return bad("tile_pages values must be between 1 and 4096");
+        }
+        if self.level0_stop_writes_trigger <= self.level0_compaction_trigger {
+            return bad("level0_stop_writes_trigger must exceed level0_compaction_trigger");
+        }
+        if self.max_immutable_memtables == 0 {
+            return bad("max_immutable_memtables must be at least 1");
+        }
+        if let Compression::Zstd(l) = self.compression {
+            if !(1..=22).contains(&l) {
+                return bad("zstd level must be between 1 and 22");
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,131 @@
+//! Cursor over one SST: walks tiles in key order, merging the pages of each tile.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::page::Page;
+use super::Table;
+use crate::batch::EntryKind;
+use crate::iter::{internal_cmp, EntryCursor};
+use crate::Result;
+
+/// Cursor over the entries of one table in internal order. Inside a tile (whose pages are ordered
+/// by delete key, not sort key) it merges the tile's pages.
+#[derive(Debug)]
+pub(crate) struct TableCursor {
+    table: Arc<Table>,
+    fill_cache: bool,
+    tile: usize,
+    pages: Vec<(Arc<Page>, usize)>,
+    cur: Option<usize>,
+}
+
+impl TableCursor {
+    /// A cursor, not yet positioned. `fill_cache = false` for compaction reads.
+    pub fn new(table: Arc<Table>, fill_cache: bool) -> Self {
+        TableCursor { table, fill_cache, tile: 0, pages: Vec::new(), cur: None }
+    }
+
+    fn load_tile(&mut self, t: usize, target: Option<&[u8]>) -> Result<()> {
+        self.tile = t;
+        self.pages.clear();
+        self.cur = None;
+        let Some(tile) = self.table.index().tiles.get(t) else { return Ok(()) };
+        let (first, n) = (tile.first_page as usize, tile.pages as usize);
+        for p in first..first + n {
+            let page = self.table.load_page(p, self.fill_cache)?;
+            let pos = target.map_or(0, |k| page.lower_bound(k, u64::MAX));
+            self.pages.push((page, pos));
+        }
+        self.pick();
+        Ok(())
+    }
+
+    fn pick(&mut self) {
+        let mut best: Option<usize> = None;
+        for (i, (page, pos)) in self.pages.iter().enumerate() {
+            if *pos >= page.len() {
+                continue;
+            }
+            best = match best {
+                None => Some(i),
+                Some(b) => {
+                    let (bp, bpos) = &self.pages[b];
+                    let (x, y) = (page.entry(*pos), bp.entry(*bpos));
+                    if internal_cmp(x.key, x.seq, y.key, y.seq).is_lt() {
+                        Some(i)
+                    } else {
+                        Some(b)
+                    }
+                }
+            };
+        }
+        self.cur = best;
+    }
+
+    fn skip_empty_tiles(&mut self) -> Result<()> {
+        while self.cur.is_none() && self.tile + 1 < self.table.tile_count() {
+            self.load_tile(self.tile + 1, None)?;
+        }
+        Ok(())
+    }
+
+    /// Positions at the first entry of the table.
+    pub fn seek_to_first(&mut self) -> Result<()> {
+        self.load_tile(0, None)?;
+        self.skip_empty_tiles()
+    }
+
+    fn current(&self) -> (&Page, usize) {
+        let (page, pos) = &self.pages[self.cur.unwrap_or(0)];
+        (page, *pos)
+    }
+}
+
+impl EntryCursor for TableCursor {
+    fn seek(&mut self, target: &[u8]) -> Result<()> {
+        let tiles = &self.table.index().tiles;
+        let t = tiles.partition_point(|t| t.first_key.as_slice() <= target).saturating_sub(1);
+        self.load_tile(t, Some(target))?;
+        self.skip_empty_tiles()
+    }
+
+    fn next(&mut self) -> Result<()> {
+        if let Some(c) = self.cur {
+            self.pages[c].1 += 1;
+            self.pick();
+            self.skip_empty_tiles()?;
+        }
+        Ok(())
+    }
+
+    fn valid(&self) -> bool {
+        self.cur.is_some()
+    }
+
+    fn key(&self) -> &[u8] {
+        let (p, i) = self.current();
+        p.entry(i).key
+    }
+
+    fn seq(&self) -> u64 {
+        let (p, i) = self.current();
+        p.entry(i).seq
+    }
+
+    fn kind(&self) -> EntryKind {
+        let (p, i) = self.current();
+        p.entry(i).kind
+    }
+
+    fn value(&self) -> Bytes {
+        let (p, i) = self.current();
+        p.value(&p.entry(i))
+    }
+
+    fn key_bytes(&self) -> Bytes {
+        let (p, i) = self.current();
+        p.key_bytes(i)
+    }
+}

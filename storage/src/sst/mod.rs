@@ -1,0 +1,51 @@
+//! Sorted string tables with the KiWi+ layout.
+//!
+//! A file is a sequence of *delete tiles* in sort-key order. A tile holds up to `h` pages; the
+//! pages of a tile are ordered by the delete key `D` (time), and the entries inside a page are
+//! ordered by the sort key `S`. So the sort-key ranges of pages in one tile overlap, but their
+//! delete-key ranges do not: a time-window delete can drop whole pages without reading them.
+//! `h = 1` is the classic layout (pages in sort-key order).
+//!
+//! ```text
+//! +--------------------------------------------------------------------------------------+
+//! | tile 0 (S in [a, c))              | tile 1 (S in [c, f))              | ...           |
+//! |  page 0    page 1    page 2       |  page 3    page 4    page 5       |               |
+//! |  D 0..9    D 10..19  D 20..31     |  D 0..14   D 15..22  D 23..40     |               |
+//! |  S sorted  S sorted  S sorted     |  S sorted  S sorted  S sorted     |               |
+//! +--------------------------------------------------------------------------------------+
+//! | filter block: one Bloom filter on S per page, concatenated (checksummed block)        |
+//! | index block: tiles (S fence pointers: first and last key, page range) and pages       |
+//! |   (offset, length, entry count, min/max S, min/max D, filter slice), file properties  |
+//! | footer (40 bytes): index offset/len, filter offset/len, format version, magic, crc32  |
+//! +--------------------------------------------------------------------------------------+
+//! ```
+//!
+//! Every page, the filter block and the index block end in a trailer `codec | raw_len | crc32`
+//! (see [`page`]); the footer has its own checksum. All versions of a key sit in one page, and a
+//! key never spans two tiles, so a point lookup finds the tile by its fence pointers, probes the
+//! Bloom filter of each of the tile's pages, and searches at most the pages that answer "maybe".
+
+pub(crate) mod bloom;
+mod cursor;
+pub(crate) mod page;
+mod props;
+mod table;
+pub(crate) mod writer;
+
+pub(crate) use cursor::TableCursor;
+pub use props::{FileMeta, TableProps};
+pub(crate) use props::{IndexBlock, PageMeta, TileMeta};
+pub(crate) use table::Table;
+pub(crate) use writer::TableWriter;
+
+/// Magic number at the end of every SST.
+pub(crate) const MAGIC: u64 = 0x4542_4253_5354_0001; // "EBBSST" v1
+/// Current SST format version.
+pub(crate) const FORMAT_VERSION: u32 = 1;
+/// Footer length in bytes.
+pub(crate) const FOOTER_LEN: usize = 40;
+
+/// Name of the SST file with id `id`.
+pub(crate) fn file_name(id: u64) -> String {
+    format!("{id:08}.sst")
+}

@@ -1,0 +1,97 @@
+//! File metadata stored in the SST index block and in the manifest.
+
+use serde::{Deserialize, Serialize};
+
+/// Properties of one SST, computed when it is written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct TableProps {
+    /// Smallest sort key.
+    pub smallest: Vec<u8>,
+    /// Largest sort key.
+    pub largest: Vec<u8>,
+    /// Smallest sequence number.
+    pub min_seq: u64,
+    /// Largest sequence number.
+    pub max_seq: u64,
+    /// Smallest delete key.
+    pub min_dkey: u64,
+    /// Largest delete key.
+    pub max_dkey: u64,
+    /// Number of entries (including tombstones).
+    pub entries: u64,
+    /// Number of point tombstones.
+    pub tombstones: u64,
+    /// Sequence number of the oldest tombstone, if any (delete-age tracking).
+    pub min_tombstone_seq: Option<u64>,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub created_at_ms: u64,
+    /// Delete-tile size h this file was written with.
+    pub tile_pages: u32,
+    /// Number of pages.
+    pub pages: u32,
+    /// Number of delete tiles.
+    pub tiles: u32,
+    /// Sum of key bytes.
+    pub raw_key_bytes: u64,
+    /// Sum of value bytes.
+    pub raw_value_bytes: u64,
+}
+
+/// An SST as the version knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileMeta {
+    /// File id (the file is `{id:08}.sst`).
+    pub id: u64,
+    /// File size in bytes.
+    pub size: u64,
+    /// Properties.
+    pub props: TableProps,
+}
+
+impl FileMeta {
+    /// Smallest sort key.
+    pub fn smallest(&self) -> &[u8] {
+        &self.props.smallest
+    }
+
+    /// Largest sort key.
+    pub fn largest(&self) -> &[u8] {
+        &self.props.largest
+    }
+
+    /// True if the file's key range intersects `[lo, hi]` (inclusive bounds; `None` = unbounded).
+    pub fn overlaps(&self, lo: Option<&[u8]>, hi: Option<&[u8]>) -> bool {
+        lo.is_none_or(|lo| self.largest() >= lo) && hi.is_none_or(|hi| self.smallest() <= hi)
+    }
+}
+
+/// Per-tile metadata: sort-key fence pointers and the tile's page range.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct TileMeta {
+    pub first_key: Vec<u8>,
+    pub last_key: Vec<u8>,
+    pub first_page: u32,
+    pub pages: u32,
+}
+
+/// Per-page metadata.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct PageMeta {
+    pub offset: u64,
+    pub len: u32,
+    pub entries: u32,
+    pub min_key: Vec<u8>,
+    pub max_key: Vec<u8>,
+    pub min_dkey: u64,
+    pub max_dkey: u64,
+    pub filter_offset: u32,
+    pub filter_len: u32,
+}
+
+/// The index block of an SST.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct IndexBlock {
+    pub tiles: Vec<TileMeta>,
+    pub pages: Vec<PageMeta>,
+    pub props: TableProps,
+}

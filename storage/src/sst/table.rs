@@ -1,0 +1,222 @@
+//! An open SST: footer, index and filters in memory; pages read through the page cache.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::page::{decode_block, Page};
+use super::{bloom, FileMeta, IndexBlock, FOOTER_LEN, FORMAT_VERSION, MAGIC};
+use crate::batch::EntryKind;
+use crate::cache::PageCache;
+use crate::coding::{u32_at, u64_at};
+use crate::error::IoContext;
+use crate::{Error, Result};
+
+/// A found version: sequence number, kind and value.
+pub(crate) type Found = (u64, EntryKind, Bytes);
+
+/// An open, immutable SST. When marked obsolete, the file is deleted once the last reference
+/// (version, iterator or checkpoint) drops.
+#[derive(Debug)]
+pub(crate) struct Table {
+    meta: FileMeta,
+    path: PathBuf,
+    file: File,
+    index: IndexBlock,
+    filters: Bytes,
+    cache: Arc<PageCache>,
+    obsolete: AtomicBool,
+}
+
+impl Table {
+    /// Opens and validates the SST described by `meta` in `dir`.
+    pub fn open(dir: &Path, meta: FileMeta, cache: Arc<PageCache>) -> Result<Table> {
+        let path = dir.join(super::file_name(meta.id));
+        let file = File::open(&path).at(&path)?;
+        let size = file.metadata().at(&path)?.len();
+        let corrupt = |off: u64, why: &str| Error::corruption(&path, off, why);
+        if size != meta.size {
+            return Err(corrupt(0, &format!("file size {size} != recorded size {}", meta.size)));
+        }
+        if size < FOOTER_LEN as u64 {
+            return Err(corrupt(0, "file shorter than footer"));
+        }
+        let foot_at = size - FOOTER_LEN as u64;
+        let mut footer = [0u8; FOOTER_LEN];
+        file.read_exact_at(&mut footer, foot_at).at(&path)?;
+        let bad_footer = || corrupt(foot_at, "malformed footer");
+        if u32_at(&footer, 36) != Some(crc32fast::hash(&footer[..36])) {
+            return Err(corrupt(foot_at, "footer checksum mismatch"));
+        }
+        if u64_at(&footer, 28) != Some(MAGIC) {
+            return Err(corrupt(foot_at, "bad magic number"));
+        }
+        if u32_at(&footer, 24) != Some(FORMAT_VERSION) {
+            return Err(corrupt(foot_at, "unsupported format version"));
+        }
+        let index_off = u64_at(&footer, 0).ok_or_else(bad_footer)?;
+        let index_len = u32_at(&footer, 8).ok_or_else(bad_footer)?;
+        let filter_off = u64_at(&footer, 12).ok_or_else(bad_footer)?;
+        let filter_len = u32_at(&footer, 20).ok_or_else(bad_footer)?;
+        let read_block = |off: u64, len: u32, what: &str| -> Result<Bytes> {
+            if off.checked_add(len as u64).is_none_or(|end| end > foot_at) {
+                return Err(corrupt(foot_at, &format!("{what} block out of bounds")));
+            }
+            let mut buf = vec![0u8; len as usize];
+            file.read_exact_at(&mut buf, off).at(&path)?;
+            decode_block(&buf).map_err(|why| corrupt(off, &format!("{what} block: {why}")))
+        };
+        let filters = read_block(filter_off, filter_len, "filter")?;
+        let raw_index = read_block(index_off, index_len, "index")?;
+        let index: IndexBlock = postcard::from_bytes(&raw_index)
+            .map_err(|e| corrupt(index_off, &format!("index block undecodable: {e}")))?;
+        validate_index(&index, filter_off, filters.len())
+            .map_err(|why| corrupt(index_off, &format!("index block: {why}")))?;
+        if index.props != meta.props {
+            return Err(corrupt(index_off, "file properties differ from the manifest"));
+        }
+        Ok(Table { meta, path, file, index, filters, cache, obsolete: AtomicBool::new(false) })
+    }
+
+    /// The file's metadata.
+    pub fn meta(&self) -> &FileMeta {
+        &self.meta
+    }
+
+    /// File id.
+    pub fn id(&self) -> u64 {
+        self.meta.id
+    }
+
+    /// Number of delete tiles.
+    pub fn tile_count(&self) -> usize {
+        self.index.tiles.len()
+    }
+
+    /// The index block (tiles and pages).
+    pub fn index(&self) -> &IndexBlock {
+        &self.index
+    }
+
+    /// Marks the file for deletion when the last reference drops.
+    pub fn mark_obsolete(&self) {
+        self.obsolete.store(true, Ordering::Release);
+    }
+
+    /// Reads, verifies and decodes page `i`, through the cache.
+    pub fn load_page(&self, i: usize, fill_cache: bool) -> Result<Arc<Page>> {
+        if let Some(p) = self.cache.get(self.meta.id, i as u32) {
+            return Ok(p);
+        }
+        let pm = self.index.pages.get(i).ok_or_else(|| {
+            Error::corruption(&self.path, 0, format!("page {i} referenced but absent"))
+        })?;
+        let mut buf = vec![0u8; pm.len as usize];
+        self.file.read_exact_at(&mut buf, pm.offset).at(&self.path)?;
+        let corrupt = |why: &str| Error::corruption(&self.path, pm.offset, format!("page {i}: {why}"));
+        let page = Page::new(decode_block(&buf).map_err(corrupt)?).map_err(corrupt)?;
+        if page.len() != pm.entries as usize {
+            return Err(corrupt("entry count differs from index"));
+        }
+        let page = Arc::new(page);
+        if fill_cache {
+            self.cache.insert(self.meta.id, i as u32, page.clone());
+        }
+        Ok(page)
+    }
+
+    /// Index of the tile whose key range may hold `key`.
+    pub fn tile_for(&self, key: &[u8]) -> Option<usize> {
+        let t = self.index.tiles.partition_point(|t| t.first_key.as_slice() <= key);
+        let t = t.checked_sub(1)?;
+        (key <= self.index.tiles[t].last_key.as_slice()).then_some(t)
+    }
+
+    /// Newest version of `key` with sequence number `<= snapshot`. `hash` is
+    /// [`bloom::key_hash`] of `key`.
+    pub fn get(&self, key: &[u8], hash: u64, snapshot: u64) -> Result<Option<Found>> {
+        let Some(t) = self.tile_for(key) else { return Ok(None) };
+        let tile = &self.index.tiles[t];
+        let first = tile.first_page as usize;
+        for p in first..first + tile.pages as usize {
+            let pm = &self.index.pages[p];
+            if key < pm.min_key.as_slice() || key > pm.max_key.as_slice() {
+                continue;
+            }
+            let f = pm.filter_offset as usize;
+            if !bloom::may_contain(&self.filters[f..f + pm.filter_len as usize], hash) {
+                continue;
+            }
+            let page = self.load_page(p, true)?;
+            let i = page.lower_bound(key, snapshot);
+            if i < page.len() {
+                let e = page.entry(i);
+                if e.key == key {
+                    return Ok(Some((e.seq, e.kind, page.value(&e))));
+                }
+            }
+            if i > 0 && page.entry(i - 1).key == key {
+                return Ok(None); // the key lives here, only in versions newer than the snapshot
+            }
+        }
+        Ok(None)
+    }
+}
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        if self.obsolete.load(Ordering::Acquire) {
+            if let Err(e) = std::fs::remove_file(&self.path) {
+                tracing::warn!(path = %self.path.display(), error = %e, "removing obsolete SST");
+            }
+        }
+    }
+}
+
+/// Structural checks of a decoded index block, so later lookups cannot index out of bounds.
+fn validate_index(ix: &IndexBlock, data_end: u64, filters_len: usize) -> Result<(), String> {
+    let mut next_offset = 0u64;
+    for (i, p) in ix.pages.iter().enumerate() {
+        if p.offset != next_offset {
+            return Err(format!("page {i} offset {} not contiguous", p.offset));
+        }
+        next_offset = p.offset + p.len as u64;
+        if p.filter_offset as usize + p.filter_len as usize > filters_len {
+            return Err(format!("page {i} filter out of bounds"));
+        }
+        if p.min_key > p.max_key || p.min_dkey > p.max_dkey {
+            return Err(format!("page {i} has inverted bounds"));
+        }
+    }
+    if next_offset != data_end {
+        return Err("pages do not end where the filter block starts".into());
+    }
+    let mut next_page = 0u32;
+    for (i, t) in ix.tiles.iter().enumerate() {
+        if t.first_page != next_page || t.pages == 0 {
+            return Err(format!("tile {i} page range not contiguous"));
+        }
+        next_page = t.first_page + t.pages;
+        if next_page as usize > ix.pages.len() || t.first_key > t.last_key {
+            return Err(format!("tile {i} out of bounds"));
+        }
+        if i > 0 && ix.tiles[i - 1].last_key >= t.first_key {
+            return Err(format!("tile {i} overlaps its predecessor"));
+        }
+    }
+    if next_page as usize != ix.pages.len() {
+        return Err("pages not covered by tiles".into());
+    }
+    Ok(())
+}
+
+impl Table {
+    /// Path of the file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}

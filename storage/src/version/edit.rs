@@ -1,0 +1,33 @@
+//! Version edits: the atomic unit of change to the set of live files.
+
+use serde::{Deserialize, Serialize};
+
+use crate::sst::FileMeta;
+
+/// One manifest record. The first record of a manifest lists every live file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionEdit {
+    /// Files added, with their level.
+    pub added: Vec<(u32, FileMeta)>,
+    /// Files removed: (level, file id).
+    pub deleted: Vec<(u32, u64)>,
+    /// Next unused file number.
+    pub next_file_id: Option<u64>,
+    /// Highest sequence number whose effects are all in SSTs.
+    pub persisted_seq: Option<u64>,
+    /// WAL files numbered below this are no longer needed.
+    pub log_number: Option<u64>,
+}
+
+impl VersionEdit {
+    /// Encodes the edit as a manifest payload.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        // Serialising plain data structures into a Vec cannot fail.
+        postcard::to_stdvec(self).unwrap_or_default()
+    }
+
+    /// Decodes a manifest payload.
+    pub(crate) fn decode(buf: &[u8]) -> Option<Self> {
+        postcard::from_bytes(buf).ok()
+    }
+}

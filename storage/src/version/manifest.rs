@@ -1,0 +1,156 @@
+//! The manifest: a log of version edits, made current by the `CURRENT` file.
+//!
+//! A commit appends one checksummed record and fsyncs it; the fsync is the commit point. On open
+//! the manifest is replayed (ignoring a torn tail) and rewritten as a single snapshot record into a
+//! new file, which `CURRENT` is atomically switched to (write temp, fsync, rename, fsync dir).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::VersionEdit;
+use crate::error::IoContext;
+use crate::failpoint::{points, FailPoints};
+use crate::fs::{manifest_name, sync_dir};
+use crate::log::{read_records, RecordWriter};
+use crate::sst::FileMeta;
+use crate::{Error, Result};
+
+/// State rebuilt from a manifest.
+#[derive(Debug, Default)]
+pub(crate) struct RecoveredManifest {
+    pub number: u64,
+    pub files: BTreeMap<u64, (u32, FileMeta)>,
+    pub next_file_id: u64,
+    pub persisted_seq: u64,
+    pub log_number: u64,
+}
+
+impl RecoveredManifest {
+    fn apply(&mut self, edit: VersionEdit, path: &Path, offset: u64) -> Result<()> {
+        for (level, id) in edit.deleted {
+            match self.files.remove(&id) {
+                Some((l, _)) if l == level => {}
+                _ => {
+                    return Err(Error::corruption(
+                        path,
+                        offset,
+                        format!("edit deletes file {id} at level {level}, which is not live"),
+                    ))
+                }
+            }
+        }
+        for (level, meta) in edit.added {
+            if self.files.insert(meta.id, (level, meta)).is_some() {
+                return Err(Error::corruption(path, offset, "edit adds a file twice"));
+            }
+        }
+        if let Some(n) = edit.next_file_id {
+            self.next_file_id = self.next_file_id.max(n);
+        }
+        if let Some(s) = edit.persisted_seq {
+            self.persisted_seq = self.persisted_seq.max(s);
+        }
+        if let Some(l) = edit.log_number {
+            self.log_number = self.log_number.max(l);
+        }
+        Ok(())
+    }
+
+    /// The whole state as one edit (the first record of a fresh manifest).
+    pub fn snapshot_edit(&self) -> VersionEdit {
+        VersionEdit {
+            added: self.files.values().cloned().collect(),
+            deleted: Vec::new(),
+            next_file_id: Some(self.next_file_id),
+            persisted_seq: Some(self.persisted_seq),
+            log_number: Some(self.log_number),
+        }
+    }
+}
+
+/// An open manifest file accepting commits.
+#[derive(Debug)]
+pub(crate) struct Manifest {
+    writer: RecordWriter,
+    fail: FailPoints,
+}
+
+impl Manifest {
+    /// Reads the manifest named by `CURRENT`. `None` if the directory has no `CURRENT`.
+    pub fn recover(dir: &Path) -> Result<Option<RecoveredManifest>> {
+        let current = dir.join("CURRENT");
+        let name = match std::fs::read_to_string(&current) {
+            Ok(s) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io(&current, e)),
+        };
+        let name = name.strip_suffix('\n').unwrap_or(&name);
+        let number = name
+            .strip_prefix("MANIFEST-")
+            .and_then(|n| n.parse::<u64>().ok())
+            .filter(|_| !name.contains('/'))
+            .ok_or_else(|| Error::corruption(&current, 0, "CURRENT does not name a manifest"))?;
+        let path = dir.join(manifest_name(number));
+        if !path.exists() {
+            return Err(Error::corruption(&current, 0, format!("{name} named by CURRENT is missing")));
+        }
+        let (records, _) = read_records(&path)?;
+        if records.is_empty() {
+            return Err(Error::corruption(&path, 0, "manifest has no complete record"));
+        }
+        let mut state = RecoveredManifest { number, ..Default::default() };
+        for rec in records {
+            let edit = VersionEdit::decode(&rec.payload)
+                .ok_or_else(|| Error::corruption(&path, rec.offset, "undecodable version edit"))?;
+            state.apply(edit, &path, rec.offset)?;
+        }
+        Ok(Some(state))
+    }
+
+    /// Creates manifest `number` holding `snapshot`, and makes it current.
+    pub fn create(dir: &Path, number: u64, snapshot: &VersionEdit, fail: FailPoints) -> Result<Self> {
+        let path = dir.join(manifest_name(number));
+        let mut writer = RecordWriter::create(&path)?;
+        writer.append(&snapshot.encode())?;
+        writer.sync()?;
+        set_current(dir, number)?;
+        Ok(Manifest { writer, fail })
+    }
+
+    /// Bytes written to this manifest.
+    pub fn size(&self) -> u64 {
+        self.writer.len()
+    }
+
+    /// Durably appends `edit`. An error here must poison the engine: the edit may or may not
+    /// survive a crash.
+    pub fn commit(&mut self, edit: &VersionEdit) -> Result<()> {
+        let payload = edit.encode();
+        if self.fail.fires(points::MANIFEST_TORN_WRITE) {
+            self.writer.append_torn(&payload)?;
+            return Err(Error::Injected(points::MANIFEST_TORN_WRITE));
+        }
+        self.writer.append(&payload)?;
+        self.writer.sync()
+    }
+
+    /// Path of the manifest file.
+    pub fn path(&self) -> PathBuf {
+        self.writer.path().to_path_buf()
+    }
+}
+
+/// Atomically points `CURRENT` at manifest `number`.
+fn set_current(dir: &Path, number: u64) -> Result<()> {
+    let tmp = dir.join("CURRENT.tmp");
+    let content = format!("{}\n", manifest_name(number));
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&tmp).at(&tmp)?;
+        f.write_all(content.as_bytes()).at(&tmp)?;
+        f.sync_all().at(&tmp)?;
+    }
+    let current = dir.join("CURRENT");
+    std::fs::rename(&tmp, &current).at(&current)?;
+    sync_dir(dir)
+}
