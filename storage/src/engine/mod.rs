@@ -224,11 +224,16 @@ impl Inner {
         self.poisoned.load(Ordering::Acquire)
     }
 
-    fn check_writable(&self) -> Result<()> {
+    fn check_not_poisoned(&self) -> Result<()> {
         if self.is_poisoned() {
             let reason = self.poison_reason.lock().clone().unwrap_or_default();
             return Err(Error::Poisoned(reason));
         }
+        Ok(())
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        self.check_not_poisoned()?;
         if self.bg.lock().shutdown {
             return Err(Error::Closed);
         }
@@ -262,6 +267,8 @@ impl Inner {
         flushed: Option<&Arc<Memtable>>,
     ) -> Result<()> {
         let mut meta = self.meta.lock();
+        // After a failed commit the manifest tail is unknown: nothing may be appended behind it.
+        self.check_not_poisoned()?;
         edit.next_file_id = Some(self.next_file_id.load(Ordering::Relaxed));
         if let Err(e) = meta.manifest.commit(&edit) {
             return Err(self.poison(e));

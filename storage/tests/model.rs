@@ -1,0 +1,379 @@
+//! Model-based test: random operation sequences run against the engine and an in-memory oracle,
+//! with flushes, compactions, snapshots, clean reopens and crashes (drop without close, fail points
+//! inside flush and compaction, torn manifest writes). Any divergence fails the test.
+//!
+//! `EBB_MODEL_OPS` sets the number of operations per mode (default 6,000; two modes run, so CI
+//! executes at least 12,000). Set it to 1000000 for the long mode.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use ebb_storage::failpoint::points;
+use ebb_storage::{Compression, Engine, Options, Snapshot, WriteBatch};
+use proptest::prelude::*;
+
+const KEYS: u16 = 240;
+const OPS_PER_CASE: usize = 300;
+
+static EXECUTED: AtomicU64 = AtomicU64::new(0);
+
+/// Time-series shaped key: 8-byte series id, 8-byte timestamp (the delete key).
+fn key(k: u16) -> Vec<u8> {
+    let mut v = Vec::with_capacity(16);
+    v.extend_from_slice(&(k as u64 / 8).to_be_bytes());
+    v.extend_from_slice(&((k as u64 % 8) * 1_000 + (k as u64 * 7919) % 997).to_be_bytes());
+    v
+}
+
+fn value(k: u16, seq: u64) -> Vec<u8> {
+    let mut v = format!("{k}:{seq}:").into_bytes();
+    v.resize(v.len() + (k as usize * 31 + seq as usize) % 120, b'x');
+    v
+}
+
+#[derive(Debug, Clone)]
+enum Crash {
+    Drop,
+    Flush,
+    CompactionMid,
+    CompactionBeforeCommit,
+    CompactionAfterCommit,
+    TornManifest,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Write(Vec<(u16, bool)>),
+    Get(u16),
+    Scan(u16, u16),
+    Snapshot,
+    GetAt(usize, u16),
+    ScanAt(usize, u16, u16),
+    Release(usize),
+    Flush,
+    Compact(Option<u16>, Option<u16>),
+    WaitBackground,
+    Reopen,
+    Crash(Crash),
+}
+
+fn op_strategy() -> impl Strategy<Value = Op> {
+    let k = || 0..KEYS;
+    prop_oneof![
+        40 => prop::collection::vec((k(), prop::bool::weighted(0.8)), 1..6).prop_map(Op::Write),
+        12 => k().prop_map(Op::Get),
+        5 => (k(), k()).prop_map(|(a, b)| Op::Scan(a.min(b), a.max(b))),
+        3 => Just(Op::Snapshot),
+        6 => (0..8usize, k()).prop_map(|(s, k)| Op::GetAt(s, k)),
+        2 => (0..8usize, k(), k()).prop_map(|(s, a, b)| Op::ScanAt(s, a.min(b), a.max(b))),
+        2 => (0..8usize).prop_map(Op::Release),
+        4 => Just(Op::Flush),
+        2 => (prop::option::of(k()), prop::option::of(k())).prop_map(|(a, b)| Op::Compact(a, b)),
+        1 => Just(Op::WaitBackground),
+        1 => Just(Op::Reopen),
+        2 => prop_oneof![
+            Just(Crash::Drop),
+            Just(Crash::Flush),
+            Just(Crash::CompactionMid),
+            Just(Crash::CompactionBeforeCommit),
+            Just(Crash::CompactionAfterCommit),
+            Just(Crash::TornManifest),
+        ]
+        .prop_map(Op::Crash),
+    ]
+}
+
+/// Every version of every key ever written.
+#[derive(Default)]
+struct Oracle {
+    versions: BTreeMap<Vec<u8>, Vec<(u64, Option<Vec<u8>>)>>,
+    last_seq: u64,
+}
+
+impl Oracle {
+    fn apply(&mut self, seq: u64, ops: &[(u16, bool)]) {
+        for (i, &(k, put)) in ops.iter().enumerate() {
+            let s = seq + i as u64;
+            let v = put.then(|| value(k, s));
+            self.versions.entry(key(k)).or_default().push((s, v));
+            self.last_seq = s;
+        }
+    }
+
+    fn get(&self, key: &[u8], at: u64) -> Option<Vec<u8>> {
+        let vs = self.versions.get(key)?;
+        vs.iter().rev().find(|(s, _)| *s <= at).and_then(|(_, v)| v.clone())
+    }
+
+    fn scan(&self, lo: &[u8], hi: &[u8], at: u64) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.versions
+            .range::<[u8], _>((Bound::Included(lo), Bound::Excluded(hi)))
+            .filter_map(|(k, _)| self.get(k, at).map(|v| (k.clone(), v)))
+            .collect()
+    }
+}
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+    opts: Options,
+    engine: Option<Engine>,
+    oracle: Oracle,
+    log: Vec<(u64, Vec<(u16, bool)>)>,
+    batch_ends: std::collections::BTreeSet<u64>,
+    snaps: Vec<Option<(Snapshot, u64)>>,
+}
+
+fn batch_of(ops: &[(u16, bool)], seq: u64) -> WriteBatch {
+    let mut b = WriteBatch::new();
+    for (i, &(k, put)) in ops.iter().enumerate() {
+        if put {
+            b.put(key(k), value(k, seq + i as u64));
+        } else {
+            b.delete(key(k));
+        }
+    }
+    b
+}
+
+impl Harness {
+    fn new(opts: Options) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let engine = Engine::open(&path, opts.clone()).unwrap();
+        Harness {
+            _dir: dir,
+            path,
+            opts,
+            engine: Some(engine),
+            oracle: Oracle::default(),
+            log: Vec::new(),
+            batch_ends: Default::default(),
+            snaps: Vec::new(),
+        }
+    }
+
+    fn engine(&self) -> &Engine {
+        self.engine.as_ref().unwrap()
+    }
+
+    fn write(&mut self, ops: &[(u16, bool)]) {
+        let seq = self.oracle.last_seq + 1;
+        self.engine().write(&batch_of(ops, seq), seq).unwrap();
+        self.oracle.apply(seq, ops);
+        self.log.push((seq, ops.to_vec()));
+        self.batch_ends.insert(self.oracle.last_seq);
+    }
+
+    fn check_scan(&self, lo: u16, hi: u16, snap: Option<usize>) {
+        let (klo, khi) = (key(lo), key(hi));
+        let (lo_b, hi_b) = if klo <= khi { (klo, khi) } else { (khi, klo) };
+        let (s, at) = match snap.and_then(|i| self.snaps.get(i)).and_then(|s| s.as_ref()) {
+            Some((s, at)) => (Some(s), *at),
+            None => (None, self.oracle.last_seq),
+        };
+        let got: Vec<(Vec<u8>, Vec<u8>)> = self
+            .engine()
+            .scan(lo_b.clone()..hi_b.clone(), s)
+            .unwrap()
+            .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())))
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(got, self.oracle.scan(&lo_b, &hi_b, at), "scan at {at}");
+    }
+
+    fn verify_all(&self) {
+        let got: Vec<(Vec<u8>, Vec<u8>)> = self
+            .engine()
+            .scan::<&[u8]>(.., None)
+            .unwrap()
+            .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())))
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let want = self.oracle.scan(&[], &[0xff; 17], self.oracle.last_seq);
+        assert_eq!(got.len(), want.len(), "live key count after recovery");
+        assert_eq!(got, want, "full scan after recovery");
+        for k in (0..KEYS).step_by(7) {
+            assert_eq!(
+                self.engine().get(&key(k), None).unwrap().map(|v| v.to_vec()),
+                self.oracle.get(&key(k), self.oracle.last_seq),
+                "get {k}"
+            );
+        }
+    }
+
+    fn reopen(&mut self, clean: bool) {
+        self.snaps.clear();
+        let e = self.engine.take().unwrap();
+        if clean {
+            e.close().unwrap();
+        } else {
+            drop(e);
+        }
+        self.opts.fail_points.clear();
+        let e = Engine::open(&self.path, self.opts.clone()).expect("recovery must succeed");
+        if self.opts.wal || clean {
+            assert_eq!(e.last_seq(), self.oracle.last_seq, "acknowledged writes lost");
+        } else {
+            // Raft-style: the caller replays every batch above the persisted sequence number.
+            let p = e.persisted_seq();
+            assert_eq!(e.last_seq(), p);
+            assert!(p <= self.oracle.last_seq);
+            assert!(p == 0 || self.batch_ends.contains(&p), "persisted {p} splits a batch");
+            for (seq, ops) in self.log.iter().filter(|(s, _)| *s > p) {
+                e.write(&batch_of(ops, *seq), *seq).unwrap();
+            }
+        }
+        self.log.retain(|(s, _)| *s > e.persisted_seq());
+        self.engine = Some(e);
+        self.verify_all();
+    }
+
+    fn crash(&mut self, c: &Crash) {
+        let fp = self.opts.fail_points.clone();
+        match c {
+            Crash::Drop => {}
+            Crash::Flush | Crash::TornManifest => {
+                self.write(&[(1, true)]);
+                let point = match c {
+                    Crash::Flush => points::FLUSH_BEFORE_COMMIT,
+                    _ => points::MANIFEST_TORN_WRITE,
+                };
+                fp.arm(point, 0);
+                let _ = self.engine().flush();
+            }
+            _ => {
+                let point = match c {
+                    Crash::CompactionMid => points::COMPACTION_MID_OUTPUT,
+                    Crash::CompactionBeforeCommit => points::COMPACTION_BEFORE_COMMIT,
+                    _ => points::COMPACTION_AFTER_COMMIT,
+                };
+                fp.arm(point, 0);
+                let _ = self.engine().compact_range(None, None);
+            }
+        }
+        self.reopen(false);
+    }
+
+    fn run(&mut self, op: &Op) {
+        EXECUTED.fetch_add(1, Ordering::Relaxed);
+        match op {
+            Op::Write(ops) => self.write(ops),
+            Op::Get(k) => assert_eq!(
+                self.engine().get(&key(*k), None).unwrap().map(|v| v.to_vec()),
+                self.oracle.get(&key(*k), self.oracle.last_seq),
+                "get {k}"
+            ),
+            Op::Scan(a, b) => self.check_scan(*a, *b, None),
+            Op::Snapshot => {
+                let s = self.engine().snapshot();
+                assert_eq!(s.seq(), self.oracle.last_seq);
+                let seq = s.seq();
+                if self.snaps.len() < 8 {
+                    self.snaps.push(Some((s, seq)));
+                }
+            }
+            Op::GetAt(i, k) => {
+                if let Some(Some((s, at))) = self.snaps.get(*i) {
+                    assert_eq!(
+                        self.engine().get(&key(*k), Some(s)).unwrap().map(|v| v.to_vec()),
+                        self.oracle.get(&key(*k), *at),
+                        "get {k} at snapshot {at}"
+                    );
+                }
+            }
+            Op::ScanAt(i, a, b) => self.check_scan(*a, *b, Some(*i)),
+            Op::Release(i) => {
+                if let Some(s) = self.snaps.get_mut(*i) {
+                    *s = None;
+                }
+            }
+            Op::Flush => self.engine().flush().unwrap(),
+            Op::Compact(a, b) => {
+                let (ka, kb) = (a.map(key), b.map(key));
+                self.engine().compact_range(ka.as_deref(), kb.as_deref()).unwrap()
+            }
+            Op::WaitBackground => self.engine().wait_for_background().unwrap(),
+            Op::Reopen => self.reopen(true),
+            Op::Crash(c) => self.crash(c),
+        }
+    }
+}
+
+fn small_options(wal: bool, h: usize, compression: Compression, cache: usize) -> Options {
+    Options {
+        wal,
+        write_buffer_size: 4 << 10,
+        max_immutable_memtables: 2,
+        memtable_max_age: None,
+        level0_compaction_trigger: 2,
+        level0_stop_writes_trigger: 12,
+        base_level_size: 16 << 10,
+        num_levels: 4,
+        target_file_size: 8 << 10,
+        page_size: 256,
+        tile_pages: vec![1, h, h * 2],
+        compression,
+        page_cache_bytes: cache,
+        ..Options::default()
+    }
+}
+
+fn options_strategy(wal: bool) -> impl Strategy<Value = Options> {
+    (
+        prop_oneof![Just(1usize), Just(2), Just(4)],
+        prop_oneof![Just(Compression::None), Just(Compression::Lz4), Just(Compression::Zstd(1))],
+        prop_oneof![Just(0usize), Just(64 << 10)],
+    )
+        .prop_map(move |(h, c, cache)| small_options(wal, h, c, cache))
+}
+
+fn cases() -> u32 {
+    let total: usize =
+        std::env::var("EBB_MODEL_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(6_000);
+    total.div_ceil(OPS_PER_CASE).max(1) as u32
+}
+
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        cases: cases(),
+        max_shrink_iters: 300,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+fn run_case(opts: Options, ops: Vec<Op>) {
+    let mut h = Harness::new(opts);
+    for op in &ops {
+        h.run(op);
+    }
+    h.reopen(false);
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn model_with_wal(
+        opts in options_strategy(true),
+        ops in prop::collection::vec(op_strategy(), OPS_PER_CASE),
+    ) {
+        run_case(opts, ops);
+    }
+
+    #[test]
+    fn model_without_wal_caller_replays(
+        opts in options_strategy(false),
+        ops in prop::collection::vec(op_strategy(), OPS_PER_CASE),
+    ) {
+        run_case(opts, ops);
+    }
+}
+
+#[test]
+fn zz_report_operation_count() {
+    // Runs after the model tests only when tests are single-threaded; informative either way.
+    println!("model operations executed so far in this process: {}", EXECUTED.load(Ordering::Relaxed));
+}
