@@ -14,7 +14,8 @@ use ebb_storage::{Compression, Engine, Options, Snapshot, WriteBatch};
 use proptest::prelude::*;
 
 const KEYS: u16 = 240;
-const OPS_PER_CASE: usize = 300;
+/// Longest operation sequence of one case (lengths are uniform in 1..=this, so shrinkable).
+const OPS_PER_CASE: usize = 400;
 
 static EXECUTED: AtomicU64 = AtomicU64::new(0);
 
@@ -180,7 +181,10 @@ impl Harness {
             .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())))
             .collect::<Result<_, _>>()
             .unwrap();
-        assert_eq!(got, self.oracle.scan(&lo_b, &hi_b, at), "scan at {at}");
+        let want = self.oracle.scan(&lo_b, &hi_b, at);
+        if got != want {
+            panic!("scan at {at} diverges: {}", self.explain(&got, &want));
+        }
     }
 
     fn verify_all(&self) {
@@ -192,8 +196,9 @@ impl Harness {
             .collect::<Result<_, _>>()
             .unwrap();
         let want = self.oracle.scan(&[], &[0xff; 17], self.oracle.last_seq);
-        assert_eq!(got.len(), want.len(), "live key count after recovery");
-        assert_eq!(got, want, "full scan after recovery");
+        if got != want {
+            panic!("full scan diverges after recovery: {}", self.explain(&got, &want));
+        }
         for k in (0..KEYS).step_by(7) {
             assert_eq!(
                 self.engine().get(&key(k), None).unwrap().map(|v| v.to_vec()),
@@ -201,6 +206,37 @@ impl Harness {
                 "get {k}"
             );
         }
+    }
+
+    /// Describes the first key on which the engine and the oracle disagree.
+    fn explain(&self, got: &[(Vec<u8>, Vec<u8>)], want: &[(Vec<u8>, Vec<u8>)]) -> String {
+        let g: BTreeMap<_, _> = got.iter().cloned().collect();
+        let w: BTreeMap<_, _> = want.iter().cloned().collect();
+        let k = g
+            .keys()
+            .chain(w.keys())
+            .find(|k| g.get(*k) != w.get(*k))
+            .cloned()
+            .unwrap_or_default();
+        let history: Vec<_> = self
+            .oracle
+            .versions
+            .get(&k)
+            .map(|vs| vs.iter().map(|(s, v)| (*s, v.is_some())).collect())
+            .unwrap_or_default();
+        format!(
+            "{} live vs {} expected; key {:?}: engine {:?}, oracle {:?}; history (seq, put) {:?}; \
+             persisted_seq {}, last_seq {}; stats {:?}",
+            got.len(),
+            want.len(),
+            k,
+            g.get(&k).map(|v| String::from_utf8_lossy(v).into_owned()),
+            w.get(&k).map(|v| String::from_utf8_lossy(v).into_owned()),
+            history,
+            self.engine().persisted_seq(),
+            self.oracle.last_seq,
+            self.engine().stats().levels,
+        )
     }
 
     fn reopen(&mut self, clean: bool) {
@@ -332,7 +368,7 @@ fn options_strategy(wal: bool) -> impl Strategy<Value = Options> {
 fn cases() -> u32 {
     let total: usize =
         std::env::var("EBB_MODEL_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(6_000);
-    total.div_ceil(OPS_PER_CASE).max(1) as u32
+    total.div_ceil(OPS_PER_CASE / 2).max(1) as u32
 }
 
 fn config() -> ProptestConfig {
@@ -358,7 +394,7 @@ proptest! {
     #[test]
     fn model_with_wal(
         opts in options_strategy(true),
-        ops in prop::collection::vec(op_strategy(), OPS_PER_CASE),
+        ops in prop::collection::vec(op_strategy(), 1..=OPS_PER_CASE),
     ) {
         run_case(opts, ops);
     }
@@ -366,7 +402,7 @@ proptest! {
     #[test]
     fn model_without_wal_caller_replays(
         opts in options_strategy(false),
-        ops in prop::collection::vec(op_strategy(), OPS_PER_CASE),
+        ops in prop::collection::vec(op_strategy(), 1..=OPS_PER_CASE),
     ) {
         run_case(opts, ops);
     }

@@ -86,10 +86,17 @@ pub fn task_for(
             files.iter().filter(|f| f.overlaps(Some(lo), Some(hi))).map(|f| f.id).collect()
         })
         .unwrap_or_default();
+    // The merge rewrites the overlapping files too, whose range may reach beyond the inputs'.
+    // Tombstones may be dropped only if nothing deeper overlaps that whole range.
+    let (mut out_lo, mut out_hi) = (lo, hi);
+    for f in levels.get(output_level).into_iter().flatten().filter(|f| overlapping.contains(&f.id)) {
+        out_lo = out_lo.min(f.smallest());
+        out_hi = out_hi.max(f.largest());
+    }
     let bottommost = levels
         .iter()
         .skip(output_level + 1)
-        .all(|files| !files.iter().any(|f| f.overlaps(Some(lo), Some(hi))));
+        .all(|files| !files.iter().any(|f| f.overlaps(Some(out_lo), Some(out_hi))));
     CompactionTask {
         level,
         output_level,
@@ -154,6 +161,21 @@ mod tests {
         assert_eq!((t.level, t.inputs.clone()), (1, vec![2]));
         assert!(t.trivial_move && t.bottommost);
         assert!(matches!(t.reason, CompactionReason::LevelSize(s) if (s - 1.6).abs() < 1e-9));
+    }
+
+    #[test]
+    fn bottommost_covers_the_overlapping_files_range() {
+        // Input [10, 20] overlaps level-2 file [5, 40]; level 3 holds [30, 35], outside the input
+        // but inside what the merge rewrites: tombstones must be kept.
+        let levels = vec![
+            vec![],
+            vec![file(1, 10, 20, 200)],
+            vec![file(2, 5, 40, 10)],
+            vec![file(3, 30, 35, 10)],
+        ];
+        let t = task_for(&view(&levels), 1, &[&levels[1][0]], CompactionReason::Manual);
+        assert_eq!(t.overlapping, vec![2]);
+        assert!(!t.bottommost);
     }
 
     #[test]

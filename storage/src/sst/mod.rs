@@ -49,3 +49,6 @@ pub(crate) const FOOTER_LEN: usize = 40;
 pub(crate) fn file_name(id: u64) -> String {
     format!("{id:08}.sst")
 }
+
+#[cfg(test)]
+mod layout_tests;
