@@ -1,1 +1,13 @@
-//! Benchmarks of EbbDB.
+//! Benchmarks of EbbDB. Every figure is measured beside a baseline in the same run and printed as
+//!
+//! ```text
+//! RESULT <bench> <metric>[ <param>=<value>...] ebb=<value> <baseline>=<value> ratio=<x>
+//! ```
+//!
+//! where `ratio` is how many times better EbbDB is (throughput: ebb / baseline; latency or bytes:
+//! baseline / ebb), so above 1 means EbbDB wins.
+
+pub mod engine;
+pub mod report;
+pub mod rocksdb;
+pub mod workload;

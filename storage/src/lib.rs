@@ -41,7 +41,7 @@ pub mod failpoint;
 mod fs;
 mod iter;
 mod log;
-mod memtable;
+pub(crate) mod memtable;
 mod options;
 mod snapshot;
 pub mod sst;

@@ -15,11 +15,12 @@ pub enum CompactionReason {
 }
 
 /// A compaction to execute: merge `inputs` (at `level`) with `overlapping` (at `output_level`).
+/// `output_level == level` rewrites a single file in place.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CompactionTask {
     /// Level the inputs come from.
     pub level: usize,
-    /// Level the outputs go to (`level + 1`).
+    /// Level the outputs go to (`level + 1`, or `level` for an in-place rewrite).
     pub output_level: usize,
     /// Input file ids at `level`.
     pub inputs: Vec<u64>,
@@ -105,6 +106,24 @@ pub fn task_for(
         overlapping,
         bottommost,
         reason,
+    }
+}
+
+/// Builds the task that rewrites one file in place at its own level (manual compaction of the
+/// deepest level, so deleted and shadowed entries are purged).
+pub fn rewrite_task(levels: &[Vec<&FileMeta>], level: usize, file: &FileMeta) -> CompactionTask {
+    let bottommost = levels
+        .iter()
+        .skip(level + 1)
+        .all(|files| !files.iter().any(|f| f.overlaps(Some(file.smallest()), Some(file.largest()))));
+    CompactionTask {
+        level,
+        output_level: level,
+        inputs: vec![file.id],
+        overlapping: Vec::new(),
+        trivial_move: false,
+        bottommost,
+        reason: CompactionReason::Manual,
     }
 }
 

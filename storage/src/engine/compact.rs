@@ -31,6 +31,7 @@ impl Inner {
             .rev()
             .find(|&l| v.levels[l].iter().any(|t| t.meta().overlaps(lo, hi)))
             .unwrap_or(1);
+        let mut fresh = Vec::new();
         for level in 0..deepest {
             let v = self.current().version.clone();
             let metas = v.metas();
@@ -48,11 +49,19 @@ impl Inner {
             if inputs.is_empty() {
                 continue;
             }
-            let mut task = policy::task_for(&metas, level, &inputs, CompactionReason::Manual);
-            if level + 1 == deepest {
-                task.trivial_move = false; // rewrite the last step so tombstones are purged
+            let task = policy::task_for(&metas, level, &inputs, CompactionReason::Manual);
+            let added = self.run_task(&v, &task)?;
+            if level + 1 == deepest && !task.trivial_move {
+                fresh.extend(added);
             }
-            self.run_task(&v, &task)?;
+        }
+        // Files at the deepest level that this call did not just write still hold whatever they
+        // held: rewrite each in place (one at a time, so outputs stay within its key range).
+        let v = self.current().version.clone();
+        let metas = v.metas();
+        for f in metas[deepest].iter().filter(|f| f.overlaps(lo, hi) && !fresh.contains(&f.id)) {
+            let v = self.current().version.clone();
+            self.run_task(&v, &policy::rewrite_task(&v.metas(), deepest, f))?;
         }
         Ok(())
     }
@@ -67,7 +76,8 @@ impl Inner {
             .collect()
     }
 
-    fn run_task(&self, v: &Version, task: &CompactionTask) -> Result<()> {
+    /// Executes `task`; returns the ids of the files it added.
+    fn run_task(&self, v: &Version, task: &CompactionTask) -> Result<Vec<u64>> {
         let inputs = self.find_tables(v, task.level, &task.inputs)?;
         let overlapping = self.find_tables(v, task.output_level, &task.overlapping)?;
         let mut edit = VersionEdit::default();
@@ -82,7 +92,7 @@ impl Inner {
             edit.added = inputs.iter().map(|t| (task.output_level as u32, t.meta().clone())).collect();
             self.commit(edit, &opened, None)?;
             self.counters.trivial_moves.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
+            return Ok(task.inputs.clone());
         }
         let mut children: Vec<Box<dyn EntryCursor>> = Vec::new();
         if task.level == 0 {
@@ -129,6 +139,6 @@ impl Inner {
             entries_out = stats.entries_out,
             "compaction done"
         );
-        Ok(())
+        Ok(outputs.iter().map(|t| t.id()).collect())
     }
 }

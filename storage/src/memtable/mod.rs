@@ -35,8 +35,10 @@ impl PartialOrd for MemKey {
 
 /// Value of a memtable entry.
 #[derive(Debug, Clone)]
-pub(crate) struct MemValue {
+pub struct MemValue {
+    /// Put or tombstone.
     pub kind: EntryKind,
+    /// The value (empty for tombstones).
     pub value: Bytes,
 }
 
@@ -44,14 +46,15 @@ pub(crate) struct MemValue {
 const ENTRY_OVERHEAD: usize = 64;
 
 /// A memtable. Writers are serialised by the engine; readers run concurrently.
+/// (Public only through `internals`, for micro-benchmarks.)
 #[derive(Debug)]
-pub(crate) struct Memtable {
+pub struct Memtable {
     map: SkipMap<MemKey, MemValue>,
     bytes: AtomicUsize,
     max_seq: AtomicU64,
     created: Instant,
     /// WAL file holding this memtable's writes (0 without a WAL).
-    pub wal_number: u64,
+    pub(crate) wal_number: u64,
 }
 
 impl Memtable {

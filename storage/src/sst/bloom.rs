@@ -10,7 +10,7 @@ pub fn key_hash(key: &[u8]) -> u64 {
 }
 
 /// Builds one filter from key hashes. Layout: bit array, then one byte holding k.
-pub(crate) fn build(hashes: &[u64], bits_per_key: u32, out: &mut Vec<u8>) {
+pub fn build(hashes: &[u64], bits_per_key: u32, out: &mut Vec<u8>) {
     if bits_per_key == 0 || hashes.is_empty() {
         return;
     }
@@ -39,7 +39,7 @@ fn split(h: u64) -> (u32, u32) {
 
 /// True if the filter may contain the key with hash `h`. An empty filter matches everything.
 #[inline]
-pub(crate) fn may_contain(filter: &[u8], h: u64) -> bool {
+pub fn may_contain(filter: &[u8], h: u64) -> bool {
     let Some((&k, arr)) = filter.split_last() else {
         return true;
     };

@@ -26,6 +26,8 @@
 //! Bloom filter of each of the tile's pages, and searches at most the pages that answer "maybe".
 
 pub(crate) mod bloom;
+#[doc(hidden)]
+pub mod internals;
 mod cursor;
 pub(crate) mod page;
 mod props;

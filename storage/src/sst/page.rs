@@ -26,7 +26,7 @@ const CODEC_ZSTD: u8 = 2;
 
 /// Accumulates the entries of one page.
 #[derive(Debug, Default)]
-pub(crate) struct PageBuilder {
+pub struct PageBuilder {
     buf: Vec<u8>,
     offsets: Vec<u32>,
 }
@@ -56,7 +56,7 @@ impl PageBuilder {
 }
 
 /// Compresses `raw` (if that saves at least 1/8) and appends body and trailer to `out`.
-pub(crate) fn encode_block(raw: &[u8], compression: Compression, out: &mut Vec<u8>) {
+pub fn encode_block(raw: &[u8], compression: Compression, out: &mut Vec<u8>) {
     let start = out.len();
     let codec = match compression {
         Compression::None => CODEC_NONE,
@@ -87,7 +87,7 @@ pub(crate) fn encode_block(raw: &[u8], compression: Compression, out: &mut Vec<u
 }
 
 /// Verifies and decompresses an on-disk block. `Err` carries the reason.
-pub(crate) fn decode_block(disk: &[u8]) -> Result<Bytes, &'static str> {
+pub fn decode_block(disk: &[u8]) -> Result<Bytes, &'static str> {
     if disk.len() < TRAILER_LEN {
         return Err("block shorter than its trailer");
     }
@@ -113,7 +113,7 @@ pub(crate) fn decode_block(disk: &[u8]) -> Result<Bytes, &'static str> {
 
 /// A decoded page, validated on construction so accessors cannot go out of bounds.
 #[derive(Debug, Clone)]
-pub(crate) struct Page {
+pub struct Page {
     data: Bytes,
     n: usize,
     offsets_at: usize,
@@ -121,12 +121,15 @@ pub(crate) struct Page {
 
 /// A view of one entry of a page.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct EntryView<'a> {
+pub struct EntryView<'a> {
+    /// The key.
     pub key: &'a [u8],
+    /// Sequence number.
     pub seq: u64,
+    /// Put or tombstone.
     pub kind: EntryKind,
-    pub value_at: usize,
-    pub value_len: usize,
+    pub(crate) value_at: usize,
+    pub(crate) value_len: usize,
 }
 
 impl Page {
@@ -161,6 +164,11 @@ impl Page {
     /// Number of entries.
     pub fn len(&self) -> usize {
         self.n
+    }
+
+    /// True if the page has no entries.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
     }
 
     #[inline]
