@@ -1,12 +1,14 @@
 //! Criterion micro-benchmarks: memtable insert, page encode/decode, Bloom probe, engine get and
 //! scan.
 
+#![allow(clippy::unwrap_used, missing_docs)] // harness code: a failed setup should abort the run
+
 use bytes::Bytes;
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use ebb_storage::sst::internals::{
     bloom_build, bloom_may_contain, decode_block, key_hash, Memtable, Page, PageBuilder,
 };
-use ebb_storage::{Compression, EntryKind, Engine, Options};
+use ebb_storage::{Compression, Engine, EntryKind, Options};
 
 fn key(i: u64) -> [u8; 16] {
     let mut k = [b'0'; 16];
@@ -22,7 +24,12 @@ fn memtable_insert(c: &mut Criterion) {
             || Memtable::new(0),
             |m| {
                 for i in 0..10_000u64 {
-                    m.insert(Bytes::copy_from_slice(&key(i)), i + 1, EntryKind::Put, Bytes::from_static(&[7; 100]));
+                    m.insert(
+                        Bytes::copy_from_slice(&key(i)),
+                        i + 1,
+                        EntryKind::Put,
+                        Bytes::from_static(&[7; 100]),
+                    );
                 }
                 m
             },
@@ -70,13 +77,19 @@ fn bloom_probe(c: &mut Criterion) {
     let mut filter = Vec::new();
     bloom_build(&hashes, 10, &mut filter);
     let probe = key_hash(&key(1_000_000));
-    c.bench_function("bloom/probe_absent", |b| b.iter(|| bloom_may_contain(black_box(&filter), black_box(probe))));
+    c.bench_function("bloom/probe_absent", |b| {
+        b.iter(|| bloom_may_contain(black_box(&filter), black_box(probe)))
+    });
     c.bench_function("bloom/hash_16b", |b| b.iter(|| key_hash(black_box(&key(5)))));
 }
 
 fn engine_reads(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
-    let opts = Options { compression: Compression::None, write_buffer_size: 4 << 20, ..Options::default() };
+    let opts = Options {
+        compression: Compression::None,
+        write_buffer_size: 4 << 20,
+        ..Options::default()
+    };
     let e = Engine::open(dir.path(), opts).unwrap();
     const N: u64 = 200_000;
     for i in 0..N {

@@ -41,12 +41,19 @@ pub fn options(s: &DbBenchSettings) -> Options {
     }
 }
 
-fn phase(name: &str, n: u64, f: impl FnOnce() -> Result<u64, ebb_storage::Error>) -> Result<(f64, u64), String> {
+fn phase(
+    name: &str,
+    n: u64,
+    f: impl FnOnce() -> Result<u64, ebb_storage::Error>,
+) -> Result<(f64, u64), String> {
     let t = Instant::now();
     let found = f().map_err(|e| format!("{name}: {e}"))?;
     let secs = t.elapsed().as_secs_f64();
     let ops = n as f64 / secs;
-    eprintln!("  ebb {name:<11}: {:>9.3} micros/op {ops:>10.0} ops/sec {secs:>8.3} seconds", 1e6 / ops);
+    eprintln!(
+        "  ebb {name:<11}: {:>9.3} micros/op {ops:>10.0} ops/sec {secs:>8.3} seconds",
+        1e6 / ops
+    );
     Ok((ops, found))
 }
 
@@ -107,8 +114,16 @@ pub fn run(work: &Path, db_bench: &Path, s: &DbBenchSettings) -> Result<Vec<Comp
     println!(
         "settings: num={} reads={} seeks={} seek_nexts={} key={}B value={}B compression=none \
          write_buffer={}B bloom_bits={} cache={}B page/block={}B wal=on sync=off threads=1",
-        s.num, s.reads, s.seeks, s.seek_nexts, s.key_size, s.value_size, s.write_buffer_size,
-        s.bloom_bits, s.cache_size, s.block_size
+        s.num,
+        s.reads,
+        s.seeks,
+        s.seek_nexts,
+        s.key_size,
+        s.value_size,
+        s.write_buffer_size,
+        s.bloom_bits,
+        s.cache_size,
+        s.block_size
     );
     let ebb_dir: PathBuf = work.join("ebb");
     let rdb_dir: PathBuf = work.join("rocksdb");
@@ -119,10 +134,16 @@ pub fn run(work: &Path, db_bench: &Path, s: &DbBenchSettings) -> Result<Vec<Comp
     let mut rdb = rocksdb::run(db_bench, &rdb_dir, "fillrandom,readrandom", s, s.reads, false)?;
     rdb.extend(rocksdb::run(db_bench, &rdb_dir, "seekrandom", s, s.seeks, true)?);
     for r in &rdb {
-        eprintln!("  rocksdb {:<11}: {:>9.3} micros/op {:>10.0} ops/sec found={:?}", r.name, r.micros_per_op, r.ops_per_sec, r.found);
+        eprintln!(
+            "  rocksdb {:<11}: {:>9.3} micros/op {:>10.0} ops/sec found={:?}",
+            r.name, r.micros_per_op, r.ops_per_sec, r.found
+        );
     }
     let get = |name: &str| {
-        rdb.iter().find(|r| r.name == name).cloned().ok_or_else(|| format!("db_bench printed no {name} result"))
+        rdb.iter()
+            .find(|r| r.name == name)
+            .cloned()
+            .ok_or_else(|| format!("db_bench printed no {name} result"))
     };
     let cmp = |metric: &str, ebb: f64, base: f64| Comparison {
         bench: "engine".into(),

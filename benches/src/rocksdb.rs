@@ -48,13 +48,21 @@ pub fn parse(output: &str) -> Vec<DbBenchResult> {
         let Some((name, rest)) = line.split_once(':') else { continue };
         let toks: Vec<&str> = rest.split_whitespace().collect();
         let before = |unit: &str| {
-            toks.iter().position(|t| *t == unit).and_then(|i| i.checked_sub(1)).and_then(|i| toks[i].parse::<f64>().ok())
+            toks.iter()
+                .position(|t| *t == unit)
+                .and_then(|i| i.checked_sub(1))
+                .and_then(|i| toks[i].parse::<f64>().ok())
         };
         let (Some(micros), Some(ops)) = (before("micros/op"), before("ops/sec")) else { continue };
-        let found = rest.find(" of ").and_then(|i| {
-            rest[..i].rsplit(['(', ' ']).next().and_then(|n| n.parse::<u64>().ok())
+        let found = rest
+            .find(" of ")
+            .and_then(|i| rest[..i].rsplit(['(', ' ']).next().and_then(|n| n.parse::<u64>().ok()));
+        out.push(DbBenchResult {
+            name: name.trim().to_string(),
+            micros_per_op: micros,
+            ops_per_sec: ops,
+            found,
         });
-        out.push(DbBenchResult { name: name.trim().to_string(), micros_per_op: micros, ops_per_sec: ops, found });
     }
     out
 }

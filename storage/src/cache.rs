@@ -33,9 +33,7 @@ impl PageCache {
             return PageCache { cache: None };
         }
         let items = (capacity_bytes / 4096).max(16);
-        PageCache {
-            cache: Some(Cache::with_weighter(items, capacity_bytes as u64, PageWeighter)),
-        }
+        PageCache { cache: Some(Cache::with_weighter(items, capacity_bytes as u64, PageWeighter)) }
     }
 
     /// Looks a page up.

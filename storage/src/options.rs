@@ -22,7 +22,10 @@ pub enum Compression {
 /// `D` must be a function of the sort key, so every version of a key has the same delete key and a
 /// delete on `D` can never resurrect an older version.
 #[derive(Clone)]
-pub struct DeleteKeyExtractor(Arc<dyn Fn(&[u8]) -> u64 + Send + Sync>);
+pub struct DeleteKeyExtractor(Arc<DeleteKeyFn>);
+
+/// The function type behind a [`DeleteKeyExtractor`].
+pub type DeleteKeyFn = dyn Fn(&[u8]) -> u64 + Send + Sync;
 
 impl DeleteKeyExtractor {
     /// Wraps a function.

@@ -2,6 +2,8 @@
 //! index blocks, footer; manifest; CURRENT; WAL). The engine must report a typed corruption error
 //! naming the file, and never return wrong data or panic.
 
+#![allow(clippy::unwrap_used)] // tests: a failed step should fail the test
+
 use std::path::{Path, PathBuf};
 
 use ebb_storage::{Engine, Error, Options};
@@ -77,7 +79,13 @@ enum Outcome {
 
 /// Opens a copy with one byte flipped and reads everything. Panics on wrong data or a non-corruption
 /// error.
-fn trial(pristine_dir: &Path, work: &Path, file: &str, offset: usize, expected: &[(Vec<u8>, Vec<u8>)]) -> Outcome {
+fn trial(
+    pristine_dir: &Path,
+    work: &Path,
+    file: &str,
+    offset: usize,
+    expected: &[(Vec<u8>, Vec<u8>)],
+) -> Outcome {
     let _ = std::fs::remove_dir_all(work);
     copy_dir(pristine_dir, work);
     let path = work.join(file);

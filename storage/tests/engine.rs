@@ -1,6 +1,8 @@
 //! Behaviour of the engine API: sequence numbers, snapshots, compaction, checkpoints, locking,
 //! poisoning, flush by age, file lifetime, recovery hygiene and memory bounds.
 
+#![allow(clippy::unwrap_used)] // tests: a failed step should fail the test
+
 use std::path::Path;
 use std::time::Duration;
 
@@ -33,7 +35,10 @@ fn sst_count(dir: &Path) -> usize {
 }
 
 fn all(e: &Engine) -> Vec<(Vec<u8>, Vec<u8>)> {
-    e.scan::<&[u8]>(.., None).unwrap().map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap()).collect()
+    e.scan::<&[u8]>(.., None)
+        .unwrap()
+        .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
+        .collect()
 }
 
 #[test]
@@ -90,13 +95,18 @@ fn snapshots_survive_flush_and_compaction_and_release_their_versions() {
     for i in (0..500).step_by(37) {
         assert_eq!(e.get(&key(i), Some(&snap)).unwrap().unwrap(), format!("old{i}").as_bytes());
     }
-    let at_snap: Vec<_> = e.scan::<&[u8]>(.., Some(&snap)).unwrap().collect::<Result<_, _>>().unwrap();
+    let at_snap: Vec<_> =
+        e.scan::<&[u8]>(.., Some(&snap)).unwrap().collect::<Result<_, _>>().unwrap();
     assert_eq!(at_snap.len(), 500);
     let entries = |e: &Engine| e.stats().levels.iter().map(|l| l.entries).sum::<u64>();
     assert!(entries(&e) >= 1000, "old versions must be kept while the snapshot lives");
     drop(snap);
     e.compact_range(None, None).unwrap();
-    assert_eq!(entries(&e), 250, "only the live new versions remain; tombstones purged at the bottom");
+    assert_eq!(
+        entries(&e),
+        250,
+        "only the live new versions remain; tombstones purged at the bottom"
+    );
     assert_eq!(all(&e).len(), 250);
 }
 

@@ -5,6 +5,8 @@
 //! `EBB_MODEL_OPS` sets the number of operations per mode (default 6,000; two modes run, so CI
 //! executes at least 12,000). Set it to 1000000 for the long mode.
 
+#![allow(clippy::unwrap_used)] // tests: a failed step should fail the test
+
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -85,10 +87,13 @@ fn op_strategy() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// Versions of one key: (seq, value or `None` for a delete), oldest first.
+type History = Vec<(u64, Option<Vec<u8>>)>;
+
 /// Every version of every key ever written.
 #[derive(Default)]
 struct Oracle {
-    versions: BTreeMap<Vec<u8>, Vec<(u64, Option<Vec<u8>>)>>,
+    versions: BTreeMap<Vec<u8>, History>,
     last_seq: u64,
 }
 
@@ -212,12 +217,8 @@ impl Harness {
     fn explain(&self, got: &[(Vec<u8>, Vec<u8>)], want: &[(Vec<u8>, Vec<u8>)]) -> String {
         let g: BTreeMap<_, _> = got.iter().cloned().collect();
         let w: BTreeMap<_, _> = want.iter().cloned().collect();
-        let k = g
-            .keys()
-            .chain(w.keys())
-            .find(|k| g.get(*k) != w.get(*k))
-            .cloned()
-            .unwrap_or_default();
+        let k =
+            g.keys().chain(w.keys()).find(|k| g.get(*k) != w.get(*k)).cloned().unwrap_or_default();
         let history: Vec<_> = self
             .oracle
             .versions
@@ -411,5 +412,8 @@ proptest! {
 #[test]
 fn zz_report_operation_count() {
     // Runs after the model tests only when tests are single-threaded; informative either way.
-    println!("model operations executed so far in this process: {}", EXECUTED.load(Ordering::Relaxed));
+    println!(
+        "model operations executed so far in this process: {}",
+        EXECUTED.load(Ordering::Relaxed)
+    );
 }

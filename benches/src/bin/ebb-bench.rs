@@ -49,8 +49,19 @@ enum Cmd {
 fn main() {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Engine { num, reads, seeks, seek_nexts, write_buffer_size, cache_size, quick, db_bench, dir } => {
-            let (num, reads, seeks) = if quick { (200_000, 30_000, 10_000) } else { (num, reads, seeks) };
+        Cmd::Engine {
+            num,
+            reads,
+            seeks,
+            seek_nexts,
+            write_buffer_size,
+            cache_size,
+            quick,
+            db_bench,
+            dir,
+        } => {
+            let (num, reads, seeks) =
+                if quick { (200_000, 30_000, 10_000) } else { (num, reads, seeks) };
             let s = DbBenchSettings {
                 num,
                 reads,

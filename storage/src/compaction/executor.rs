@@ -7,8 +7,8 @@ use super::retention::{Retention, Version};
 use crate::cache::PageCache;
 use crate::failpoint::{points, FailPoints};
 use crate::iter::EntryCursor;
-use crate::sst::{FileMeta, Table, TableWriter};
 use crate::sst::writer::WriterOptions;
+use crate::sst::{FileMeta, Table, TableWriter};
 use crate::{Options, Result};
 
 /// What a run of [`write_tables`] needs from the engine.
@@ -79,7 +79,11 @@ fn write_inner(
         let key = cursor.key_bytes();
         versions.clear();
         while cursor.valid() && cursor.key() == key.as_ref() {
-            versions.push(Version { seq: cursor.seq(), kind: cursor.kind(), value: cursor.value() });
+            versions.push(Version {
+                seq: cursor.seq(),
+                kind: cursor.kind(),
+                value: cursor.value(),
+            });
             cursor.next()?;
         }
         stats.entries_in += versions.len() as u64;

@@ -90,7 +90,8 @@ pub fn task_for(
     // The merge rewrites the overlapping files too, whose range may reach beyond the inputs'.
     // Tombstones may be dropped only if nothing deeper overlaps that whole range.
     let (mut out_lo, mut out_hi) = (lo, hi);
-    for f in levels.get(output_level).into_iter().flatten().filter(|f| overlapping.contains(&f.id)) {
+    for f in levels.get(output_level).into_iter().flatten().filter(|f| overlapping.contains(&f.id))
+    {
         out_lo = out_lo.min(f.smallest());
         out_hi = out_hi.max(f.largest());
     }
@@ -112,10 +113,9 @@ pub fn task_for(
 /// Builds the task that rewrites one file in place at its own level (manual compaction of the
 /// deepest level, so deleted and shadowed entries are purged).
 pub fn rewrite_task(levels: &[Vec<&FileMeta>], level: usize, file: &FileMeta) -> CompactionTask {
-    let bottommost = levels
-        .iter()
-        .skip(level + 1)
-        .all(|files| !files.iter().any(|f| f.overlaps(Some(file.smallest()), Some(file.largest()))));
+    let bottommost = levels.iter().skip(level + 1).all(|files| {
+        !files.iter().any(|f| f.overlaps(Some(file.smallest()), Some(file.largest())))
+    });
     CompactionTask {
         level,
         output_level: level,
@@ -171,11 +171,8 @@ mod tests {
 
     #[test]
     fn size_trigger_picks_min_overlap_file_and_trivial_moves() {
-        let levels = vec![
-            vec![],
-            vec![file(1, 0, 9, 80), file(2, 20, 29, 80)],
-            vec![file(3, 0, 5, 500)],
-        ];
+        let levels =
+            vec![vec![], vec![file(1, 0, 9, 80), file(2, 20, 29, 80)], vec![file(3, 0, 5, 500)]];
         let t = pick(&view(&levels), &opts()).unwrap();
         assert_eq!((t.level, t.inputs.clone()), (1, vec![2]));
         assert!(t.trivial_move && t.bottommost);

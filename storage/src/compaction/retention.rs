@@ -70,7 +70,8 @@ mod tests {
     #[test]
     fn keeps_newest_per_stripe() {
         let r = Retention::new(vec![5, 10], false);
-        let mut vs = vec![v(12, true), v(11, true), v(9, true), v(6, false), v(5, true), v(1, true)];
+        let mut vs =
+            vec![v(12, true), v(11, true), v(9, true), v(6, false), v(5, true), v(1, true)];
         r.retain(&mut vs);
         assert_eq!(seqs(&vs), vec![12, 9, 5]);
     }

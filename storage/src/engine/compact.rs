@@ -89,7 +89,8 @@ impl Inner {
         }
         if task.trivial_move {
             let opened: HashMap<_, _> = inputs.iter().map(|t| (t.id(), t.clone())).collect();
-            edit.added = inputs.iter().map(|t| (task.output_level as u32, t.meta().clone())).collect();
+            edit.added =
+                inputs.iter().map(|t| (task.output_level as u32, t.meta().clone())).collect();
             self.commit(edit, &opened, None)?;
             self.counters.trivial_moves.fetch_add(1, Ordering::Relaxed);
             return Ok(task.inputs.clone());
@@ -119,7 +120,10 @@ impl Inner {
             fail: Some(&self.opts.fail_points),
         };
         let (outputs, stats) = write_tables(&mut merged, &spec).map_err(|e| self.poison(e))?;
-        self.opts.fail_points.check(points::COMPACTION_BEFORE_COMMIT).map_err(|e| self.poison(e))?;
+        self.opts
+            .fail_points
+            .check(points::COMPACTION_BEFORE_COMMIT)
+            .map_err(|e| self.poison(e))?;
         edit.added = outputs.iter().map(|t| (task.output_level as u32, t.meta().clone())).collect();
         let opened: HashMap<_, _> = outputs.iter().map(|t| (t.id(), t.clone())).collect();
         self.commit(edit, &opened, None)?;

@@ -133,7 +133,8 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     // Replay WALs not yet covered by flushed SSTs.
     let mem = Arc::new(Memtable::new(0));
     let mut last_seq = recovered.persisted_seq;
-    last_seq = last_seq.max(version.all_tables().map(|t| t.meta().props.max_seq).max().unwrap_or(0));
+    last_seq =
+        last_seq.max(version.all_tables().map(|t| t.meta().props.max_seq).max().unwrap_or(0));
     for &n in listing.wals.iter().filter(|&&n| n >= recovered.log_number) {
         for (seq, batch) in wal::replay(&dir.join(wal_name(n)))? {
             if seq <= recovered.persisted_seq {
@@ -200,7 +201,8 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         }
     }
     sync_dir(dir)?;
-    let wal = if opts.wal { Some(Wal::create(dir, wal_number, opts.fail_points.clone())?) } else { None };
+    let wal =
+        if opts.wal { Some(Wal::create(dir, wal_number, opts.fail_points.clone())?) } else { None };
 
     let sv = SuperVersion {
         mem: Arc::new(Memtable::new(wal_number)),

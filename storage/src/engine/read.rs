@@ -88,7 +88,8 @@ impl Engine {
             }
         }
         for files in sv.version.levels.iter().skip(1) {
-            let tables: Vec<_> = files.iter().filter(|t| t.meta().overlaps(lo, hi)).cloned().collect();
+            let tables: Vec<_> =
+                files.iter().filter(|t| t.meta().overlaps(lo, hi)).cloned().collect();
             if !tables.is_empty() {
                 children.push(Box::new(LevelCursor::new(tables, true)));
             }

@@ -63,8 +63,12 @@ impl Inner {
         for (i, op) in batch.ops().iter().enumerate() {
             let s = seq + i as u64;
             match op {
-                BatchOp::Put { key, value } => mem.insert(key.clone(), s, EntryKind::Put, value.clone()),
-                BatchOp::Delete { key } => mem.insert(key.clone(), s, EntryKind::Delete, Bytes::new()),
+                BatchOp::Put { key, value } => {
+                    mem.insert(key.clone(), s, EntryKind::Put, value.clone())
+                }
+                BatchOp::Delete { key } => {
+                    mem.insert(key.clone(), s, EntryKind::Delete, Bytes::new())
+                }
             }
         }
         w.last_seq = last;

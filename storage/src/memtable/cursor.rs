@@ -87,7 +87,12 @@ mod tests {
         let m = Arc::new(Memtable::new(0));
         for i in 0..500u32 {
             for s in 0..2u64 {
-                m.insert(Bytes::from(i.to_be_bytes().to_vec()), s + 1, EntryKind::Put, Bytes::new());
+                m.insert(
+                    Bytes::from(i.to_be_bytes().to_vec()),
+                    s + 1,
+                    EntryKind::Put,
+                    Bytes::new(),
+                );
             }
         }
         let mut c = MemCursor::new(m);

@@ -46,7 +46,11 @@ fn entries_strategy() -> impl Strategy<Value = Vec<Entry>> {
             for ((s, t), (versions, vlen)) in m {
                 for v in 0..versions {
                     seq -= 1;
-                    let kind = if (s + t + v as u64) % 7 == 0 { EntryKind::Delete } else { EntryKind::Put };
+                    let kind = if (s + t + v as u64).is_multiple_of(7) {
+                        EntryKind::Delete
+                    } else {
+                        EntryKind::Put
+                    };
                     let val = if kind == EntryKind::Put { vec![b'v'; vlen] } else { Vec::new() };
                     out.push((ts_key(s, t), seq + 10 * (versions - v) as u64, kind, val));
                 }

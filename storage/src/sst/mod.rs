@@ -26,9 +26,9 @@
 //! Bloom filter of each of the tile's pages, and searches at most the pages that answer "maybe".
 
 pub(crate) mod bloom;
+mod cursor;
 #[doc(hidden)]
 pub mod internals;
-mod cursor;
 pub(crate) mod page;
 mod props;
 mod table;

@@ -117,7 +117,8 @@ impl Table {
         })?;
         let mut buf = vec![0u8; pm.len as usize];
         self.file.read_exact_at(&mut buf, pm.offset).at(&self.path)?;
-        let corrupt = |why: &str| Error::corruption(&self.path, pm.offset, format!("page {i}: {why}"));
+        let corrupt =
+            |why: &str| Error::corruption(&self.path, pm.offset, format!("page {i}: {why}"));
         let page = Page::new(decode_block(&buf).map_err(corrupt)?).map_err(corrupt)?;
         if page.len() != pm.entries as usize {
             return Err(corrupt("entry count differs from index"));

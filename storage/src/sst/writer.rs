@@ -82,9 +82,10 @@ impl TableWriter {
 
     /// Key of the last entry added.
     pub fn last_key(&self) -> Option<&[u8]> {
-        self.tile.last().map(|p| p.key.as_ref()).or_else(|| {
-            self.tiles.last().map(|t| t.last_key.as_slice())
-        })
+        self.tile
+            .last()
+            .map(|p| p.key.as_ref())
+            .or_else(|| self.tiles.last().map(|t| t.last_key.as_slice()))
     }
 
     /// Approximate file size if finished now.

@@ -92,7 +92,11 @@ impl Manifest {
             .ok_or_else(|| Error::corruption(&current, 0, "CURRENT does not name a manifest"))?;
         let path = dir.join(manifest_name(number));
         if !path.exists() {
-            return Err(Error::corruption(&current, 0, format!("{name} named by CURRENT is missing")));
+            return Err(Error::corruption(
+                &current,
+                0,
+                format!("{name} named by CURRENT is missing"),
+            ));
         }
         let (records, _) = read_records(&path)?;
         if records.is_empty() {
@@ -108,7 +112,12 @@ impl Manifest {
     }
 
     /// Creates manifest `number` holding `snapshot`, and makes it current.
-    pub fn create(dir: &Path, number: u64, snapshot: &VersionEdit, fail: FailPoints) -> Result<Self> {
+    pub fn create(
+        dir: &Path,
+        number: u64,
+        snapshot: &VersionEdit,
+        fail: FailPoints,
+    ) -> Result<Self> {
         let path = dir.join(manifest_name(number));
         let mut writer = RecordWriter::create(&path)?;
         writer.append(&snapshot.encode())?;

@@ -54,7 +54,7 @@ impl Version {
         }
         for (i, files) in levels.iter_mut().enumerate() {
             if i == 0 {
-                files.sort_by(|a, b| b.meta().props.max_seq.cmp(&a.meta().props.max_seq));
+                files.sort_by_key(|t| std::cmp::Reverse(t.meta().props.max_seq));
             } else {
                 files.sort_by(|a, b| a.meta().smallest().cmp(b.meta().smallest()));
             }
