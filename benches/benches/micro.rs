@@ -21,15 +21,10 @@ fn memtable_insert(c: &mut Criterion) {
     g.throughput(Throughput::Elements(10_000));
     g.bench_function("insert_10k", |b| {
         b.iter_batched(
-            || Memtable::new(0),
+            || Memtable::new(0, 4 << 20),
             |m| {
                 for i in 0..10_000u64 {
-                    m.insert(
-                        Bytes::copy_from_slice(&key(i)),
-                        i + 1,
-                        EntryKind::Put,
-                        Bytes::from_static(&[7; 100]),
-                    );
+                    m.insert(&key(i), i + 1, EntryKind::Put, Bytes::from_static(&[7; 100]));
                 }
                 m
             },

@@ -131,7 +131,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     })?;
 
     // Replay WALs not yet covered by flushed SSTs.
-    let mem = Arc::new(Memtable::new(0));
+    let mem = Arc::new(Memtable::new(0, 0)); // only iterated, never probed
     let mut last_seq = recovered.persisted_seq;
     last_seq =
         last_seq.max(version.all_tables().map(|t| t.meta().props.max_seq).max().unwrap_or(0));
@@ -151,10 +151,10 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
                 let s = seq + i as u64;
                 match op {
                     BatchOp::Put { key, value } => {
-                        mem.insert(key.clone(), s, EntryKind::Put, value.clone())
+                        mem.insert(key, s, EntryKind::Put, value.clone())
                     }
                     BatchOp::Delete { key } => {
-                        mem.insert(key.clone(), s, EntryKind::Delete, bytes::Bytes::new())
+                        mem.insert(key, s, EntryKind::Delete, bytes::Bytes::new())
                     }
                 }
                 last_seq = s;
@@ -205,7 +205,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         if opts.wal { Some(Wal::create(dir, wal_number, opts.fail_points.clone())?) } else { None };
 
     let sv = SuperVersion {
-        mem: Arc::new(Memtable::new(wal_number)),
+        mem: Arc::new(Memtable::new(wal_number, opts.write_buffer_size)),
         imms: Vec::new(),
         version: Arc::new(version),
     };

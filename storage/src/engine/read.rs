@@ -29,15 +29,15 @@ impl Engine {
     pub fn get(&self, key: &[u8], snapshot: Option<&Snapshot>) -> Result<Option<Bytes>> {
         let seq = self.read_seq(snapshot);
         let sv = self.inner.current();
-        if let Some((_, v)) = sv.mem.get(key, seq) {
+        let hash = bloom::key_hash(key);
+        if let Some((_, v)) = sv.mem.get_hashed(key, hash, seq) {
             return Ok(visible(v.kind, v.value));
         }
         for m in &sv.imms {
-            if let Some((_, v)) = m.get(key, seq) {
+            if let Some((_, v)) = m.get_hashed(key, hash, seq) {
                 return Ok(visible(v.kind, v.value));
             }
         }
-        let hash = bloom::key_hash(key);
         for t in &sv.version.levels[0] {
             if t.meta().overlaps(Some(key), Some(key)) {
                 if let Some((_, kind, value)) = t.get(key, hash, seq)? {

@@ -63,12 +63,8 @@ impl Inner {
         for (i, op) in batch.ops().iter().enumerate() {
             let s = seq + i as u64;
             match op {
-                BatchOp::Put { key, value } => {
-                    mem.insert(key.clone(), s, EntryKind::Put, value.clone())
-                }
-                BatchOp::Delete { key } => {
-                    mem.insert(key.clone(), s, EntryKind::Delete, Bytes::new())
-                }
+                BatchOp::Put { key, value } => mem.insert(key, s, EntryKind::Put, value.clone()),
+                BatchOp::Delete { key } => mem.insert(key, s, EntryKind::Delete, Bytes::new()),
             }
         }
         w.last_seq = last;
@@ -121,7 +117,7 @@ impl Inner {
             imms.push(sv.mem.clone());
             imms.extend(sv.imms.iter().cloned());
             *sv = Arc::new(SuperVersion {
-                mem: Arc::new(Memtable::new(wal_number)),
+                mem: Arc::new(Memtable::new(wal_number, self.opts.write_buffer_size)),
                 imms,
                 version: sv.version.clone(),
             });

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{MemKey, MemValue, Memtable};
+use super::{KeyBuf, MemKey, MemValue, Memtable};
 use crate::batch::EntryKind;
 use crate::iter::EntryCursor;
 use crate::Result;
@@ -38,7 +38,7 @@ impl MemCursor {
 
 impl EntryCursor for MemCursor {
     fn seek(&mut self, target: &[u8]) -> Result<()> {
-        let probe = MemKey { key: Bytes::copy_from_slice(target), seq: u64::MAX };
+        let probe = MemKey { key: KeyBuf::from_slice(target), seq: u64::MAX };
         self.fill(Bound::Included(&probe));
         Ok(())
     }
@@ -72,10 +72,6 @@ impl EntryCursor for MemCursor {
     fn value(&self) -> Bytes {
         self.buf[self.pos].1.value.clone()
     }
-
-    fn key_bytes(&self) -> Bytes {
-        self.buf[self.pos].0.key.clone()
-    }
 }
 
 #[cfg(test)]
@@ -84,15 +80,10 @@ mod tests {
 
     #[test]
     fn cursor_walks_across_chunks_in_order() {
-        let m = Arc::new(Memtable::new(0));
+        let m = Arc::new(Memtable::new(0, 1 << 16));
         for i in 0..500u32 {
             for s in 0..2u64 {
-                m.insert(
-                    Bytes::from(i.to_be_bytes().to_vec()),
-                    s + 1,
-                    EntryKind::Put,
-                    Bytes::new(),
-                );
+                m.insert(&i.to_be_bytes(), s + 1, EntryKind::Put, Bytes::new());
             }
         }
         let mut c = MemCursor::new(m);

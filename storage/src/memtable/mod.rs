@@ -5,19 +5,30 @@ mod cursor;
 use std::cmp::Ordering;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
+
+mod filter;
+use filter::MemFilter;
 use std::time::Instant;
 
 use bytes::Bytes;
 use crossbeam_skiplist::SkipMap;
+use smallvec::SmallVec;
 
 pub(crate) use cursor::MemCursor;
 
 use crate::batch::EntryKind;
 
+/// Keys up to this many bytes are stored inside the skiplist node itself.
+const INLINE_KEY: usize = 32;
+
+/// Key bytes of a memtable entry; short keys live inline in the node, so a comparison during a
+/// skiplist search touches one cache line instead of chasing a pointer to a separate allocation.
+pub(crate) type KeyBuf = SmallVec<[u8; INLINE_KEY]>;
+
 /// Key of a memtable entry, ordered by key ascending, then sequence number descending.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct MemKey {
-    pub key: Bytes,
+    pub key: KeyBuf,
     pub seq: u64,
 }
 
@@ -53,33 +64,45 @@ pub struct Memtable {
     bytes: AtomicUsize,
     max_seq: AtomicU64,
     created: Instant,
+    filter: MemFilter,
     /// WAL file holding this memtable's writes (0 without a WAL).
     pub(crate) wal_number: u64,
 }
 
 impl Memtable {
-    /// An empty memtable whose writes go to WAL file `wal_number`.
-    pub fn new(wal_number: u64) -> Self {
+    /// An empty memtable whose writes go to WAL file `wal_number`, with a Bloom filter sized for
+    /// a memtable of `capacity_bytes` (0: no filter).
+    pub fn new(wal_number: u64, capacity_bytes: usize) -> Self {
         Memtable {
             map: SkipMap::new(),
             bytes: AtomicUsize::new(0),
             max_seq: AtomicU64::new(0),
             created: Instant::now(),
+            filter: MemFilter::new(capacity_bytes),
             wal_number,
         }
     }
 
     /// Inserts one entry.
-    pub fn insert(&self, key: Bytes, seq: u64, kind: EntryKind, value: Bytes) {
+    pub fn insert(&self, key: &[u8], seq: u64, kind: EntryKind, value: Bytes) {
         let size = key.len() + value.len() + ENTRY_OVERHEAD;
-        self.map.insert(MemKey { key, seq }, MemValue { kind, value });
+        self.filter.insert(crate::sst::bloom::key_hash(key));
+        self.map.insert(MemKey { key: KeyBuf::from_slice(key), seq }, MemValue { kind, value });
         self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
         self.max_seq.fetch_max(seq, AtomicOrdering::Relaxed);
     }
 
     /// Newest version of `key` with sequence number `<= snapshot`.
     pub fn get(&self, key: &[u8], snapshot: u64) -> Option<(u64, MemValue)> {
-        let probe = MemKey { key: Bytes::copy_from_slice(key), seq: snapshot };
+        self.get_hashed(key, crate::sst::bloom::key_hash(key), snapshot)
+    }
+
+    /// [`Memtable::get`] with the key's hash already computed.
+    pub fn get_hashed(&self, key: &[u8], hash: u64, snapshot: u64) -> Option<(u64, MemValue)> {
+        if !self.filter.may_contain(hash) {
+            return None;
+        }
+        let probe = MemKey { key: KeyBuf::from_slice(key), seq: snapshot };
         let entry = self.map.lower_bound(Bound::Included(&probe))?;
         if entry.key().key.as_ref() != key {
             return None;
@@ -127,10 +150,10 @@ mod tests {
 
     #[test]
     fn get_respects_snapshot_and_versions() {
-        let m = Memtable::new(0);
-        m.insert(Bytes::from_static(b"a"), 5, EntryKind::Put, Bytes::from_static(b"v5"));
-        m.insert(Bytes::from_static(b"a"), 9, EntryKind::Delete, Bytes::new());
-        m.insert(Bytes::from_static(b"b"), 7, EntryKind::Put, Bytes::from_static(b"b7"));
+        let m = Memtable::new(0, 1 << 20);
+        m.insert(b"a", 5, EntryKind::Put, Bytes::from_static(b"v5"));
+        m.insert(b"a", 9, EntryKind::Delete, Bytes::new());
+        m.insert(b"b", 7, EntryKind::Put, Bytes::from_static(b"b7"));
         assert!(m.get(b"a", 4).is_none());
         assert_eq!(m.get(b"a", 5).unwrap().1.value.as_ref(), b"v5");
         assert_eq!(m.get(b"a", 8).unwrap().0, 5);

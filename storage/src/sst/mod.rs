@@ -27,6 +27,7 @@
 
 pub(crate) mod bloom;
 mod cursor;
+mod fence;
 #[doc(hidden)]
 pub mod internals;
 pub(crate) mod page;

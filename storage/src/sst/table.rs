@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::fence::Fences;
 use super::page::{decode_block, Page};
 use super::{bloom, FileMeta, IndexBlock, FOOTER_LEN, FORMAT_VERSION, MAGIC};
 use crate::batch::EntryKind;
@@ -27,6 +28,7 @@ pub(crate) struct Table {
     path: PathBuf,
     file: File,
     index: IndexBlock,
+    fences: Fences,
     filters: Bytes,
     cache: Arc<PageCache>,
     obsolete: AtomicBool,
@@ -79,7 +81,17 @@ impl Table {
         if index.props != meta.props {
             return Err(corrupt(index_off, "file properties differ from the manifest"));
         }
-        Ok(Table { meta, path, file, index, filters, cache, obsolete: AtomicBool::new(false) })
+        let fences = Fences::new(&index.tiles);
+        Ok(Table {
+            meta,
+            path,
+            file,
+            index,
+            fences,
+            filters,
+            cache,
+            obsolete: AtomicBool::new(false),
+        })
     }
 
     /// The file's metadata.
@@ -132,9 +144,7 @@ impl Table {
 
     /// Index of the tile whose key range may hold `key`.
     pub fn tile_for(&self, key: &[u8]) -> Option<usize> {
-        let t = self.index.tiles.partition_point(|t| t.first_key.as_slice() <= key);
-        let t = t.checked_sub(1)?;
-        (key <= self.index.tiles[t].last_key.as_slice()).then_some(t)
+        self.fences.tile_for(key)
     }
 
     /// Newest version of `key` with sequence number `<= snapshot`. `hash` is
@@ -145,7 +155,8 @@ impl Table {
         let first = tile.first_page as usize;
         for p in first..first + tile.pages as usize {
             let pm = &self.index.pages[p];
-            if key < pm.min_key.as_slice() || key > pm.max_key.as_slice() {
+            // With one page per tile the page bounds are the tile's, already checked.
+            if tile.pages > 1 && (key < pm.min_key.as_slice() || key > pm.max_key.as_slice()) {
                 continue;
             }
             let f = pm.filter_offset as usize;
