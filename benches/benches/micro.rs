@@ -59,7 +59,7 @@ fn page_codec(c: &mut Criterion) {
         pb.finish(comp, &mut disk);
         g.bench_function(format!("decode_{name}"), |b| {
             b.iter(|| {
-                let page = Page::new(decode_block(black_box(&disk)).unwrap()).unwrap();
+                let page = Page::new(decode_block(black_box(disk.clone())).unwrap()).unwrap();
                 black_box(page.lower_bound(&keys[17], u64::MAX))
             })
         });

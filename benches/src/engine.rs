@@ -109,30 +109,25 @@ pub fn run_ebb(dir: &Path, s: &DbBenchSettings) -> Result<EbbFigures, String> {
     Ok(fig)
 }
 
-/// Runs both sides and returns the comparisons.
-pub fn run(work: &Path, db_bench: &Path, s: &DbBenchSettings) -> Result<Vec<Comparison>, String> {
-    println!(
-        "settings: num={} reads={} seeks={} seek_nexts={} key={}B value={}B compression=none \
-         write_buffer={}B bloom_bits={} cache={}B page/block={}B wal=on sync=off threads=1",
-        s.num,
-        s.reads,
-        s.seeks,
-        s.seek_nexts,
-        s.key_size,
-        s.value_size,
-        s.write_buffer_size,
-        s.bloom_bits,
-        s.cache_size,
-        s.block_size
-    );
-    let ebb_dir: PathBuf = work.join("ebb");
-    let rdb_dir: PathBuf = work.join("rocksdb");
-    eprintln!("running EbbDB in {}", ebb_dir.display());
+/// Figures of one paired run: (ebb, rocksdb) ops/s for fill, read, seek.
+type Pair = [(f64, f64); 3];
+
+fn run_once(
+    work: &Path,
+    db_bench: &Path,
+    s: &DbBenchSettings,
+    round: usize,
+) -> Result<Pair, String> {
+    let ebb_dir: PathBuf = work.join(format!("ebb-{round}"));
+    let rdb_dir: PathBuf = work.join(format!("rocksdb-{round}"));
+    eprintln!("round {round}: EbbDB in {}", ebb_dir.display());
     let ebb = run_ebb(&ebb_dir, s)?;
     eprintln!("  ebb engine after fill: {}", ebb.stats);
-    eprintln!("running db_bench in {}", rdb_dir.display());
+    let _ = std::fs::remove_dir_all(&ebb_dir);
+    eprintln!("round {round}: db_bench in {}", rdb_dir.display());
     let mut rdb = rocksdb::run(db_bench, &rdb_dir, "fillrandom,readrandom", s, s.reads, false)?;
     rdb.extend(rocksdb::run(db_bench, &rdb_dir, "seekrandom", s, s.seeks, true)?);
+    let _ = std::fs::remove_dir_all(&rdb_dir);
     for r in &rdb {
         eprintln!(
             "  rocksdb {:<11}: {:>9.3} micros/op {:>10.0} ops/sec found={:?}",
@@ -145,22 +140,65 @@ pub fn run(work: &Path, db_bench: &Path, s: &DbBenchSettings) -> Result<Vec<Comp
             .cloned()
             .ok_or_else(|| format!("db_bench printed no {name} result"))
     };
-    let cmp = |metric: &str, ebb: f64, base: f64| Comparison {
-        bench: "engine".into(),
-        metric: metric.into(),
-        params: vec![],
-        ebb,
-        baseline: "rocksdb".into(),
-        base,
-        better: Better::Higher,
-    };
     let (fill, read, seek) = (get("fillrandom")?, get("readrandom")?, get("seekrandom")?);
     if let Some(found) = read.found {
-        println!("readrandom found: ebb={} rocksdb={found} of {}", ebb.read_found, s.reads);
+        println!(
+            "round {round} readrandom found: ebb={} rocksdb={found} of {}",
+            ebb.read_found, s.reads
+        );
     }
-    Ok(vec![
-        cmp("fillrandom", ebb.fill, fill.ops_per_sec),
-        cmp("readrandom", ebb.read, read.ops_per_sec),
-        cmp("seekrandom", ebb.seek, seek.ops_per_sec),
-    ])
+    let pair =
+        [(ebb.fill, fill.ops_per_sec), (ebb.read, read.ops_per_sec), (ebb.seek, seek.ops_per_sec)];
+    println!(
+        "round {round} ops/s: fillrandom ebb={:.0} rocksdb={:.0}; readrandom ebb={:.0} rocksdb={:.0}; \
+         seekrandom ebb={:.0} rocksdb={:.0}",
+        pair[0].0, pair[0].1, pair[1].0, pair[1].1, pair[2].0, pair[2].1
+    );
+    Ok(pair)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Runs both sides `repeat` times (alternating, fresh directories) and returns the comparisons of
+/// the medians.
+pub fn run(
+    work: &Path,
+    db_bench: &Path,
+    s: &DbBenchSettings,
+    repeat: usize,
+) -> Result<Vec<Comparison>, String> {
+    println!(
+        "settings: num={} reads={} seeks={} seek_nexts={} key={}B value={}B compression=none \
+         write_buffer={}B bloom_bits={} cache={}B page/block={}B wal=on sync=off threads=1 repeat={}",
+        s.num, s.reads, s.seeks, s.seek_nexts, s.key_size, s.value_size, s.write_buffer_size,
+        s.bloom_bits, s.cache_size, s.block_size, repeat
+    );
+    let mut rounds = Vec::new();
+    for round in 1..=repeat.max(1) {
+        rounds.push(run_once(work, db_bench, s, round)?);
+    }
+    let names = ["fillrandom", "readrandom", "seekrandom"];
+    let mut params = Vec::new();
+    if rounds.len() > 1 {
+        params.push(("median_of".to_string(), rounds.len().to_string()));
+    }
+    Ok((0..3)
+        .map(|i| Comparison {
+            bench: "engine".into(),
+            metric: names[i].into(),
+            params: params.clone(),
+            ebb: median(rounds.iter().map(|r| r[i].0).collect()),
+            baseline: "rocksdb".into(),
+            base: median(rounds.iter().map(|r| r[i].1).collect()),
+            better: Better::Higher,
+        })
+        .collect())
 }

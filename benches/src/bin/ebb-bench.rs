@@ -34,6 +34,9 @@ enum Cmd {
         /// Page / block cache in bytes (both systems).
         #[arg(long, default_value_t = 8 << 20)]
         cache_size: usize,
+        /// Paired runs; RESULT lines report the medians.
+        #[arg(long, default_value_t = 1)]
+        repeat: usize,
         /// Small run for a smoke test (num=200000, reads=30000, seeks=10000).
         #[arg(long)]
         quick: bool,
@@ -56,6 +59,7 @@ fn main() {
             seek_nexts,
             write_buffer_size,
             cache_size,
+            repeat,
             quick,
             db_bench,
             dir,
@@ -94,7 +98,7 @@ fn main() {
                     tmp.path().to_path_buf()
                 }
             };
-            match ebb_benches::engine::run(&work, &db_bench, &s) {
+            match ebb_benches::engine::run(&work, &db_bench, &s, repeat) {
                 Ok(results) => {
                     for r in results {
                         println!("{}", r.line());

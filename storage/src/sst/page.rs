@@ -86,21 +86,26 @@ pub fn encode_block(raw: &[u8], compression: Compression, out: &mut Vec<u8>) {
     out.extend_from_slice(&crc.to_le_bytes());
 }
 
-/// Verifies and decompresses an on-disk block. `Err` carries the reason.
-pub fn decode_block(disk: &[u8]) -> Result<Bytes, &'static str> {
+/// Verifies and decompresses an on-disk block. `Err` carries the reason. An uncompressed block
+/// reuses `disk`'s allocation.
+pub fn decode_block(mut disk: Vec<u8>) -> Result<Bytes, &'static str> {
     if disk.len() < TRAILER_LEN {
         return Err("block shorter than its trailer");
     }
     let crc_at = disk.len() - 4;
-    let stored = u32_at(disk, crc_at).ok_or("truncated checksum")?;
+    let stored = u32_at(&disk, crc_at).ok_or("truncated checksum")?;
     if crc32fast::hash(&disk[..crc_at]) != stored {
         return Err("block checksum mismatch");
     }
     let codec = disk[disk.len() - TRAILER_LEN];
-    let raw_len = u32_at(disk, disk.len() - 8).ok_or("truncated length")? as usize;
-    let body = &disk[..disk.len() - TRAILER_LEN];
+    let raw_len = u32_at(&disk, disk.len() - 8).ok_or("truncated length")? as usize;
+    let body_len = disk.len() - TRAILER_LEN;
+    let body = &disk[..body_len];
     let raw = match codec {
-        CODEC_NONE => body.to_vec(),
+        CODEC_NONE => {
+            disk.truncate(body_len);
+            disk
+        }
         CODEC_LZ4 => lz4_flex::block::decompress(body, raw_len).map_err(|_| "lz4 decode failed")?,
         CODEC_ZSTD => zstd::bulk::decompress(body, raw_len).map_err(|_| "zstd decode failed")?,
         _ => return Err("unknown codec"),
@@ -250,7 +255,7 @@ mod tests {
     fn roundtrip_all_codecs() {
         for c in [Compression::None, Compression::Lz4, Compression::Zstd(3)] {
             let disk = sample(c);
-            let page = Page::new(decode_block(&disk).unwrap()).unwrap();
+            let page = Page::new(decode_block(disk.clone()).unwrap()).unwrap();
             assert_eq!(page.len(), 50);
             let e = page.entry(7);
             assert_eq!(e.key, 7u32.to_be_bytes());
@@ -267,7 +272,7 @@ mod tests {
         for i in 0..disk.len() {
             let mut d = disk.clone();
             d[i] ^= 0x01;
-            assert!(decode_block(&d).is_err(), "flip at {i} not detected");
+            assert!(decode_block(d).is_err(), "flip at {i} not detected");
         }
     }
 }

@@ -70,7 +70,7 @@ impl Table {
             }
             let mut buf = vec![0u8; len as usize];
             file.read_exact_at(&mut buf, off).at(&path)?;
-            decode_block(&buf).map_err(|why| corrupt(off, &format!("{what} block: {why}")))
+            decode_block(buf).map_err(|why| corrupt(off, &format!("{what} block: {why}")))
         };
         let filters = read_block(filter_off, filter_len, "filter")?;
         let raw_index = read_block(index_off, index_len, "index")?;
@@ -131,7 +131,7 @@ impl Table {
         self.file.read_exact_at(&mut buf, pm.offset).at(&self.path)?;
         let corrupt =
             |why: &str| Error::corruption(&self.path, pm.offset, format!("page {i}: {why}"));
-        let page = Page::new(decode_block(&buf).map_err(corrupt)?).map_err(corrupt)?;
+        let page = Page::new(decode_block(buf).map_err(corrupt)?).map_err(corrupt)?;
         if page.len() != pm.entries as usize {
             return Err(corrupt("entry count differs from index"));
         }
