@@ -101,6 +101,10 @@ pub struct Options {
     /// Page compression.
     pub compression: Compression,
     /// Capacity of the decoded page cache in bytes.
+    ///
+    /// Memory use is bounded by this, plus memtables (`write_buffer_size` times
+    /// `1 + max_immutable_memtables`), plus the per-table filters and indexes, which grow with
+    /// the data and are reported by [`crate::EngineStats::table_memory_bytes`].
     pub page_cache_bytes: usize,
     /// Delete-key extractor used by the KiWi layout.
     pub delete_key: DeleteKeyExtractor,

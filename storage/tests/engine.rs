@@ -234,6 +234,10 @@ fn page_cache_stays_within_its_capacity() {
     }
     let s = e.stats();
     assert!(s.page_cache_bytes > 0 && s.page_cache_bytes <= 32 << 10, "{s:?}");
+    // Filters (10 bits per key) plus fences and page index: more than the filters alone, less
+    // than the raw data (3000 entries of 12-byte keys and 100-byte values).
+    assert!(s.table_memory_bytes > 3000 * 10 / 8, "{s:?}");
+    assert!(s.table_memory_bytes < 3000 * 112, "{s:?}");
 }
 
 #[test]

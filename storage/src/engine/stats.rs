@@ -26,6 +26,9 @@ pub struct EngineStats {
     pub memtable_bytes: usize,
     /// Sealed memtables waiting for flush.
     pub immutable_memtables: usize,
+    /// Bytes of SST filters, fence pointers and page indexes held in memory (grows with the data;
+    /// about `bloom_bits_per_key / 8` bytes per key plus two keys per page).
+    pub table_memory_bytes: u64,
     /// Bytes held by the page cache.
     pub page_cache_bytes: u64,
     /// Configured page cache capacity.
@@ -65,6 +68,7 @@ impl Inner {
                 })
                 .collect(),
             memtable_bytes: sv.mem.approximate_bytes(),
+            table_memory_bytes: sv.version.all_tables().map(|t| t.memory_bytes() as u64).sum(),
             immutable_memtables: sv.imms.len(),
             page_cache_bytes: self.cache.used_bytes(),
             page_cache_capacity: self.cache.capacity_bytes(),

@@ -41,6 +41,14 @@ fn prefix(key: &[u8]) -> u64 {
 }
 
 impl Fences {
+    /// Bytes held.
+    pub fn memory_bytes(&self) -> usize {
+        self.prefixes.len() * 8
+            + self.first.bytes.len()
+            + self.last.bytes.len()
+            + (self.first.ends.len() + self.last.ends.len()) * 4
+    }
+
     /// Builds the fences of `tiles` (in key order).
     pub fn new(tiles: &[TileMeta]) -> Self {
         let mut f = Fences::default();

@@ -104,6 +104,15 @@ impl Table {
         self.meta.id
     }
 
+    /// Memory held by this table's filters, fence pointers and page index (not its cached pages).
+    pub fn memory_bytes(&self) -> usize {
+        let pages: usize =
+            self.index.pages.iter().map(|p| p.min_key.len() + p.max_key.len() + 80).sum();
+        let tiles: usize =
+            self.index.tiles.iter().map(|t| t.first_key.len() + t.last_key.len() + 56).sum();
+        self.filters.len() + self.fences.memory_bytes() + pages + tiles
+    }
+
     /// Number of delete tiles.
     pub fn tile_count(&self) -> usize {
         self.index.tiles.len()
