@@ -39,6 +39,7 @@ mod engine;
 mod error;
 pub mod failpoint;
 mod fs;
+pub mod gloran;
 mod iter;
 mod log;
 pub(crate) mod memtable;
