@@ -38,15 +38,14 @@ pub enum BatchOp {
         /// Sort key.
         key: Bytes,
     },
-}
-
-impl BatchOp {
-    /// The key this operation writes.
-    pub fn key(&self) -> &Bytes {
-        match self {
-            BatchOp::Put { key, .. } | BatchOp::Delete { key } => key,
-        }
-    }
+    /// Delete every key in `[lo, hi)` written before this operation (an empty `hi` means the end
+    /// of the key space). Held in the range-delete index, not as tombstones.
+    DeleteRange {
+        /// Inclusive lower key (may be empty: the start of the key space).
+        lo: Bytes,
+        /// Exclusive upper key (empty: the end of the key space).
+        hi: Bytes,
+    },
 }
 
 /// Operations applied atomically. Operation `i` of a batch written with sequence number `seq` gets
@@ -79,6 +78,13 @@ impl WriteBatch {
         self
     }
 
+    /// Adds a range delete of `[lo, hi)`; an empty `hi` means the end of the key space. A range
+    /// with `lo == hi` deletes nothing.
+    pub fn delete_range(&mut self, lo: impl Into<Bytes>, hi: impl Into<Bytes>) -> &mut Self {
+        self.ops.push(BatchOp::DeleteRange { lo: lo.into(), hi: hi.into() });
+        self
+    }
+
     /// The operations in order.
     pub fn ops(&self) -> &[BatchOp] {
         &self.ops
@@ -96,23 +102,32 @@ impl WriteBatch {
 
     /// Checks key and value sizes.
     pub fn validate(&self) -> crate::Result<()> {
+        let bad = |m: String| Err(crate::Error::InvalidArgument(m));
+        let too_long = |k: &[u8]| k.len() > MAX_KEY_LEN;
         for op in &self.ops {
-            if op.key().is_empty() {
-                return Err(crate::Error::InvalidArgument("empty key".into()));
-            }
-            if op.key().len() > MAX_KEY_LEN {
-                return Err(crate::Error::InvalidArgument(format!(
-                    "key of {} bytes exceeds the limit of {MAX_KEY_LEN}",
-                    op.key().len()
-                )));
-            }
-            if let BatchOp::Put { value, .. } = op {
-                if value.len() > MAX_VALUE_LEN {
-                    return Err(crate::Error::InvalidArgument(format!(
+            match op {
+                BatchOp::Put { key, .. } | BatchOp::Delete { key } if key.is_empty() => {
+                    return bad("empty key".into())
+                }
+                BatchOp::Put { key, .. } | BatchOp::Delete { key } if too_long(key) => {
+                    return bad(format!(
+                        "key of {} bytes exceeds the limit of {MAX_KEY_LEN}",
+                        key.len()
+                    ))
+                }
+                BatchOp::Put { value, .. } if value.len() > MAX_VALUE_LEN => {
+                    return bad(format!(
                         "value of {} bytes exceeds the limit of {MAX_VALUE_LEN}",
                         value.len()
-                    )));
+                    ))
                 }
+                BatchOp::DeleteRange { lo, hi } if too_long(lo) || too_long(hi) => {
+                    return bad(format!("range bound exceeds the key limit of {MAX_KEY_LEN}"))
+                }
+                BatchOp::DeleteRange { lo, hi } if !hi.is_empty() && lo > hi => {
+                    return bad("range delete with lower bound above upper bound".into())
+                }
+                _ => {}
             }
         }
         Ok(())
@@ -133,6 +148,11 @@ impl WriteBatch {
                     out.push(EntryKind::Delete as u8);
                     put_bytes(out, key);
                 }
+                BatchOp::DeleteRange { lo, hi } => {
+                    out.push(OP_DELETE_RANGE);
+                    put_bytes(out, lo);
+                    put_bytes(out, hi);
+                }
             }
         }
     }
@@ -143,13 +163,19 @@ impl WriteBatch {
         let n = u32::from_le_bytes(take(&mut buf, 4)?.try_into().ok()?) as usize;
         let mut ops = Vec::with_capacity(n.min(1 << 16));
         for _ in 0..n {
-            let kind = EntryKind::from_u8(*take(&mut buf, 1)?.first()?)?;
+            let tag = *take(&mut buf, 1)?.first()?;
             let key = Bytes::copy_from_slice(get_bytes(&mut buf)?);
-            ops.push(match kind {
-                EntryKind::Put => {
-                    BatchOp::Put { key, value: Bytes::copy_from_slice(get_bytes(&mut buf)?) }
-                }
-                EntryKind::Delete => BatchOp::Delete { key },
+            ops.push(match tag {
+                OP_DELETE_RANGE => BatchOp::DeleteRange {
+                    lo: key,
+                    hi: Bytes::copy_from_slice(get_bytes(&mut buf)?),
+                },
+                t => match EntryKind::from_u8(t)? {
+                    EntryKind::Put => {
+                        BatchOp::Put { key, value: Bytes::copy_from_slice(get_bytes(&mut buf)?) }
+                    }
+                    EntryKind::Delete => BatchOp::Delete { key },
+                },
             });
         }
         if !buf.is_empty() {
@@ -158,6 +184,9 @@ impl WriteBatch {
         Some((seq, WriteBatch { ops }))
     }
 }
+
+/// WAL tag of a range delete (after the entry kinds).
+const OP_DELETE_RANGE: u8 = 2;
 
 fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(&(b.len() as u32).to_le_bytes());
@@ -185,7 +214,11 @@ mod tests {
     #[test]
     fn encode_decode_roundtrip() {
         let mut b = WriteBatch::new();
-        b.put("a", "1").delete("b").put("c", vec![0u8; 300]);
+        b.put("a", "1")
+            .delete("b")
+            .put("c", vec![0u8; 300])
+            .delete_range("d", "")
+            .delete_range("", "z");
         let mut buf = Vec::new();
         b.encode(42, &mut buf);
         let (seq, d) = WriteBatch::decode(&buf).unwrap();
@@ -204,5 +237,11 @@ mod tests {
         let mut b = WriteBatch::new();
         b.put(vec![1u8; MAX_KEY_LEN + 1], "x");
         assert!(b.validate().is_err());
+        let mut b = WriteBatch::new();
+        b.delete_range("b", "a");
+        assert!(b.validate().is_err(), "inverted range accepted");
+        let mut b = WriteBatch::new();
+        b.delete_range("", "").delete_range("a", "a");
+        assert!(b.validate().is_ok(), "whole key space and empty ranges are valid");
     }
 }

@@ -12,6 +12,8 @@ pub(crate) enum FileKind {
     Table(u64),
     /// `{n:08}.wal`
     Wal(u64),
+    /// `{n:08}.rdi` (a DR-tree of the range-delete index)
+    RangeIndex(u64),
     /// `MANIFEST-{n:08}`
     Manifest(u64),
     /// `*.tmp`
@@ -44,6 +46,7 @@ pub(crate) fn parse_name(name: &str) -> Option<FileKind> {
     match ext {
         "sst" => Some(FileKind::Table(n)),
         "wal" => Some(FileKind::Wal(n)),
+        "rdi" => Some(FileKind::RangeIndex(n)),
         _ => None,
     }
 }
@@ -61,6 +64,7 @@ mod tests {
     fn names_roundtrip_and_foreign_files_ignored() {
         assert_eq!(parse_name(&crate::sst::file_name(12)), Some(FileKind::Table(12)));
         assert_eq!(parse_name(&wal_name(7)), Some(FileKind::Wal(7)));
+        assert_eq!(parse_name(&crate::gloran::drtree::file_name(9)), Some(FileKind::RangeIndex(9)));
         assert_eq!(parse_name(&manifest_name(3)), Some(FileKind::Manifest(3)));
         assert_eq!(parse_name("CURRENT.tmp"), Some(FileKind::Temp));
         for foreign in [".DS_Store", "._00000001.sst", "notes.txt", "LOCK", "CURRENT", "1.sst"] {

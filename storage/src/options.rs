@@ -108,8 +108,46 @@ pub struct Options {
     pub page_cache_bytes: usize,
     /// Delete-key extractor used by the KiWi layout.
     pub delete_key: DeleteKeyExtractor,
+    /// The range-delete index (GLORAN).
+    pub range_index: RangeIndexOptions,
     /// Fail points for crash testing; empty (and free) in production.
     pub fail_points: FailPoints,
+}
+
+/// Settings of the global range-delete index (the LSM-DRtree and EVE).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RangeIndexOptions {
+    /// Target size of a DR-tree leaf page.
+    pub page_size: usize,
+    /// DR-tree fanout D (children per internal node).
+    pub fanout: usize,
+    /// Index level-0 DR-trees (one per memtable flush with range deletes) that trigger a merge.
+    pub level0_trigger: usize,
+    /// Size ratio between index levels.
+    pub size_ratio: u32,
+    /// Capacity of index level 1 in pieces; level i holds `base_level_pieces * T^(i-1)`.
+    pub base_level_pieces: u64,
+    /// Index levels including level 0.
+    pub num_levels: usize,
+    /// Range deletes the first EVE estimator holds (each next one doubles).
+    pub eve_initial_capacity: usize,
+    /// EVE filter bits per range delete.
+    pub eve_bits_per_record: u32,
+}
+
+impl Default for RangeIndexOptions {
+    fn default() -> Self {
+        RangeIndexOptions {
+            page_size: 4096,
+            fanout: 64,
+            level0_trigger: 4,
+            size_ratio: 10,
+            base_level_pieces: 16 << 10,
+            num_levels: 6,
+            eve_initial_capacity: 64 << 10,
+            eve_bits_per_record: 16,
+        }
+    }
 }
 
 impl Default for Options {
@@ -132,6 +170,7 @@ impl Default for Options {
             compression: Compression::Lz4,
             page_cache_bytes: 64 << 20,
             delete_key: DeleteKeyExtractor::trailing_u64_be(),
+            range_index: RangeIndexOptions::default(),
             fail_points: FailPoints::default(),
         }
     }
@@ -177,6 +216,13 @@ impl Options {
         }
         if self.max_immutable_memtables == 0 {
             return bad("max_immutable_memtables must be at least 1");
+        }
+        let ri = &self.range_index;
+        if ri.fanout < 2 || ri.num_levels < 2 || ri.size_ratio < 2 || ri.level0_trigger == 0 {
+            return bad("range_index: fanout, num_levels and size_ratio must be at least 2");
+        }
+        if ri.page_size < 256 || ri.base_level_pieces == 0 || ri.eve_initial_capacity == 0 {
+            return bad("range_index: page_size >= 256, base_level_pieces and capacity > 0");
         }
         if let Compression::Zstd(l) = self.compression {
             if !(1..=22).contains(&l) {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::retention::{Retention, Version};
 use crate::cache::PageCache;
 use crate::failpoint::{points, FailPoints};
+use crate::gloran::piece::SeqList;
 use crate::iter::EntryCursor;
 use crate::sst::writer::WriterOptions;
 use crate::sst::{FileMeta, Table, TableWriter};
@@ -20,6 +21,11 @@ pub(crate) struct OutputSpec<'a> {
     /// Split outputs once they reach this size (at a key boundary).
     pub target_file_size: u64,
     pub retention: Retention,
+    /// Covering range-delete sequence numbers of a key, given the oldest version's sequence
+    /// number (`None`: range deletes are not applied).
+    pub ranges: Option<&'a dyn Fn(&[u8], u64) -> Result<SeqList>>,
+    /// Recorded in every output as `rd_applied`.
+    pub rd_applied: u64,
     /// Allocates a file id.
     pub next_id: &'a dyn Fn() -> u64,
     /// Check the mid-output fail point (compactions).
@@ -87,7 +93,13 @@ fn write_inner(
             cursor.next()?;
         }
         stats.entries_in += versions.len() as u64;
-        spec.retention.retain(&mut versions);
+        match (spec.ranges, versions.last()) {
+            (Some(covering), Some(oldest)) => {
+                let cov = covering(&key, oldest.seq)?;
+                spec.retention.retain_covered(&mut versions, &cov);
+            }
+            _ => spec.retention.retain(&mut versions),
+        }
         if versions.is_empty() {
             continue;
         }
@@ -96,7 +108,9 @@ fn write_inner(
             None => {
                 let id = (spec.next_id)();
                 let path = spec.dir.join(crate::sst::file_name(id));
-                writer.insert(TableWriter::create(id, &path, wopts.clone())?)
+                let mut w = TableWriter::create(id, &path, wopts.clone())?;
+                w.set_rd_applied(spec.rd_applied);
+                writer.insert(w)
             }
         };
         for v in versions.drain(..) {

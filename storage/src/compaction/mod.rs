@@ -3,6 +3,7 @@
 //! simulated without touching disk.
 
 pub(crate) mod executor;
+pub mod index_policy;
 pub mod policy;
 pub(crate) mod retention;
 

@@ -37,6 +37,38 @@ impl Retention {
         self.snapshots.partition_point(|&s| s < seq)
     }
 
+    /// Filters the versions of one key, given newest first, in place, where the range deletes
+    /// with sequence numbers `covering` (newest first) cover the key. Each range delete acts as a
+    /// tombstone at its sequence number that is never written out: versions it hides from every
+    /// reader are dropped, the delete itself stays in the range index.
+    pub fn retain_covered(&self, versions: &mut Vec<Version>, covering: &[u64]) {
+        if covering.is_empty() {
+            return self.retain(versions);
+        }
+        // Merge real versions and virtual tombstones (marked by an empty-value Delete whose seq
+        // is in `covering`; real and virtual seqs never collide, every write has its own seq).
+        let mut all: Vec<(Version, bool)> = versions.drain(..).map(|v| (v, false)).collect();
+        all.extend(
+            covering
+                .iter()
+                .map(|&s| (Version { seq: s, kind: EntryKind::Delete, value: Bytes::new() }, true)),
+        );
+        all.sort_by(|a, b| b.0.seq.cmp(&a.0.seq));
+        let mut last_stripe = usize::MAX;
+        all.retain(|(v, _)| {
+            let s = self.stripe(v.seq);
+            let keep = s != last_stripe;
+            last_stripe = s;
+            keep
+        });
+        if self.drop_tombstones {
+            while all.last().is_some_and(|(v, _)| v.kind == EntryKind::Delete) {
+                all.pop();
+            }
+        }
+        versions.extend(all.into_iter().filter(|(_, virt)| !virt).map(|(v, _)| v));
+    }
+
     /// Filters the versions of one key, given newest first, in place.
     pub fn retain(&self, versions: &mut Vec<Version>) {
         let mut last_stripe = usize::MAX;
@@ -74,6 +106,23 @@ mod tests {
             vec![v(12, true), v(11, true), v(9, true), v(6, false), v(5, true), v(1, true)];
         r.retain(&mut vs);
         assert_eq!(seqs(&vs), vec![12, 9, 5]);
+    }
+
+    #[test]
+    fn range_deletes_hide_versions_per_stripe() {
+        let r = Retention::new(vec![55], false);
+        // put@50 is seen by the snapshot at 55 (the delete at 60 is invisible to it): kept.
+        let mut vs = vec![v(50, true)];
+        r.retain_covered(&mut vs, &[60]);
+        assert_eq!(seqs(&vs), vec![50]);
+        // Without the snapshot nobody sees put@50 any more.
+        let r = Retention::new(vec![], false);
+        let mut vs = vec![v(70, true), v(50, true)];
+        r.retain_covered(&mut vs, &[60]);
+        assert_eq!(seqs(&vs), vec![70], "put@70 is newer than the delete and stays");
+        let mut vs = vec![v(50, true), v(40, false)];
+        r.retain_covered(&mut vs, &[60]);
+        assert!(vs.is_empty());
     }
 
     #[test]

@@ -27,11 +27,13 @@ impl Inner {
         let tmp = target.with_extension("checkpoint.tmp");
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir_all(&tmp).at(&tmp)?;
-        for t in version.all_tables() {
-            let name = crate::sst::file_name(t.id());
+        let tables = version.all_tables().map(|t| (t.path(), crate::sst::file_name(t.id())));
+        let trees =
+            version.all_trees().map(|t| (t.path(), crate::gloran::drtree::file_name(t.id())));
+        for (src, name) in tables.chain(trees) {
             let dst = tmp.join(&name);
-            if std::fs::hard_link(t.path(), &dst).is_err() {
-                std::fs::copy(t.path(), &dst).at(&dst)?;
+            if std::fs::hard_link(src, &dst).is_err() {
+                std::fs::copy(src, &dst).at(&dst)?;
             }
         }
         let number = edit.next_file_id.unwrap_or(1);

@@ -1,6 +1,5 @@
 //! Running compactions: background picks and manual range compactions.
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -11,13 +10,16 @@ use crate::compaction::retention::Retention;
 use crate::failpoint::points;
 use crate::iter::{EntryCursor, LevelCursor, MergeCursor};
 use crate::sst::{Table, TableCursor};
-use crate::version::{Version, VersionEdit};
+use crate::version::{Opened, Version, VersionEdit};
 use crate::{Error, Result};
 
 impl Inner {
     /// Runs the policy's pick, if any. Returns `false` when nothing needed compaction.
     pub(super) fn compact_once(&self) -> Result<bool> {
         let _serial = self.compaction_lock.lock();
+        if self.compact_index_once()? {
+            return Ok(true);
+        }
         let sv = self.current();
         let Some(task) = policy::pick(&sv.version.metas(), &self.opts) else { return Ok(false) };
         self.run_task(&sv.version, &task)?;
@@ -88,7 +90,7 @@ impl Inner {
             edit.deleted.push((task.output_level as u32, t.id()));
         }
         if task.trivial_move {
-            let opened: HashMap<_, _> = inputs.iter().map(|t| (t.id(), t.clone())).collect();
+            let opened = Opened::tables(inputs.iter().cloned());
             edit.added =
                 inputs.iter().map(|t| (task.output_level as u32, t.meta().clone())).collect();
             self.commit(edit, &opened, None)?;
@@ -109,7 +111,12 @@ impl Inner {
         let mut merged = MergeCursor::new(children);
         merged.seek(&[])?;
         let next_id = || self.alloc_file_id();
+        let rd_applied = self.rd_applied_now();
+        let view = self.current();
+        let covering = |key: &[u8], min_seq: u64| self.covering(&view, key, min_seq);
         let spec = OutputSpec {
+            ranges: Some(&covering),
+            rd_applied,
             dir: &self.dir,
             opts: &self.opts,
             cache: &self.cache,
@@ -125,8 +132,7 @@ impl Inner {
             .check(points::COMPACTION_BEFORE_COMMIT)
             .map_err(|e| self.poison(e))?;
         edit.added = outputs.iter().map(|t| (task.output_level as u32, t.meta().clone())).collect();
-        let opened: HashMap<_, _> = outputs.iter().map(|t| (t.id(), t.clone())).collect();
-        self.commit(edit, &opened, None)?;
+        self.commit(edit, &Opened::tables(outputs.iter().cloned()), None)?;
         // A crash here leaves the inputs on disk although the manifest dropped them: recovery
         // deletes them as orphans.
         self.opts.fail_points.check(points::COMPACTION_AFTER_COMMIT).map_err(|e| self.poison(e))?;

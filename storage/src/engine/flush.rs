@@ -1,6 +1,5 @@
 //! Flushing sealed memtables to level 0.
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use super::Inner;
@@ -9,7 +8,7 @@ use crate::compaction::retention::Retention;
 use crate::failpoint::points;
 use crate::iter::EntryCursor;
 use crate::memtable::MemCursor;
-use crate::version::VersionEdit;
+use crate::version::{Opened, VersionEdit};
 use crate::Result;
 
 impl Inner {
@@ -26,6 +25,9 @@ impl Inner {
         let mut cursor = MemCursor::new(mem.clone());
         cursor.seek(&[])?;
         let next_id = || self.alloc_file_id();
+        let rd_applied = self.rd_applied_now();
+        let view = self.current();
+        let covering = |key: &[u8], min_seq: u64| self.covering(&view, key, min_seq);
         let spec = OutputSpec {
             dir: &self.dir,
             opts: &self.opts,
@@ -33,19 +35,24 @@ impl Inner {
             level: 0,
             target_file_size: u64::MAX,
             retention: Retention::new(self.snapshots.seqs(), false),
+            ranges: Some(&covering),
+            rd_applied,
             next_id: &next_id,
             fail: None,
         };
         let (tables, stats) = write_tables(&mut cursor, &spec).map_err(|e| self.poison(e))?;
+        let tree = self.flush_ranges(&mem).map_err(|e| self.poison(e))?;
         // A crash here leaves an SST the manifest never names: recovery deletes it.
         self.opts.fail_points.check(points::FLUSH_BEFORE_COMMIT).map_err(|e| self.poison(e))?;
         let edit = VersionEdit {
             added: tables.iter().map(|t| (0, t.meta().clone())).collect(),
+            rd_added: tree.iter().map(|t| (0, t.meta().clone())).collect(),
             persisted_seq: Some(mem.max_seq()),
             log_number: self.opts.wal.then_some(next_log),
             ..Default::default()
         };
-        let opened: HashMap<_, _> = tables.iter().map(|t| (t.id(), t.clone())).collect();
+        let mut opened = Opened::tables(tables.iter().cloned());
+        opened.trees.extend(tree.iter().map(|t| (t.id(), t.clone())));
         self.commit(edit, &opened, Some(&mem))?;
         self.counters.flushes.fetch_add(1, Ordering::Relaxed);
         self.counters.bytes_flushed.fetch_add(stats.bytes_out, Ordering::Relaxed);

@@ -5,11 +5,11 @@ mod checkpoint;
 mod compact;
 mod flush;
 mod open;
+mod ranges;
 mod read;
 mod stats;
 mod write;
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -18,12 +18,14 @@ use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
+pub(crate) use read::RangeCheck;
 pub use stats::{EngineStats, LevelStats};
 
 use crate::cache::PageCache;
+use crate::gloran::eve::Eve;
 use crate::memtable::Memtable;
 use crate::snapshot::{Snapshot, SnapshotList};
-use crate::version::{Manifest, Version, VersionEdit};
+use crate::version::{Manifest, Opened, Version, VersionEdit};
 use crate::wal::Wal;
 use crate::{Error, Options, Result};
 
@@ -78,6 +80,8 @@ pub(crate) struct Inner {
     next_file_id: AtomicU64,
     visible_seq: AtomicU64,
     snapshots: Arc<SnapshotList>,
+    /// The entry validity estimator over every live range delete.
+    eve: RwLock<Eve>,
     poisoned: AtomicBool,
     poison_reason: Mutex<Option<String>>,
     bg: Mutex<BgState>,
@@ -263,7 +267,7 @@ impl Inner {
     fn commit(
         &self,
         mut edit: VersionEdit,
-        opened: &HashMap<u64, Arc<crate::sst::Table>>,
+        opened: &Opened,
         flushed: Option<&Arc<Memtable>>,
     ) -> Result<()> {
         let mut meta = self.meta.lock();
@@ -301,9 +305,15 @@ impl Inner {
         for (level, files) in version.levels.iter().enumerate() {
             added.extend(files.iter().map(|t| (level as u32, t.meta().clone())));
         }
+        let mut rd_added = Vec::new();
+        for (level, trees) in version.rd_levels.iter().enumerate() {
+            rd_added.extend(trees.iter().map(|t| (level as u32, t.meta().clone())));
+        }
         VersionEdit {
             added,
             deleted: Vec::new(),
+            rd_added,
+            rd_deleted: Vec::new(),
             next_file_id: Some(self.next_file_id.load(Ordering::Relaxed)),
             persisted_seq: Some(meta.persisted_seq),
             log_number: Some(meta.log_number),

@@ -5,7 +5,7 @@
 //! WALs and manifest deleted. A crash anywhere before the commit point leaves the old state intact
 //! plus an orphan SST, which the next open deletes.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -20,11 +20,14 @@ use crate::compaction::executor::{write_tables, OutputSpec};
 use crate::compaction::retention::Retention;
 use crate::error::IoContext;
 use crate::fs::{parse_name, sync_dir, wal_name, FileKind};
+use crate::gloran::drtree::{self, DrTree, DrWriter};
+use crate::gloran::eve::Eve;
+use crate::gloran::piece::combine;
 use crate::iter::EntryCursor;
 use crate::memtable::{MemCursor, Memtable};
 use crate::snapshot::SnapshotList;
 use crate::sst::Table;
-use crate::version::{Manifest, RecoveredManifest, Version, VersionEdit};
+use crate::version::{Manifest, Opened, RecoveredManifest, Version, VersionEdit};
 use crate::wal::{self, Wal};
 use crate::{Error, Options, Result};
 
@@ -40,6 +43,7 @@ fn lock_dir(dir: &Path) -> Result<File> {
 
 struct DirListing {
     tables: BTreeSet<u64>,
+    trees: BTreeSet<u64>,
     wals: BTreeSet<u64>,
     manifests: BTreeSet<u64>,
     temps: Vec<std::path::PathBuf>,
@@ -49,6 +53,7 @@ struct DirListing {
 fn list_dir(dir: &Path) -> Result<DirListing> {
     let mut l = DirListing {
         tables: BTreeSet::new(),
+        trees: BTreeSet::new(),
         wals: BTreeSet::new(),
         manifests: BTreeSet::new(),
         temps: Vec::new(),
@@ -64,6 +69,10 @@ fn list_dir(dir: &Path) -> Result<DirListing> {
             }
             FileKind::Wal(n) => {
                 l.wals.insert(n);
+                l.max_id = l.max_id.max(n);
+            }
+            FileKind::RangeIndex(n) => {
+                l.trees.insert(n);
                 l.max_id = l.max_id.max(n);
             }
             FileKind::Manifest(n) => {
@@ -82,6 +91,22 @@ fn remove(path: &Path) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(Error::io(path, e)),
     }
+}
+
+/// Rebuilds EVE from every piece of the range index, oldest delete first (so each estimator's
+/// largest sequence number bounds everything in older estimators).
+fn rebuild_eve(version: &Version, opts: &Options) -> Result<Eve> {
+    let ri = &opts.range_index;
+    let mut eve = Eve::new(ri.eve_initial_capacity, ri.eve_bits_per_record);
+    let mut pieces = Vec::new();
+    for t in version.all_trees() {
+        pieces.extend(t.pieces()?);
+    }
+    pieces.sort_by_key(|p| p.max_seq());
+    for p in &pieces {
+        eve.insert(&p.lo, &p.hi, p.max_seq());
+    }
+    Ok(eve)
 }
 
 pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
@@ -113,19 +138,35 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         }
     }
 
+    for id in &listing.trees {
+        if !recovered.rd_files.contains_key(id) {
+            tracing::info!(file = id, "removing orphan range-index file");
+            remove(&dir.join(drtree::file_name(*id)))?;
+        }
+    }
+
     let cache = Arc::new(PageCache::new(opts.page_cache_bytes));
-    let mut opened = HashMap::new();
+    let mut opened = Opened::default();
     let mut edit = recovered.snapshot_edit();
+    let level_err = |id: &u64, level: &u32, max: usize| {
+        Error::InvalidArgument(format!(
+            "file {id} is at level {level} but only {max} are configured"
+        ))
+    };
     for (id, (level, meta)) in &recovered.files {
         if *level as usize >= opts.num_levels {
-            return Err(Error::InvalidArgument(format!(
-                "file {id} is at level {level} but num_levels is {}",
-                opts.num_levels
-            )));
+            return Err(level_err(id, level, opts.num_levels));
         }
-        opened.insert(*id, Arc::new(Table::open(dir, meta.clone(), cache.clone())?));
+        opened.tables.insert(*id, Arc::new(Table::open(dir, meta.clone(), cache.clone())?));
     }
-    let mut version = Version::new(opts.num_levels).apply(&edit, &opened);
+    let rd_levels = opts.range_index.num_levels;
+    for (id, (level, meta)) in &recovered.rd_files {
+        if *level as usize >= rd_levels {
+            return Err(level_err(id, level, rd_levels));
+        }
+        opened.trees.insert(*id, Arc::new(DrTree::open(dir, meta.clone(), cache.clone())?));
+    }
+    let mut version = Version::new(opts.num_levels, rd_levels).apply(&edit, &opened);
     version.check_invariants().map_err(|why| {
         Error::corruption(dir.join(crate::fs::manifest_name(recovered.number)), 0, why)
     })?;
@@ -135,6 +176,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     let mut last_seq = recovered.persisted_seq;
     last_seq =
         last_seq.max(version.all_tables().map(|t| t.meta().props.max_seq).max().unwrap_or(0));
+    last_seq = last_seq.max(version.all_trees().map(|t| t.meta().props.max_seq).max().unwrap_or(0));
     for &n in listing.wals.iter().filter(|&&n| n >= recovered.log_number) {
         for (seq, batch) in wal::replay(&dir.join(wal_name(n)))? {
             if seq <= recovered.persisted_seq {
@@ -156,6 +198,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
                     BatchOp::Delete { key } => {
                         mem.insert(key, s, EntryKind::Delete, bytes::Bytes::new())
                     }
+                    BatchOp::DeleteRange { lo, hi } => mem.insert_range(lo.clone(), hi.clone(), s),
                 }
                 last_seq = s;
             }
@@ -172,17 +215,39 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             level: 0,
             target_file_size: u64::MAX,
             retention: Retention::new(Vec::new(), false),
+            ranges: None,
+            rd_applied: 0,
             next_id: &alloc,
             fail: None,
         };
         let (tables, _) = write_tables(&mut cursor, &spec)?;
-        let added: Vec<_> = tables.iter().map(|t| (0u32, t.meta().clone())).collect();
-        let new_opened: HashMap<_, _> = tables.iter().map(|t| (t.id(), t.clone())).collect();
-        let add_edit = VersionEdit { added: added.clone(), ..Default::default() };
+        let mut new_opened = Opened::tables(tables.iter().cloned());
+        let mut add_edit = VersionEdit {
+            added: tables.iter().map(|t| (0u32, t.meta().clone())).collect(),
+            ..Default::default()
+        };
+        let pieces = combine(&[&mem.ranges.pieces()], Some(&[]), 0);
+        if !pieces.is_empty() {
+            let id = alloc();
+            let mut w = DrWriter::create(
+                id,
+                &dir.join(drtree::file_name(id)),
+                opts.range_index.page_size,
+                opts.range_index.fanout,
+            )?;
+            for p in &pieces {
+                w.add(p)?;
+            }
+            let tree = Arc::new(DrTree::open(dir, w.finish()?, cache.clone())?);
+            add_edit.rd_added.push((0, tree.meta().clone()));
+            new_opened.trees.insert(tree.id(), tree);
+        }
         version = version.apply(&add_edit, &new_opened);
-        edit.added.extend(added);
+        edit.added.extend(add_edit.added);
+        edit.rd_added.extend(add_edit.rd_added);
         persisted_seq = mem.max_seq();
     }
+    let eve = rebuild_eve(&version, &opts)?;
 
     // Commit the recovered state into a fresh manifest, then drop what it supersedes.
     let wal_number = if opts.wal { alloc() } else { 0 };
@@ -219,6 +284,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         next_file_id,
         visible_seq: AtomicU64::new(last_seq),
         snapshots: Arc::new(SnapshotList::default()),
+        eve: RwLock::new(eve),
         poisoned: AtomicBool::new(false),
         poison_reason: Mutex::new(None),
         bg: Mutex::new(BgState { shutdown: false, compaction_requested: true }),

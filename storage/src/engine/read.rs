@@ -5,7 +5,9 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 
-use super::Engine;
+use std::sync::Arc;
+
+use super::{Engine, Inner, SuperVersion};
 use crate::batch::EntryKind;
 use crate::iter::{EngineIter, EntryCursor, LevelCursor, MergeCursor};
 use crate::memtable::MemCursor;
@@ -29,30 +31,14 @@ impl Engine {
     pub fn get(&self, key: &[u8], snapshot: Option<&Snapshot>) -> Result<Option<Bytes>> {
         let seq = self.read_seq(snapshot);
         let sv = self.inner.current();
-        let hash = bloom::key_hash(key);
-        if let Some((_, v)) = sv.mem.get_hashed(key, hash, seq) {
-            return Ok(visible(v.kind, v.value));
+        let Some((found, kind, value)) = newest_version(&sv, key, seq)? else { return Ok(None) };
+        let Some(value) = visible(kind, value) else { return Ok(None) };
+        // Only the newest visible version needs the range-delete check: a delete covering an
+        // older version but not this one cannot hide the key.
+        if self.inner.range_deleted(&sv, key, found, seq)? {
+            return Ok(None);
         }
-        for m in &sv.imms {
-            if let Some((_, v)) = m.get_hashed(key, hash, seq) {
-                return Ok(visible(v.kind, v.value));
-            }
-        }
-        for t in &sv.version.levels[0] {
-            if t.meta().overlaps(Some(key), Some(key)) {
-                if let Some((_, kind, value)) = t.get(key, hash, seq)? {
-                    return Ok(visible(kind, value));
-                }
-            }
-        }
-        for level in 1..sv.version.levels.len() {
-            if let Some(t) = sv.version.file_for(level, key) {
-                if let Some((_, kind, value)) = t.get(key, hash, seq)? {
-                    return Ok(visible(kind, value));
-                }
-            }
-        }
-        Ok(None)
+        Ok(Some(value))
     }
 
     /// Streams the live `(key, value)` pairs in `range` as of `snapshot` (latest if `None`).
@@ -94,6 +80,49 @@ impl Engine {
                 children.push(Box::new(LevelCursor::new(tables, true)));
             }
         }
-        Ok(EngineIter::new(MergeCursor::new(children), seq, start, end))
+        let ranges = RangeCheck { inner: self.inner.clone(), sv };
+        Ok(EngineIter::new(MergeCursor::new(children), seq, start, end, ranges))
+    }
+}
+
+/// The newest version of `key` with sequence number `<= seq`.
+fn newest_version(
+    sv: &SuperVersion,
+    key: &[u8],
+    seq: u64,
+) -> Result<Option<(u64, EntryKind, Bytes)>> {
+    let hash = bloom::key_hash(key);
+    for m in std::iter::once(&sv.mem).chain(&sv.imms) {
+        if let Some((s, v)) = m.get_hashed(key, hash, seq) {
+            return Ok(Some((s, v.kind, v.value)));
+        }
+    }
+    for t in &sv.version.levels[0] {
+        if t.meta().overlaps(Some(key), Some(key)) {
+            if let Some(found) = t.get(key, hash, seq)? {
+                return Ok(Some(found));
+            }
+        }
+    }
+    for level in 1..sv.version.levels.len() {
+        if let Some(t) = sv.version.file_for(level, key) {
+            if let Some(found) = t.get(key, hash, seq)? {
+                return Ok(Some(found));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// What a scan needs to hide entries covered by range deletes: the engine and the state it read.
+pub(crate) struct RangeCheck {
+    inner: Arc<Inner>,
+    sv: Arc<SuperVersion>,
+}
+
+impl RangeCheck {
+    /// True if `(key, seq)` read at `t` is range-deleted.
+    pub fn deleted(&self, key: &[u8], seq: u64, t: u64) -> Result<bool> {
+        self.inner.range_deleted(&self.sv, key, seq, t)
     }
 }

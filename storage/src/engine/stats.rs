@@ -26,6 +26,14 @@ pub struct EngineStats {
     pub memtable_bytes: usize,
     /// Sealed memtables waiting for flush.
     pub immutable_memtables: usize,
+    /// Range-index levels: (DR-trees, pieces) per index level, level 0 first.
+    pub range_index_levels: Vec<(usize, u64)>,
+    /// Bytes of range-index files on disk.
+    pub range_index_bytes: u64,
+    /// Bytes of EVE filters in memory.
+    pub eve_bytes: u64,
+    /// EVE estimators in the chain.
+    pub eve_estimators: usize,
     /// Bytes of SST filters, fence pointers and page indexes held in memory (grows with the data;
     /// about `bloom_bits_per_key / 8` bytes per key plus two keys per page).
     pub table_memory_bytes: u64,
@@ -67,8 +75,22 @@ impl Inner {
                     tombstones: files.iter().map(|t| t.meta().props.tombstones).sum(),
                 })
                 .collect(),
+            range_index_levels: sv
+                .version
+                .rd_levels
+                .iter()
+                .map(|l| (l.len(), l.iter().map(|t| t.meta().props.pieces).sum()))
+                .collect(),
+            range_index_bytes: sv.version.all_trees().map(|t| t.meta().size).sum(),
+            eve_bytes: self.eve.read().memory_bytes() as u64,
+            eve_estimators: self.eve.read().len(),
             memtable_bytes: sv.mem.approximate_bytes(),
-            table_memory_bytes: sv.version.all_tables().map(|t| t.memory_bytes() as u64).sum(),
+            table_memory_bytes: sv
+                .version
+                .all_tables()
+                .map(|t| t.memory_bytes() as u64)
+                .sum::<u64>()
+                + sv.version.all_trees().map(|t| t.memory_bytes() as u64).sum::<u64>(),
             immutable_memtables: sv.imms.len(),
             page_cache_bytes: self.cache.used_bytes(),
             page_cache_capacity: self.cache.capacity_bytes(),

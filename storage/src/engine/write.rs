@@ -32,6 +32,15 @@ impl Engine {
         b.delete(key);
         self.write(&b, seq)
     }
+
+    /// Deletes every key in `[lo, hi)` written with a sequence number below `seq`; an empty `hi`
+    /// means the end of the key space. Writes after it (higher sequence numbers) stay visible,
+    /// and snapshots below `seq` still see the old data.
+    pub fn delete_range(&self, lo: impl Into<Bytes>, hi: impl Into<Bytes>, seq: u64) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.delete_range(lo, hi);
+        self.write(&b, seq)
+    }
 }
 
 impl Inner {
@@ -65,6 +74,11 @@ impl Inner {
             match op {
                 BatchOp::Put { key, value } => mem.insert(key, s, EntryKind::Put, value.clone()),
                 BatchOp::Delete { key } => mem.insert(key, s, EntryKind::Delete, Bytes::new()),
+                BatchOp::DeleteRange { lo, hi } => {
+                    // Published to the buffer and EVE before the sequence number becomes visible.
+                    mem.insert_range(lo.clone(), hi.clone(), s);
+                    self.eve.write().insert(lo, hi, s);
+                }
             }
         }
         w.last_seq = last;

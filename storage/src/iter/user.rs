@@ -6,6 +6,7 @@ use bytes::Bytes;
 
 use super::{EntryCursor, MergeCursor};
 use crate::batch::EntryKind;
+use crate::engine::RangeCheck;
 use crate::Result;
 
 /// Streams `(key, value)` pairs of a key range as of a snapshot, in key order. It pins the files
@@ -17,6 +18,7 @@ pub struct EngineIter {
     end: Bound<Vec<u8>>,
     started: bool,
     done: bool,
+    ranges: RangeCheck,
 }
 
 impl EngineIter {
@@ -25,8 +27,9 @@ impl EngineIter {
         snapshot: u64,
         start: Bound<Vec<u8>>,
         end: Bound<Vec<u8>>,
+        ranges: RangeCheck,
     ) -> Self {
-        EngineIter { merged, snapshot, start, end, started: false, done: false }
+        EngineIter { merged, snapshot, start, end, started: false, done: false, ranges }
     }
 
     fn past_end(&self, key: &[u8]) -> bool {
@@ -66,11 +69,15 @@ impl EngineIter {
                 continue;
             }
             let key = self.merged.key_bytes();
+            let seq = self.merged.seq();
             let found = match self.merged.kind() {
                 EntryKind::Put => Some((key.clone(), self.merged.value())),
                 EntryKind::Delete => None,
             };
             self.skip_key(&key)?;
+            if found.is_some() && self.ranges.deleted(&key, seq, self.snapshot)? {
+                continue;
+            }
             if found.is_some() {
                 return Ok(found);
             }

@@ -17,6 +17,7 @@ use smallvec::SmallVec;
 pub(crate) use cursor::MemCursor;
 
 use crate::batch::EntryKind;
+use crate::gloran::buffer::RangeBuffer;
 
 /// Keys up to this many bytes are stored inside the skiplist node itself.
 const INLINE_KEY: usize = 32;
@@ -63,8 +64,11 @@ pub struct Memtable {
     map: SkipMap<MemKey, MemValue>,
     bytes: AtomicUsize,
     max_seq: AtomicU64,
+    min_entry_seq: AtomicU64,
     created: Instant,
     filter: MemFilter,
+    /// Range deletes written while this memtable was active.
+    pub(crate) ranges: RangeBuffer,
     /// WAL file holding this memtable's writes (0 without a WAL).
     pub(crate) wal_number: u64,
 }
@@ -77,8 +81,10 @@ impl Memtable {
             map: SkipMap::new(),
             bytes: AtomicUsize::new(0),
             max_seq: AtomicU64::new(0),
+            min_entry_seq: AtomicU64::new(u64::MAX),
             created: Instant::now(),
             filter: MemFilter::new(capacity_bytes),
+            ranges: RangeBuffer::default(),
             wal_number,
         }
     }
@@ -90,6 +96,20 @@ impl Memtable {
         self.map.insert(MemKey { key: KeyBuf::from_slice(key), seq }, MemValue { kind, value });
         self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
         self.max_seq.fetch_max(seq, AtomicOrdering::Relaxed);
+        self.min_entry_seq.fetch_min(seq, AtomicOrdering::Relaxed);
+    }
+
+    /// Records the range delete `[lo, hi) @ seq`.
+    pub fn insert_range(&self, lo: Bytes, hi: Bytes, seq: u64) {
+        let size = lo.len() + hi.len() + ENTRY_OVERHEAD;
+        self.ranges.insert(lo, hi, seq);
+        self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
+        self.max_seq.fetch_max(seq, AtomicOrdering::Relaxed);
+    }
+
+    /// Smallest sequence number of a put or point delete held (`u64::MAX` if none).
+    pub fn min_entry_seq(&self) -> u64 {
+        self.min_entry_seq.load(AtomicOrdering::Relaxed)
     }
 
     /// Newest version of `key` with sequence number `<= snapshot`.
@@ -115,8 +135,13 @@ impl Memtable {
         self.bytes.load(AtomicOrdering::Relaxed)
     }
 
-    /// True if empty.
+    /// True if it holds no entry and no range delete.
     pub fn is_empty(&self) -> bool {
+        self.map.is_empty() && self.ranges.is_empty()
+    }
+
+    /// True if it holds no put or point delete.
+    pub fn has_no_entries(&self) -> bool {
         self.map.is_empty()
     }
 

@@ -35,6 +35,9 @@ pub struct TableProps {
     pub raw_key_bytes: u64,
     /// Sum of value bytes.
     pub raw_value_bytes: u64,
+    /// Every range delete with a sequence number up to this had been applied (covered entries
+    /// dropped) when the file was written.
+    pub rd_applied: u64,
 }
 
 /// An SST as the version knows it.

@@ -88,6 +88,11 @@ impl TableWriter {
             .or_else(|| self.tiles.last().map(|t| t.last_key.as_slice()))
     }
 
+    /// Records how far range deletes were applied to the entries of this file.
+    pub fn set_rd_applied(&mut self, seq: u64) {
+        self.props.rd_applied = seq;
+    }
+
     /// Approximate file size if finished now.
     pub fn estimated_size(&self) -> u64 {
         self.offset + self.tile_bytes as u64

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::gloran::DrMeta;
 use crate::sst::FileMeta;
 
 /// One manifest record. The first record of a manifest lists every live file.
@@ -11,6 +12,10 @@ pub struct VersionEdit {
     pub added: Vec<(u32, FileMeta)>,
     /// Files removed: (level, file id).
     pub deleted: Vec<(u32, u64)>,
+    /// Range-index (DR-tree) files added, with their index level.
+    pub rd_added: Vec<(u32, DrMeta)>,
+    /// Range-index files removed: (index level, file id).
+    pub rd_deleted: Vec<(u32, u64)>,
     /// Next unused file number.
     pub next_file_id: Option<u64>,
     /// Highest sequence number whose effects are all in SSTs.

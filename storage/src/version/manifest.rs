@@ -11,6 +11,7 @@ use super::VersionEdit;
 use crate::error::IoContext;
 use crate::failpoint::{points, FailPoints};
 use crate::fs::{manifest_name, sync_dir};
+use crate::gloran::DrMeta;
 use crate::log::{read_records, RecordWriter};
 use crate::sst::FileMeta;
 use crate::{Error, Result};
@@ -20,6 +21,7 @@ use crate::{Error, Result};
 pub(crate) struct RecoveredManifest {
     pub number: u64,
     pub files: BTreeMap<u64, (u32, FileMeta)>,
+    pub rd_files: BTreeMap<u64, (u32, DrMeta)>,
     pub next_file_id: u64,
     pub persisted_seq: u64,
     pub log_number: u64,
@@ -44,6 +46,23 @@ impl RecoveredManifest {
                 return Err(Error::corruption(path, offset, "edit adds a file twice"));
             }
         }
+        for (level, id) in edit.rd_deleted {
+            match self.rd_files.remove(&id) {
+                Some((l, _)) if l == level => {}
+                _ => {
+                    return Err(Error::corruption(
+                        path,
+                        offset,
+                        format!("edit deletes range-index file {id}, which is not live"),
+                    ))
+                }
+            }
+        }
+        for (level, meta) in edit.rd_added {
+            if self.rd_files.insert(meta.id, (level, meta)).is_some() {
+                return Err(Error::corruption(path, offset, "edit adds a range-index file twice"));
+            }
+        }
         if let Some(n) = edit.next_file_id {
             self.next_file_id = self.next_file_id.max(n);
         }
@@ -61,6 +80,8 @@ impl RecoveredManifest {
         VersionEdit {
             added: self.files.values().cloned().collect(),
             deleted: Vec::new(),
+            rd_added: self.rd_files.values().cloned().collect(),
+            rd_deleted: Vec::new(),
             next_file_id: Some(self.next_file_id),
             persisted_seq: Some(self.persisted_seq),
             log_number: Some(self.log_number),

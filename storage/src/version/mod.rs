@@ -9,19 +9,41 @@ use std::sync::Arc;
 pub use edit::VersionEdit;
 pub(crate) use manifest::{Manifest, RecoveredManifest};
 
+use crate::gloran::drtree::DrTree;
 use crate::sst::{FileMeta, Table};
 
 /// An immutable snapshot of the live files. Level 0 is ordered newest first (files may overlap);
-/// deeper levels are ordered by key and do not overlap.
+/// deeper levels are ordered by key and do not overlap. The range-delete index has its own
+/// levels: index level 0 holds one DR-tree per flush (newest first), deeper index levels one each.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Version {
     pub levels: Vec<Vec<Arc<Table>>>,
+    pub rd_levels: Vec<Vec<Arc<DrTree>>>,
+}
+
+/// Tables and DR-trees opened for the files an edit adds.
+#[derive(Debug, Default)]
+pub(crate) struct Opened {
+    pub tables: HashMap<u64, Arc<Table>>,
+    pub trees: HashMap<u64, Arc<DrTree>>,
+}
+
+impl Opened {
+    /// Opened tables only.
+    pub fn tables(tables: impl IntoIterator<Item = Arc<Table>>) -> Self {
+        Opened { tables: tables.into_iter().map(|t| (t.id(), t)).collect(), trees: HashMap::new() }
+    }
 }
 
 impl Version {
-    /// An empty version with `n` levels.
-    pub fn new(n: usize) -> Self {
-        Version { levels: vec![Vec::new(); n] }
+    /// An empty version with `n` data levels and `rd` index levels.
+    pub fn new(n: usize, rd: usize) -> Self {
+        Version { levels: vec![Vec::new(); n], rd_levels: vec![Vec::new(); rd] }
+    }
+
+    /// Every live DR-tree, newest source first.
+    pub fn all_trees(&self) -> impl Iterator<Item = &Arc<DrTree>> {
+        self.rd_levels.iter().flatten()
     }
 
     /// File metadata per level (the input of the compaction policy).
@@ -42,15 +64,27 @@ impl Version {
     }
 
     /// A new version with `edit` applied. `opened` holds the tables for the added files.
-    pub fn apply(&self, edit: &VersionEdit, opened: &HashMap<u64, Arc<Table>>) -> Version {
+    pub fn apply(&self, edit: &VersionEdit, opened: &Opened) -> Version {
         let mut levels = self.levels.clone();
         for &(level, id) in &edit.deleted {
             levels[level as usize].retain(|t| t.id() != id);
         }
         for (level, meta) in &edit.added {
-            if let Some(t) = opened.get(&meta.id) {
+            if let Some(t) = opened.tables.get(&meta.id) {
                 levels[*level as usize].push(t.clone());
             }
+        }
+        let mut rd_levels = self.rd_levels.clone();
+        for &(level, id) in &edit.rd_deleted {
+            rd_levels[level as usize].retain(|t| t.id() != id);
+        }
+        for (level, meta) in &edit.rd_added {
+            if let Some(t) = opened.trees.get(&meta.id) {
+                rd_levels[*level as usize].push(t.clone());
+            }
+        }
+        for trees in &mut rd_levels {
+            trees.sort_by_key(|t| std::cmp::Reverse(t.meta().props.max_seq));
         }
         for (i, files) in levels.iter_mut().enumerate() {
             if i == 0 {
@@ -59,11 +93,16 @@ impl Version {
                 files.sort_by(|a, b| a.meta().smallest().cmp(b.meta().smallest()));
             }
         }
-        Version { levels }
+        Version { levels, rd_levels }
     }
 
     /// Checks level invariants: sorted levels do not overlap. Returns a description of a violation.
     pub fn check_invariants(&self) -> Result<(), String> {
+        for (i, trees) in self.rd_levels.iter().enumerate().skip(1) {
+            if trees.len() > 1 {
+                return Err(format!("range-index level {i} holds {} trees", trees.len()));
+            }
+        }
         for (i, files) in self.levels.iter().enumerate().skip(1) {
             for w in files.windows(2) {
                 if w[0].meta().largest() >= w[1].meta().smallest() {
