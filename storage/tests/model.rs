@@ -1,6 +1,7 @@
 //! Model-based test: random operation sequences run against the engine and an in-memory oracle,
-//! with flushes, compactions, snapshots, clean reopens and crashes (drop without close, fail points
-//! inside flush and compaction, torn manifest writes). Any divergence fails the test.
+//! with puts, point deletes and range deletes (overlapping, nested, empty, unbounded, the whole key
+//! space), flushes, compactions, snapshots, clean reopens and crashes (drop without close, fail
+//! points inside flush and compaction, torn manifest writes). Any divergence fails the test.
 //!
 //! `EBB_MODEL_OPS` sets the minimum number of operations per recovery mode (default 5,000; two
 //! modes run, so CI executes at least 10,000, typically about 25,000). Set it to 1000000 for the
@@ -14,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ebb_storage::failpoint::points;
-use ebb_storage::{Compression, Engine, Options, Snapshot, WriteBatch};
+use ebb_storage::{Compression, Engine, Options, RangeIndexOptions, Snapshot, WriteBatch};
 use proptest::prelude::*;
 
 const KEYS: u16 = 240;
@@ -46,9 +47,19 @@ enum Crash {
     TornManifest,
 }
 
+/// One operation of a write batch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum W {
+    Put(u16),
+    Delete(u16),
+    /// `[key(lo), key(lo + len))`; `None` length = to the end of the key space, and `lo == KEYS`
+    /// with no length is the whole key space (empty lower bound).
+    Range(u16, Option<u16>),
+}
+
 #[derive(Debug, Clone)]
 enum Op {
-    Write(Vec<(u16, bool)>),
+    Write(Vec<W>),
     Get(u16),
     Scan(u16, u16),
     Snapshot,
@@ -62,10 +73,28 @@ enum Op {
     Crash(Crash),
 }
 
+fn w_strategy() -> impl Strategy<Value = W> {
+    prop_oneof![
+        70 => (0..KEYS).prop_map(W::Put),
+        16 => (0..KEYS).prop_map(W::Delete),
+        10 => (0..KEYS, 0u16..40).prop_map(|(a, l)| W::Range(a, Some(l))),
+        1 => (0..KEYS).prop_map(|a| W::Range(a, None)),
+        1 => Just(W::Range(KEYS, None)),
+    ]
+}
+
+fn range_bounds(lo: u16, len: Option<u16>) -> (Vec<u8>, Vec<u8>) {
+    match len {
+        None if lo >= KEYS => (Vec::new(), Vec::new()),
+        None => (key(lo), Vec::new()),
+        Some(l) => (key(lo), key(lo.saturating_add(l))),
+    }
+}
+
 fn op_strategy() -> impl Strategy<Value = Op> {
     let k = || 0..KEYS;
     prop_oneof![
-        40 => prop::collection::vec((k(), prop::bool::weighted(0.8)), 1..6).prop_map(Op::Write),
+        40 => prop::collection::vec(w_strategy(), 1..6).prop_map(Op::Write),
         12 => k().prop_map(Op::Get),
         5 => (k(), k()).prop_map(|(a, b)| Op::Scan(a.min(b), a.max(b))),
         3 => Just(Op::Snapshot),
@@ -91,26 +120,43 @@ fn op_strategy() -> impl Strategy<Value = Op> {
 /// Versions of one key: (seq, value or `None` for a delete), oldest first.
 type History = Vec<(u64, Option<Vec<u8>>)>;
 
-/// Every version of every key ever written.
+/// Every version of every key ever written, and every range delete.
 #[derive(Default)]
 struct Oracle {
     versions: BTreeMap<Vec<u8>, History>,
+    ranges: Vec<(Vec<u8>, Vec<u8>, u64)>,
     last_seq: u64,
 }
 
 impl Oracle {
-    fn apply(&mut self, seq: u64, ops: &[(u16, bool)]) {
-        for (i, &(k, put)) in ops.iter().enumerate() {
+    fn apply(&mut self, seq: u64, ops: &[W]) {
+        for (i, op) in ops.iter().enumerate() {
             let s = seq + i as u64;
-            let v = put.then(|| value(k, s));
-            self.versions.entry(key(k)).or_default().push((s, v));
+            match *op {
+                W::Put(k) => self.versions.entry(key(k)).or_default().push((s, Some(value(k, s)))),
+                W::Delete(k) => self.versions.entry(key(k)).or_default().push((s, None)),
+                W::Range(lo, len) => {
+                    let (lo, hi) = range_bounds(lo, len);
+                    self.ranges.push((lo, hi, s));
+                }
+            }
             self.last_seq = s;
         }
     }
 
+    /// The newest version at or below `at`, unless a range delete newer than it (and visible at
+    /// `at`) covers the key.
     fn get(&self, key: &[u8], at: u64) -> Option<Vec<u8>> {
         let vs = self.versions.get(key)?;
-        vs.iter().rev().find(|(s, _)| *s <= at).and_then(|(_, v)| v.clone())
+        let (e, v) = vs.iter().rev().find(|(s, _)| *s <= at)?;
+        let deleted = self.ranges.iter().any(|(lo, hi, s)| {
+            lo.as_slice() <= key && (hi.is_empty() || key < hi.as_slice()) && e < s && *s <= at
+        });
+        if deleted {
+            None
+        } else {
+            v.clone()
+        }
     }
 
     fn scan(&self, lo: &[u8], hi: &[u8], at: u64) -> Vec<(Vec<u8>, Vec<u8>)> {
@@ -127,20 +173,23 @@ struct Harness {
     opts: Options,
     engine: Option<Engine>,
     oracle: Oracle,
-    log: Vec<(u64, Vec<(u16, bool)>)>,
+    log: Vec<(u64, Vec<W>)>,
     batch_ends: std::collections::BTreeSet<u64>,
     snaps: Vec<Option<(Snapshot, u64)>>,
     executed: Arc<AtomicU64>,
 }
 
-fn batch_of(ops: &[(u16, bool)], seq: u64) -> WriteBatch {
+fn batch_of(ops: &[W], seq: u64) -> WriteBatch {
     let mut b = WriteBatch::new();
-    for (i, &(k, put)) in ops.iter().enumerate() {
-        if put {
-            b.put(key(k), value(k, seq + i as u64));
-        } else {
-            b.delete(key(k));
-        }
+    for (i, op) in ops.iter().enumerate() {
+        match *op {
+            W::Put(k) => b.put(key(k), value(k, seq + i as u64)),
+            W::Delete(k) => b.delete(key(k)),
+            W::Range(lo, len) => {
+                let (lo, hi) = range_bounds(lo, len);
+                b.delete_range(lo, hi)
+            }
+        };
     }
     b
 }
@@ -167,7 +216,7 @@ impl Harness {
         self.engine.as_ref().unwrap()
     }
 
-    fn write(&mut self, ops: &[(u16, bool)]) {
+    fn write(&mut self, ops: &[W]) {
         let seq = self.oracle.last_seq + 1;
         self.engine().write(&batch_of(ops, seq), seq).unwrap();
         self.oracle.apply(seq, ops);
@@ -275,7 +324,7 @@ impl Harness {
         match c {
             Crash::Drop => {}
             Crash::Flush | Crash::TornManifest => {
-                self.write(&[(1, true)]);
+                self.write(&[W::Put(1)]);
                 let point = match c {
                     Crash::Flush => points::FLUSH_BEFORE_COMMIT,
                     _ => points::MANIFEST_TORN_WRITE,
@@ -356,6 +405,16 @@ fn small_options(wal: bool, h: usize, compression: Compression, cache: usize) ->
         tile_pages: vec![1, h, h * 2],
         compression,
         page_cache_bytes: cache,
+        range_index: RangeIndexOptions {
+            page_size: 256,
+            fanout: 2 + h,
+            level0_trigger: 2,
+            size_ratio: 2,
+            base_level_pieces: 4,
+            num_levels: 4,
+            eve_initial_capacity: 2,
+            eve_bits_per_record: 8,
+        },
         ..Options::default()
     }
 }

@@ -93,7 +93,7 @@ impl Rae {
         let b = if hi.is_empty() { u128::MAX } else { coord(hi) };
         let b = b.max(a);
         let mut g = 0u32;
-        while g < 128 && cell(b, g) - cell(a, g) + 1 > MAX_CELLS {
+        while g < 128 && cell(b, g) - cell(a, g) >= MAX_CELLS {
             g += 1;
         }
         self.widths[(g / 64) as usize] |= 1 << (g % 64);
