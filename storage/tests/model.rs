@@ -277,8 +277,17 @@ impl Harness {
             .get(&k)
             .map(|vs| vs.iter().map(|(s, v)| (*s, v.is_some())).collect())
             .unwrap_or_default();
+        let covering: Vec<u64> = self
+            .oracle
+            .ranges
+            .iter()
+            .filter(|(lo, hi, _)| lo <= &k && (hi.is_empty() || &k < hi))
+            .map(|r| r.2)
+            .collect();
+        let stats = self.engine().stats();
         format!(
             "{} live vs {} expected; key {:?}: engine {:?}, oracle {:?}; history (seq, put) {:?}; \
+             covering range deletes {:?}; index levels {:?}, eve {}; \
              persisted_seq {}, last_seq {}; stats {:?}",
             got.len(),
             want.len(),
@@ -286,6 +295,9 @@ impl Harness {
             g.get(&k).map(|v| String::from_utf8_lossy(v).into_owned()),
             w.get(&k).map(|v| String::from_utf8_lossy(v).into_owned()),
             history,
+            covering,
+            stats.range_index_levels,
+            stats.eve_estimators,
             self.engine().persisted_seq(),
             self.oracle.last_seq,
             self.engine().stats().levels,

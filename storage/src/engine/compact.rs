@@ -65,7 +65,8 @@ impl Inner {
             let v = self.current().version.clone();
             self.run_task(&v, &policy::rewrite_task(&v.metas(), deepest, f))?;
         }
-        Ok(())
+        // Range deletes now applied everywhere they could be are collected by a full index merge.
+        self.compact_index_fully()
     }
 
     fn find_tables(&self, v: &Version, level: usize, ids: &[u64]) -> Result<Vec<Arc<Table>>> {
@@ -111,9 +112,10 @@ impl Inner {
         let mut merged = MergeCursor::new(children);
         merged.seek(&[])?;
         let next_id = || self.alloc_file_id();
-        let rd_applied = self.rd_applied_now();
-        let view = self.current();
-        let covering = |key: &[u8], min_seq: u64| self.covering(&view, key, min_seq);
+        let (upto, rd_applied) = self.range_view_bounds();
+        let (generation, view) = self.read_view();
+        let covering =
+            |key: &[u8], min_seq: u64| self.covering((generation, &view), key, min_seq, upto);
         let spec = OutputSpec {
             ranges: Some(&covering),
             rd_applied,

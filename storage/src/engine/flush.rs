@@ -25,9 +25,10 @@ impl Inner {
         let mut cursor = MemCursor::new(mem.clone());
         cursor.seek(&[])?;
         let next_id = || self.alloc_file_id();
-        let rd_applied = self.rd_applied_now();
-        let view = self.current();
-        let covering = |key: &[u8], min_seq: u64| self.covering(&view, key, min_seq);
+        let (upto, rd_applied) = self.range_view_bounds();
+        let (generation, view) = self.read_view();
+        let covering =
+            |key: &[u8], min_seq: u64| self.covering((generation, &view), key, min_seq, upto);
         let spec = OutputSpec {
             dir: &self.dir,
             opts: &self.opts,

@@ -25,15 +25,28 @@ use crate::version::{Opened, VersionEdit};
 use crate::Result;
 
 impl Inner {
+    /// The EVE generation and the current state, read in that order. A reader must pass both to
+    /// [`Inner::range_deleted`]: if EVE has garbage-collected since, the state may predate the
+    /// compactions that made it safe, and EVE is bypassed.
+    pub(crate) fn read_view(&self) -> (u64, Arc<SuperVersion>) {
+        let generation = self.eve.read().generation();
+        (generation, self.current())
+    }
+
+    fn eve_says_live(&self, generation: u64, key: &[u8], seq: u64) -> bool {
+        let eve = self.eve.read();
+        eve.generation() == generation && !eve.may_be_deleted(key, seq)
+    }
+
     /// True if the entry `(key, seq)` read at `t` is deleted by a range delete.
     pub(crate) fn range_deleted(
         &self,
-        sv: &SuperVersion,
+        (generation, sv): (u64, &SuperVersion),
         key: &[u8],
         seq: u64,
         t: u64,
     ) -> Result<bool> {
-        if !self.eve.read().may_be_deleted(key, seq) {
+        if self.eve_says_live(generation, key, seq) {
             return Ok(false);
         }
         for m in std::iter::once(&sv.mem).chain(&sv.imms) {
@@ -51,11 +64,19 @@ impl Inner {
         Ok(false)
     }
 
-    /// Every range delete covering `key` that could delete a version at or above `min_seq`,
-    /// newest first (for flush and compaction).
-    pub(crate) fn covering(&self, sv: &SuperVersion, key: &[u8], min_seq: u64) -> Result<SeqList> {
+    /// Every range delete at or below `upto` covering `key` that could delete a version at or
+    /// above `min_seq`, newest first (for flush and compaction). `upto` is the visible sequence
+    /// number when the flush or compaction started: later deletes may be newer than snapshots its
+    /// retention rule does not know about, so they are left for a later compaction.
+    pub(crate) fn covering(
+        &self,
+        (generation, sv): (u64, &SuperVersion),
+        key: &[u8],
+        min_seq: u64,
+        upto: u64,
+    ) -> Result<SeqList> {
         let mut out = SeqList::new();
-        if !self.eve.read().may_be_deleted(key, min_seq) {
+        if self.eve_says_live(generation, key, min_seq) {
             return Ok(out);
         }
         for m in std::iter::once(&sv.mem).chain(&sv.imms) {
@@ -67,16 +88,18 @@ impl Inner {
             }
             out.extend(tree.covering(key)?);
         }
+        out.retain(|s| *s <= upto);
         out.sort_unstable_by(|a, b| b.cmp(a));
         out.dedup();
         Ok(out)
     }
 
-    /// The `rd_applied` mark of a table written from a view taken now: the visible sequence
-    /// number, capped by the oldest live snapshot.
-    pub(crate) fn rd_applied_now(&self) -> u64 {
+    /// For a flush or compaction starting now: the visible sequence number (range deletes up to
+    /// it are applied) and the `rd_applied` mark of its outputs (that, capped by the oldest live
+    /// snapshot).
+    pub(crate) fn range_view_bounds(&self) -> (u64, u64) {
         let visible = self.visible_seq.load(Ordering::Acquire);
-        self.snapshots.seqs().first().map_or(visible, |&s| s.min(visible))
+        (visible, self.snapshots.seqs().first().map_or(visible, |&s| s.min(visible)))
     }
 
     /// The GC watermark (see the module docs).
@@ -127,6 +150,23 @@ impl Inner {
         let Some(task) = pick_index(&metas, &self.opts.range_index) else { return Ok(false) };
         self.run_index_task(&sv, &task)?;
         Ok(true)
+    }
+
+    /// Merges every index level into one DR-tree (garbage-collecting what it can): the index
+    /// part of a manual compaction.
+    pub(crate) fn compact_index_fully(&self) -> Result<()> {
+        let sv = self.current();
+        let levels = &sv.version.rd_levels;
+        let inputs: Vec<(usize, u64)> = levels
+            .iter()
+            .enumerate()
+            .flat_map(|(l, trees)| trees.iter().map(move |t| (l, t.id())))
+            .collect();
+        if inputs.is_empty() {
+            return Ok(());
+        }
+        let output_level = levels.iter().rposition(|l| !l.is_empty()).unwrap_or(1).max(1);
+        self.run_index_task(&sv, &IndexTask { inputs, output_level })
     }
 
     fn run_index_task(&self, sv: &SuperVersion, task: &IndexTask) -> Result<()> {

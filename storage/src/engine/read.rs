@@ -30,12 +30,12 @@ impl Engine {
     /// The value of `key` as of `snapshot` (latest if `None`).
     pub fn get(&self, key: &[u8], snapshot: Option<&Snapshot>) -> Result<Option<Bytes>> {
         let seq = self.read_seq(snapshot);
-        let sv = self.inner.current();
+        let (generation, sv) = self.inner.read_view();
         let Some((found, kind, value)) = newest_version(&sv, key, seq)? else { return Ok(None) };
         let Some(value) = visible(kind, value) else { return Ok(None) };
         // Only the newest visible version needs the range-delete check: a delete covering an
         // older version but not this one cannot hide the key.
-        if self.inner.range_deleted(&sv, key, found, seq)? {
+        if self.inner.range_deleted((generation, &sv), key, found, seq)? {
             return Ok(None);
         }
         Ok(Some(value))
@@ -62,7 +62,7 @@ impl Engine {
             Bound::Unbounded => None,
         };
         let seq = self.read_seq(snapshot);
-        let sv = self.inner.current();
+        let (generation, sv) = self.inner.read_view();
         let mut children: Vec<Box<dyn EntryCursor>> = Vec::new();
         children.push(Box::new(MemCursor::new(sv.mem.clone())));
         for m in &sv.imms {
@@ -80,7 +80,7 @@ impl Engine {
                 children.push(Box::new(LevelCursor::new(tables, true)));
             }
         }
-        let ranges = RangeCheck { inner: self.inner.clone(), sv };
+        let ranges = RangeCheck { inner: self.inner.clone(), generation, sv };
         Ok(EngineIter::new(MergeCursor::new(children), seq, start, end, ranges))
     }
 }
@@ -117,12 +117,13 @@ fn newest_version(
 /// What a scan needs to hide entries covered by range deletes: the engine and the state it read.
 pub(crate) struct RangeCheck {
     inner: Arc<Inner>,
+    generation: u64,
     sv: Arc<SuperVersion>,
 }
 
 impl RangeCheck {
     /// True if `(key, seq)` read at `t` is range-deleted.
     pub fn deleted(&self, key: &[u8], seq: u64, t: u64) -> Result<bool> {
-        self.inner.range_deleted(&self.sv, key, seq, t)
+        self.inner.range_deleted((self.generation, &self.sv), key, seq, t)
     }
 }

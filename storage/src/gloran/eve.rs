@@ -132,12 +132,18 @@ pub(crate) struct Eve {
     chain: Vec<Rae>,
     initial_capacity: usize,
     bits_per_record: u32,
+    generation: u64,
 }
 
 impl Eve {
     /// An empty chain whose first RAE holds `initial_capacity` records.
     pub fn new(initial_capacity: usize, bits_per_record: u32) -> Self {
-        Eve { chain: Vec::new(), initial_capacity: initial_capacity.max(1), bits_per_record }
+        Eve {
+            chain: Vec::new(),
+            initial_capacity: initial_capacity.max(1),
+            bits_per_record,
+            generation: 0,
+        }
     }
 
     /// Records the range delete `[lo, hi) @ seq`; `seq` exceeds every earlier one.
@@ -166,10 +172,21 @@ impl Eve {
     }
 
     /// Drops RAEs holding only deletes at or below the GC watermark.
+    ///
+    /// Readers that captured an older [`Eve::generation`] may hold files from before those deletes
+    /// were applied and must not trust the answers any more.
     pub fn gc(&mut self, watermark: u64) {
         let keep =
             self.chain.iter().position(|r| r.max_seq > watermark).unwrap_or(self.chain.len());
-        self.chain.drain(..keep);
+        if keep > 0 {
+            self.chain.drain(..keep);
+            self.generation += 1;
+        }
+    }
+
+    /// Bumped whenever [`Eve::gc`] drops anything.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Number of RAEs.
