@@ -12,6 +12,9 @@ use crate::sst::writer::WriterOptions;
 use crate::sst::{FileMeta, Table, TableWriter};
 use crate::{Options, Result};
 
+/// Covering range-delete sequence numbers of a key, given its oldest version's sequence number.
+pub(crate) type CoveringFn<'a> = dyn Fn(&[u8], u64) -> Result<SeqList> + 'a;
+
 /// What a run of [`write_tables`] needs from the engine.
 pub(crate) struct OutputSpec<'a> {
     pub dir: &'a Path,
@@ -23,7 +26,7 @@ pub(crate) struct OutputSpec<'a> {
     pub retention: Retention,
     /// Covering range-delete sequence numbers of a key, given the oldest version's sequence
     /// number (`None`: range deletes are not applied).
-    pub ranges: Option<&'a dyn Fn(&[u8], u64) -> Result<SeqList>>,
+    pub ranges: Option<&'a CoveringFn<'a>>,
     /// Recorded in every output as `rd_applied`.
     pub rd_applied: u64,
     /// Allocates a file id.

@@ -21,8 +21,9 @@ pub fn pick_index(levels: &[Vec<&DrMeta>], opts: &RangeIndexOptions) -> Option<I
         return Some(IndexTask { inputs: all(0).chain(all(1)).collect(), output_level: 1 });
     }
     let mut cap = opts.base_level_pieces;
-    for l in 1..levels.len().saturating_sub(1) {
-        let pieces: u64 = levels[l].iter().map(|m| m.props.pieces).sum();
+    let last = levels.len().saturating_sub(1);
+    for (l, level) in levels.iter().enumerate().take(last).skip(1) {
+        let pieces: u64 = level.iter().map(|m| m.props.pieces).sum();
         if pieces > cap {
             return Some(IndexTask {
                 inputs: all(l).chain(all(l + 1)).collect(),

@@ -53,7 +53,7 @@ impl Retention {
                 .iter()
                 .map(|&s| (Version { seq: s, kind: EntryKind::Delete, value: Bytes::new() }, true)),
         );
-        all.sort_by(|a, b| b.0.seq.cmp(&a.0.seq));
+        all.sort_by_key(|(v, _)| std::cmp::Reverse(v.seq));
         let mut last_stripe = usize::MAX;
         all.retain(|(v, _)| {
             let s = self.stripe(v.seq);
