@@ -135,9 +135,10 @@ impl Memtable {
         self.bytes.load(AtomicOrdering::Relaxed)
     }
 
-    /// True if it holds no entry and no range delete.
+    /// True if no operation was applied to it. An operation that left nothing behind (a range
+    /// delete of an empty range) still counts: its sequence number must be persisted by a flush.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty() && self.ranges.is_empty()
+        self.max_seq() == 0
     }
 
     /// True if it holds no put or point delete.
