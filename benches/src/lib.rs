@@ -8,6 +8,8 @@
 //! baseline / ebb), so above 1 means EbbDB wins.
 
 pub mod engine;
+pub mod range_delete;
+pub mod range_delete_report;
 pub mod report;
 pub mod rocksdb;
 pub mod workload;

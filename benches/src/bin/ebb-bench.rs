@@ -47,6 +47,59 @@ enum Cmd {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// GLORAN's balanced workload: lookups and writes with RD% range deletes, on EbbDB and on
+    /// RocksDB (DeleteRange), lookup latency split into live, absent and range-deleted keys.
+    RangeDelete {
+        /// Range-delete shares of all operations, in percent.
+        #[arg(long, value_delimiter = ',', default_value = "0,1,2,5,10")]
+        rd: Vec<f64>,
+        /// Key universe (ids).
+        #[arg(long, default_value_t = 4_000_000)]
+        universe: u32,
+        /// Preloaded random puts.
+        #[arg(long, default_value_t = 2_000_000)]
+        preload: u64,
+        /// Measured operations.
+        #[arg(long, default_value_t = 1_000_000)]
+        ops: u64,
+        /// Ids per range delete.
+        #[arg(long, default_value_t = 16)]
+        range_len: u32,
+        /// Value size in bytes.
+        #[arg(long, default_value_t = 240)]
+        value_size: usize,
+        /// Memtable size in bytes (both systems).
+        #[arg(long, default_value_t = 4 << 20)]
+        write_buffer_size: usize,
+        /// Page / block cache in bytes (both systems).
+        #[arg(long, default_value_t = 8 << 20)]
+        cache_size: usize,
+        /// Small run for a smoke test (universe 400k, preload 200k, ops 100k).
+        #[arg(long)]
+        quick: bool,
+        /// Working directory (default: a temporary directory, removed afterwards).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+}
+
+fn work_dir(dir: Option<PathBuf>, tmp: &mut Option<tempfile::TempDir>) -> PathBuf {
+    match dir {
+        Some(d) => {
+            if d.exists() {
+                eprintln!("error: {} exists; pass a new directory", d.display());
+                std::process::exit(2);
+            }
+            d
+        }
+        None => match tempfile::Builder::new().prefix("ebb-bench-").tempdir_in(".") {
+            Ok(t) => tmp.insert(t).path().to_path_buf(),
+            Err(e) => {
+                eprintln!("error: cannot create a working directory: {e}");
+                std::process::exit(2);
+            }
+        },
+    }
 }
 
 fn main() {
@@ -78,26 +131,8 @@ fn main() {
                 cache_size,
                 block_size: 4096,
             };
-            let tmp;
-            let work = match dir {
-                Some(d) => {
-                    if d.exists() {
-                        eprintln!("error: {} exists; pass a new directory", d.display());
-                        std::process::exit(2);
-                    }
-                    d
-                }
-                None => {
-                    tmp = match tempfile::Builder::new().prefix("ebb-bench-").tempdir_in(".") {
-                        Ok(t) => t,
-                        Err(e) => {
-                            eprintln!("error: cannot create a working directory: {e}");
-                            std::process::exit(2);
-                        }
-                    };
-                    tmp.path().to_path_buf()
-                }
-            };
+            let mut tmp = None;
+            let work = work_dir(dir, &mut tmp);
             match ebb_benches::engine::run(&work, &db_bench, &s, repeat) {
                 Ok(results) => {
                     for r in results {
@@ -108,6 +143,38 @@ fn main() {
                     eprintln!("error: {e}");
                     std::process::exit(1);
                 }
+            }
+        }
+        Cmd::RangeDelete {
+            rd,
+            universe,
+            preload,
+            ops,
+            range_len,
+            value_size,
+            write_buffer_size,
+            cache_size,
+            quick,
+            dir,
+        } => {
+            let (universe, preload, ops) =
+                if quick { (400_000, 200_000, 100_000) } else { (universe, preload, ops) };
+            let s = ebb_benches::range_delete::Settings {
+                universe,
+                preload,
+                ops,
+                range_len,
+                value_size,
+                write_buffer_size,
+                cache_size,
+                target_file_size: write_buffer_size as u64,
+                base_level_size: 4 * write_buffer_size as u64,
+            };
+            let mut tmp = None;
+            let work = work_dir(dir, &mut tmp);
+            if let Err(e) = ebb_benches::range_delete_report::run(&work, &s, &rd) {
+                eprintln!("error: {e}");
+                std::process::exit(1);
             }
         }
     }

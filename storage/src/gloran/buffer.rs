@@ -78,11 +78,6 @@ impl RangeBuffer {
             .map(|(lo, (hi, seqs))| Piece { lo: lo.clone(), hi: hi.clone(), seqs: seqs.clone() })
             .collect()
     }
-
-    /// True if no range delete was recorded.
-    pub fn is_empty(&self) -> bool {
-        self.map.read().is_empty()
-    }
 }
 
 #[cfg(test)]

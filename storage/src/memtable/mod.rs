@@ -141,11 +141,6 @@ impl Memtable {
         self.max_seq() == 0
     }
 
-    /// True if it holds no put or point delete.
-    pub fn has_no_entries(&self) -> bool {
-        self.map.is_empty()
-    }
-
     /// Highest sequence number inserted (0 if empty).
     pub fn max_seq(&self) -> u64 {
         self.max_seq.load(AtomicOrdering::Relaxed)
