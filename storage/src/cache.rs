@@ -1,41 +1,29 @@
-//! The bounded cache of decoded pages, shared by all tables and range-index files of an engine.
+//! The bounded cache of decoded pages, shared by all tables of an engine.
 
 use std::sync::Arc;
-
-use crate::gloran::Piece;
 
 use quick_cache::sync::Cache;
 use quick_cache::Weighter;
 
 use crate::sst::page::Page;
 
-/// Cache key: (file id, page index). File ids are unique across SSTs and range-index files.
+/// Cache key: (table id, page index).
 type PageKey = (u64, u32);
-
-/// A cached block.
-#[derive(Debug, Clone)]
-enum Block {
-    Data(Arc<Page>),
-    Pieces(Arc<Vec<Piece>>, usize),
-}
 
 #[derive(Debug, Clone)]
 struct PageWeighter;
 
-impl Weighter<PageKey, Block> for PageWeighter {
-    fn weight(&self, _key: &PageKey, block: &Block) -> u64 {
+impl Weighter<PageKey, Arc<Page>> for PageWeighter {
+    fn weight(&self, _key: &PageKey, page: &Arc<Page>) -> u64 {
         // Decoded bytes plus the entry bookkeeping of the cache itself.
-        96 + match block {
-            Block::Data(p) => p.size() as u64,
-            Block::Pieces(_, bytes) => *bytes as u64,
-        }
+        page.size() as u64 + 96
     }
 }
 
 /// A cache of decoded pages bounded in bytes (S3-FIFO eviction).
 #[derive(Debug)]
 pub(crate) struct PageCache {
-    cache: Option<Cache<PageKey, Block, PageWeighter>>,
+    cache: Option<Cache<PageKey, Arc<Page>, PageWeighter>>,
 }
 
 impl PageCache {
@@ -48,33 +36,15 @@ impl PageCache {
         PageCache { cache: Some(Cache::with_weighter(items, capacity_bytes as u64, PageWeighter)) }
     }
 
-    /// Looks a data page up.
+    /// Looks a page up.
     pub fn get(&self, table: u64, page: u32) -> Option<Arc<Page>> {
-        match self.cache.as_ref()?.get(&(table, page))? {
-            Block::Data(p) => Some(p),
-            Block::Pieces(..) => None,
-        }
+        self.cache.as_ref()?.get(&(table, page))
     }
 
-    /// Inserts a data page.
+    /// Inserts a page.
     pub fn insert(&self, table: u64, page: u32, value: Arc<Page>) {
         if let Some(c) = &self.cache {
-            c.insert((table, page), Block::Data(value));
-        }
-    }
-
-    /// Looks a decoded range-index leaf up.
-    pub fn get_pieces(&self, file: u64, leaf: u32) -> Option<Arc<Vec<Piece>>> {
-        match self.cache.as_ref()?.get(&(file, leaf))? {
-            Block::Pieces(p, _) => Some(p),
-            Block::Data(_) => None,
-        }
-    }
-
-    /// Inserts a decoded range-index leaf of `bytes` encoded size.
-    pub fn insert_pieces(&self, file: u64, leaf: u32, pieces: Arc<Vec<Piece>>, bytes: usize) {
-        if let Some(c) = &self.cache {
-            c.insert((file, leaf), Block::Pieces(pieces, bytes));
+            c.insert((table, page), value);
         }
     }
 

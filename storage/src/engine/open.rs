@@ -164,7 +164,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         if *level as usize >= rd_levels {
             return Err(level_err(id, level, rd_levels));
         }
-        opened.trees.insert(*id, Arc::new(DrTree::open(dir, meta.clone(), cache.clone())?));
+        opened.trees.insert(*id, Arc::new(DrTree::open(dir, meta.clone())?));
     }
     let mut version = Version::new(opts.num_levels, rd_levels).apply(&edit, &opened);
     version.check_invariants().map_err(|why| {
@@ -238,7 +238,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             for p in &pieces {
                 w.add(p)?;
             }
-            let tree = Arc::new(DrTree::open(dir, w.finish()?, cache.clone())?);
+            let tree = Arc::new(DrTree::open(dir, w.finish()?)?);
             add_edit.rd_added.push((0, tree.meta().clone()));
             new_opened.trees.insert(tree.id(), tree);
         }

@@ -124,7 +124,7 @@ impl Inner {
                 w.add(p)?;
             }
             let meta = w.finish()?;
-            DrTree::open(&self.dir, meta, self.cache.clone())
+            DrTree::open(&self.dir, meta)
         })();
         match res {
             Ok(t) => Ok(Some(Arc::new(t))),

@@ -1,12 +1,9 @@
 //! DR-tree round trips and probes against a brute-force scan.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use proptest::prelude::*;
 
 use super::{file_name, DrTree, DrWriter};
-use crate::cache::PageCache;
 use crate::gloran::piece::{combine, Piece, SeqList};
 use crate::gloran::Probe;
 
@@ -30,7 +27,7 @@ fn write(dir: &std::path::Path, id: u64, pieces: &[Piece], page: usize, fanout: 
         w.add(p).unwrap();
     }
     let meta = w.finish().unwrap();
-    DrTree::open(dir, meta, Arc::new(PageCache::new(1 << 20))).unwrap()
+    DrTree::open(dir, meta).unwrap()
 }
 
 proptest! {
@@ -82,7 +79,7 @@ fn corrupt_leaf_is_reported() {
     let mut data = std::fs::read(&path).unwrap();
     data[3] ^= 0x40;
     std::fs::write(&path, &data).unwrap();
-    let t = DrTree::open(dir.path(), meta, Arc::new(PageCache::new(0))).unwrap();
+    let t = DrTree::open(dir.path(), meta).unwrap();
     let err = t.probe(&15u16.to_be_bytes(), 0, u64::MAX).unwrap_err();
     assert!(err.is_corruption(), "{err}");
 }

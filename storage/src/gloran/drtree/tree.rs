@@ -3,11 +3,10 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use super::{decode_pieces, file_name, DrIndex, DrMeta, NodeEntry, FOOTER_LEN, MAGIC};
-use crate::cache::PageCache;
 use crate::coding::{u32_at, u64_at};
 use crate::error::IoContext;
 use crate::gloran::piece::{before_end, Piece, SeqList};
@@ -16,13 +15,18 @@ use crate::sst::page::decode_block;
 use crate::{Error, Result};
 
 /// An open, immutable DR-tree file. Deleted from disk when marked obsolete and no longer used.
+///
+/// Internal levels are pinned when the file is opened; each leaf is pinned, decoded, the first
+/// time a probe reads it. The index is small next to the data (at most two pieces per range
+/// delete), and a probe must not pay a read and a decode per index level.
 #[derive(Debug)]
 pub(crate) struct DrTree {
     meta: DrMeta,
     path: PathBuf,
     file: File,
     index: DrIndex,
-    cache: Arc<PageCache>,
+    leaves: Vec<OnceLock<Arc<Vec<Piece>>>>,
+    pinned_bytes: AtomicUsize,
     obsolete: AtomicBool,
 }
 
@@ -34,7 +38,7 @@ fn find(entries: &[NodeEntry], key: &[u8]) -> Option<usize> {
 
 impl DrTree {
     /// Opens and validates the file described by `meta`.
-    pub fn open(dir: &Path, meta: DrMeta, cache: Arc<PageCache>) -> Result<DrTree> {
+    pub fn open(dir: &Path, meta: DrMeta) -> Result<DrTree> {
         let path = dir.join(file_name(meta.id));
         let file = File::open(&path).at(&path)?;
         let size = file.metadata().at(&path)?.len();
@@ -65,7 +69,16 @@ impl DrTree {
         if index.props != meta.props {
             return Err(corrupt(index_off, "properties differ from the manifest"));
         }
-        Ok(DrTree { meta, path, file, index, cache, obsolete: AtomicBool::new(false) })
+        let leaves = (0..index.levels[0].len()).map(|_| OnceLock::new()).collect();
+        Ok(DrTree {
+            meta,
+            path,
+            file,
+            index,
+            leaves,
+            pinned_bytes: AtomicUsize::new(0),
+            obsolete: AtomicBool::new(false),
+        })
     }
 
     /// Metadata.
@@ -93,14 +106,16 @@ impl DrTree {
         self.index.levels[0].len()
     }
 
-    /// Memory pinned by the index.
+    /// Memory pinned: internal levels and the leaves read so far.
     pub fn memory_bytes(&self) -> usize {
-        self.index.levels.iter().flatten().map(|e| e.lo.len() + e.hi.len() + 80).sum()
+        let internal: usize =
+            self.index.levels.iter().flatten().map(|e| e.lo.len() + e.hi.len() + 80).sum();
+        internal + self.pinned_bytes.load(Ordering::Relaxed)
     }
 
     fn leaf(&self, i: usize) -> Result<Arc<Vec<Piece>>> {
-        if let Some(p) = self.cache.get_pieces(self.meta.id, i as u32) {
-            return Ok(p);
+        if let Some(p) = self.leaves[i].get() {
+            return Ok(p.clone());
         }
         let e = &self.index.levels[0][i];
         let mut buf = vec![0u8; e.len as usize];
@@ -118,7 +133,10 @@ impl DrTree {
             return Err(corrupt("pieces outside the leaf's extent"));
         }
         let pieces = Arc::new(pieces);
-        self.cache.insert_pieces(self.meta.id, i as u32, pieces.clone(), raw.len());
+        if self.leaves[i].set(pieces.clone()).is_ok() {
+            let bytes = raw.len() + pieces.len() * std::mem::size_of::<Piece>();
+            self.pinned_bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
         Ok(pieces)
     }
 
