@@ -161,7 +161,12 @@ fn gc_keeps_a_delete_while_an_older_entry_remains_anywhere() {
 #[test]
 fn gc_collects_deletes_once_applied_everywhere() {
     let d = tempfile::tempdir().unwrap();
-    let e = Engine::open(d.path(), opts()).unwrap();
+    // No background compaction: the deletes are applied only by the manual compaction below.
+    let mut o = opts();
+    o.level0_compaction_trigger = 1000;
+    o.level0_stop_writes_trigger = 2000;
+    o.range_index.level0_trigger = 1000;
+    let e = Engine::open(d.path(), o).unwrap();
     let mut seq = 1;
     for i in 0..2000 {
         e.put(k(i), "v", seq).unwrap();
