@@ -54,7 +54,7 @@ pub use engine::{Engine, EngineStats, LevelStats};
 pub use error::{Error, Result};
 pub use failpoint::FailPoints;
 pub use iter::EngineIter;
-pub use options::{Compression, DeleteKeyExtractor, Options, RangeIndexOptions};
+pub use options::{Compression, DeleteKeyExtractor, Options, RangeDeleteMode, RangeIndexOptions};
 pub use snapshot::Snapshot;
 pub use sst::{FileMeta, TableProps};
 pub use version::VersionEdit;

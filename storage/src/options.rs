@@ -108,10 +108,24 @@ pub struct Options {
     pub page_cache_bytes: usize,
     /// Delete-key extractor used by the KiWi layout.
     pub delete_key: DeleteKeyExtractor,
-    /// The range-delete index (GLORAN).
+    /// How range deletes are stored.
+    pub range_delete_mode: RangeDeleteMode,
+    /// The range-delete index (GLORAN mode).
     pub range_index: RangeIndexOptions,
     /// Fail points for crash testing; empty (and free) in production.
     pub fail_points: FailPoints,
+}
+
+/// How range deletes are stored. Fixed when the engine is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RangeDeleteMode {
+    /// GLORAN: one global index of key x sequence rectangles (the default).
+    #[default]
+    Gloran,
+    /// The RocksDB way, kept as the baseline benchmarks compare against: fragmented range
+    /// tombstones in memtables and in a block of every SST, checked on every lookup and carried
+    /// down by compaction until the bottommost level.
+    Tombstones,
 }
 
 /// Settings of the global range-delete index (the LSM-DRtree and EVE).
@@ -170,6 +184,7 @@ impl Default for Options {
             compression: Compression::Lz4,
             page_cache_bytes: 64 << 20,
             delete_key: DeleteKeyExtractor::trailing_u64_be(),
+            range_delete_mode: RangeDeleteMode::Gloran,
             range_index: RangeIndexOptions::default(),
             fail_points: FailPoints::default(),
         }

@@ -3,9 +3,11 @@
 //! space), flushes, compactions, snapshots, clean reopens and crashes (drop without close, fail
 //! points inside flush and compaction, torn manifest writes). Any divergence fails the test.
 //!
-//! `EBB_MODEL_OPS` sets the minimum number of operations per recovery mode (default 5,000; two
-//! modes run, so CI executes at least 10,000, typically about 25,000). Set it to 1000000 for the
-//! long mode. Each mode asserts it ran at least that many.
+//! Every combination of recovery mode (engine WAL, or none with Raft-style replay by the caller)
+//! and range-delete mode (GLORAN, RocksDB-style tombstones) runs. `EBB_MODEL_OPS` sets the
+//! minimum number of operations per recovery mode, split between the two range-delete modes
+//! (default 5,000, so CI executes at least 10,000, typically about 25,000). Set it to 1000000 for
+//! the long mode. Each combination asserts it ran its share.
 
 #![allow(clippy::unwrap_used)] // tests: a failed step should fail the test
 
@@ -15,7 +17,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ebb_storage::failpoint::points;
-use ebb_storage::{Compression, Engine, Options, RangeIndexOptions, Snapshot, WriteBatch};
+use ebb_storage::{
+    Compression, Engine, Options, RangeDeleteMode, RangeIndexOptions, Snapshot, WriteBatch,
+};
 use proptest::prelude::*;
 
 const KEYS: u16 = 240;
@@ -402,9 +406,16 @@ impl Harness {
     }
 }
 
-fn small_options(wal: bool, h: usize, compression: Compression, cache: usize) -> Options {
+fn small_options(
+    wal: bool,
+    mode: RangeDeleteMode,
+    h: usize,
+    compression: Compression,
+    cache: usize,
+) -> Options {
     Options {
         wal,
+        range_delete_mode: mode,
         write_buffer_size: 4 << 10,
         max_immutable_memtables: 2,
         memtable_max_age: None,
@@ -431,22 +442,23 @@ fn small_options(wal: bool, h: usize, compression: Compression, cache: usize) ->
     }
 }
 
-fn options_strategy(wal: bool) -> impl Strategy<Value = Options> {
+fn options_strategy(wal: bool, mode: RangeDeleteMode) -> impl Strategy<Value = Options> {
     (
         prop_oneof![Just(1usize), Just(2), Just(4)],
         prop_oneof![Just(Compression::None), Just(Compression::Lz4), Just(Compression::Zstd(1))],
         prop_oneof![Just(0usize), Just(64 << 10)],
     )
-        .prop_map(move |(h, c, cache)| small_options(wal, h, c, cache))
+        .prop_map(move |(h, c, cache)| small_options(wal, mode, h, c, cache))
 }
 
 fn min_ops() -> u64 {
     std::env::var("EBB_MODEL_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(5_000)
 }
 
-/// Runs random cases of one recovery mode and asserts at least `min_ops()` operations ran.
-fn run_mode(wal: bool) {
-    let min = min_ops();
+/// Runs random cases of one recovery and range-delete mode and asserts at least half of
+/// `min_ops()` operations ran.
+fn run_mode(wal: bool, mode: RangeDeleteMode) {
+    let min = min_ops() / 2;
     let cases = min.div_ceil(MIN_OPS_PER_CASE as u64).max(1) as u32;
     let config = ProptestConfig {
         cases,
@@ -456,7 +468,7 @@ fn run_mode(wal: bool) {
     };
     let executed = Arc::new(AtomicU64::new(0));
     let strategy = (
-        options_strategy(wal),
+        options_strategy(wal, mode),
         prop::collection::vec(op_strategy(), MIN_OPS_PER_CASE..=MAX_OPS_PER_CASE),
     );
     let counter = executed.clone();
@@ -469,19 +481,29 @@ fn run_mode(wal: bool) {
         Ok(())
     });
     if let Err(e) = result {
-        panic!("model divergence (wal = {wal}): {e}");
+        panic!("model divergence (wal = {wal}, {mode:?}): {e}");
     }
     let n = executed.load(Ordering::Relaxed);
-    println!("model (wal = {wal}): {cases} cases, {n} operations, 0 divergences");
+    println!("model (wal = {wal}, {mode:?}): {cases} cases, {n} operations, 0 divergences");
     assert!(n >= min, "ran {n} operations, fewer than the {min} required");
 }
 
 #[test]
 fn model_with_wal() {
-    run_mode(true);
+    run_mode(true, RangeDeleteMode::Gloran);
 }
 
 #[test]
 fn model_without_wal_caller_replays() {
-    run_mode(false);
+    run_mode(false, RangeDeleteMode::Gloran);
+}
+
+#[test]
+fn model_tombstones_with_wal() {
+    run_mode(true, RangeDeleteMode::Tombstones);
+}
+
+#[test]
+fn model_tombstones_without_wal_caller_replays() {
+    run_mode(false, RangeDeleteMode::Tombstones);
 }

@@ -226,3 +226,30 @@ fn an_empty_range_delete_still_advances_the_persisted_sequence() {
         }
     }
 }
+
+#[test]
+fn tombstone_baseline_mode_has_the_same_semantics_and_cannot_be_mixed() {
+    use ebb_storage::RangeDeleteMode;
+    let d = tempfile::tempdir().unwrap();
+    let tomb = Options { range_delete_mode: RangeDeleteMode::Tombstones, ..opts() };
+    let e = Engine::open(d.path(), tomb.clone()).unwrap();
+    for i in 0..200 {
+        e.put(k(i), "v", i as u64 + 1).unwrap();
+    }
+    e.flush().unwrap();
+    e.delete_range(k(50), k(150), 500).unwrap();
+    e.put(k(100), "new", 501).unwrap();
+    e.flush().unwrap();
+    assert_eq!(e.stats().range_index_bytes, 0, "no GLORAN index in tombstone mode");
+    assert_eq!((get(&e, 60), get(&e, 100).as_deref()), (None, Some("new")));
+    e.close().unwrap();
+    // SSTs hold tombstones now: GLORAN mode would ignore them, so opening in it is refused.
+    let err = Engine::open(d.path(), opts()).unwrap_err();
+    assert!(matches!(err, ebb_storage::Error::InvalidArgument(_)), "{err}");
+    let e = Engine::open(d.path(), tomb).unwrap();
+    assert_eq!(live(&e).len(), 101);
+    e.compact_range(None, None).unwrap();
+    assert_eq!(live(&e).len(), 101);
+    let entries: u64 = e.stats().levels.iter().map(|l| l.entries).sum();
+    assert_eq!(entries, 101, "covered entries and bottommost tombstones dropped");
+}

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::retention::{Retention, Version};
 use crate::cache::PageCache;
 use crate::failpoint::{points, FailPoints};
-use crate::gloran::piece::SeqList;
+use crate::gloran::piece::{before_end, Piece, SeqList};
 use crate::iter::EntryCursor;
 use crate::sst::writer::WriterOptions;
 use crate::sst::{FileMeta, Table, TableWriter};
@@ -29,6 +29,9 @@ pub(crate) struct OutputSpec<'a> {
     pub ranges: Option<&'a CoveringFn<'a>>,
     /// Recorded in every output as `rd_applied`.
     pub rd_applied: u64,
+    /// Range-tombstone fragments to store in the outputs (tombstone mode), key-sorted and
+    /// disjoint; each output gets the fragments of its key range, cut at file boundaries.
+    pub tombstones: Vec<Piece>,
     /// Allocates a file id.
     pub next_id: &'a dyn Fn() -> u64,
     /// Check the mid-output fail point (compactions).
@@ -81,8 +84,20 @@ fn write_inner(
         compression: spec.opts.compression,
         delete_key: spec.opts.delete_key.clone(),
     };
+    let new_writer = || -> Result<TableWriter> {
+        let id = (spec.next_id)();
+        let path = spec.dir.join(crate::sst::file_name(id));
+        let mut w = TableWriter::create(id, &path, wopts.clone())?;
+        w.set_rd_applied(spec.rd_applied);
+        Ok(w)
+    };
+    let mut fragments: std::collections::VecDeque<Piece> =
+        spec.tombstones.iter().cloned().collect();
     let mut stats = RunStats::default();
     let mut writer: Option<TableWriter> = None;
+    // A full output is finished only when the next key is known, so the tombstone fragments
+    // can be cut exactly at the boundary between the two files.
+    let mut full = false;
     let mut versions: Vec<Version> = Vec::new();
     while cursor.valid() {
         let key = cursor.key_bytes();
@@ -106,29 +121,51 @@ fn write_inner(
         if versions.is_empty() {
             continue;
         }
+        if let Some(mut done) = if full { writer.take() } else { None } {
+            done.set_range_tombstones(take_below(&mut fragments, &key));
+            finish(Some(done), metas, &mut stats)?;
+            if let Some(fp) = spec.fail {
+                fp.check(points::COMPACTION_MID_OUTPUT)?;
+            }
+        }
         let w = match &mut writer {
             Some(w) => w,
-            None => {
-                let id = (spec.next_id)();
-                let path = spec.dir.join(crate::sst::file_name(id));
-                let mut w = TableWriter::create(id, &path, wopts.clone())?;
-                w.set_rd_applied(spec.rd_applied);
-                writer.insert(w)
-            }
+            None => writer.insert(new_writer()?),
         };
         for v in versions.drain(..) {
             w.add(key.clone(), v.seq, v.kind, v.value)?;
             stats.entries_out += 1;
         }
-        if w.estimated_size() >= spec.target_file_size {
-            finish(writer.take(), metas, &mut stats)?;
-            if let Some(fp) = spec.fail {
-                fp.check(points::COMPACTION_MID_OUTPUT)?;
-            }
-        }
+        full = w.estimated_size() >= spec.target_file_size;
+    }
+    if writer.is_none() && !fragments.is_empty() {
+        writer = Some(new_writer()?);
+    }
+    if let Some(w) = &mut writer {
+        w.set_range_tombstones(fragments.drain(..).collect());
     }
     finish(writer.take(), metas, &mut stats)?;
     Ok(stats)
+}
+
+/// Removes and returns the fragments (or fragment parts) below `key`.
+fn take_below(q: &mut std::collections::VecDeque<Piece>, key: &[u8]) -> Vec<Piece> {
+    let mut out = Vec::new();
+    while let Some(front) = q.front_mut() {
+        if front.lo.as_ref() >= key {
+            break;
+        }
+        if before_end(key, &front.hi) {
+            // Straddles the boundary: [lo, key) here, [key, hi) stays for the next file.
+            let mut head = front.clone();
+            head.hi = bytes::Bytes::copy_from_slice(key);
+            front.lo = bytes::Bytes::copy_from_slice(key);
+            out.push(head);
+            break;
+        }
+        out.extend(q.pop_front());
+    }
+    out
 }
 
 fn finish(w: Option<TableWriter>, metas: &mut Vec<FileMeta>, stats: &mut RunStats) -> Result<()> {

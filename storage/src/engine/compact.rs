@@ -3,14 +3,17 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use super::tombstones::{covering_all, merged_inputs};
 use super::Inner;
-use crate::compaction::executor::{write_tables, OutputSpec};
+use crate::compaction::executor::{write_tables, CoveringFn, OutputSpec};
 use crate::compaction::policy::{self, CompactionReason, CompactionTask};
 use crate::compaction::retention::Retention;
 use crate::failpoint::points;
+use crate::gloran::piece::combine;
 use crate::iter::{EntryCursor, LevelCursor, MergeCursor};
 use crate::sst::{Table, TableCursor};
 use crate::version::{Opened, Version, VersionEdit};
+use crate::RangeDeleteMode;
 use crate::{Error, Result};
 
 impl Inner {
@@ -114,11 +117,29 @@ impl Inner {
         let next_id = || self.alloc_file_id();
         let (upto, rd_applied) = self.range_view_bounds();
         let (generation, view) = self.read_view();
-        let covering =
+        let gloran =
             |key: &[u8], min_seq: u64| self.covering((generation, &view), key, min_seq, upto);
+        // Tombstone mode: the inputs' tombstones apply to the inputs' entries and move down with
+        // them; at the bottommost level those every reader sees are dropped (fully applied).
+        let tombstone_mode = self.opts.range_delete_mode == RangeDeleteMode::Tombstones;
+        let input_tombstones = if tombstone_mode {
+            merged_inputs(&inputs.iter().chain(&overlapping).collect::<Vec<_>>())
+        } else {
+            Vec::new()
+        };
+        let local = |key: &[u8], _: u64| Ok(covering_all(&input_tombstones, key));
+        let covering: &CoveringFn<'_> = if tombstone_mode { &local } else { &gloran };
+        let snaps = self.snapshots.seqs();
+        let gc = if task.bottommost { snaps.first().copied().unwrap_or(u64::MAX) } else { 0 };
+        let tombstones = if tombstone_mode {
+            combine(&[&input_tombstones], Some(&snaps), gc)
+        } else {
+            Vec::new()
+        };
         let spec = OutputSpec {
-            ranges: Some(&covering),
+            ranges: Some(covering),
             rd_applied,
+            tombstones,
             dir: &self.dir,
             opts: &self.opts,
             cache: &self.cache,

@@ -2,13 +2,16 @@
 
 use std::sync::atomic::Ordering;
 
+use super::tombstones::covering_all;
 use super::Inner;
-use crate::compaction::executor::{write_tables, OutputSpec};
+use crate::compaction::executor::{write_tables, CoveringFn, OutputSpec};
 use crate::compaction::retention::Retention;
 use crate::failpoint::points;
+use crate::gloran::piece::combine;
 use crate::iter::EntryCursor;
 use crate::memtable::MemCursor;
 use crate::version::{Opened, VersionEdit};
+use crate::RangeDeleteMode;
 use crate::Result;
 
 impl Inner {
@@ -27,8 +30,18 @@ impl Inner {
         let next_id = || self.alloc_file_id();
         let (upto, rd_applied) = self.range_view_bounds();
         let (generation, view) = self.read_view();
-        let covering =
+        let gloran =
             |key: &[u8], min_seq: u64| self.covering((generation, &view), key, min_seq, upto);
+        // Tombstone mode: the memtable's own tombstones apply to its entries and go into the SST.
+        let tombstone_mode = self.opts.range_delete_mode == RangeDeleteMode::Tombstones;
+        let own = if tombstone_mode { mem.ranges.pieces() } else { Vec::new() };
+        let local = |key: &[u8], _: u64| Ok(covering_all(&own, key));
+        let covering: &CoveringFn<'_> = if tombstone_mode { &local } else { &gloran };
+        let tombstones = if tombstone_mode {
+            combine(&[&own], Some(&self.snapshots.seqs()), 0)
+        } else {
+            Vec::new()
+        };
         let spec = OutputSpec {
             dir: &self.dir,
             opts: &self.opts,
@@ -36,8 +49,9 @@ impl Inner {
             level: 0,
             target_file_size: u64::MAX,
             retention: Retention::new(self.snapshots.seqs(), false),
-            ranges: Some(&covering),
+            ranges: Some(covering),
             rd_applied,
+            tombstones,
             next_id: &next_id,
             fail: None,
         };

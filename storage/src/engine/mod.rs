@@ -8,6 +8,7 @@ mod open;
 mod ranges;
 mod read;
 mod stats;
+mod tombstones;
 mod write;
 
 use std::fs::File;

@@ -29,7 +29,7 @@ use crate::snapshot::SnapshotList;
 use crate::sst::Table;
 use crate::version::{Manifest, Opened, RecoveredManifest, Version, VersionEdit};
 use crate::wal::{self, Wal};
-use crate::{Error, Options, Result};
+use crate::{Error, Options, RangeDeleteMode, Result};
 
 fn lock_dir(dir: &Path) -> Result<File> {
     let path = dir.join("LOCK");
@@ -145,6 +145,20 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         }
     }
 
+    let tombstone_files = recovered.files.values().any(|(_, m)| m.props.range_tombstones > 0);
+    match opts.range_delete_mode {
+        RangeDeleteMode::Tombstones if !recovered.rd_files.is_empty() => {
+            return Err(Error::InvalidArgument(
+                "the engine was created in GLORAN range-delete mode".into(),
+            ));
+        }
+        RangeDeleteMode::Gloran if tombstone_files => {
+            return Err(Error::InvalidArgument(
+                "the engine was created in tombstone range-delete mode".into(),
+            ));
+        }
+        _ => {}
+    }
     let cache = Arc::new(PageCache::new(opts.page_cache_bytes));
     let mut opened = Opened::default();
     let mut edit = recovered.snapshot_edit();
@@ -217,6 +231,11 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             retention: Retention::new(Vec::new(), false),
             ranges: None,
             rd_applied: 0,
+            tombstones: if opts.range_delete_mode == RangeDeleteMode::Tombstones {
+                combine(&[&mem.ranges.pieces()], Some(&[]), 0)
+            } else {
+                Vec::new()
+            },
             next_id: &alloc,
             fail: None,
         };
@@ -227,7 +246,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             ..Default::default()
         };
         let pieces = combine(&[&mem.ranges.pieces()], Some(&[]), 0);
-        if !pieces.is_empty() {
+        if !pieces.is_empty() && opts.range_delete_mode == RangeDeleteMode::Gloran {
             let id = alloc();
             let mut w = DrWriter::create(
                 id,

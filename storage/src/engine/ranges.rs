@@ -22,7 +22,7 @@ use crate::gloran::piece::{combine, Piece, SeqList};
 use crate::gloran::Probe;
 use crate::memtable::Memtable;
 use crate::version::{Opened, VersionEdit};
-use crate::Result;
+use crate::{RangeDeleteMode, Result};
 
 impl Inner {
     /// The EVE generation and the current state, read in that order. A reader must pass both to
@@ -46,6 +46,9 @@ impl Inner {
         seq: u64,
         t: u64,
     ) -> Result<bool> {
+        if self.opts.range_delete_mode == RangeDeleteMode::Tombstones {
+            return Ok(super::tombstones::tombstone_deleted(sv, key, seq, t));
+        }
         if self.eve_says_live(generation, key, seq) {
             return Ok(false);
         }
@@ -137,6 +140,9 @@ impl Inner {
 
     /// The range buffer of a memtable being flushed, collapsed to the live snapshots.
     pub(crate) fn flush_ranges(&self, mem: &Memtable) -> Result<Option<Arc<DrTree>>> {
+        if self.opts.range_delete_mode == RangeDeleteMode::Tombstones {
+            return Ok(None); // the tombstones go into the flushed SST
+        }
         let pieces = mem.ranges.pieces();
         let snaps = self.snapshots.seqs();
         self.write_tree(&combine(&[&pieces], Some(&snaps), 0))

@@ -13,7 +13,7 @@ use crate::iter::{EngineIter, EntryCursor, LevelCursor, MergeCursor};
 use crate::memtable::MemCursor;
 use crate::snapshot::Snapshot;
 use crate::sst::{bloom, TableCursor};
-use crate::Result;
+use crate::{RangeDeleteMode, Result};
 
 fn visible(kind: EntryKind, value: Bytes) -> Option<Bytes> {
     match kind {
@@ -31,6 +31,9 @@ impl Engine {
     pub fn get(&self, key: &[u8], snapshot: Option<&Snapshot>) -> Result<Option<Bytes>> {
         let seq = self.read_seq(snapshot);
         let (generation, sv) = self.inner.read_view();
+        if self.inner.opts.range_delete_mode == RangeDeleteMode::Tombstones {
+            return get_with_tombstones(&sv, key, seq);
+        }
         let Some((found, kind, value)) = newest_version(&sv, key, seq)? else { return Ok(None) };
         let Some(value) = visible(kind, value) else { return Ok(None) };
         // Only the newest visible version needs the range-delete check: a delete covering an
@@ -108,6 +111,44 @@ fn newest_version(
         if let Some(t) = sv.version.file_for(level, key) {
             if let Some(found) = t.get(key, hash, seq)? {
                 return Ok(Some(found));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// A lookup in tombstone mode, as RocksDB does it: every memtable and file visited on the way
+/// down contributes its newest covering range tombstone; the first version found is deleted if
+/// older than the newest such tombstone.
+fn get_with_tombstones(sv: &SuperVersion, key: &[u8], seq: u64) -> Result<Option<Bytes>> {
+    let hash = bloom::key_hash(key);
+    let mut covered = 0u64;
+    let decide = |covered: u64, (s, kind, value): (u64, EntryKind, Bytes)| {
+        if s < covered {
+            None
+        } else {
+            visible(kind, value)
+        }
+    };
+    for m in std::iter::once(&sv.mem).chain(&sv.imms) {
+        covered = covered.max(m.ranges.visible(key, seq).unwrap_or(0));
+        if let Some((s, v)) = m.get_hashed(key, hash, seq) {
+            return Ok(decide(covered, (s, v.kind, v.value)));
+        }
+    }
+    for t in &sv.version.levels[0] {
+        if t.meta().overlaps(Some(key), Some(key)) {
+            covered = covered.max(t.covering_tombstone(key, seq).unwrap_or(0));
+            if let Some(found) = t.get(key, hash, seq)? {
+                return Ok(decide(covered, found));
+            }
+        }
+    }
+    for level in 1..sv.version.levels.len() {
+        if let Some(t) = sv.version.file_for(level, key) {
+            covered = covered.max(t.covering_tombstone(key, seq).unwrap_or(0));
+            if let Some(found) = t.get(key, hash, seq)? {
+                return Ok(decide(covered, found));
             }
         }
     }

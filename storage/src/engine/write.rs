@@ -77,7 +77,9 @@ impl Inner {
                 BatchOp::DeleteRange { lo, hi } => {
                     // Published to the buffer and EVE before the sequence number becomes visible.
                     mem.insert_range(lo.clone(), hi.clone(), s);
-                    self.eve.write().insert(lo, hi, s);
+                    if self.opts.range_delete_mode == crate::RangeDeleteMode::Gloran {
+                        self.eve.write().insert(lo, hi, s);
+                    }
                 }
             }
         }

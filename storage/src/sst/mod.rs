@@ -37,7 +37,7 @@ pub(crate) mod writer;
 
 pub(crate) use cursor::TableCursor;
 pub use props::{FileMeta, TableProps};
-pub(crate) use props::{IndexBlock, PageMeta, TileMeta};
+pub(crate) use props::{Fragment, IndexBlock, PageMeta, TileMeta};
 pub(crate) use table::Table;
 pub(crate) use writer::TableWriter;
 

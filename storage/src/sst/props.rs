@@ -38,6 +38,8 @@ pub struct TableProps {
     /// Every range delete with a sequence number up to this had been applied (covered entries
     /// dropped) when the file was written.
     pub rd_applied: u64,
+    /// Range-tombstone fragments stored in the file (tombstone mode).
+    pub range_tombstones: u64,
 }
 
 /// An SST as the version knows it.
@@ -91,10 +93,21 @@ pub(crate) struct PageMeta {
     pub filter_len: u32,
 }
 
+/// A fragment of range tombstones stored in an SST (tombstone mode): keys `[lo, hi)` (empty `hi`
+/// = end of the key space) covered by the deletes with sequence numbers `seqs`, newest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Fragment {
+    pub lo: Vec<u8>,
+    pub hi: Vec<u8>,
+    pub seqs: Vec<u64>,
+}
+
 /// The index block of an SST.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct IndexBlock {
     pub tiles: Vec<TileMeta>,
     pub pages: Vec<PageMeta>,
+    /// Range-tombstone fragments, key-sorted and disjoint (tombstone mode).
+    pub range_tombstones: Vec<Fragment>,
     pub props: TableProps,
 }

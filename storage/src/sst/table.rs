@@ -15,6 +15,7 @@ use crate::batch::EntryKind;
 use crate::cache::PageCache;
 use crate::coding::{u32_at, u64_at};
 use crate::error::IoContext;
+use crate::gloran::piece::{before_end, Piece, SeqList};
 use crate::{Error, Result};
 
 /// A found version: sequence number, kind and value.
@@ -29,6 +30,7 @@ pub(crate) struct Table {
     file: File,
     index: IndexBlock,
     fences: Fences,
+    tombstones: Vec<Piece>,
     filters: Bytes,
     cache: Arc<PageCache>,
     obsolete: AtomicBool,
@@ -82,12 +84,29 @@ impl Table {
             return Err(corrupt(index_off, "file properties differ from the manifest"));
         }
         let fences = Fences::new(&index.tiles);
+        let tombstones: Vec<Piece> = index
+            .range_tombstones
+            .iter()
+            .map(|f| Piece {
+                lo: Bytes::copy_from_slice(&f.lo),
+                hi: Bytes::copy_from_slice(&f.hi),
+                seqs: SeqList::from_slice(&f.seqs),
+            })
+            .collect();
+        let ordered = tombstones.windows(2).all(|w| !w[0].hi.is_empty() && w[0].hi <= w[1].lo);
+        let sane = tombstones.iter().all(|p| {
+            !p.seqs.is_empty() && p.seqs.windows(2).all(|w| w[0] > w[1]) && before_end(&p.lo, &p.hi)
+        });
+        if !ordered || !sane {
+            return Err(corrupt(index_off, "range-tombstone fragments out of order"));
+        }
         Ok(Table {
             meta,
             path,
             file,
             index,
             fences,
+            tombstones,
             filters,
             cache,
             obsolete: AtomicBool::new(false),
@@ -111,6 +130,22 @@ impl Table {
         let tiles: usize =
             self.index.tiles.iter().map(|t| t.first_key.len() + t.last_key.len() + 56).sum();
         self.filters.len() + self.fences.memory_bytes() + pages + tiles
+    }
+
+    /// Range-tombstone fragments stored in this file (tombstone mode).
+    pub fn tombstones(&self) -> &[Piece] {
+        &self.tombstones
+    }
+
+    /// Newest range tombstone of this file covering `key` that a reader at `t` sees.
+    pub fn covering_tombstone(&self, key: &[u8], t: u64) -> Option<u64> {
+        let i = self.tombstones.partition_point(|p| p.lo.as_ref() <= key).checked_sub(1)?;
+        let p = &self.tombstones[i];
+        if p.contains(key) {
+            p.visible(t)
+        } else {
+            None
+        }
     }
 
     /// Number of delete tiles.

@@ -7,10 +7,12 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 
 use super::page::{encode_block, PageBuilder};
-use super::{bloom, FileMeta, IndexBlock, PageMeta, TableProps, TileMeta};
+use super::{bloom, FileMeta, Fragment, IndexBlock, PageMeta, TableProps, TileMeta};
 use super::{FORMAT_VERSION, MAGIC};
 use crate::batch::EntryKind;
+use crate::batch::MAX_KEY_LEN;
 use crate::error::IoContext;
+use crate::gloran::piece::Piece;
 use crate::options::{Compression, DeleteKeyExtractor};
 use crate::{Error, Result};
 
@@ -56,6 +58,7 @@ pub(crate) struct TableWriter {
     page: PageBuilder,
     block: Vec<u8>,
     hashes: Vec<u64>,
+    tombstones: Vec<Piece>,
 }
 
 impl TableWriter {
@@ -77,6 +80,7 @@ impl TableWriter {
             page: PageBuilder::default(),
             block: Vec::new(),
             hashes: Vec::new(),
+            tombstones: Vec::new(),
         })
     }
 
@@ -86,6 +90,12 @@ impl TableWriter {
             .last()
             .map(|p| p.key.as_ref())
             .or_else(|| self.tiles.last().map(|t| t.last_key.as_slice()))
+    }
+
+    /// Stores range-tombstone fragments (key-sorted, disjoint) in the file (tombstone mode). The
+    /// file's key range grows to cover them.
+    pub fn set_range_tombstones(&mut self, fragments: Vec<Piece>) {
+        self.tombstones = fragments;
     }
 
     /// Records how far range deletes were applied to the entries of this file.
@@ -206,11 +216,34 @@ impl TableWriter {
 
     /// Writes the filter block, index block and footer, fsyncs, and returns the file's metadata.
     pub fn finish(mut self) -> Result<FileMeta> {
-        if self.props.entries == 0 {
+        if self.props.entries == 0 && self.tombstones.is_empty() {
             return Err(Error::InvalidArgument("cannot finish an empty table".into()));
         }
+        let had_entries = self.props.entries > 0;
         self.props.largest = self.last_key().unwrap_or_default().to_vec();
         self.flush_tile()?;
+        if !had_entries {
+            self.props.min_seq = u64::MAX;
+        }
+        for f in &self.tombstones {
+            let p = &mut self.props;
+            if !had_entries && p.range_tombstones == 0 {
+                p.smallest = f.lo.to_vec();
+                p.largest = Vec::new();
+            }
+            p.smallest = p.smallest.clone().min(f.lo.to_vec());
+            // Upper bounds are exclusive; counting them inclusive only widens the file's range.
+            let hi = if f.hi.is_empty() { vec![0xFF; MAX_KEY_LEN + 1] } else { f.hi.to_vec() };
+            p.largest = p.largest.clone().max(hi);
+            let (lo_seq, hi_seq) = (*f.seqs.last().unwrap_or(&0), f.max_seq());
+            p.min_seq = p.min_seq.min(lo_seq);
+            p.max_seq = p.max_seq.max(hi_seq);
+            p.min_tombstone_seq = Some(p.min_tombstone_seq.map_or(lo_seq, |s| s.min(lo_seq)));
+            p.range_tombstones += 1;
+        }
+        if self.props.min_dkey == u64::MAX {
+            self.props.min_dkey = 0;
+        }
         let filter_offset = self.offset;
         self.block.clear();
         encode_block(&self.filters, Compression::None, &mut self.block);
@@ -225,6 +258,11 @@ impl TableWriter {
         let index = IndexBlock {
             tiles: std::mem::take(&mut self.tiles),
             pages: std::mem::take(&mut self.pages),
+            range_tombstones: self
+                .tombstones
+                .iter()
+                .map(|f| Fragment { lo: f.lo.to_vec(), hi: f.hi.to_vec(), seqs: f.seqs.to_vec() })
+                .collect(),
             props: self.props.clone(),
         };
         let raw = postcard::to_stdvec(&index)
