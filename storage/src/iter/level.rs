@@ -50,7 +50,7 @@ impl LevelCursor {
 
 impl EntryCursor for LevelCursor {
     fn seek(&mut self, target: &[u8]) -> Result<()> {
-        let i = self.tables.partition_point(|t| t.meta().largest() < target);
+        let i = self.tables.partition_point(|t| t.meta().ends_before(target));
         self.open(i, Some(target))
     }
 

@@ -40,6 +40,9 @@ pub struct TableProps {
     pub rd_applied: u64,
     /// Range-tombstone fragments stored in the file (tombstone mode).
     pub range_tombstones: u64,
+    /// True if `largest` is an exclusive bound (the end of a range tombstone), so the file does
+    /// not cover `largest` itself and the next file of its level may start there.
+    pub largest_exclusive: bool,
 }
 
 /// An SST as the version knows it.
@@ -64,9 +67,15 @@ impl FileMeta {
         &self.props.largest
     }
 
+    /// True if every key the file covers is below `key`.
+    pub fn ends_before(&self, key: &[u8]) -> bool {
+        let l = self.largest();
+        l < key || (self.props.largest_exclusive && l == key)
+    }
+
     /// True if the file's key range intersects `[lo, hi]` (inclusive bounds; `None` = unbounded).
     pub fn overlaps(&self, lo: Option<&[u8]>, hi: Option<&[u8]>) -> bool {
-        lo.is_none_or(|lo| self.largest() >= lo) && hi.is_none_or(|hi| self.smallest() <= hi)
+        lo.is_none_or(|lo| !self.ends_before(lo)) && hi.is_none_or(|hi| self.smallest() <= hi)
     }
 }
 

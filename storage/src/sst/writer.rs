@@ -232,9 +232,12 @@ impl TableWriter {
                 p.largest = Vec::new();
             }
             p.smallest = p.smallest.clone().min(f.lo.to_vec());
-            // Upper bounds are exclusive; counting them inclusive only widens the file's range.
+            // A tombstone's end is exclusive: past the last entry, it makes the bound exclusive.
             let hi = if f.hi.is_empty() { vec![0xFF; MAX_KEY_LEN + 1] } else { f.hi.to_vec() };
-            p.largest = p.largest.clone().max(hi);
+            if hi > p.largest || (p.entries == 0 && p.range_tombstones == 0) {
+                p.largest = hi;
+                p.largest_exclusive = true;
+            }
             let (lo_seq, hi_seq) = (*f.seqs.last().unwrap_or(&0), f.max_seq());
             p.min_seq = p.min_seq.min(lo_seq);
             p.max_seq = p.max_seq.max(hi_seq);

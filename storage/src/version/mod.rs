@@ -59,7 +59,7 @@ impl Version {
     /// Index of the file at sorted `level >= 1` whose range may hold `key`.
     pub fn file_for(&self, level: usize, key: &[u8]) -> Option<&Arc<Table>> {
         let files = &self.levels[level];
-        let i = files.partition_point(|t| t.meta().largest() < key);
+        let i = files.partition_point(|t| t.meta().ends_before(key));
         files.get(i).filter(|t| t.meta().smallest() <= key)
     }
 
@@ -105,7 +105,7 @@ impl Version {
         }
         for (i, files) in self.levels.iter().enumerate().skip(1) {
             for w in files.windows(2) {
-                if w[0].meta().largest() >= w[1].meta().smallest() {
+                if !w[0].meta().ends_before(w[1].meta().smallest()) {
                     return Err(format!(
                         "level {i}: files {} and {} overlap",
                         w[0].id(),
