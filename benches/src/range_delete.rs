@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use ebb_storage::{Compression, Engine, Options};
+use ebb_storage::{Compression, Engine, Options, RangeDeleteMode};
 use rand::Rng;
 
 use crate::workload::rng;
@@ -177,8 +177,9 @@ fn key(id: u32) -> Vec<u8> {
 }
 
 /// Engine options for the benchmark (same sizes as the RocksDB side).
-pub fn options(s: &Settings) -> Options {
+pub fn options(s: &Settings, mode: RangeDeleteMode) -> Options {
     Options {
+        range_delete_mode: mode,
         write_buffer_size: s.write_buffer_size,
         page_cache_bytes: s.cache_size,
         target_file_size: s.target_file_size,
@@ -189,9 +190,14 @@ pub fn options(s: &Settings) -> Options {
     }
 }
 
-/// Runs the workload on EbbDB in `dir`.
-pub fn run_ebb(dir: &Path, s: &Settings, w: &Workload) -> Result<Figures, String> {
-    let e = Engine::open(dir, options(s)).map_err(|e| e.to_string())?;
+/// Runs the workload on EbbDB in `dir` with range deletes stored as `mode` says.
+pub fn run_ebb(
+    dir: &Path,
+    s: &Settings,
+    w: &Workload,
+    mode: RangeDeleteMode,
+) -> Result<Figures, String> {
+    let e = Engine::open(dir, options(s, mode)).map_err(|e| e.to_string())?;
     let value = vec![b'v'; s.value_size];
     let err = |e: ebb_storage::Error| e.to_string();
     let mut seq = 0u64;
