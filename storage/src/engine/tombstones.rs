@@ -3,31 +3,12 @@
 //! applied and carried down by compaction, dropped at the bottommost level.
 
 use super::SuperVersion;
-use crate::gloran::piece::{combine, Piece, SeqList};
+use crate::gloran::piece::{combine, find, Piece, SeqList};
 use crate::sst::Table;
-
-/// Newest covering tombstone seq visible at `t` among `fragments` (key-sorted, disjoint).
-fn covering_in(fragments: &[Piece], key: &[u8], t: u64) -> Option<u64> {
-    let i = fragments.partition_point(|p| p.lo.as_ref() <= key).checked_sub(1)?;
-    let p = &fragments[i];
-    if p.contains(key) {
-        p.visible(t)
-    } else {
-        None
-    }
-}
 
 /// All covering sequence numbers of `key` in `fragments`, newest first.
 pub(crate) fn covering_all(fragments: &[Piece], key: &[u8]) -> SeqList {
-    let Some(i) = fragments.partition_point(|p| p.lo.as_ref() <= key).checked_sub(1) else {
-        return SeqList::new();
-    };
-    let p = &fragments[i];
-    if p.contains(key) {
-        p.seqs.clone()
-    } else {
-        SeqList::new()
-    }
+    find(fragments, key).map(|p| p.seqs.clone()).unwrap_or_default()
 }
 
 /// The tombstones of a compaction's inputs, merged with every sequence number kept.
@@ -45,12 +26,12 @@ pub(crate) fn tombstone_deleted(sv: &SuperVersion, key: &[u8], seq: u64, t: u64)
     }
     for table in &sv.version.levels[0] {
         if table.meta().overlaps(Some(key), Some(key)) {
-            max = max.max(covering_in(table.tombstones(), key, t).unwrap_or(0));
+            max = max.max(table.covering_tombstone(key, t).unwrap_or(0));
         }
     }
     for level in 1..sv.version.levels.len() {
         if let Some(table) = sv.version.file_for(level, key) {
-            max = max.max(covering_in(table.tombstones(), key, t).unwrap_or(0));
+            max = max.max(table.covering_tombstone(key, t).unwrap_or(0));
         }
     }
     max > seq

@@ -60,6 +60,19 @@ impl Piece {
     }
 }
 
+/// Index of the piece of `pieces` (key-sorted, disjoint) containing `key`.
+#[inline]
+pub fn find_index(pieces: &[Piece], key: &[u8]) -> Option<usize> {
+    let i = pieces.partition_point(|p| p.lo.as_ref() <= key).checked_sub(1)?;
+    pieces[i].contains(key).then_some(i)
+}
+
+/// The piece of `pieces` (key-sorted, disjoint) containing `key`.
+#[inline]
+pub fn find<'a>(pieces: &'a [Piece], key: &[u8]) -> Option<&'a Piece> {
+    find_index(pieces, key).map(|i| &pieces[i])
+}
+
 /// Newest sequence number in `seqs` (descending) that is `<= t`.
 #[inline]
 pub fn visible(seqs: &[u64], t: u64) -> Option<u64> {

@@ -15,7 +15,7 @@ use crate::batch::EntryKind;
 use crate::cache::PageCache;
 use crate::coding::{u32_at, u64_at};
 use crate::error::IoContext;
-use crate::gloran::piece::{before_end, Piece, SeqList};
+use crate::gloran::piece::{before_end, find, Piece, SeqList};
 use crate::{Error, Result};
 
 /// A found version: sequence number, kind and value.
@@ -139,13 +139,7 @@ impl Table {
 
     /// Newest range tombstone of this file covering `key` that a reader at `t` sees.
     pub fn covering_tombstone(&self, key: &[u8], t: u64) -> Option<u64> {
-        let i = self.tombstones.partition_point(|p| p.lo.as_ref() <= key).checked_sub(1)?;
-        let p = &self.tombstones[i];
-        if p.contains(key) {
-            p.visible(t)
-        } else {
-            None
-        }
+        find(&self.tombstones, key)?.visible(t)
     }
 
     /// Number of delete tiles.

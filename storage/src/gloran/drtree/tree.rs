@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use super::{decode_pieces, file_name, DrIndex, DrMeta, NodeEntry, FOOTER_LEN, MAGIC};
 use crate::coding::{u32_at, u64_at};
 use crate::error::IoContext;
-use crate::gloran::piece::{before_end, Piece, SeqList};
+use crate::gloran::piece::{before_end, find_index, Piece, SeqList};
 use crate::gloran::Probe;
 use crate::sst::page::decode_block;
 use crate::{Error, Result};
@@ -162,11 +162,7 @@ impl DrTree {
 
     fn piece_in_leaf(&self, leaf: usize, key: &[u8]) -> Result<Option<(Arc<Vec<Piece>>, usize)>> {
         let pieces = self.leaf(leaf)?;
-        let i = pieces.partition_point(|p| p.lo.as_ref() <= key);
-        Ok(match i.checked_sub(1) {
-            Some(j) if pieces[j].contains(key) => Some((pieces, j)),
-            _ => None,
-        })
+        Ok(find_index(&pieces, key).map(|j| (pieces, j)))
     }
 
     /// Whether the entry `(key, seq)` read at `t` is deleted by a range delete in this tree.
