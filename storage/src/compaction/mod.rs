@@ -1,5 +1,5 @@
 //! Leveled compaction. The policy ([`policy`]) is a pure function from the live files to a task;
-//! the executor ([`executor`]) runs a task. Keeping them apart lets the policy be unit-tested and
+//! the executor (`executor`) runs a task. Keeping them apart lets the policy be unit-tested and
 //! simulated without touching disk.
 
 pub(crate) mod executor;

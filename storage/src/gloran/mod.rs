@@ -4,19 +4,19 @@
 //! A range delete `[lo, hi)` at sequence number `s` deletes every entry `(k, e)` with
 //! `lo <= k < hi` and `e < s`; it never enters the memtable or the SSTs as a tombstone. Instead:
 //!
-//! - the active memtable's [`buffer`] holds the range deletes written while it is active, as a
-//!   key-disjoint skyline ([`piece`]); it is flushed with the memtable as a DR-tree at index
+//! - the active memtable's `buffer` holds the range deletes written while it is active, as a
+//!   key-disjoint skyline (`piece`); it is flushed with the memtable as a DR-tree at index
 //!   level 0, so [`crate::Engine::persisted_seq`] covers range deletes exactly as it covers puts;
-//! - on disk the **LSM-DRtree** keeps one [`drtree`] file per level below level 0 (level 0 holds
+//! - on disk the **LSM-DRtree** keeps one `drtree` file per level below level 0 (level 0 holds
 //!   one per flush), merged level into level by a streaming combine that keeps the skyline
 //!   key-disjoint ("max seq wins", one sequence number per snapshot stripe);
-//! - [`eve`] answers most lookups of live entries from memory, without touching the index.
+//! - `eve` answers most lookups of live entries from memory, without touching the index.
 //!
 //! A point lookup consults the index only for the newest visible version it found, sources from
 //! newest to oldest (memtable buffers, then index levels); the first source with a covering delete
 //! visible at the read's snapshot decides. Compaction drops entries covered by range deletes and
 //! records how far it applied them; range deletes that can no longer match anything are garbage
-//! collected (see [`crate::engine`]'s GC rule).
+//! collected (the GC rule is stated in `engine/ranges.rs`).
 
 pub(crate) mod buffer;
 pub(crate) mod drtree;

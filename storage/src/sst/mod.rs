@@ -21,7 +21,7 @@
 //! ```
 //!
 //! Every page, the filter block and the index block end in a trailer `codec | raw_len | crc32`
-//! (see [`page`]); the footer has its own checksum. All versions of a key sit in one page, and a
+//! (see the `page` module); the footer has its own checksum. All versions of a key sit in one page, and a
 //! key never spans two tiles, so a point lookup finds the tile by its fence pointers, probes the
 //! Bloom filter of each of the tile's pages, and searches at most the pages that answer "maybe".
 
