@@ -9,6 +9,7 @@
 
 pub mod engine;
 pub mod range_delete;
+pub mod range_delete_plot;
 pub mod range_delete_report;
 pub mod report;
 pub mod rocksdb;

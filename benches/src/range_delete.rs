@@ -168,6 +168,8 @@ pub struct Figures {
     pub index_bytes: u64,
     /// In-memory bytes of filters and indexes (tables, DR-trees, EVE).
     pub memory_bytes: u64,
+    /// Share of range-delete checks EVE answered without the index (EbbDB GLORAN mode).
+    pub eve_skip_rate: Option<f64>,
 }
 
 fn key(id: u32) -> Vec<u8> {
@@ -238,6 +240,8 @@ pub fn run_ebb(
         data_bytes: st.levels.iter().map(|l| l.bytes).sum(),
         index_bytes: st.range_index_bytes,
         memory_bytes: st.table_memory_bytes + st.eve_bytes,
+        eve_skip_rate: (st.range_checks > 0)
+            .then(|| st.range_checks_eve_skipped as f64 / st.range_checks as f64),
         ..Default::default()
     };
     for (i, c) in classes.iter_mut().enumerate() {

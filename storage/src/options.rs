@@ -147,6 +147,9 @@ pub struct RangeIndexOptions {
     pub eve_initial_capacity: usize,
     /// EVE filter bits per range delete.
     pub eve_bits_per_record: u32,
+    /// EVE sequence-sketch slots (4 bytes each) per range delete; they let EVE answer "live" for
+    /// keys written again after a range delete covered them. 0 disables the sketch.
+    pub eve_seq_slots_per_record: u32,
 }
 
 impl Default for RangeIndexOptions {
@@ -159,7 +162,8 @@ impl Default for RangeIndexOptions {
             base_level_pieces: 16 << 10,
             num_levels: 6,
             eve_initial_capacity: 64 << 10,
-            eve_bits_per_record: 16,
+            eve_bits_per_record: 24,
+            eve_seq_slots_per_record: 4,
         }
     }
 }

@@ -437,6 +437,8 @@ fn small_options(
             num_levels: 4,
             eve_initial_capacity: 2,
             eve_bits_per_record: 8,
+            // 0 (no sketch), 1 or 3 slots: tiny sketches collide often.
+            eve_seq_slots_per_record: h as u32 - 1,
         },
         ..Options::default()
     }

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+use ebb_benches::range_delete_report::System;
 use ebb_benches::rocksdb::DbBenchSettings;
 
 #[derive(Parser)]
@@ -77,6 +78,15 @@ enum Cmd {
         /// Small run for a smoke test (universe 400k, preload 200k, ops 100k).
         #[arg(long)]
         quick: bool,
+        /// Systems to run: ebb (GLORAN), tombstones (EbbDB's RocksDB-style baseline), rocksdb.
+        #[arg(long, value_delimiter = ',', default_value = "ebb,tombstones,rocksdb")]
+        systems: Vec<String>,
+        /// Runs per system and RD%; the run with the median lookup mean is reported.
+        #[arg(long, default_value_t = 1)]
+        repeat: usize,
+        /// Also write an SVG chart of lookup mean and throughput against RD% to this file.
+        #[arg(long)]
+        plot: Option<PathBuf>,
         /// Working directory (default: a temporary directory, removed afterwards).
         #[arg(long)]
         dir: Option<PathBuf>,
@@ -155,8 +165,19 @@ fn main() {
             write_buffer_size,
             cache_size,
             quick,
+            systems,
+            repeat,
+            plot,
             dir,
         } => {
+            let systems: Vec<System> =
+                match systems.iter().map(|s| System::parse(s)).collect::<Result<_, _>>() {
+                    Ok(v) => v,
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        std::process::exit(2);
+                    }
+                };
             let (universe, preload, ops) =
                 if quick { (400_000, 200_000, 100_000) } else { (universe, preload, ops) };
             let s = ebb_benches::range_delete::Settings {
@@ -172,7 +193,14 @@ fn main() {
             };
             let mut tmp = None;
             let work = work_dir(dir, &mut tmp);
-            if let Err(e) = ebb_benches::range_delete_report::run(&work, &s, &rd) {
+            if let Err(e) = ebb_benches::range_delete_report::run(
+                &work,
+                &s,
+                &rd,
+                &systems,
+                repeat,
+                plot.as_deref(),
+            ) {
                 eprintln!("error: {e}");
                 std::process::exit(1);
             }

@@ -69,6 +69,8 @@ struct Counters {
     bytes_flushed: AtomicU64,
     bytes_compacted: AtomicU64,
     write_stalls: AtomicU64,
+    range_checks: AtomicU64,
+    range_checks_eve_skipped: AtomicU64,
 }
 
 pub(crate) struct Inner {

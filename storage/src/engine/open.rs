@@ -97,7 +97,8 @@ fn remove(path: &Path) -> Result<()> {
 /// largest sequence number bounds everything in older estimators).
 fn rebuild_eve(version: &Version, opts: &Options) -> Result<Eve> {
     let ri = &opts.range_index;
-    let mut eve = Eve::new(ri.eve_initial_capacity, ri.eve_bits_per_record);
+    let mut eve =
+        Eve::new(ri.eve_initial_capacity, ri.eve_bits_per_record, ri.eve_seq_slots_per_record);
     let mut pieces = Vec::new();
     for t in version.all_trees() {
         pieces.extend(t.pieces()?);

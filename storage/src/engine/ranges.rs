@@ -49,7 +49,9 @@ impl Inner {
         if self.opts.range_delete_mode == RangeDeleteMode::Tombstones {
             return Ok(super::tombstones::tombstone_deleted(sv, key, seq, t));
         }
+        self.counters.range_checks.fetch_add(1, Ordering::Relaxed);
         if self.eve_says_live(generation, key, seq) {
+            self.counters.range_checks_eve_skipped.fetch_add(1, Ordering::Relaxed);
             return Ok(false);
         }
         for m in std::iter::once(&sv.mem).chain(&sv.imms) {

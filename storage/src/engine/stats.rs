@@ -53,6 +53,10 @@ pub struct EngineStats {
     pub bytes_compacted: u64,
     /// Times a writer had to wait for flush or compaction.
     pub write_stalls: u64,
+    /// Range-delete checks of a found version (GLORAN mode: lookups and scans).
+    pub range_checks: u64,
+    /// Of those, the ones EVE answered "live" without consulting the index.
+    pub range_checks_eve_skipped: u64,
     /// Highest applied sequence number.
     pub last_seq: u64,
     /// Highest sequence number persisted in SSTs.
@@ -100,6 +104,8 @@ impl Inner {
             bytes_flushed: c.bytes_flushed.load(Ordering::Relaxed),
             bytes_compacted: c.bytes_compacted.load(Ordering::Relaxed),
             write_stalls: c.write_stalls.load(Ordering::Relaxed),
+            range_checks: c.range_checks.load(Ordering::Relaxed),
+            range_checks_eve_skipped: c.range_checks_eve_skipped.load(Ordering::Relaxed),
             last_seq: self.visible_seq.load(Ordering::Relaxed),
             persisted_seq: self.meta.lock().persisted_seq,
         }
