@@ -53,6 +53,7 @@ pub enum BatchOp {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WriteBatch {
     ops: Vec<BatchOp>,
+    issued_at_ms: Option<u64>,
 }
 
 /// Longest key the engine accepts.
@@ -83,6 +84,25 @@ impl WriteBatch {
     pub fn delete_range(&mut self, lo: impl Into<Bytes>, hi: impl Into<Bytes>) -> &mut Self {
         self.ops.push(BatchOp::DeleteRange { lo: lo.into(), hi: hi.into() });
         self
+    }
+
+    /// Sets when the batch was issued (milliseconds since the Unix epoch). Deletes in it are due
+    /// `Options::delete_deadline` after this time. A replicated log sets it once, where the write
+    /// is accepted, so every replica (and every replay) shares the deadline. Unset: the time the
+    /// engine applies the batch.
+    pub fn set_issued_at(&mut self, ms: u64) -> &mut Self {
+        self.issued_at_ms = Some(ms);
+        self
+    }
+
+    /// When the batch was issued, if set.
+    pub fn issued_at(&self) -> Option<u64> {
+        self.issued_at_ms
+    }
+
+    /// True if the batch holds a delete of any kind.
+    pub fn has_deletes(&self) -> bool {
+        self.ops.iter().any(|op| !matches!(op, BatchOp::Put { .. }))
     }
 
     /// The operations in order.
@@ -133,9 +153,10 @@ impl WriteBatch {
         Ok(())
     }
 
-    /// Encodes the batch with its first sequence number (the WAL record payload).
-    pub(crate) fn encode(&self, seq: u64, out: &mut Vec<u8>) {
+    /// Encodes the batch with its first sequence number and issue time (the WAL record payload).
+    pub(crate) fn encode(&self, seq: u64, issued_at_ms: u64, out: &mut Vec<u8>) {
         out.extend_from_slice(&seq.to_le_bytes());
+        out.extend_from_slice(&issued_at_ms.to_le_bytes());
         out.extend_from_slice(&(self.ops.len() as u32).to_le_bytes());
         for op in &self.ops {
             match op {
@@ -160,6 +181,7 @@ impl WriteBatch {
     /// Decodes a payload written by [`WriteBatch::encode`]; `None` if malformed.
     pub(crate) fn decode(mut buf: &[u8]) -> Option<(u64, WriteBatch)> {
         let seq = u64::from_le_bytes(take(&mut buf, 8)?.try_into().ok()?);
+        let issued = u64::from_le_bytes(take(&mut buf, 8)?.try_into().ok()?);
         let n = u32::from_le_bytes(take(&mut buf, 4)?.try_into().ok()?) as usize;
         let mut ops = Vec::with_capacity(n.min(1 << 16));
         for _ in 0..n {
@@ -181,7 +203,7 @@ impl WriteBatch {
         if !buf.is_empty() {
             return None;
         }
-        Some((seq, WriteBatch { ops }))
+        Some((seq, WriteBatch { ops, issued_at_ms: Some(issued) }))
     }
 }
 
@@ -218,12 +240,14 @@ mod tests {
             .delete("b")
             .put("c", vec![0u8; 300])
             .delete_range("d", "")
-            .delete_range("", "z");
+            .delete_range("", "z")
+            .set_issued_at(1_700_000_000_123);
         let mut buf = Vec::new();
-        b.encode(42, &mut buf);
+        b.encode(42, 1_700_000_000_123, &mut buf);
         let (seq, d) = WriteBatch::decode(&buf).unwrap();
         assert_eq!(seq, 42);
         assert_eq!(d, b);
+        assert!(d.has_deletes());
         for cut in 0..buf.len() {
             assert!(WriteBatch::decode(&buf[..cut]).is_none(), "truncated at {cut} decoded");
         }

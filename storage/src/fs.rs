@@ -16,6 +16,8 @@ pub(crate) enum FileKind {
     RangeIndex(u64),
     /// `MANIFEST-{n:08}`
     Manifest(u64),
+    /// `{n:08}.ledger` (the deletion ledger)
+    Ledger(u64),
     /// `*.tmp`
     Temp,
 }
@@ -47,6 +49,7 @@ pub(crate) fn parse_name(name: &str) -> Option<FileKind> {
         "sst" => Some(FileKind::Table(n)),
         "wal" => Some(FileKind::Wal(n)),
         "rdi" => Some(FileKind::RangeIndex(n)),
+        "ledger" => Some(FileKind::Ledger(n)),
         _ => None,
     }
 }
@@ -66,6 +69,7 @@ mod tests {
         assert_eq!(parse_name(&wal_name(7)), Some(FileKind::Wal(7)));
         assert_eq!(parse_name(&crate::gloran::drtree::file_name(9)), Some(FileKind::RangeIndex(9)));
         assert_eq!(parse_name(&manifest_name(3)), Some(FileKind::Manifest(3)));
+        assert_eq!(parse_name(&crate::ledger::file_name(4)), Some(FileKind::Ledger(4)));
         assert_eq!(parse_name("CURRENT.tmp"), Some(FileKind::Temp));
         for foreign in [".DS_Store", "._00000001.sst", "notes.txt", "LOCK", "CURRENT", "1.sst"] {
             assert_eq!(parse_name(foreign), None, "{foreign}");

@@ -33,14 +33,17 @@
 
 mod batch;
 mod cache;
+mod clock;
 mod coding;
 pub mod compaction;
 mod engine;
 mod error;
+pub mod fade;
 pub mod failpoint;
 mod fs;
 pub mod gloran;
 mod iter;
+pub mod ledger;
 mod log;
 pub(crate) mod memtable;
 mod options;
@@ -50,10 +53,12 @@ mod version;
 mod wal;
 
 pub use batch::{BatchOp, EntryKind, WriteBatch, MAX_KEY_LEN, MAX_VALUE_LEN};
-pub use engine::{Engine, EngineStats, LevelStats};
+pub use clock::{Clock, ManualClock};
+pub use engine::{DeletionCheck, Engine, EngineStats, LevelStats, RemainingEntry};
 pub use error::{Error, Result};
 pub use failpoint::FailPoints;
 pub use iter::EngineIter;
+pub use ledger::{Deletion, DeletionKind, DeletionStatus};
 pub use options::{Compression, DeleteKeyExtractor, Options, RangeDeleteMode, RangeIndexOptions};
 pub use snapshot::Snapshot;
 pub use sst::{FileMeta, TableProps};

@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::clock::Clock;
 use crate::failpoint::FailPoints;
 
 /// Page compression codec.
@@ -112,6 +113,15 @@ pub struct Options {
     pub range_delete_mode: RangeDeleteMode,
     /// The range-delete index (GLORAN mode).
     pub range_index: RangeIndexOptions,
+    /// The delete deadline `D_th`: every delete is physically gone from the engine's files,
+    /// memtables and WAL this long after it was issued (FADE). `None` turns deadline-driven
+    /// compaction off (saturation-only compaction, the baseline); the ledger still records
+    /// when each delete became persistent.
+    pub delete_deadline: Option<Duration>,
+    /// How long the deletion ledger keeps a delete after it became persistent.
+    pub ledger_retention: Duration,
+    /// Wall clock for deadlines and the ledger (a manual clock in tests).
+    pub clock: Clock,
     /// Fail points for crash testing; empty (and free) in production.
     pub fail_points: FailPoints,
 }
@@ -190,6 +200,9 @@ impl Default for Options {
             delete_key: DeleteKeyExtractor::trailing_u64_be(),
             range_delete_mode: RangeDeleteMode::Gloran,
             range_index: RangeIndexOptions::default(),
+            delete_deadline: Some(Duration::from_secs(24 * 3600)),
+            ledger_retention: Duration::from_secs(30 * 24 * 3600),
+            clock: Clock::system(),
             fail_points: FailPoints::default(),
         }
     }
@@ -235,6 +248,9 @@ impl Options {
         }
         if self.max_immutable_memtables == 0 {
             return bad("max_immutable_memtables must be at least 1");
+        }
+        if self.delete_deadline.is_some_and(|d| d.as_millis() < 10) {
+            return bad("delete_deadline must be at least 10 ms");
         }
         let ri = &self.range_index;
         if ri.fanout < 2 || ri.num_levels < 2 || ri.size_ratio < 2 || ri.level0_trigger == 0 {

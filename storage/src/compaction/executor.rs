@@ -4,7 +4,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::retention::{Retention, Version};
+use crate::batch::EntryKind;
 use crate::cache::PageCache;
+use crate::fade::DeleteStamp;
 use crate::failpoint::{points, FailPoints};
 use crate::gloran::piece::{before_end, Piece, SeqList};
 use crate::iter::EntryCursor;
@@ -14,6 +16,9 @@ use crate::{Options, Result};
 
 /// Covering range-delete sequence numbers of a key, given its oldest version's sequence number.
 pub(crate) type CoveringFn<'a> = dyn Fn(&[u8], u64) -> Result<SeqList> + 'a;
+
+/// The issue stamp of the delete with a sequence number (FADE).
+pub(crate) type StampFn<'a> = dyn Fn(u64) -> DeleteStamp + 'a;
 
 /// What a run of [`write_tables`] needs from the engine.
 pub(crate) struct OutputSpec<'a> {
@@ -32,6 +37,15 @@ pub(crate) struct OutputSpec<'a> {
     /// Range-tombstone fragments to store in the outputs (tombstone mode), key-sorted and
     /// disjoint; each output gets the fragments of its key range, cut at file boundaries.
     pub tombstones: Vec<Piece>,
+    /// Stamps of point deletes (tombstones seen, kept or superseded, are folded into the
+    /// output's [`crate::sst::TableProps::oldest_delete`]).
+    pub stamp: &'a StampFn<'a>,
+    /// Key range and stamp of every input file that has one: each output inherits the stamps of
+    /// the inputs its key range overlaps.
+    pub inherited: Vec<(Vec<u8>, Vec<u8>, DeleteStamp)>,
+    /// True if nothing older lies below the outputs: a delete whose tombstone and covered data
+    /// are both dropped here is persisted, and its stamp not passed on.
+    pub bottommost: bool,
     /// Allocates a file id.
     pub next_id: &'a dyn Fn() -> u64,
     /// Check the mid-output fail point (compactions).
@@ -99,6 +113,9 @@ fn write_inner(
     // can be cut exactly at the boundary between the two files.
     let mut full = false;
     let mut versions: Vec<Version> = Vec::new();
+    let mut out = OutputStamp::default();
+    // Stamps of keys dropped entirely, carried into the next output written.
+    let mut pending_stamp: Option<DeleteStamp> = None;
     while cursor.valid() {
         let key = cursor.key_bytes();
         versions.clear();
@@ -111,6 +128,8 @@ fn write_inner(
             cursor.next()?;
         }
         stats.entries_in += versions.len() as u64;
+        let oldest_tombstone =
+            versions.iter().filter(|v| v.kind == EntryKind::Delete).map(|v| v.seq).min();
         match (spec.ranges, versions.last()) {
             (Some(covering), Some(oldest)) => {
                 let cov = covering(&key, oldest.seq)?;
@@ -118,11 +137,20 @@ fn write_inner(
             }
             _ => spec.retention.retain(&mut versions),
         }
+        // Which deletes' covered data may survive in this output (see `crate::fade`).
+        let retains_deleted =
+            versions.len() > 1 || versions.iter().any(|v| v.kind == EntryKind::Delete);
+        let key_stamp = match oldest_tombstone {
+            Some(seq) if !spec.bottommost || retains_deleted => Some((spec.stamp)(seq)),
+            _ => None,
+        };
         if versions.is_empty() {
+            pending_stamp = DeleteStamp::min(pending_stamp, key_stamp);
             continue;
         }
         if let Some(mut done) = if full { writer.take() } else { None } {
             done.set_range_tombstones(take_below(&mut fragments, &key));
+            stamp_output(&mut done, &mut out, spec);
             finish(Some(done), metas, &mut stats)?;
             if let Some(fp) = spec.fail {
                 fp.check(points::COMPACTION_MID_OUTPUT)?;
@@ -132,6 +160,10 @@ fn write_inner(
             Some(w) => w,
             None => writer.insert(new_writer()?),
         };
+        out.first.get_or_insert_with(|| key.to_vec());
+        out.last = key.to_vec();
+        out.stamp = DeleteStamp::min(DeleteStamp::min(out.stamp, key_stamp), pending_stamp.take());
+        out.retains_deleted |= retains_deleted;
         for v in versions.drain(..) {
             w.add(key.clone(), v.seq, v.kind, v.value)?;
             stats.entries_out += 1;
@@ -143,9 +175,39 @@ fn write_inner(
     }
     if let Some(w) = &mut writer {
         w.set_range_tombstones(fragments.drain(..).collect());
+        out.stamp = DeleteStamp::min(out.stamp, pending_stamp.take());
+        stamp_output(w, &mut out, spec);
     }
     finish(writer.take(), metas, &mut stats)?;
     Ok(stats)
+}
+
+/// What one output accumulates for its delete stamp.
+#[derive(Default)]
+struct OutputStamp {
+    first: Option<Vec<u8>>,
+    last: Vec<u8>,
+    stamp: Option<DeleteStamp>,
+    retains_deleted: bool,
+}
+
+/// Sets the output's stamp: its own tombstones', its range-tombstone fragments' and those of the
+/// overlapping inputs (unless a bottommost merge left no deleted state behind); then resets `out`.
+fn stamp_output(w: &mut TableWriter, out: &mut OutputStamp, spec: &OutputSpec<'_>) {
+    let mut stamp = out.stamp;
+    if let Some(seq) = w.range_tombstone_min_seq() {
+        stamp = DeleteStamp::min(stamp, Some((spec.stamp)(seq)));
+    }
+    if !spec.bottommost || out.retains_deleted {
+        let first = out.first.as_deref().unwrap_or_default();
+        for (lo, hi, s) in &spec.inherited {
+            if lo.as_slice() <= out.last.as_slice() && first <= hi.as_slice() {
+                stamp = DeleteStamp::min(stamp, Some(*s));
+            }
+        }
+    }
+    w.set_oldest_delete(stamp);
+    *out = OutputStamp::default();
 }
 
 /// Removes and returns the fragments (or fragment parts) below `key`.

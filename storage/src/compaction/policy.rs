@@ -12,6 +12,11 @@ pub enum CompactionReason {
     LevelSize(f64),
     /// Requested through `compact_range`.
     Manual,
+    /// A delete deadline (FADE) forced it, this long after the deadline.
+    Deadline {
+        /// Milliseconds past the deadline when picked (0: picked at the deadline).
+        overdue_ms: u64,
+    },
 }
 
 /// A compaction to execute: merge `inputs` (at `level`) with `overlapping` (at `output_level`).

@@ -26,6 +26,10 @@ fn spawn_named(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> 
 
 fn tick(inner: &Inner) -> Duration {
     let age = inner.opts.memtable_max_age.map_or(Duration::from_secs(1), |a| a / 4);
+    let age = match inner.opts.delete_deadline {
+        Some(d) => age.min(d / 40),
+        None => age,
+    };
     age.clamp(Duration::from_millis(10), Duration::from_secs(1))
 }
 
@@ -50,6 +54,10 @@ fn flush_loop(inner: &Inner) {
             while inner.flush_oldest()? {}
             Ok(())
         });
+        if inner.opts.delete_deadline.is_some() {
+            // Deadlines expire with time, not only after flushes.
+            inner.notify_bg(true);
+        }
         if let Err(e) = res {
             inner.poison(e);
         }
@@ -88,6 +96,7 @@ impl Inner {
     /// Runs pending flushes and compactions to completion in the calling thread.
     pub(super) fn wait_idle(&self) -> Result<()> {
         self.check_writable()?;
+        self.seal_if_old()?;
         loop {
             while self.flush_oldest()? {}
             if !self.compact_once()? {

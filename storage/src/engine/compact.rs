@@ -24,7 +24,9 @@ impl Inner {
             return Ok(true);
         }
         let sv = self.current();
-        let Some(task) = policy::pick(&sv.version.metas(), &self.opts) else { return Ok(false) };
+        let metas = sv.version.metas();
+        let task = self.pick_deadline(&metas).or_else(|| policy::pick(&metas, &self.opts));
+        let Some(task) = task else { return Ok(false) };
         self.run_task(&sv.version, &task)?;
         Ok(true)
     }
@@ -99,6 +101,7 @@ impl Inner {
                 inputs.iter().map(|t| (task.output_level as u32, t.meta().clone())).collect();
             self.commit(edit, &opened, None)?;
             self.counters.trivial_moves.fetch_add(1, Ordering::Relaxed);
+            self.advance_ledger()?;
             return Ok(task.inputs.clone());
         }
         let mut children: Vec<Box<dyn EntryCursor>> = Vec::new();
@@ -146,6 +149,16 @@ impl Inner {
             level: task.output_level,
             target_file_size: self.opts.target_file_size,
             retention: Retention::new(self.snapshots.seqs(), task.bottommost),
+            stamp: &|seq| self.delete_stamp(seq),
+            inherited: inputs
+                .iter()
+                .chain(&overlapping)
+                .filter_map(|t| {
+                    let m = t.meta();
+                    m.props.oldest_delete.map(|s| (m.smallest().to_vec(), m.largest().to_vec(), s))
+                })
+                .collect(),
+            bottommost: task.bottommost,
             next_id: &next_id,
             fail: Some(&self.opts.fail_points),
         };
@@ -160,8 +173,9 @@ impl Inner {
         // deletes them as orphans.
         self.opts.fail_points.check(points::COMPACTION_AFTER_COMMIT).map_err(|e| self.poison(e))?;
         for t in inputs.iter().chain(&overlapping) {
-            t.mark_obsolete();
+            self.retire(t);
         }
+        self.advance_ledger()?;
         self.counters.compactions.fetch_add(1, Ordering::Relaxed);
         self.counters.bytes_compacted.fetch_add(stats.bytes_out, Ordering::Relaxed);
         tracing::debug!(

@@ -52,6 +52,9 @@ impl Inner {
             ranges: Some(covering),
             rd_applied,
             tombstones,
+            stamp: &|seq| self.delete_stamp(seq),
+            inherited: Vec::new(),
+            bottommost: false,
             next_id: &next_id,
             fail: None,
         };
@@ -59,6 +62,8 @@ impl Inner {
         let tree = self.flush_ranges(&mem).map_err(|e| self.poison(e))?;
         // A crash here leaves an SST the manifest never names: recovery deletes it.
         self.opts.fail_points.check(points::FLUSH_BEFORE_COMMIT).map_err(|e| self.poison(e))?;
+        // The memtable's deletes are recorded durably before its WAL goes.
+        self.ledger.lock().sync().map_err(|e| self.poison(e))?;
         let edit = VersionEdit {
             added: tables.iter().map(|t| (0, t.meta().clone())).collect(),
             rd_added: tree.iter().map(|t| (0, t.meta().clone())).collect(),
@@ -74,6 +79,7 @@ impl Inner {
         if self.opts.wal {
             self.remove_wals_below(next_log);
         }
+        self.advance_ledger()?;
         self.notify_bg(true);
         Ok(true)
     }
@@ -86,7 +92,9 @@ impl Inner {
                 e.file_name().to_str().and_then(crate::fs::parse_name)
             {
                 if n < log_number {
-                    let _ = std::fs::remove_file(e.path());
+                    if let Err(err) = std::fs::remove_file(e.path()) {
+                        tracing::warn!(path = %e.path().display(), error = %err, "removing WAL");
+                    }
                 }
             }
         }

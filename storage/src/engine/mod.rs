@@ -3,6 +3,7 @@
 mod background;
 mod checkpoint;
 mod compact;
+mod deletes;
 mod flush;
 mod open;
 mod ranges;
@@ -19,6 +20,7 @@ use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
+pub use deletes::{DeletionCheck, RemainingEntry};
 pub(crate) use read::RangeCheck;
 pub use stats::{EngineStats, LevelStats};
 
@@ -92,6 +94,10 @@ pub(crate) struct Inner {
     compaction_lock: Mutex<()>,
     flush_lock: Mutex<()>,
     counters: Counters,
+    /// The deletion ledger.
+    ledger: Mutex<crate::ledger::Ledger>,
+    /// Obsolete tables, until their last reader drops them (they still hold data).
+    retired: Mutex<Vec<std::sync::Weak<crate::sst::Table>>>,
     _lock_file: File,
 }
 

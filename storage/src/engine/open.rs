@@ -19,11 +19,13 @@ use crate::cache::PageCache;
 use crate::compaction::executor::{write_tables, OutputSpec};
 use crate::compaction::retention::Retention;
 use crate::error::IoContext;
+use crate::fade::{Deadlines, DeleteStamp};
 use crate::fs::{parse_name, sync_dir, wal_name, FileKind};
 use crate::gloran::drtree::{self, DrTree, DrWriter};
 use crate::gloran::eve::Eve;
 use crate::gloran::piece::combine;
 use crate::iter::EntryCursor;
+use crate::ledger::{Deletion, DeletionKind, Ledger};
 use crate::memtable::{MemCursor, Memtable};
 use crate::snapshot::SnapshotList;
 use crate::sst::Table;
@@ -46,6 +48,7 @@ struct DirListing {
     trees: BTreeSet<u64>,
     wals: BTreeSet<u64>,
     manifests: BTreeSet<u64>,
+    ledgers: Vec<u64>,
     temps: Vec<std::path::PathBuf>,
     max_id: u64,
 }
@@ -56,6 +59,7 @@ fn list_dir(dir: &Path) -> Result<DirListing> {
         trees: BTreeSet::new(),
         wals: BTreeSet::new(),
         manifests: BTreeSet::new(),
+        ledgers: Vec::new(),
         temps: Vec::new(),
         max_id: 0,
     };
@@ -77,6 +81,10 @@ fn list_dir(dir: &Path) -> Result<DirListing> {
             }
             FileKind::Manifest(n) => {
                 l.manifests.insert(n);
+                l.max_id = l.max_id.max(n);
+            }
+            FileKind::Ledger(n) => {
+                l.ledgers.push(n);
                 l.max_id = l.max_id.max(n);
             }
             FileKind::Temp => l.temps.push(entry.path()),
@@ -186,6 +194,9 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         Error::corruption(dir.join(crate::fs::manifest_name(recovered.number)), 0, why)
     })?;
 
+    let mut ledger = Ledger::open(dir, &listing.ledgers, alloc())?;
+    let deadlines = opts.delete_deadline.map(Deadlines::new);
+
     // Replay WALs not yet covered by flushed SSTs.
     let mem = Arc::new(Memtable::new(0, 0)); // only iterated, never probed
     let mut last_seq = recovered.persisted_seq;
@@ -204,8 +215,27 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
                     format!("batch sequence {seq} is not above {last_seq}"),
                 ));
             }
+            let issued = batch.issued_at().unwrap_or_else(|| opts.clock.now_ms());
+            let deadline = deadlines.map_or(u64::MAX, |d| d.final_due(issued));
             for (i, op) in batch.ops().iter().enumerate() {
                 let s = seq + i as u64;
+                let kind = match op {
+                    BatchOp::Put { .. } => None,
+                    BatchOp::Delete { key } => Some(DeletionKind::Point { key: key.to_vec() }),
+                    BatchOp::DeleteRange { lo, hi } => {
+                        Some(DeletionKind::Range { lo: lo.to_vec(), hi: hi.to_vec() })
+                    }
+                };
+                if let Some(kind) = kind {
+                    ledger.issue(Deletion {
+                        id: s,
+                        kind,
+                        issued_at_ms: issued,
+                        deadline_ms: deadline,
+                        applied_at_ms: opts.clock.now_ms(),
+                        persisted_at_ms: None,
+                    });
+                }
                 match op {
                     BatchOp::Put { key, value } => {
                         mem.insert(key, s, EntryKind::Put, value.clone())
@@ -237,6 +267,12 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             } else {
                 Vec::new()
             },
+            stamp: &|seq| DeleteStamp {
+                seq,
+                ms: ledger.issued_ms(seq).unwrap_or_else(|| opts.clock.now_ms()),
+            },
+            inherited: Vec::new(),
+            bottommost: false,
             next_id: &alloc,
             fail: None,
         };
@@ -268,6 +304,9 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         persisted_seq = mem.max_seq();
     }
     let eve = rebuild_eve(&version, &opts)?;
+
+    // The replayed deletes are recorded before the WALs holding them go.
+    ledger.sync()?;
 
     // Commit the recovered state into a fresh manifest, then drop what it supersedes.
     let wal_number = if opts.wal { alloc() } else { 0 };
@@ -312,6 +351,8 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         compaction_lock: Mutex::new(()),
         flush_lock: Mutex::new(()),
         counters: Counters::default(),
+        ledger: Mutex::new(ledger),
+        retired: Mutex::new(Vec::new()),
         opts,
         _lock_file: lock_file,
     })

@@ -61,13 +61,15 @@ impl Inner {
             )));
         }
         self.make_room(&mut w)?;
+        let issued_ms = batch.issued_at().unwrap_or_else(|| self.opts.clock.now_ms());
         if let Some(wal) = &mut w.wal {
-            let res = wal.append(batch, seq);
+            let res = wal.append(batch, seq, issued_ms);
             let res = res.and_then(|_| if self.opts.sync_writes { wal.sync() } else { Ok(()) });
             if let Err(e) = res {
                 return Err(self.poison(e));
             }
         }
+        self.issue_deletes(batch, seq, issued_ms);
         let mem = self.sv.read().mem.clone();
         for (i, op) in batch.ops().iter().enumerate() {
             let s = seq + i as u64;
@@ -151,17 +153,25 @@ impl Inner {
         self.seal(&mut w)
     }
 
-    /// Seals the active memtable if it is older than the configured maximum age. Never blocks on
+    /// Seals the active memtable if it is older than the configured maximum age, or holds a
+    /// delete due to leave it (see [`crate::fade::Deadlines::memtable_due`]). Never blocks on
     /// the write lock (a writer holding it will seal by size soon enough).
     pub(super) fn seal_if_old(&self) -> Result<()> {
-        let Some(max_age) = self.opts.memtable_max_age else { return Ok(()) };
-        let sv = self.current();
-        if sv.mem.is_empty() || sv.mem.created().elapsed() < max_age {
+        let too_old = |mem: &Memtable| {
+            let by_age = self.opts.memtable_max_age.is_some_and(|a| mem.created().elapsed() >= a);
+            let by_delete = match (self.deadlines(), mem.oldest_delete()) {
+                (Some(d), Some(seq)) => {
+                    d.memtable_due(self.delete_stamp(seq).ms) <= self.opts.clock.now_ms()
+                }
+                _ => false,
+            };
+            !mem.is_empty() && (by_age || by_delete)
+        };
+        if !too_old(&self.current().mem) {
             return Ok(());
         }
         if let Some(mut w) = self.writer.try_lock() {
-            let mem = self.current().mem.clone();
-            if !mem.is_empty() && mem.created().elapsed() >= max_age {
+            if too_old(&self.current().mem) {
                 self.seal(&mut w)?;
             }
         }

@@ -25,6 +25,19 @@ impl RecordWriter {
         Ok(RecordWriter { file, path: path.to_path_buf(), len: 0, buf: Vec::new() })
     }
 
+    /// Opens an existing log to append after its first `valid_len` bytes (a torn tail beyond
+    /// them is cut off).
+    pub fn open_append(path: &Path, valid_len: u64) -> Result<Self> {
+        let file = OpenOptions::new().write(true).open(path).at(path)?;
+        file.set_len(valid_len).at(path)?;
+        let mut w =
+            RecordWriter { file, path: path.to_path_buf(), len: valid_len, buf: Vec::new() };
+        use std::io::Seek;
+        w.file.seek(std::io::SeekFrom::Start(valid_len)).at(path)?;
+        w.len = valid_len;
+        Ok(w)
+    }
+
     /// Path of the file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -50,6 +63,18 @@ impl RecordWriter {
         self.frame(payload);
         self.file.write_all(&self.buf).at(&self.path)?;
         self.len += self.buf.len() as u64;
+        Ok(())
+    }
+
+    /// Appends several records in one write.
+    pub fn append_all(&mut self, payloads: &[Vec<u8>]) -> Result<()> {
+        let mut all = Vec::new();
+        for p in payloads {
+            self.frame(p);
+            all.extend_from_slice(&self.buf);
+        }
+        self.file.write_all(&all).at(&self.path)?;
+        self.len += all.len() as u64;
         Ok(())
     }
 

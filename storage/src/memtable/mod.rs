@@ -65,6 +65,7 @@ pub struct Memtable {
     bytes: AtomicUsize,
     max_seq: AtomicU64,
     min_entry_seq: AtomicU64,
+    oldest_delete: AtomicU64,
     created: Instant,
     filter: MemFilter,
     /// Range deletes written while this memtable was active.
@@ -82,6 +83,7 @@ impl Memtable {
             bytes: AtomicUsize::new(0),
             max_seq: AtomicU64::new(0),
             min_entry_seq: AtomicU64::new(u64::MAX),
+            oldest_delete: AtomicU64::new(u64::MAX),
             created: Instant::now(),
             filter: MemFilter::new(capacity_bytes),
             ranges: RangeBuffer::default(),
@@ -97,6 +99,9 @@ impl Memtable {
         self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
         self.max_seq.fetch_max(seq, AtomicOrdering::Relaxed);
         self.min_entry_seq.fetch_min(seq, AtomicOrdering::Relaxed);
+        if kind == EntryKind::Delete {
+            self.oldest_delete.fetch_min(seq, AtomicOrdering::Relaxed);
+        }
     }
 
     /// Records the range delete `[lo, hi) @ seq`.
@@ -105,6 +110,13 @@ impl Memtable {
         self.ranges.insert(lo, hi, seq);
         self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
         self.max_seq.fetch_max(seq, AtomicOrdering::Relaxed);
+        self.oldest_delete.fetch_min(seq, AtomicOrdering::Relaxed);
+    }
+
+    /// Sequence number of the oldest point or range delete written to it, if any.
+    pub fn oldest_delete(&self) -> Option<u64> {
+        let s = self.oldest_delete.load(AtomicOrdering::Relaxed);
+        (s != u64::MAX).then_some(s)
     }
 
     /// Smallest sequence number of a put or point delete held (`u64::MAX` if none).

@@ -23,6 +23,9 @@ pub struct TableProps {
     pub tombstones: u64,
     /// Sequence number of the oldest tombstone, if any (delete-age tracking).
     pub min_tombstone_seq: Option<u64>,
+    /// The oldest delete whose tombstone this file holds or whose covered data may still be in it
+    /// or below it (FADE; inherited through merges, never reset).
+    pub oldest_delete: Option<crate::fade::DeleteStamp>,
     /// Creation time, milliseconds since the Unix epoch.
     pub created_at_ms: u64,
     /// Delete-tile size h this file was written with.

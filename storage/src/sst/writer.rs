@@ -98,7 +98,17 @@ impl TableWriter {
         self.tombstones = fragments;
     }
 
-    /// Records how far range deletes were applied to the entries of this file.
+    /// Smallest sequence number among the range-tombstone fragments set so far.
+    pub fn range_tombstone_min_seq(&self) -> Option<u64> {
+        self.tombstones.iter().flat_map(|p| p.seqs.iter().copied()).min()
+    }
+
+    /// Records the oldest delete this file holds or may hold covered data of (FADE).
+    pub fn set_oldest_delete(&mut self, stamp: Option<crate::fade::DeleteStamp>) {
+        self.props.oldest_delete = stamp;
+    }
+
+    /// Records the range deletes applied (see [`TableProps::rd_applied`]).
     pub fn set_rd_applied(&mut self, seq: u64) {
         self.props.rd_applied = seq;
     }

@@ -25,10 +25,10 @@ impl Wal {
         Ok(Wal { writer, buf: Vec::new(), fail })
     }
 
-    /// Appends a batch (reaches the OS before returning).
-    pub fn append(&mut self, batch: &WriteBatch, seq: u64) -> Result<()> {
+    /// Appends a batch with its issue time (reaches the OS before returning).
+    pub fn append(&mut self, batch: &WriteBatch, seq: u64, issued_at_ms: u64) -> Result<()> {
         self.buf.clear();
-        batch.encode(seq, &mut self.buf);
+        batch.encode(seq, issued_at_ms, &mut self.buf);
         self.writer.append(&self.buf)
     }
 
@@ -39,7 +39,8 @@ impl Wal {
     }
 }
 
-/// Reads the batches of a WAL file in order (a torn tail is ignored).
+/// Reads the batches of a WAL file in order (a torn tail is ignored); each comes back with its
+/// issue time set.
 pub(crate) fn replay(path: &Path) -> Result<Vec<(u64, WriteBatch)>> {
     let (records, _) = read_records(path)?;
     records
