@@ -58,6 +58,10 @@ fn flush_loop(inner: &Inner) {
             // Deadlines expire with time, not only after flushes.
             inner.notify_bg(true);
         }
+        // Readers release obsolete files at any time.
+        if let Err(e) = inner.advance_ledger() {
+            inner.poison(e);
+        }
         if let Err(e) = res {
             inner.poison(e);
         }
@@ -100,7 +104,7 @@ impl Inner {
         loop {
             while self.flush_oldest()? {}
             if !self.compact_once()? {
-                return Ok(());
+                return self.advance_ledger();
             }
         }
     }

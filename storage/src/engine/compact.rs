@@ -23,11 +23,15 @@ impl Inner {
         if self.compact_index_once()? {
             return Ok(true);
         }
-        let sv = self.current();
-        let metas = sv.version.metas();
-        let task = self.pick_deadline(&metas).or_else(|| policy::pick(&metas, &self.opts));
-        let Some(task) = task else { return Ok(false) };
-        self.run_task(&sv.version, &task)?;
+        {
+            let sv = self.current();
+            let metas = sv.version.metas();
+            let task = self.pick_deadline(&metas).or_else(|| policy::pick(&metas, &self.opts));
+            let Some(task) = task else { return Ok(false) };
+            self.run_task(&sv.version, &task)?;
+        }
+        // The inputs are released now (unless a reader still holds them).
+        self.advance_ledger()?;
         Ok(true)
     }
 
@@ -175,7 +179,6 @@ impl Inner {
         for t in inputs.iter().chain(&overlapping) {
             self.retire(t);
         }
-        self.advance_ledger()?;
         self.counters.compactions.fetch_add(1, Ordering::Relaxed);
         self.counters.bytes_compacted.fetch_add(stats.bytes_out, Ordering::Relaxed);
         tracing::debug!(

@@ -173,6 +173,16 @@ impl Engine {
         self.inner.checkpoint(target.as_ref())
     }
 
+    /// Every live SST with its level, level 0 first.
+    pub fn files(&self) -> Vec<(usize, crate::sst::FileMeta)> {
+        let sv = self.inner.current();
+        let mut out = Vec::new();
+        for (level, files) in sv.version.levels.iter().enumerate() {
+            out.extend(files.iter().map(|t| (level, t.meta().clone())));
+        }
+        out
+    }
+
     /// Statistics: files and bytes per level, memtables, cache, counters.
     pub fn stats(&self) -> EngineStats {
         self.inner.stats()
