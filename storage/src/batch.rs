@@ -46,6 +46,19 @@ pub enum BatchOp {
         /// Exclusive upper key (empty: the end of the key space).
         hi: Bytes,
     },
+    /// Delete every entry whose delete key (time) is in `[t_lo, t_hi)` and whose sort key is in
+    /// `[lo, hi)` (empty bounds: unbounded), written before this operation. Executed by dropping
+    /// whole pages of the KiWi layout.
+    DeleteTimeRange {
+        /// Inclusive lower delete key.
+        t_lo: u64,
+        /// Exclusive upper delete key.
+        t_hi: u64,
+        /// Inclusive lower sort key (empty: the start of the key space).
+        lo: Bytes,
+        /// Exclusive upper sort key (empty: the end of the key space).
+        hi: Bytes,
+    },
 }
 
 /// Operations applied atomically. Operation `i` of a batch written with sequence number `seq` gets
@@ -83,6 +96,19 @@ impl WriteBatch {
     /// with `lo == hi` deletes nothing.
     pub fn delete_range(&mut self, lo: impl Into<Bytes>, hi: impl Into<Bytes>) -> &mut Self {
         self.ops.push(BatchOp::DeleteRange { lo: lo.into(), hi: hi.into() });
+        self
+    }
+
+    /// Adds a time-window delete: every entry with delete key in `[t_lo, t_hi)` and sort key in
+    /// `[lo, hi)` (empty: unbounded).
+    pub fn delete_time_range(
+        &mut self,
+        t_lo: u64,
+        t_hi: u64,
+        lo: impl Into<Bytes>,
+        hi: impl Into<Bytes>,
+    ) -> &mut Self {
+        self.ops.push(BatchOp::DeleteTimeRange { t_lo, t_hi, lo: lo.into(), hi: hi.into() });
         self
     }
 
@@ -147,6 +173,15 @@ impl WriteBatch {
                 BatchOp::DeleteRange { lo, hi } if !hi.is_empty() && lo > hi => {
                     return bad("range delete with lower bound above upper bound".into())
                 }
+                BatchOp::DeleteTimeRange { lo, hi, .. } if too_long(lo) || too_long(hi) => {
+                    return bad(format!("time-range key bound exceeds the limit of {MAX_KEY_LEN}"))
+                }
+                BatchOp::DeleteTimeRange { t_lo, t_hi, .. } if t_lo > t_hi => {
+                    return bad(format!("time range [{t_lo}, {t_hi}) is inverted"))
+                }
+                BatchOp::DeleteTimeRange { lo, hi, .. } if !hi.is_empty() && lo > hi => {
+                    return bad("time-range delete with lower key above upper key".into())
+                }
                 _ => {}
             }
         }
@@ -174,6 +209,13 @@ impl WriteBatch {
                     put_bytes(out, lo);
                     put_bytes(out, hi);
                 }
+                BatchOp::DeleteTimeRange { t_lo, t_hi, lo, hi } => {
+                    out.push(OP_DELETE_TIME_RANGE);
+                    put_bytes(out, lo);
+                    put_bytes(out, hi);
+                    out.extend_from_slice(&t_lo.to_le_bytes());
+                    out.extend_from_slice(&t_hi.to_le_bytes());
+                }
             }
         }
     }
@@ -192,6 +234,12 @@ impl WriteBatch {
                     lo: key,
                     hi: Bytes::copy_from_slice(get_bytes(&mut buf)?),
                 },
+                OP_DELETE_TIME_RANGE => {
+                    let hi = Bytes::copy_from_slice(get_bytes(&mut buf)?);
+                    let t_lo = u64::from_le_bytes(take(&mut buf, 8)?.try_into().ok()?);
+                    let t_hi = u64::from_le_bytes(take(&mut buf, 8)?.try_into().ok()?);
+                    BatchOp::DeleteTimeRange { t_lo, t_hi, lo: key, hi }
+                }
                 t => match EntryKind::from_u8(t)? {
                     EntryKind::Put => {
                         BatchOp::Put { key, value: Bytes::copy_from_slice(get_bytes(&mut buf)?) }
@@ -209,6 +257,8 @@ impl WriteBatch {
 
 /// WAL tag of a range delete (after the entry kinds).
 const OP_DELETE_RANGE: u8 = 2;
+/// WAL tag of a time-range delete.
+const OP_DELETE_TIME_RANGE: u8 = 3;
 
 fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(&(b.len() as u32).to_le_bytes());
@@ -241,6 +291,7 @@ mod tests {
             .put("c", vec![0u8; 300])
             .delete_range("d", "")
             .delete_range("", "z")
+            .delete_time_range(5, 9, "a", "")
             .set_issued_at(1_700_000_000_123);
         let mut buf = Vec::new();
         b.encode(42, 1_700_000_000_123, &mut buf);
@@ -265,7 +316,10 @@ mod tests {
         b.delete_range("b", "a");
         assert!(b.validate().is_err(), "inverted range accepted");
         let mut b = WriteBatch::new();
-        b.delete_range("", "").delete_range("a", "a");
+        b.delete_time_range(9, 5, "", "");
+        assert!(b.validate().is_err(), "inverted time range accepted");
+        let mut b = WriteBatch::new();
+        b.delete_range("", "").delete_range("a", "a").delete_time_range(5, 5, "", "");
         assert!(b.validate().is_ok(), "whole key space and empty ranges are valid");
     }
 }

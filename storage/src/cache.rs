@@ -7,7 +7,7 @@ use quick_cache::Weighter;
 
 use crate::sst::page::Page;
 
-/// Cache key: (table id, page index).
+/// Cache key: (table cache id, page index).
 type PageKey = (u64, u32);
 
 #[derive(Debug, Clone)]

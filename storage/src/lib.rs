@@ -43,6 +43,7 @@ pub mod failpoint;
 mod fs;
 pub mod gloran;
 mod iter;
+pub mod kiwi;
 pub mod ledger;
 mod log;
 pub(crate) mod memtable;

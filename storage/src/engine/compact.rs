@@ -19,6 +19,9 @@ use crate::{Error, Result};
 impl Inner {
     /// Runs the policy's pick, if any. Returns `false` when nothing needed compaction.
     pub(super) fn compact_once(&self) -> Result<bool> {
+        if self.execute_windows()? {
+            return Ok(true);
+        }
         let _serial = self.compaction_lock.lock();
         if self.compact_index_once()? {
             return Ok(true);
@@ -124,8 +127,12 @@ impl Inner {
         let next_id = || self.alloc_file_id();
         let (upto, rd_applied) = self.range_view_bounds();
         let (generation, view) = self.read_view();
-        let gloran =
-            |key: &[u8], min_seq: u64| self.covering((generation, &view), key, min_seq, upto);
+        let windows = self.windows();
+        let gloran = |key: &[u8], min_seq: u64| {
+            let mut seqs = self.covering((generation, &view), key, min_seq, upto)?;
+            self.add_window_seqs(&windows, key, min_seq, upto, &mut seqs);
+            Ok(seqs)
+        };
         // Tombstone mode: the inputs' tombstones apply to the inputs' entries and move down with
         // them; at the bottommost level those every reader sees are dropped (fully applied).
         let tombstone_mode = self.opts.range_delete_mode == RangeDeleteMode::Tombstones;
@@ -134,7 +141,11 @@ impl Inner {
         } else {
             Vec::new()
         };
-        let local = |key: &[u8], _: u64| Ok(covering_all(&input_tombstones, key));
+        let local = |key: &[u8], min_seq: u64| {
+            let mut seqs = covering_all(&input_tombstones, key);
+            self.add_window_seqs(&windows, key, min_seq, upto, &mut seqs);
+            Ok(seqs)
+        };
         let covering: &CoveringFn<'_> = if tombstone_mode { &local } else { &gloran };
         let snaps = self.snapshots.seqs();
         let gc = if task.bottommost { snaps.first().copied().unwrap_or(u64::MAX) } else { 0 };

@@ -68,14 +68,19 @@ impl Engine {
         let d = self
             .deletion(id)
             .ok_or_else(|| Error::InvalidArgument(format!("no deletion with id {id}")))?;
-        let (lo, hi) = match &d.kind {
-            DeletionKind::Point { key } => (key.clone(), None),
-            DeletionKind::Range { lo, hi } => (lo.clone(), Some(hi.clone())),
+        let (lo, hi, window) = match &d.kind {
+            DeletionKind::Point { key } => (key.clone(), None, None),
+            DeletionKind::Range { lo, hi } => (lo.clone(), Some(hi.clone()), None),
+            DeletionKind::TimeWindow { t_lo, t_hi, lo, hi } => {
+                (lo.clone(), Some(hi.clone()), Some(*t_lo..*t_hi))
+            }
         };
+        let dkey = &self.inner.opts.delete_key;
         let inside = |k: &[u8]| match &hi {
             None => k == lo.as_slice(),
             Some(h) => h.is_empty() || k < h.as_slice(),
         };
+        let covered = |k: &[u8]| window.as_ref().is_none_or(|w| w.contains(&dkey.extract(k)));
         let sv = self.inner.current();
         let mut sources: Vec<(String, Box<dyn EntryCursor>)> = Vec::new();
         for m in std::iter::once(&sv.mem).chain(&sv.imms) {
@@ -95,7 +100,7 @@ impl Engine {
             c.seek(&lo)?;
             while c.valid() && inside(c.key()) {
                 check.entries_scanned += 1;
-                if c.seq() < id && c.kind() == EntryKind::Put {
+                if c.seq() < id && c.kind() == EntryKind::Put && covered(c.key()) {
                     let (key, seq) = (c.key().to_vec(), c.seq());
                     check.remaining.push(RemainingEntry { location: location.clone(), key, seq });
                 }
@@ -132,6 +137,12 @@ impl Inner {
                 BatchOp::DeleteRange { lo, hi } => {
                     DeletionKind::Range { lo: lo.to_vec(), hi: hi.to_vec() }
                 }
+                BatchOp::DeleteTimeRange { t_lo, t_hi, lo, hi } => DeletionKind::TimeWindow {
+                    t_lo: *t_lo,
+                    t_hi: *t_hi,
+                    lo: lo.to_vec(),
+                    hi: hi.to_vec(),
+                },
             };
             ledger.issue(Deletion {
                 id: seq + i as u64,
@@ -159,7 +170,7 @@ impl Inner {
                     hi: hi.clone(),
                     issued_ms: d.issued_at_ms,
                 }),
-                DeletionKind::Point { .. } => None,
+                _ => None,
             })
             .collect()
     }
@@ -230,6 +241,7 @@ impl Inner {
             }
             ledger.prune(now, retention, || self.alloc_file_id())
         })();
-        res.map_err(|e| self.poison(e))
+        drop(ledger);
+        res.and_then(|_| self.advance_windows()).map_err(|e| self.poison(e))
     }
 }

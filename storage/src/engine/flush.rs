@@ -30,12 +30,20 @@ impl Inner {
         let next_id = || self.alloc_file_id();
         let (upto, rd_applied) = self.range_view_bounds();
         let (generation, view) = self.read_view();
-        let gloran =
-            |key: &[u8], min_seq: u64| self.covering((generation, &view), key, min_seq, upto);
+        let windows = self.windows();
+        let gloran = |key: &[u8], min_seq: u64| {
+            let mut seqs = self.covering((generation, &view), key, min_seq, upto)?;
+            self.add_window_seqs(&windows, key, min_seq, upto, &mut seqs);
+            Ok(seqs)
+        };
         // Tombstone mode: the memtable's own tombstones apply to its entries and go into the SST.
         let tombstone_mode = self.opts.range_delete_mode == RangeDeleteMode::Tombstones;
         let own = if tombstone_mode { mem.ranges.pieces() } else { Vec::new() };
-        let local = |key: &[u8], _: u64| Ok(covering_all(&own, key));
+        let local = |key: &[u8], min_seq: u64| {
+            let mut seqs = covering_all(&own, key);
+            self.add_window_seqs(&windows, key, min_seq, upto, &mut seqs);
+            Ok(seqs)
+        };
         let covering: &CoveringFn<'_> = if tombstone_mode { &local } else { &gloran };
         let tombstones = if tombstone_mode {
             combine(&[&own], Some(&self.snapshots.seqs()), 0)

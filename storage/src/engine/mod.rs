@@ -10,6 +10,7 @@ mod ranges;
 mod read;
 mod stats;
 mod tombstones;
+mod windows;
 mod write;
 
 use std::fs::File;
@@ -73,6 +74,11 @@ struct Counters {
     write_stalls: AtomicU64,
     range_checks: AtomicU64,
     range_checks_eve_skipped: AtomicU64,
+    window_pages_dropped: AtomicU64,
+    window_pages_read: AtomicU64,
+    window_pages_rewritten: AtomicU64,
+    window_bytes_read: AtomicU64,
+    window_bytes_written: AtomicU64,
 }
 
 pub(crate) struct Inner {
@@ -98,6 +104,10 @@ pub(crate) struct Inner {
     ledger: Mutex<crate::ledger::Ledger>,
     /// Obsolete tables, until their last reader drops them (they still hold data).
     retired: Mutex<Vec<std::sync::Weak<crate::sst::Table>>>,
+    /// Active time-window deletes.
+    windows: RwLock<Arc<Vec<crate::kiwi::TimeWindow>>>,
+    /// Their execution and punch jobs.
+    window_state: Mutex<windows::WindowState>,
     _lock_file: File,
 }
 

@@ -93,6 +93,24 @@ fn list_dir(dir: &Path) -> Result<DirListing> {
     Ok(l)
 }
 
+/// Opens a live SST, finishing an interrupted time-window delete first: bytes appended past the
+/// recorded size were never committed (cut off), and regions the committed layout does not read
+/// are punched out (again), so a crash cannot leave deleted data behind.
+fn open_table(dir: &Path, meta: &crate::sst::FileMeta, cache: &Arc<PageCache>) -> Result<Table> {
+    let path = dir.join(crate::sst::file_name(meta.id));
+    let len = std::fs::metadata(&path).at(&path)?.len();
+    if len > meta.size {
+        tracing::warn!(path = %path.display(), len, size = meta.size, "cutting uncommitted tail");
+        let f = OpenOptions::new().write(true).open(&path).at(&path)?;
+        f.set_len(meta.size).at(&path)?;
+        f.sync_all().at(&path)?;
+    }
+    let table = Table::open(dir, meta.clone(), cache.clone())?;
+    let unread = crate::kiwi::punch::gaps(&table.referenced_regions(), meta.size);
+    crate::kiwi::punch::punch(&path, &unread)?;
+    Ok(table)
+}
+
 fn remove(path: &Path) -> Result<()> {
     match std::fs::remove_file(path) {
         Ok(()) => Ok(()),
@@ -180,7 +198,8 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         if *level as usize >= opts.num_levels {
             return Err(level_err(id, level, opts.num_levels));
         }
-        opened.tables.insert(*id, Arc::new(Table::open(dir, meta.clone(), cache.clone())?));
+        let table = Arc::new(open_table(dir, meta, &cache)?);
+        opened.tables.insert(*id, table);
     }
     let rd_levels = opts.range_index.num_levels;
     for (id, (level, meta)) in &recovered.rd_files {
@@ -225,6 +244,14 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
                     BatchOp::DeleteRange { lo, hi } => {
                         Some(DeletionKind::Range { lo: lo.to_vec(), hi: hi.to_vec() })
                     }
+                    BatchOp::DeleteTimeRange { t_lo, t_hi, lo, hi } => {
+                        Some(DeletionKind::TimeWindow {
+                            t_lo: *t_lo,
+                            t_hi: *t_hi,
+                            lo: lo.to_vec(),
+                            hi: hi.to_vec(),
+                        })
+                    }
                 };
                 if let Some(kind) = kind {
                     ledger.issue(Deletion {
@@ -244,6 +271,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
                         mem.insert(key, s, EntryKind::Delete, bytes::Bytes::new())
                     }
                     BatchOp::DeleteRange { lo, hi } => mem.insert_range(lo.clone(), hi.clone(), s),
+                    BatchOp::DeleteTimeRange { .. } => mem.record_delete(s),
                 }
                 last_seq = s;
             }
@@ -351,6 +379,8 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         compaction_lock: Mutex::new(()),
         flush_lock: Mutex::new(()),
         counters: Counters::default(),
+        windows: RwLock::new(Arc::new(super::windows::pending_windows(&ledger))),
+        window_state: Mutex::new(Default::default()),
         ledger: Mutex::new(ledger),
         retired: Mutex::new(Vec::new()),
         opts,

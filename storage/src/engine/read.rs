@@ -30,12 +30,24 @@ impl Engine {
     /// The value of `key` as of `snapshot` (latest if `None`).
     pub fn get(&self, key: &[u8], snapshot: Option<&Snapshot>) -> Result<Option<Bytes>> {
         let seq = self.read_seq(snapshot);
+        let windows = self.inner.windows();
         let (generation, sv) = self.inner.read_view();
+        let hidden = |found: u64| {
+            !windows.is_empty() && {
+                let dkey = self.inner.opts.delete_key.extract(key);
+                Inner::window_hides(&windows, dkey, key, found, seq)
+            }
+        };
         if self.inner.opts.range_delete_mode == RangeDeleteMode::Tombstones {
-            return get_with_tombstones(&sv, key, seq);
+            return Ok(get_with_tombstones(&sv, key, seq)?
+                .filter(|(s, _)| !hidden(*s))
+                .map(|v| v.1));
         }
         let Some((found, kind, value)) = newest_version(&sv, key, seq)? else { return Ok(None) };
         let Some(value) = visible(kind, value) else { return Ok(None) };
+        if hidden(found) {
+            return Ok(None);
+        }
         // Only the newest visible version needs the range-delete check: a delete covering an
         // older version but not this one cannot hide the key.
         if self.inner.range_deleted((generation, &sv), key, found, seq)? {
@@ -83,7 +95,8 @@ impl Engine {
                 children.push(Box::new(LevelCursor::new(tables, true)));
             }
         }
-        let ranges = RangeCheck { inner: self.inner.clone(), generation, sv };
+        let windows = self.inner.windows();
+        let ranges = RangeCheck { inner: self.inner.clone(), generation, sv, windows };
         Ok(EngineIter::new(MergeCursor::new(children), seq, start, end, ranges))
     }
 }
@@ -120,14 +133,14 @@ fn newest_version(
 /// A lookup in tombstone mode, as RocksDB does it: every memtable and file visited on the way
 /// down contributes its newest covering range tombstone; the first version found is deleted if
 /// older than the newest such tombstone.
-fn get_with_tombstones(sv: &SuperVersion, key: &[u8], seq: u64) -> Result<Option<Bytes>> {
+fn get_with_tombstones(sv: &SuperVersion, key: &[u8], seq: u64) -> Result<Option<(u64, Bytes)>> {
     let hash = bloom::key_hash(key);
     let mut covered = 0u64;
     let decide = |covered: u64, (s, kind, value): (u64, EntryKind, Bytes)| {
         if s < covered {
             None
         } else {
-            visible(kind, value)
+            visible(kind, value).map(|v| (s, v))
         }
     };
     for m in std::iter::once(&sv.mem).chain(&sv.imms) {
@@ -160,11 +173,18 @@ pub(crate) struct RangeCheck {
     inner: Arc<Inner>,
     generation: u64,
     sv: Arc<SuperVersion>,
+    windows: Arc<Vec<crate::kiwi::TimeWindow>>,
 }
 
 impl RangeCheck {
     /// True if `(key, seq)` read at `t` is range-deleted.
     pub fn deleted(&self, key: &[u8], seq: u64, t: u64) -> Result<bool> {
+        if !self.windows.is_empty() {
+            let dkey = self.inner.opts.delete_key.extract(key);
+            if Inner::window_hides(&self.windows, dkey, key, seq, t) {
+                return Ok(true);
+            }
+        }
         self.inner.range_deleted((self.generation, &self.sv), key, seq, t)
     }
 }

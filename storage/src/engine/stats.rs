@@ -57,6 +57,16 @@ pub struct EngineStats {
     pub range_checks: u64,
     /// Of those, the ones EVE answered "live" without consulting the index.
     pub range_checks_eve_skipped: u64,
+    /// Time-window deletes: pages dropped without being read.
+    pub window_pages_dropped: u64,
+    /// Time-window deletes: pages read because they straddle a window.
+    pub window_pages_read: u64,
+    /// Time-window deletes: pages written again without their covered entries.
+    pub window_pages_rewritten: u64,
+    /// Time-window deletes: bytes of pages read.
+    pub window_bytes_read: u64,
+    /// Time-window deletes: bytes appended to files (pages, filter and index blocks, footers).
+    pub window_bytes_written: u64,
     /// Highest applied sequence number.
     pub last_seq: u64,
     /// Highest sequence number persisted in SSTs.
@@ -106,6 +116,11 @@ impl Inner {
             write_stalls: c.write_stalls.load(Ordering::Relaxed),
             range_checks: c.range_checks.load(Ordering::Relaxed),
             range_checks_eve_skipped: c.range_checks_eve_skipped.load(Ordering::Relaxed),
+            window_pages_dropped: c.window_pages_dropped.load(Ordering::Relaxed),
+            window_pages_read: c.window_pages_read.load(Ordering::Relaxed),
+            window_pages_rewritten: c.window_pages_rewritten.load(Ordering::Relaxed),
+            window_bytes_read: c.window_bytes_read.load(Ordering::Relaxed),
+            window_bytes_written: c.window_bytes_written.load(Ordering::Relaxed),
             last_seq: self.visible_seq.load(Ordering::Relaxed),
             persisted_seq: self.meta.lock().persisted_seq,
         }

@@ -83,6 +83,17 @@ impl Inner {
                         self.eve.write().insert(lo, hi, s);
                     }
                 }
+                BatchOp::DeleteTimeRange { t_lo, t_hi, lo, hi } => {
+                    mem.record_delete(s);
+                    self.add_window(crate::kiwi::TimeWindow {
+                        seq: s,
+                        t_lo: *t_lo,
+                        t_hi: *t_hi,
+                        lo: lo.to_vec(),
+                        hi: hi.to_vec(),
+                    });
+                    self.notify_bg(true);
+                }
             }
         }
         w.last_seq = last;

@@ -32,6 +32,7 @@ pub(crate) fn file_name(n: u64) -> String {
 enum Entry {
     Issued(Deletion),
     PersistedBelow { below: u64, at_ms: u64 },
+    Persisted { id: u64, at_ms: u64 },
 }
 
 /// The ledger of one engine.
@@ -41,7 +42,10 @@ pub(crate) struct Ledger {
     number: u64,
     writer: RecordWriter,
     records: BTreeMap<u64, Deletion>,
+    /// Pending point and range deletes (persisted by the watermark).
     pending: BTreeSet<u64>,
+    /// Pending time-window deletes (persisted one by one).
+    pending_windows: BTreeSet<u64>,
     buffered: Vec<Vec<u8>>,
     /// Bytes written at the last rewrite (the live records then).
     base_len: u64,
@@ -67,7 +71,16 @@ impl Ledger {
                 apply(&mut records, entry);
             }
         }
-        let pending = records.values().filter(|d| !d.is_persisted()).map(|d| d.id).collect();
+        let open = |watermark: bool| {
+            records
+                .values()
+                .filter(|d: &&Deletion| {
+                    !d.is_persisted() && d.kind.follows_watermark() == watermark
+                })
+                .map(|d| d.id)
+                .collect::<BTreeSet<u64>>()
+        };
+        let (pending, pending_windows) = (open(true), open(false));
         let (number, writer) = match newest {
             Some(n) => (n, RecordWriter::open_append(&dir.join(file_name(n)), valid_len)?),
             None => (number, RecordWriter::create(&dir.join(file_name(number)))?),
@@ -78,6 +91,7 @@ impl Ledger {
             writer,
             records,
             pending,
+            pending_windows,
             buffered: Vec::new(),
             base_len: valid_len,
             unsynced: false,
@@ -108,7 +122,11 @@ impl Ledger {
         }
         self.buffered.push(encode(&Entry::Issued(d.clone())));
         if !d.is_persisted() {
-            self.pending.insert(d.id);
+            if d.kind.follows_watermark() {
+                self.pending.insert(d.id);
+            } else {
+                self.pending_windows.insert(d.id);
+            }
         }
         self.records.insert(d.id, d);
     }
@@ -126,6 +144,21 @@ impl Ledger {
             self.buffered.push(encode(&Entry::PersistedBelow { below, at_ms }));
         }
         done.len()
+    }
+
+    /// Marks the time-window delete `id` persisted at `at_ms`.
+    pub fn persist_one(&mut self, id: u64, at_ms: u64) {
+        if self.pending_windows.remove(&id) {
+            if let Some(d) = self.records.get_mut(&id) {
+                d.persisted_at_ms = Some(at_ms);
+            }
+            self.buffered.push(encode(&Entry::Persisted { id, at_ms }));
+        }
+    }
+
+    /// Pending time-window deletes, oldest first.
+    pub fn pending_windows(&self) -> impl Iterator<Item = &Deletion> + '_ {
+        self.pending_windows.iter().filter_map(|id| self.records.get(id))
     }
 
     /// Writes buffered records to the OS.
@@ -186,7 +219,7 @@ impl Ledger {
         self.records.get(&id).map(|d| d.issued_at_ms)
     }
 
-    /// Deletes not yet persisted, oldest first.
+    /// Point and range deletes not yet persisted, oldest first.
     pub fn pending(&self) -> impl Iterator<Item = &Deletion> + '_ {
         self.pending.iter().filter_map(|id| self.records.get(id))
     }
@@ -203,6 +236,13 @@ fn apply(records: &mut BTreeMap<u64, Deletion>, e: Entry) {
         }
         Entry::PersistedBelow { below, at_ms } => {
             for d in records.range_mut(..below).map(|(_, d)| d) {
+                if d.kind.follows_watermark() {
+                    d.persisted_at_ms.get_or_insert(at_ms);
+                }
+            }
+        }
+        Entry::Persisted { id, at_ms } => {
+            if let Some(d) = records.get_mut(&id) {
                 d.persisted_at_ms.get_or_insert(at_ms);
             }
         }

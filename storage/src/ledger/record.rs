@@ -17,6 +17,26 @@ pub enum DeletionKind {
         /// Exclusive upper key.
         hi: Vec<u8>,
     },
+    /// Every entry with delete key (time) in `[t_lo, t_hi)` and key in `[lo, hi)` (empty:
+    /// unbounded) older than the delete, dropped page by page.
+    TimeWindow {
+        /// Inclusive lower delete key.
+        t_lo: u64,
+        /// Exclusive upper delete key.
+        t_hi: u64,
+        /// Inclusive lower key.
+        lo: Vec<u8>,
+        /// Exclusive upper key (empty: the end of the key space).
+        hi: Vec<u8>,
+    },
+}
+
+impl DeletionKind {
+    /// True for kinds the persistence watermark covers (point and range deletes); time windows
+    /// are persisted one by one when their page drops are done.
+    pub fn follows_watermark(&self) -> bool {
+        matches!(self, DeletionKind::Point { .. } | DeletionKind::Range { .. })
+    }
 }
 
 /// Where a delete stands against its deadline.

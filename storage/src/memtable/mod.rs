@@ -113,6 +113,13 @@ impl Memtable {
         self.oldest_delete.fetch_min(seq, AtomicOrdering::Relaxed);
     }
 
+    /// Records a delete that leaves no entry here (a time-window delete): its sequence number
+    /// must still be persisted by a flush.
+    pub fn record_delete(&self, seq: u64) {
+        self.max_seq.fetch_max(seq, AtomicOrdering::Relaxed);
+        self.oldest_delete.fetch_min(seq, AtomicOrdering::Relaxed);
+    }
+
     /// Sequence number of the oldest point or range delete written to it, if any.
     pub fn oldest_delete(&self) -> Option<u64> {
         let s = self.oldest_delete.load(AtomicOrdering::Relaxed);

@@ -161,6 +161,11 @@ impl Page {
         Ok(page)
     }
 
+    /// The decoded page bytes.
+    pub fn data(&self) -> &Bytes {
+        &self.data
+    }
+
     /// Bytes of decoded data (for cache accounting).
     pub fn size(&self) -> usize {
         self.data.len()

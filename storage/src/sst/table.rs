@@ -3,7 +3,7 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -17,6 +17,9 @@ use crate::coding::{u32_at, u64_at};
 use crate::error::IoContext;
 use crate::gloran::piece::{before_end, find, Piece, SeqList};
 use crate::{Error, Result};
+
+/// Source of [`Table`] cache ids.
+static NEXT_CACHE_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A found version: sequence number, kind and value.
 pub(crate) type Found = (u64, EntryKind, Bytes);
@@ -32,6 +35,11 @@ pub(crate) struct Table {
     fences: Fences,
     tombstones: Vec<Piece>,
     filters: Bytes,
+    /// Offset and length of the filter block and of the index block.
+    blocks: [(u64, u32); 2],
+    /// Page-cache key of this layout: unique per opened table, so a file whose pages were
+    /// dropped (same id, new layout) never reads the old layout's cached pages.
+    cache_id: u64,
     cache: Arc<PageCache>,
     obsolete: AtomicBool,
 }
@@ -108,6 +116,8 @@ impl Table {
             fences,
             tombstones,
             filters,
+            blocks: [(filter_off, filter_len), (index_off, index_len)],
+            cache_id: NEXT_CACHE_ID.fetch_add(1, Ordering::Relaxed),
             cache,
             obsolete: AtomicBool::new(false),
         })
@@ -152,6 +162,24 @@ impl Table {
         &self.index
     }
 
+    /// The Bloom filter of page `i`.
+    pub fn page_filter(&self, i: usize) -> &[u8] {
+        let pm = &self.index.pages[i];
+        let f = pm.filter_offset as usize;
+        &self.filters[f..f + pm.filter_len as usize]
+    }
+
+    /// Byte regions `(offset, len)` of the file this table reads (pages, filter and index blocks,
+    /// footer), sorted. After a page drop the file also holds regions no version reads.
+    pub fn referenced_regions(&self) -> Vec<(u64, u64)> {
+        let mut r: Vec<(u64, u64)> =
+            self.index.pages.iter().map(|p| (p.offset, u64::from(p.len))).collect();
+        r.extend(self.blocks.iter().map(|&(o, l)| (o, u64::from(l))));
+        r.push((self.meta.size - FOOTER_LEN as u64, FOOTER_LEN as u64));
+        r.sort_unstable();
+        r
+    }
+
     /// Marks the file for deletion when the last reference drops.
     pub fn mark_obsolete(&self) {
         self.obsolete.store(true, Ordering::Release);
@@ -159,7 +187,7 @@ impl Table {
 
     /// Reads, verifies and decodes page `i`, through the cache.
     pub fn load_page(&self, i: usize, fill_cache: bool) -> Result<Arc<Page>> {
-        if let Some(p) = self.cache.get(self.meta.id, i as u32) {
+        if let Some(p) = self.cache.get(self.cache_id, i as u32) {
             return Ok(p);
         }
         let pm = self.index.pages.get(i).ok_or_else(|| {
@@ -175,7 +203,7 @@ impl Table {
         }
         let page = Arc::new(page);
         if fill_cache {
-            self.cache.insert(self.meta.id, i as u32, page.clone());
+            self.cache.insert(self.cache_id, i as u32, page.clone());
         }
         Ok(page)
     }
@@ -229,12 +257,13 @@ impl Drop for Table {
 
 /// Structural checks of a decoded index block, so later lookups cannot index out of bounds.
 fn validate_index(ix: &IndexBlock, data_end: u64, filters_len: usize) -> Result<(), String> {
-    let mut next_offset = 0u64;
+    // Pages are contiguous when written; a page drop leaves holes and appends rewritten pages, so
+    // only bounds and disjointness are checked.
+    let mut spans: Vec<(u64, u64)> = Vec::with_capacity(ix.pages.len());
     for (i, p) in ix.pages.iter().enumerate() {
-        if p.offset != next_offset {
-            return Err(format!("page {i} offset {} not contiguous", p.offset));
-        }
-        next_offset = p.offset + p.len as u64;
+        let end = p.offset.checked_add(p.len as u64).filter(|&e| e <= data_end);
+        let Some(end) = end else { return Err(format!("page {i} out of bounds")) };
+        spans.push((p.offset, end));
         if p.filter_offset as usize + p.filter_len as usize > filters_len {
             return Err(format!("page {i} filter out of bounds"));
         }
@@ -242,8 +271,9 @@ fn validate_index(ix: &IndexBlock, data_end: u64, filters_len: usize) -> Result<
             return Err(format!("page {i} has inverted bounds"));
         }
     }
-    if next_offset != data_end {
-        return Err("pages do not end where the filter block starts".into());
+    spans.sort_unstable();
+    if spans.windows(2).any(|w| w[0].1 > w[1].0) {
+        return Err("pages overlap".into());
     }
     let mut next_page = 0u32;
     for (i, t) in ix.tiles.iter().enumerate() {

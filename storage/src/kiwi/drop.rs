@@ -1,0 +1,223 @@
+//! Executing a time-window delete on one SST: full page drops, edge-page rewrites, and an
+//! appended filter block, index block and footer.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+
+use super::window::TimeWindow;
+use crate::batch::EntryKind;
+use crate::error::IoContext;
+use crate::sst::page::{encode_block, PageBuilder};
+use crate::sst::{bloom, FileMeta, IndexBlock, PageMeta, Table, TileMeta, FORMAT_VERSION, MAGIC};
+use crate::{Compression, Error, Options, Result};
+
+/// What a time-window delete did to one SST.
+#[derive(Debug)]
+pub(crate) struct DropOutcome {
+    /// The file's new metadata; `None` if every page was dropped (the file goes away).
+    pub meta: Option<FileMeta>,
+    /// Pages dropped without being read.
+    pub pages_dropped: u64,
+    /// Pages read because they straddle the window (rewritten, dropped or kept as they were).
+    pub pages_read: u64,
+    /// Pages written again without their covered entries.
+    pub pages_rewritten: u64,
+    /// Bytes of pages read.
+    pub bytes_read: u64,
+    /// Bytes appended to the file (rewritten pages, filter and index blocks, footer).
+    pub bytes_written: u64,
+    /// Entries removed.
+    pub entries_removed: u64,
+}
+
+enum Fate {
+    Keep,
+    Drop,
+    Rewrite(Vec<(bytes::Bytes, u64, EntryKind, bytes::Bytes)>),
+}
+
+/// Applies `w` to `table`; `Ok(None)` if no entry of the table is covered. The file is extended
+/// in place (fsynced); the caller commits the returned metadata.
+pub(crate) fn drop_window(
+    table: &Table,
+    w: &TimeWindow,
+    opts: &Options,
+) -> Result<Option<DropOutcome>> {
+    let meta = table.meta();
+    let p = &meta.props;
+    if p.max_dkey < w.t_lo
+        || p.min_dkey >= w.t_hi
+        || p.min_seq >= w.seq
+        || p.largest.as_slice() < w.lo.as_slice()
+        || (!w.hi.is_empty() && p.smallest.as_slice() >= w.hi.as_slice())
+    {
+        return Ok(None);
+    }
+    let ix = table.index();
+    let all_older = p.max_seq < w.seq;
+    let mut out = DropOutcome {
+        meta: None,
+        pages_dropped: 0,
+        pages_read: 0,
+        pages_rewritten: 0,
+        bytes_read: 0,
+        bytes_written: 0,
+        entries_removed: 0,
+    };
+    let mut fates = Vec::with_capacity(ix.pages.len());
+    for (i, pm) in ix.pages.iter().enumerate() {
+        let fate = if w.misses_page(pm) {
+            Fate::Keep
+        } else if all_older && w.contains_page(pm) {
+            out.pages_dropped += 1;
+            out.entries_removed += u64::from(pm.entries);
+            Fate::Drop
+        } else {
+            out.pages_read += 1;
+            out.bytes_read += u64::from(pm.len);
+            let page = table.load_page(i, false)?;
+            let mut kept = Vec::with_capacity(page.len());
+            for j in 0..page.len() {
+                let e = page.entry(j);
+                if e.seq < w.seq && w.covers(e.key, opts.delete_key.extract(e.key)) {
+                    continue;
+                }
+                kept.push((page.key_bytes(j), e.seq, e.kind, page.value(&e)));
+            }
+            out.entries_removed += (page.len() - kept.len()) as u64;
+            match kept.len() {
+                0 => Fate::Drop,
+                n if n == page.len() => Fate::Keep,
+                _ => Fate::Rewrite(kept),
+            }
+        };
+        fates.push(fate);
+    }
+    if out.entries_removed == 0 {
+        return Ok(None);
+    }
+    let path = table.path().to_path_buf();
+    let mut file = std::io::BufWriter::new(OpenOptions::new().append(true).open(&path).at(&path)?);
+    let mut offset = meta.size;
+    let mut filters = Vec::new();
+    let mut pages: Vec<PageMeta> = Vec::new();
+    let mut tiles: Vec<TileMeta> = Vec::new();
+    let mut builder = PageBuilder::default();
+    let mut block = Vec::new();
+    let (mut entries, mut min_d, mut max_d) = (0u64, u64::MAX, 0u64);
+    for t in &ix.tiles {
+        let first_page = pages.len() as u32;
+        let range = t.first_page as usize..(t.first_page + t.pages) as usize;
+        for (i, fate) in range.clone().zip(&fates[range]) {
+            let mut pm = ix.pages[i].clone();
+            let filter_offset = filters.len() as u32;
+            match fate {
+                Fate::Drop => continue,
+                Fate::Keep => filters.extend_from_slice(table.page_filter(i)),
+                Fate::Rewrite(kept) => {
+                    let mut hashes = Vec::new();
+                    let (mut lo_d, mut hi_d) = (u64::MAX, 0u64);
+                    for (k, (key, seq, kind, value)) in kept.iter().enumerate() {
+                        builder.add(key, *seq, *kind, value);
+                        if k == 0 || kept[k - 1].0 != key {
+                            hashes.push(bloom::key_hash(key));
+                        }
+                        let d = opts.delete_key.extract(key);
+                        (lo_d, hi_d) = (lo_d.min(d), hi_d.max(d));
+                    }
+                    bloom::build(&hashes, opts.bloom_bits_per_key, &mut filters);
+                    block.clear();
+                    builder.finish(opts.compression, &mut block);
+                    file.write_all(&block).at(&path)?;
+                    pm = PageMeta {
+                        offset,
+                        len: block.len() as u32,
+                        entries: kept.len() as u32,
+                        min_key: kept[0].0.to_vec(),
+                        max_key: kept[kept.len() - 1].0.to_vec(),
+                        min_dkey: lo_d,
+                        max_dkey: hi_d,
+                        filter_offset: 0,
+                        filter_len: 0,
+                    };
+                    offset += block.len() as u64;
+                    out.pages_rewritten += 1;
+                }
+            }
+            pm.filter_offset = filter_offset;
+            pm.filter_len = filters.len() as u32 - filter_offset;
+            entries += u64::from(pm.entries);
+            (min_d, max_d) = (min_d.min(pm.min_dkey), max_d.max(pm.max_dkey));
+            pages.push(pm);
+        }
+        let tile_pages = &pages[first_page as usize..];
+        if tile_pages.is_empty() {
+            continue; // every page of the tile dropped: the tile disappears from the fences
+        }
+        // Tile pages are delete-key ordered, so the key bounds come from every page.
+        let first_key = tile_pages.iter().map(|p| &p.min_key).min().cloned().unwrap_or_default();
+        let last_key = tile_pages.iter().map(|p| &p.max_key).max().cloned().unwrap_or_default();
+        tiles.push(TileMeta {
+            first_key,
+            last_key,
+            first_page,
+            pages: pages.len() as u32 - first_page,
+        });
+    }
+    if pages.is_empty() && ix.range_tombstones.is_empty() {
+        return Ok(Some(out)); // nothing left: the caller deletes the file
+    }
+    let mut props = p.clone();
+    let scale = |x: u64| (x as u128 * entries as u128 / p.entries.max(1) as u128) as u64;
+    props.raw_key_bytes = scale(p.raw_key_bytes);
+    props.raw_value_bytes = scale(p.raw_value_bytes);
+    props.tombstones = p.tombstones.min(entries); // an upper bound
+    props.entries = entries;
+    props.pages = pages.len() as u32;
+    props.tiles = tiles.len() as u32;
+    if !pages.is_empty() {
+        props.min_dkey = min_d;
+        props.max_dkey = max_d;
+    }
+    if ix.range_tombstones.is_empty() {
+        // Tighter bounds: no deleted key stays named in the metadata.
+        props.smallest = tiles.first().map(|t| t.first_key.clone()).unwrap_or_default();
+        props.largest = tiles.last().map(|t| t.last_key.clone()).unwrap_or_default();
+    }
+    let filter_offset = offset;
+    block.clear();
+    encode_block(&filters, Compression::None, &mut block);
+    file.write_all(&block).at(&path)?;
+    let filter_len = block.len() as u32;
+    offset += u64::from(filter_len);
+    let index = IndexBlock {
+        tiles,
+        pages,
+        range_tombstones: ix.range_tombstones.clone(),
+        props: props.clone(),
+    };
+    let raw = postcard::to_stdvec(&index)
+        .map_err(|e| Error::InvalidArgument(format!("index encoding failed: {e}")))?;
+    let index_offset = offset;
+    block.clear();
+    encode_block(&raw, Compression::Lz4, &mut block);
+    file.write_all(&block).at(&path)?;
+    let index_len = block.len() as u32;
+    offset += u64::from(index_len);
+    let mut footer = Vec::with_capacity(crate::sst::FOOTER_LEN);
+    footer.extend_from_slice(&index_offset.to_le_bytes());
+    footer.extend_from_slice(&index_len.to_le_bytes());
+    footer.extend_from_slice(&filter_offset.to_le_bytes());
+    footer.extend_from_slice(&filter_len.to_le_bytes());
+    footer.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    footer.extend_from_slice(&MAGIC.to_le_bytes());
+    let crc = crc32fast::hash(&footer);
+    footer.extend_from_slice(&crc.to_le_bytes());
+    file.write_all(&footer).at(&path)?;
+    offset += footer.len() as u64;
+    file.flush().at(&path)?;
+    file.get_ref().sync_all().at(&path)?;
+    out.bytes_written = offset - meta.size;
+    out.meta = Some(FileMeta { id: meta.id, size: offset, props });
+    Ok(Some(out))
+}
