@@ -34,6 +34,15 @@ pub enum Error {
     /// The caller passed an argument the engine cannot accept.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A write is older than its table's retention horizon: it would be invisible at once and
+    /// purged, so it is refused.
+    #[error("write at delete key {delete_key} is older than the retention horizon {horizon}")]
+    BeyondRetention {
+        /// Delete key (time) of the refused write.
+        delete_key: u64,
+        /// The horizon: rows with a smaller delete key have expired.
+        horizon: u64,
+    },
     /// The engine has been closed.
     #[error("engine is closed")]
     Closed,

@@ -60,7 +60,9 @@ pub use error::{Error, Result};
 pub use failpoint::FailPoints;
 pub use iter::EngineIter;
 pub use ledger::{Deletion, DeletionKind, DeletionStatus};
-pub use options::{Compression, DeleteKeyExtractor, Options, RangeDeleteMode, RangeIndexOptions};
+pub use options::{
+    Compression, DeleteKeyExtractor, Options, RangeDeleteMode, RangeIndexOptions, TimeToDeleteKey,
+};
 pub use snapshot::Snapshot;
 pub use sst::{FileMeta, TableProps};
 pub use version::VersionEdit;

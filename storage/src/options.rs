@@ -66,6 +66,35 @@ impl fmt::Debug for DeleteKeyExtractor {
     }
 }
 
+/// Converts wall-clock time (ms since the Unix epoch) into delete-key units, so retention
+/// horizons can be compared with delete keys.
+#[derive(Clone)]
+pub struct TimeToDeleteKey(Arc<dyn Fn(u64) -> u64 + Send + Sync>);
+
+impl TimeToDeleteKey {
+    /// EbbDB keys: nanoseconds as an `i64` with the sign bit flipped (so byte order is time
+    /// order), read by [`DeleteKeyExtractor::trailing_u64_be`].
+    pub fn nanos_sign_flipped() -> Self {
+        TimeToDeleteKey(Arc::new(|ms| (ms.saturating_mul(1_000_000) as i64 as u64) ^ (1 << 63)))
+    }
+
+    /// Delete keys that are milliseconds since the Unix epoch.
+    pub fn millis() -> Self {
+        TimeToDeleteKey(Arc::new(|ms| ms))
+    }
+
+    /// Applies the conversion.
+    pub fn convert(&self, ms: u64) -> u64 {
+        (self.0)(ms)
+    }
+}
+
+impl fmt::Debug for TimeToDeleteKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TimeToDeleteKey")
+    }
+}
+
 /// Engine options. [`Options::default`] gives sane values for a time-series shard.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -109,6 +138,8 @@ pub struct Options {
     pub page_cache_bytes: usize,
     /// Delete-key extractor used by the KiWi layout.
     pub delete_key: DeleteKeyExtractor,
+    /// Converts clock time into delete-key units (retention horizons).
+    pub time_to_delete_key: TimeToDeleteKey,
     /// How range deletes are stored.
     pub range_delete_mode: RangeDeleteMode,
     /// The range-delete index (GLORAN mode).
@@ -198,6 +229,7 @@ impl Default for Options {
             compression: Compression::Lz4,
             page_cache_bytes: 64 << 20,
             delete_key: DeleteKeyExtractor::trailing_u64_be(),
+            time_to_delete_key: TimeToDeleteKey::nanos_sign_flipped(),
             range_delete_mode: RangeDeleteMode::Gloran,
             range_index: RangeIndexOptions::default(),
             delete_deadline: Some(Duration::from_secs(24 * 3600)),

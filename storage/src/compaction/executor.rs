@@ -20,6 +20,9 @@ pub(crate) type CoveringFn<'a> = dyn Fn(&[u8], u64) -> Result<SeqList> + 'a;
 /// The issue stamp of the delete with a sequence number (FADE).
 pub(crate) type StampFn<'a> = dyn Fn(u64) -> DeleteStamp + 'a;
 
+/// True if a key's retention expired.
+pub(crate) type ExpiredFn<'a> = dyn Fn(&[u8]) -> bool + 'a;
+
 /// What a run of [`write_tables`] needs from the engine.
 pub(crate) struct OutputSpec<'a> {
     pub dir: &'a Path,
@@ -43,6 +46,8 @@ pub(crate) struct OutputSpec<'a> {
     /// Key range and stamp of every input file that has one: each output inherits the stamps of
     /// the inputs its key range overlaps.
     pub inherited: Vec<(Vec<u8>, Vec<u8>, DeleteStamp)>,
+    /// Keys whose retention expired: every version is dropped.
+    pub expired: Option<&'a ExpiredFn<'a>>,
     /// True if nothing older lies below the outputs: a delete whose tombstone and covered data
     /// are both dropped here is persisted, and its stamp not passed on.
     pub bottommost: bool,
@@ -136,6 +141,9 @@ fn write_inner(
                 spec.retention.retain_covered(&mut versions, &cov);
             }
             _ => spec.retention.retain(&mut versions),
+        }
+        if spec.expired.is_some_and(|f| f(&key)) {
+            versions.clear();
         }
         // Which deletes' covered data may survive in this output (see `crate::fade`).
         let retains_deleted =

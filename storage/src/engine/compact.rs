@@ -128,6 +128,7 @@ impl Inner {
         let (upto, rd_applied) = self.range_view_bounds();
         let (generation, view) = self.read_view();
         let windows = self.windows();
+        let rules = self.rules();
         let gloran = |key: &[u8], min_seq: u64| {
             let mut seqs = self.covering((generation, &view), key, min_seq, upto)?;
             self.add_window_seqs(&windows, key, min_seq, upto, &mut seqs);
@@ -173,6 +174,7 @@ impl Inner {
                     m.props.oldest_delete.map(|s| (m.smallest().to_vec(), m.largest().to_vec(), s))
                 })
                 .collect(),
+            expired: Some(&|key: &[u8]| self.expired(&rules, key)),
             bottommost: task.bottommost,
             next_id: &next_id,
             fail: Some(&self.opts.fail_points),

@@ -31,6 +31,7 @@ impl Inner {
         let (upto, rd_applied) = self.range_view_bounds();
         let (generation, view) = self.read_view();
         let windows = self.windows();
+        let rules = self.rules();
         let gloran = |key: &[u8], min_seq: u64| {
             let mut seqs = self.covering((generation, &view), key, min_seq, upto)?;
             self.add_window_seqs(&windows, key, min_seq, upto, &mut seqs);
@@ -62,6 +63,7 @@ impl Inner {
             tombstones,
             stamp: &|seq| self.delete_stamp(seq),
             inherited: Vec::new(),
+            expired: Some(&|key: &[u8]| self.expired(&rules, key)),
             bottommost: false,
             next_id: &next_id,
             fail: None,

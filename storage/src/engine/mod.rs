@@ -8,6 +8,7 @@ mod flush;
 mod open;
 mod ranges;
 mod read;
+mod retention;
 mod stats;
 mod tombstones;
 mod windows;
@@ -55,6 +56,8 @@ struct MetaState {
     manifest: Manifest,
     persisted_seq: u64,
     log_number: u64,
+    /// Retention rules: key prefix to retention in ms.
+    retention: std::collections::BTreeMap<Vec<u8>, u64>,
 }
 
 #[derive(Debug, Default)]
@@ -108,6 +111,8 @@ pub(crate) struct Inner {
     windows: RwLock<Arc<Vec<crate::kiwi::TimeWindow>>>,
     /// Their execution and punch jobs.
     window_state: Mutex<windows::WindowState>,
+    /// Retention rules (a copy of the manifest's, for readers and writers).
+    rules: RwLock<Arc<Vec<retention::Rule>>>,
     _lock_file: File,
 }
 
@@ -312,6 +317,7 @@ impl Inner {
         if let Some(l) = edit.log_number {
             meta.log_number = meta.log_number.max(l);
         }
+        crate::version::apply_retention(&mut meta.retention, edit.retention.clone());
         {
             let mut sv = self.sv.write();
             let version = Arc::new(sv.version.apply(&edit, opened));
@@ -346,6 +352,7 @@ impl Inner {
             next_file_id: Some(self.next_file_id.load(Ordering::Relaxed)),
             persisted_seq: Some(meta.persisted_seq),
             log_number: Some(meta.log_number),
+            retention: meta.retention.iter().map(|(p, ms)| (p.clone(), Some(*ms))).collect(),
         }
     }
 

@@ -30,6 +30,10 @@ impl Engine {
     /// The value of `key` as of `snapshot` (latest if `None`).
     pub fn get(&self, key: &[u8], snapshot: Option<&Snapshot>) -> Result<Option<Bytes>> {
         let seq = self.read_seq(snapshot);
+        let rules = self.inner.rules();
+        if !rules.is_empty() && self.inner.expired(&rules, key) {
+            return Ok(None);
+        }
         let windows = self.inner.windows();
         let (generation, sv) = self.inner.read_view();
         let hidden = |found: u64| {
@@ -96,7 +100,8 @@ impl Engine {
             }
         }
         let windows = self.inner.windows();
-        let ranges = RangeCheck { inner: self.inner.clone(), generation, sv, windows };
+        let rules = self.inner.rules();
+        let ranges = RangeCheck { inner: self.inner.clone(), generation, sv, windows, rules };
         Ok(EngineIter::new(MergeCursor::new(children), seq, start, end, ranges))
     }
 }
@@ -174,11 +179,15 @@ pub(crate) struct RangeCheck {
     generation: u64,
     sv: Arc<SuperVersion>,
     windows: Arc<Vec<crate::kiwi::TimeWindow>>,
+    rules: Arc<Vec<super::retention::Rule>>,
 }
 
 impl RangeCheck {
     /// True if `(key, seq)` read at `t` is range-deleted.
     pub fn deleted(&self, key: &[u8], seq: u64, t: u64) -> Result<bool> {
+        if !self.rules.is_empty() && self.inner.expired(&self.rules, key) {
+            return Ok(true);
+        }
         if !self.windows.is_empty() {
             let dkey = self.inner.opts.delete_key.extract(key);
             if Inner::window_hides(&self.windows, dkey, key, seq, t) {

@@ -47,6 +47,7 @@ impl Inner {
     fn write(&self, batch: &WriteBatch, seq: u64) -> Result<()> {
         self.check_writable()?;
         batch.validate()?;
+        self.check_retention(batch)?;
         if batch.is_empty() {
             return Ok(());
         }

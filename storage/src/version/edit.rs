@@ -22,6 +22,8 @@ pub struct VersionEdit {
     pub persisted_seq: Option<u64>,
     /// WAL files numbered below this are no longer needed.
     pub log_number: Option<u64>,
+    /// Retention rules set (`Some(ms)`) or removed (`None`), per key prefix.
+    pub retention: Vec<(Vec<u8>, Option<u64>)>,
 }
 
 impl VersionEdit {

@@ -25,6 +25,7 @@ pub(crate) struct RecoveredManifest {
     pub next_file_id: u64,
     pub persisted_seq: u64,
     pub log_number: u64,
+    pub retention: BTreeMap<Vec<u8>, u64>,
 }
 
 impl RecoveredManifest {
@@ -72,6 +73,7 @@ impl RecoveredManifest {
         if let Some(l) = edit.log_number {
             self.log_number = self.log_number.max(l);
         }
+        apply_retention(&mut self.retention, edit.retention);
         Ok(())
     }
 
@@ -85,7 +87,21 @@ impl RecoveredManifest {
             next_file_id: Some(self.next_file_id),
             persisted_seq: Some(self.persisted_seq),
             log_number: Some(self.log_number),
+            retention: self.retention.iter().map(|(p, ms)| (p.clone(), Some(*ms))).collect(),
         }
+    }
+}
+
+/// Applies retention changes of an edit to the rule set.
+pub(crate) fn apply_retention(
+    rules: &mut BTreeMap<Vec<u8>, u64>,
+    changes: Vec<(Vec<u8>, Option<u64>)>,
+) {
+    for (prefix, ms) in changes {
+        match ms {
+            Some(ms) => rules.insert(prefix, ms),
+            None => rules.remove(&prefix),
+        };
     }
 }
 

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 pub use edit::VersionEdit;
-pub(crate) use manifest::{Manifest, RecoveredManifest};
+pub(crate) use manifest::{apply_retention, Manifest, RecoveredManifest};
 
 use crate::gloran::drtree::DrTree;
 use crate::sst::{FileMeta, Table};
