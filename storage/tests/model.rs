@@ -1,7 +1,10 @@
 //! Model-based test: random operation sequences run against the engine and an in-memory oracle,
-//! with puts, point deletes and range deletes (overlapping, nested, empty, unbounded, the whole key
-//! space), flushes, compactions, snapshots, clean reopens and crashes (drop without close, fail
-//! points inside flush and compaction, torn manifest writes). Any divergence fails the test.
+//! with puts, point deletes, range deletes (overlapping, nested, empty, unbounded, the whole key
+//! space), time-window deletes (with and without a key range), retention rules with a moving
+//! logical clock and purges, flushes, compactions, snapshots, clean reopens and crashes (drop
+//! without close, fail points inside flush and compaction, torn manifest writes). Any divergence
+//! fails the test. (Retention runs with the engine WAL only: without it the caller's replay would
+//! meet rules committed after the replayed writes, which a replicated log orders instead.)
 //!
 //! Every combination of recovery mode (engine WAL, or none with Raft-style replay by the caller)
 //! and range-delete mode (GLORAN, RocksDB-style tombstones) runs. `EBB_MODEL_OPS` sets the
@@ -18,7 +21,8 @@ use std::sync::Arc;
 
 use ebb_storage::failpoint::points;
 use ebb_storage::{
-    Compression, Engine, Options, RangeDeleteMode, RangeIndexOptions, Snapshot, WriteBatch,
+    Clock, Compression, Engine, Error, ManualClock, Options, RangeDeleteMode, RangeIndexOptions,
+    Snapshot, TimeToDeleteKey, WriteBatch,
 };
 use proptest::prelude::*;
 
@@ -34,6 +38,21 @@ fn key(k: u16) -> Vec<u8> {
     v.extend_from_slice(&((k as u64 % 8) * 1_000 + (k as u64 * 7919) % 997).to_be_bytes());
     v
 }
+
+/// The delete key (timestamp) of a key.
+fn dkey(key: &[u8]) -> u64 {
+    u64::from_be_bytes(key[8..16].try_into().unwrap())
+}
+
+/// First key of series `s`.
+fn series_key(s: u16) -> Vec<u8> {
+    let mut v = (s as u64).to_be_bytes().to_vec();
+    v.extend_from_slice(&[0; 8]);
+    v
+}
+
+/// The logical clock starts here (ms); timestamps of keys are below 8,000.
+const CLOCK_START: u64 = 8_000;
 
 fn value(k: u16, seq: u64) -> Vec<u8> {
     let mut v = format!("{k}:{seq}:").into_bytes();
@@ -59,6 +78,8 @@ enum W {
     /// `[key(lo), key(lo + len))`; `None` length = to the end of the key space, and `lo == KEYS`
     /// with no length is the whole key space (empty lower bound).
     Range(u16, Option<u16>),
+    /// Time window `[t_lo, t_lo + len)` over series `[a, b)` (`None`: every key).
+    Window(u16, u16, Option<(u16, u16)>),
 }
 
 #[derive(Debug, Clone)]
@@ -75,6 +96,12 @@ enum Op {
     WaitBackground,
     Reopen,
     Crash(Crash),
+    /// Sets a retention (ms) on one series, if it has none (WAL mode only).
+    Retention(u16, u16),
+    /// Advances the logical clock (ms).
+    Tick(u16),
+    /// Purges expired rows (WAL mode only).
+    Purge,
 }
 
 fn w_strategy() -> impl Strategy<Value = W> {
@@ -84,7 +111,14 @@ fn w_strategy() -> impl Strategy<Value = W> {
         10 => (0..KEYS, 0u16..40).prop_map(|(a, l)| W::Range(a, Some(l))),
         1 => (0..KEYS).prop_map(|a| W::Range(a, None)),
         1 => Just(W::Range(KEYS, None)),
+        4 => (0u16..8000, 0u16..3000, prop::option::of((0u16..32, 0u16..12)))
+            .prop_map(|(t, l, r)| W::Window(t, l, r.map(|(a, n)| (a, a + n)))),
     ]
+}
+
+fn window_bounds(t: u16, len: u16, r: Option<(u16, u16)>) -> (u64, u64, Vec<u8>, Vec<u8>) {
+    let (lo, hi) = r.map_or((Vec::new(), Vec::new()), |(a, b)| (series_key(a), series_key(b)));
+    (t as u64, t as u64 + len as u64, lo, hi)
 }
 
 fn range_bounds(lo: u16, len: Option<u16>) -> (Vec<u8>, Vec<u8>) {
@@ -109,6 +143,9 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         2 => (prop::option::of(k()), prop::option::of(k())).prop_map(|(a, b)| Op::Compact(a, b)),
         1 => Just(Op::WaitBackground),
         1 => Just(Op::Reopen),
+        1 => (0u16..32, 500u16..9000).prop_map(|(s, r)| Op::Retention(s, r)),
+        3 => (0u16..400).prop_map(Op::Tick),
+        1 => Just(Op::Purge),
         2 => prop_oneof![
             Just(Crash::Drop),
             Just(Crash::Flush),
@@ -124,11 +161,18 @@ fn op_strategy() -> impl Strategy<Value = Op> {
 /// Versions of one key: (seq, value or `None` for a delete), oldest first.
 type History = Vec<(u64, Option<Vec<u8>>)>;
 
+/// A time-window delete: `[t_lo, t_hi)`, keys `[lo, hi)`, sequence number.
+type Window = (u64, u64, Vec<u8>, Vec<u8>, u64);
+
 /// Every version of every key ever written, and every range delete.
 #[derive(Default)]
 struct Oracle {
     versions: BTreeMap<Vec<u8>, History>,
     ranges: Vec<(Vec<u8>, Vec<u8>, u64)>,
+    windows: Vec<Window>,
+    /// Retention per series (ms), and the clock.
+    retention: BTreeMap<u16, u64>,
+    now: u64,
     last_seq: u64,
 }
 
@@ -143,9 +187,19 @@ impl Oracle {
                     let (lo, hi) = range_bounds(lo, len);
                     self.ranges.push((lo, hi, s));
                 }
+                W::Window(t, len, r) => {
+                    let (t_lo, t_hi, lo, hi) = window_bounds(t, len, r);
+                    self.windows.push((t_lo, t_hi, lo, hi, s));
+                }
             }
             self.last_seq = s;
         }
+    }
+
+    /// True if `key` is past its series' retention now.
+    fn expired(&self, key: &[u8]) -> bool {
+        let series = u64::from_be_bytes(key[..8].try_into().unwrap()) as u16;
+        self.retention.get(&series).is_some_and(|r| dkey(key) < self.now.saturating_sub(*r))
     }
 
     /// The newest version at or below `at`, unless a range delete newer than it (and visible at
@@ -156,7 +210,15 @@ impl Oracle {
         let deleted = self.ranges.iter().any(|(lo, hi, s)| {
             lo.as_slice() <= key && (hi.is_empty() || key < hi.as_slice()) && e < s && *s <= at
         });
-        if deleted {
+        let d = dkey(key);
+        let windowed = self.windows.iter().any(|(t_lo, t_hi, lo, hi, s)| {
+            (*t_lo..*t_hi).contains(&d)
+                && lo.as_slice() <= key
+                && (hi.is_empty() || key < hi.as_slice())
+                && e < s
+                && *s <= at
+        });
+        if deleted || windowed || self.expired(key) {
             None
         } else {
             v.clone()
@@ -181,6 +243,7 @@ struct Harness {
     batch_ends: std::collections::BTreeSet<u64>,
     snaps: Vec<Option<(Snapshot, u64)>>,
     executed: Arc<AtomicU64>,
+    clock: ManualClock,
 }
 
 fn batch_of(ops: &[W], seq: u64) -> WriteBatch {
@@ -193,26 +256,33 @@ fn batch_of(ops: &[W], seq: u64) -> WriteBatch {
                 let (lo, hi) = range_bounds(lo, len);
                 b.delete_range(lo, hi)
             }
+            W::Window(t, len, r) => {
+                let (t_lo, t_hi, lo, hi) = window_bounds(t, len, r);
+                b.delete_time_range(t_lo, t_hi, lo, hi)
+            }
         };
     }
     b
 }
 
 impl Harness {
-    fn new(opts: Options, executed: Arc<AtomicU64>) -> Self {
+    fn new(mut opts: Options, executed: Arc<AtomicU64>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db");
+        let clock = ManualClock::new(CLOCK_START);
+        opts.clock = Clock::manual(&clock);
         let engine = Engine::open(&path, opts.clone()).unwrap();
         Harness {
             _dir: dir,
             path,
             opts,
             engine: Some(engine),
-            oracle: Oracle::default(),
+            oracle: Oracle { now: CLOCK_START, ..Oracle::default() },
             log: Vec::new(),
             batch_ends: Default::default(),
             snaps: Vec::new(),
             executed,
+            clock,
         }
     }
 
@@ -222,7 +292,13 @@ impl Harness {
 
     fn write(&mut self, ops: &[W]) {
         let seq = self.oracle.last_seq + 1;
-        self.engine().write(&batch_of(ops, seq), seq).unwrap();
+        let refused = ops.iter().any(|w| matches!(w, W::Put(k) if self.oracle.expired(&key(*k))));
+        let res = self.engine().write(&batch_of(ops, seq), seq);
+        if refused {
+            assert!(matches!(res, Err(Error::BeyondRetention { .. })), "{res:?}");
+            return;
+        }
+        res.unwrap();
         self.oracle.apply(seq, ops);
         self.log.push((seq, ops.to_vec()));
         self.batch_ends.insert(self.oracle.last_seq);
@@ -402,6 +478,34 @@ impl Harness {
             Op::WaitBackground => self.engine().wait_for_background().unwrap(),
             Op::Reopen => self.reopen(true),
             Op::Crash(c) => self.crash(c),
+            Op::Retention(s, r) => {
+                if self.opts.wal && !self.oracle.retention.contains_key(s) {
+                    let d = std::time::Duration::from_millis(*r as u64);
+                    self.engine().set_retention(series_key(*s)[..8].to_vec(), Some(d)).unwrap();
+                    self.oracle.retention.insert(*s, *r as u64);
+                }
+            }
+            Op::Tick(ms) => {
+                self.clock.advance(*ms as u64);
+                self.oracle.now += *ms as u64;
+            }
+            Op::Purge => {
+                if self.opts.wal {
+                    let seq = self.oracle.last_seq + 1;
+                    let n = self.engine().purge_expired(seq).unwrap();
+                    assert_eq!(n, self.oracle.retention.len() as u64);
+                    let now = self.oracle.now;
+                    for (i, (s, r)) in self.oracle.retention.iter().enumerate() {
+                        let (lo, hi) = (series_key(*s), series_key(*s + 1));
+                        let horizon = now.saturating_sub(*r);
+                        self.oracle.windows.push((0, horizon, lo, hi, seq + i as u64));
+                    }
+                    if n > 0 {
+                        self.oracle.last_seq = seq + n - 1;
+                        self.batch_ends.insert(self.oracle.last_seq);
+                    }
+                }
+            }
         }
     }
 }
@@ -428,6 +532,7 @@ fn small_options(
         tile_pages: vec![1, h, h * 2],
         compression,
         page_cache_bytes: cache,
+        time_to_delete_key: TimeToDeleteKey::millis(),
         range_index: RangeIndexOptions {
             page_size: 256,
             fanout: 2 + h,

@@ -34,6 +34,7 @@ impl Engine {
         if !rules.is_empty() && self.inner.expired(&rules, key) {
             return Ok(None);
         }
+        // Windows before the state (see `scan`).
         let windows = self.inner.windows();
         let (generation, sv) = self.inner.read_view();
         let hidden = |found: u64| {
@@ -81,6 +82,9 @@ impl Engine {
             Bound::Unbounded => None,
         };
         let seq = self.read_seq(snapshot);
+        // Windows before the state: a window is retired only once no state holding its rows is
+        // current, so the state read after it never needs a window missing from the list.
+        let windows = self.inner.windows();
         let (generation, sv) = self.inner.read_view();
         let mut children: Vec<Box<dyn EntryCursor>> = Vec::new();
         children.push(Box::new(MemCursor::new(sv.mem.clone())));
@@ -99,7 +103,6 @@ impl Engine {
                 children.push(Box::new(LevelCursor::new(tables, true)));
             }
         }
-        let windows = self.inner.windows();
         let rules = self.inner.rules();
         let ranges = RangeCheck { inner: self.inner.clone(), generation, sv, windows, rules };
         Ok(EngineIter::new(MergeCursor::new(children), seq, start, end, ranges))

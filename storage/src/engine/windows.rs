@@ -113,7 +113,10 @@ impl Inner {
     /// Executes every active window not yet executed (and not held back by an older snapshot)
     /// on the live SSTs. Returns `false` if there was nothing to do. Holds the compaction lock.
     pub(super) fn execute_windows(&self) -> Result<bool> {
+        // Serialised with flushes and compactions: one that started before a window was added
+        // (and so does not drop what it covers) commits its outputs before the window executes.
         let _serial = self.compaction_lock.lock();
+        let _flush = self.flush_lock.lock();
         let oldest_snapshot = self.snapshots.seqs().first().copied();
         let todo: Vec<TimeWindow> = {
             let state = self.window_state.lock();
@@ -152,8 +155,7 @@ impl Inner {
                 edit.deleted.push((level as u32, t.id()));
                 match out.meta {
                     Some(meta) => {
-                        let table =
-                            Arc::new(Table::open(&self.dir, meta.clone(), self.cache.clone())?);
+                        let table = Arc::new(t.reopen(&self.dir, meta.clone())?);
                         opened.tables.insert(meta.id, table);
                         edit.added.push((level as u32, meta));
                         replaced.push(t.clone());

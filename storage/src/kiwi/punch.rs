@@ -30,7 +30,12 @@ pub(crate) fn punch(path: &Path, regions: &[(u64, u64)]) -> Result<()> {
     if regions.is_empty() {
         return Ok(());
     }
-    let file = OpenOptions::new().write(true).open(path).at(path)?;
+    let file = match OpenOptions::new().write(true).open(path) {
+        Ok(f) => f,
+        // Deleted since (compacted away): nothing left to free.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(crate::Error::io(path, e)),
+    };
     let flags = rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE;
     for &(off, len) in regions {
         if len == 0 {

@@ -41,10 +41,37 @@ pub(crate) struct Table {
     /// dropped (same id, new layout) never reads the old layout's cached pages.
     cache_id: u64,
     cache: Arc<PageCache>,
+    /// Shared by every layout of this file (see [`Table::reopen`]): the file is deleted when the
+    /// last of them drops after it was marked obsolete.
+    guard: Arc<FileGuard>,
+}
+
+/// Deletes an obsolete SST file once no open layout of it remains.
+#[derive(Debug)]
+struct FileGuard {
+    path: PathBuf,
     obsolete: AtomicBool,
 }
 
+impl Drop for FileGuard {
+    fn drop(&mut self) {
+        if self.obsolete.load(Ordering::Acquire) {
+            if let Err(e) = std::fs::remove_file(&self.path) {
+                tracing::warn!(path = %self.path.display(), error = %e, "removing obsolete SST");
+            }
+        }
+    }
+}
+
 impl Table {
+    /// Opens the new layout `meta` of this table's file (after a page drop appended it). Both
+    /// layouts share the file's lifetime: it is deleted only when neither is in use.
+    pub fn reopen(&self, dir: &Path, meta: FileMeta) -> Result<Table> {
+        let mut t = Table::open(dir, meta, self.cache.clone())?;
+        t.guard = self.guard.clone();
+        Ok(t)
+    }
+
     /// Opens and validates the SST described by `meta` in `dir`.
     pub fn open(dir: &Path, meta: FileMeta, cache: Arc<PageCache>) -> Result<Table> {
         let path = dir.join(super::file_name(meta.id));
@@ -110,7 +137,7 @@ impl Table {
         }
         Ok(Table {
             meta,
-            path,
+            path: path.clone(),
             file,
             index,
             fences,
@@ -119,7 +146,7 @@ impl Table {
             blocks: [(filter_off, filter_len), (index_off, index_len)],
             cache_id: NEXT_CACHE_ID.fetch_add(1, Ordering::Relaxed),
             cache,
-            obsolete: AtomicBool::new(false),
+            guard: Arc::new(FileGuard { path: path.clone(), obsolete: AtomicBool::new(false) }),
         })
     }
 
@@ -182,7 +209,7 @@ impl Table {
 
     /// Marks the file for deletion when the last reference drops.
     pub fn mark_obsolete(&self) {
-        self.obsolete.store(true, Ordering::Release);
+        self.guard.obsolete.store(true, Ordering::Release);
     }
 
     /// Reads, verifies and decodes page `i`, through the cache.
@@ -242,16 +269,6 @@ impl Table {
             }
         }
         Ok(None)
-    }
-}
-
-impl Drop for Table {
-    fn drop(&mut self) {
-        if self.obsolete.load(Ordering::Acquire) {
-            if let Err(e) = std::fs::remove_file(&self.path) {
-                tracing::warn!(path = %self.path.display(), error = %e, "removing obsolete SST");
-            }
-        }
     }
 }
 
