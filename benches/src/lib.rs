@@ -7,6 +7,7 @@
 //! where `ratio` is how many times better EbbDB is (throughput: ebb / baseline; latency or bytes:
 //! baseline / ebb), so above 1 means EbbDB wins.
 
+pub mod deletes;
 pub mod engine;
 pub mod range_delete;
 pub mod range_delete_plot;

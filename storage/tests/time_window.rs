@@ -223,3 +223,28 @@ fn deleted_bytes_are_physically_gone() {
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
+
+#[test]
+fn page_drops_leave_checkpoints_untouched() {
+    let d = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(START_MS);
+    let e = Engine::open(d.path().join("db"), opts(&clock, Compression::Lz4)).unwrap();
+    let mut seq = load(&e, |s, t| format!("v{s}-{t}").into_bytes());
+    e.checkpoint(d.path().join("cp")).unwrap(); // SSTs hard-linked
+    seq += 1;
+    e.delete_time_range(0, 40, "", "", seq).unwrap();
+    e.wait_for_background().unwrap();
+    e.flush().unwrap();
+    e.wait_for_background().unwrap();
+    assert!(e.stats().window_pages_dropped > 0);
+    assert!(e.deletion(seq).unwrap().is_persisted());
+    assert_eq!(count(&e, None), (SERIES * (TIMES - 40)) as usize);
+    e.close().unwrap();
+    let cp = Engine::open(d.path().join("cp"), opts(&clock, Compression::Lz4)).unwrap();
+    assert_eq!(count(&cp, None), (SERIES * TIMES) as usize, "the checkpoint keeps its rows");
+    assert_eq!(cp.get(&key(4, 4), None).unwrap().as_deref(), Some(&b"v4-4"[..]));
+    cp.close().unwrap();
+    let e = Engine::open(d.path().join("db"), opts(&clock, Compression::Lz4)).unwrap();
+    assert_eq!(count(&e, None), (SERIES * (TIMES - 40)) as usize);
+    e.close().unwrap();
+}

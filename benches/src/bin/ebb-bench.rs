@@ -91,6 +91,25 @@ enum Cmd {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Timely deletion: FADE against saturation-only compaction, and KiWi+ time-window deletes,
+    /// lookups and scans against the classic layout (h = 1).
+    Deletes {
+        /// Parts to run: fade, window, reads, series.
+        #[arg(long, value_delimiter = ',', default_value = "fade,window,reads,series")]
+        parts: Vec<String>,
+        /// Rows of the time-series data sets.
+        #[arg(long, default_value_t = 500_000)]
+        rows: u64,
+        /// Operations of the FADE workload (1,024 per logical second).
+        #[arg(long, default_value_t = 262_144)]
+        fade_ops: u64,
+        /// KiWi+ tile sizes for levels 0, 1, ... (default: from the cost model).
+        #[arg(long, value_delimiter = ',')]
+        kiwi_tiles: Vec<usize>,
+        /// Working directory (default: a temporary directory, removed afterwards).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
 }
 
 fn work_dir(dir: Option<PathBuf>, tmp: &mut Option<tempfile::TempDir>) -> PathBuf {
@@ -150,6 +169,30 @@ fn main() {
                     }
                 }
                 Err(e) => {
+                    eprintln!("error: {e}");
+                    std::process::exit(1);
+                }
+            }
+        }
+        Cmd::Deletes { parts, rows, fade_ops, kiwi_tiles, dir } => {
+            let kiwi_tiles = if kiwi_tiles.is_empty() {
+                ebb_benches::deletes::default_kiwi_tiles()
+            } else {
+                kiwi_tiles
+            };
+            let s = ebb_benches::deletes::Settings { rows, fade_ops, kiwi_tiles };
+            let mut tmp = None;
+            let work = work_dir(dir, &mut tmp);
+            for part in &parts {
+                println!("part {part}:");
+                let res = match part.as_str() {
+                    "fade" => ebb_benches::deletes::fade(&work, &s),
+                    "window" => ebb_benches::deletes::window(&work, &s),
+                    "reads" => ebb_benches::deletes::reads(&work, &s),
+                    "series" => ebb_benches::deletes::series(&work, &s),
+                    other => Err(format!("unknown part {other:?} (fade, window, reads, series)")),
+                };
+                if let Err(e) = res {
                     eprintln!("error: {e}");
                     std::process::exit(1);
                 }

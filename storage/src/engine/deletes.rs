@@ -156,13 +156,17 @@ impl Inner {
     }
 
     /// Pending range deletes (GLORAN mode; in tombstone mode their fragments carry stamps).
-    fn pending_ranges(&self) -> Vec<PendingRange> {
+    ///
+    /// Only those issued at or before `issued_by` (ms): deadlines follow issue order, so the
+    /// scan stops at the first later one and costs nothing while no deadline is near.
+    fn pending_ranges(&self, issued_by: u64) -> Vec<PendingRange> {
         if self.opts.range_delete_mode != RangeDeleteMode::Gloran {
             return Vec::new();
         }
         self.ledger
             .lock()
             .pending()
+            .take_while(|d| d.issued_at_ms <= issued_by)
             .filter_map(|d| match &d.kind {
                 DeletionKind::Range { lo, hi } => Some(PendingRange {
                     seq: d.id,
@@ -178,9 +182,11 @@ impl Inner {
     /// The compaction a delete deadline forces now, if any.
     pub(super) fn pick_deadline(&self, metas: &[Vec<&FileMeta>]) -> Option<CompactionTask> {
         let deadlines = self.deadlines()?;
-        let pending = self.pending_ranges();
+        let now_ms = self.opts.clock.now_ms();
+        // Only range deletes whose deadline has come can make a file due.
+        let pending = self.pending_ranges(now_ms.saturating_sub(deadlines.total_ms));
         let input = FadeInput {
-            now_ms: self.opts.clock.now_ms(),
+            now_ms,
             deadlines,
             size_ratio: self.opts.size_ratio,
             pending_ranges: &pending,
@@ -216,14 +222,21 @@ impl Inner {
                 w = w.min(st.seq);
             }
         }
-        for r in self.pending_ranges() {
-            if r.seq >= w {
-                break;
-            }
-            let in_mem = mems.iter().any(|m| m.min_entry_seq() < r.seq);
-            if in_mem || files.iter().any(|f| r.blocked_by(f)) {
-                w = r.seq;
-                break;
+        if self.opts.range_delete_mode == RangeDeleteMode::Gloran {
+            // The oldest pending range delete something may still hold data of (usually the
+            // first one looked at).
+            let ledger = self.ledger.lock();
+            for d in ledger.pending() {
+                if d.id >= w {
+                    break;
+                }
+                let DeletionKind::Range { lo, hi } = &d.kind else { continue };
+                let r = PendingRange { seq: d.id, lo: lo.clone(), hi: hi.clone(), issued_ms: 0 };
+                let in_mem = mems.iter().any(|m| m.min_entry_seq() < r.seq);
+                if in_mem || files.iter().any(|f| r.blocked_by(f)) {
+                    w = r.seq;
+                    break;
+                }
             }
         }
         w

@@ -97,8 +97,14 @@ fn list_dir(dir: &Path) -> Result<DirListing> {
 /// recorded size were never committed (cut off), and regions the committed layout does not read
 /// are punched out (again), so a crash cannot leave deleted data behind.
 fn open_table(dir: &Path, meta: &crate::sst::FileMeta, cache: &Arc<PageCache>) -> Result<Table> {
+    use std::os::unix::fs::MetadataExt;
     let path = dir.join(crate::sst::file_name(meta.id));
-    let len = std::fs::metadata(&path).at(&path)?.len();
+    let md = std::fs::metadata(&path).at(&path)?;
+    if md.nlink() > 1 {
+        // Shared with a checkpoint: never edited in place (see `kiwi::drop`).
+        return Table::open(dir, meta.clone(), cache.clone());
+    }
+    let len = md.len();
     if len > meta.size {
         tracing::warn!(path = %path.display(), len, size = meta.size, "cutting uncommitted tail");
         let f = OpenOptions::new().write(true).open(&path).at(&path)?;

@@ -11,6 +11,24 @@ use crate::sst::page::{encode_block, PageBuilder};
 use crate::sst::{bloom, FileMeta, IndexBlock, PageMeta, Table, TileMeta, FORMAT_VERSION, MAGIC};
 use crate::{Compression, Error, Options, Result};
 
+/// Gives the file at `path` an inode of its own if it has other hard links (a checkpoint), so
+/// editing it in place cannot change the checkpoint: the file is copied and the copy renamed over
+/// it. Open handles keep reading the old inode.
+fn unshare(path: &std::path::Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    if std::fs::metadata(path).at(path)?.nlink() <= 1 {
+        return Ok(());
+    }
+    let tmp = path.with_extension("sst.tmp");
+    std::fs::copy(path, &tmp).at(&tmp)?;
+    std::fs::File::open(&tmp).and_then(|f| f.sync_all()).at(&tmp)?;
+    std::fs::rename(&tmp, path).at(path)?;
+    match path.parent() {
+        Some(dir) => crate::fs::sync_dir(dir),
+        None => Ok(()),
+    }
+}
+
 /// What a time-window delete did to one SST.
 #[derive(Debug)]
 pub(crate) struct DropOutcome {
@@ -97,6 +115,7 @@ pub(crate) fn drop_window(
         return Ok(None);
     }
     let path = table.path().to_path_buf();
+    unshare(&path)?;
     let mut file = std::io::BufWriter::new(OpenOptions::new().append(true).open(&path).at(&path)?);
     let mut offset = meta.size;
     let mut filters = Vec::new();

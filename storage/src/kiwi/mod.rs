@@ -14,6 +14,8 @@
 
 pub(crate) mod drop;
 pub(crate) mod punch;
+pub mod tuning;
 mod window;
 
+pub use tuning::{tile_pages, WorkloadMix};
 pub use window::TimeWindow;
