@@ -176,11 +176,24 @@ pub(crate) fn drop_window(
         // Tile pages are delete-key ordered, so the key bounds come from every page.
         let first_key = tile_pages.iter().map(|p| &p.min_key).min().cloned().unwrap_or_default();
         let last_key = tile_pages.iter().map(|p| &p.max_key).max().cloned().unwrap_or_default();
+        // The tile filter is kept as it was: a superset of the remaining keys, so still without
+        // false negatives.
+        let (filter_offset, filter_len) = if t.filter_len > 0 {
+            let f = t.filter_offset as usize;
+            let at = filters.len() as u32;
+            filters.extend_from_slice(&table.filters()[f..f + t.filter_len as usize]);
+            (at, t.filter_len)
+        } else {
+            (0, 0)
+        };
+        let n = pages.len() as u32 - first_page;
         tiles.push(TileMeta {
             first_key,
             last_key,
             first_page,
-            pages: pages.len() as u32 - first_page,
+            pages: n,
+            filter_offset,
+            filter_len,
         });
     }
     if pages.is_empty() && ix.range_tombstones.is_empty() {

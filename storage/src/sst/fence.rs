@@ -87,7 +87,14 @@ mod tests {
     use super::*;
 
     fn tile(first: &[u8], last: &[u8]) -> TileMeta {
-        TileMeta { first_key: first.to_vec(), last_key: last.to_vec(), first_page: 0, pages: 1 }
+        TileMeta {
+            first_key: first.to_vec(),
+            last_key: last.to_vec(),
+            first_page: 0,
+            pages: 1,
+            filter_offset: 0,
+            filter_len: 0,
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! |  D 0..9    D 10..19  D 20..31     |  D 0..14   D 15..22  D 23..40     |               |
 //! |  S sorted  S sorted  S sorted     |  S sorted  S sorted  S sorted     |               |
 //! +--------------------------------------------------------------------------------------+
-//! | filter block: one Bloom filter on S per page, concatenated (checksummed block)        |
+//! | filter block: a Bloom filter on S per page and per tile of h > 1 pages (checksummed)  |
 //! | index block: tiles (S fence pointers: first and last key, page range) and pages       |
 //! |   (offset, length, entry count, min/max S, min/max D, filter slice), file properties  |
 //! | footer (40 bytes): index offset/len, filter offset/len, format version, magic, crc32  |
@@ -23,7 +23,8 @@
 //! Every page, the filter block and the index block end in a trailer `codec | raw_len | crc32`
 //! (see the `page` module); the footer has its own checksum. All versions of a key sit in one page, and a
 //! key never spans two tiles, so a point lookup finds the tile by its fence pointers, probes the
-//! Bloom filter of each of the tile's pages, and searches at most the pages that answer "maybe".
+//! tile's Bloom filter (one probe, whatever h is), then the filter of each of the tile's pages,
+//! and searches at most the pages that answer "maybe".
 
 pub(crate) mod bloom;
 mod cursor;

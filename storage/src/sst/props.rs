@@ -89,6 +89,10 @@ pub(crate) struct TileMeta {
     pub last_key: Vec<u8>,
     pub first_page: u32,
     pub pages: u32,
+    /// Bloom filter over every key of the tile (tiles of more than one page; `filter_len` 0:
+    /// none), so a lookup of an absent key probes one filter per tile, not one per page.
+    pub filter_offset: u32,
+    pub filter_len: u32,
 }
 
 /// Per-page metadata.

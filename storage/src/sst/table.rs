@@ -189,6 +189,11 @@ impl Table {
         &self.index
     }
 
+    /// The filter block (page and tile filters).
+    pub fn filters(&self) -> &[u8] {
+        &self.filters
+    }
+
     /// The Bloom filter of page `i`.
     pub fn page_filter(&self, i: usize) -> &[u8] {
         let pm = &self.index.pages[i];
@@ -245,6 +250,12 @@ impl Table {
     pub fn get(&self, key: &[u8], hash: u64, snapshot: u64) -> Result<Option<Found>> {
         let Some(t) = self.tile_for(key) else { return Ok(None) };
         let tile = &self.index.tiles[t];
+        if tile.filter_len > 0 {
+            let f = tile.filter_offset as usize;
+            if !bloom::may_contain(&self.filters[f..f + tile.filter_len as usize], hash) {
+                return Ok(None);
+            }
+        }
         let first = tile.first_page as usize;
         for p in first..first + tile.pages as usize {
             let pm = &self.index.pages[p];
@@ -300,6 +311,9 @@ fn validate_index(ix: &IndexBlock, data_end: u64, filters_len: usize) -> Result<
         next_page = t.first_page + t.pages;
         if next_page as usize > ix.pages.len() || t.first_key > t.last_key {
             return Err(format!("tile {i} out of bounds"));
+        }
+        if t.filter_offset as usize + t.filter_len as usize > filters_len {
+            return Err(format!("tile {i} filter out of bounds"));
         }
         if i > 0 && ix.tiles[i - 1].last_key >= t.first_key {
             return Err(format!("tile {i} overlaps its predecessor"));

@@ -182,11 +182,25 @@ impl TableWriter {
             self.write_page(start, end, &tile)?;
             start = end;
         }
+        let pages = self.pages.len() as u32 - first_page;
+        let (mut filter_offset, mut filter_len) = (0, 0);
+        if pages > 1 {
+            self.hashes.clear();
+            let mut keys: Vec<&[u8]> = tile.iter().map(|e| e.key.as_ref()).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            self.hashes.extend(keys.iter().map(|k| bloom::key_hash(k)));
+            filter_offset = self.filters.len() as u32;
+            bloom::build(&self.hashes, self.opts.bloom_bits_per_key, &mut self.filters);
+            filter_len = self.filters.len() as u32 - filter_offset;
+        }
         self.tiles.push(TileMeta {
             first_key,
             last_key,
             first_page,
-            pages: self.pages.len() as u32 - first_page,
+            pages,
+            filter_offset,
+            filter_len,
         });
         self.tile_bytes = 0;
         Ok(())
