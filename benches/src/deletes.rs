@@ -181,18 +181,42 @@ pub fn window(work: &Path, s: &Settings) -> Result<(), String> {
 /// Part `reads`: point lookups and one-series scans, KiWi+ against `h = 1`.
 pub fn reads(work: &Path, s: &Settings) -> Result<(), String> {
     let series = s.rows / 50;
+    println!("reads: {series} series x 50 points; KiWi+ tiles {:?}", s.kiwi_tiles);
     let mut results = Vec::new();
     for (name, tiles) in [("kiwi+", s.kiwi_tiles.clone()), ("h=1", vec![1])] {
         let dir = work.join(format!("r-{}", if name == "h=1" { "h1" } else { "kiwi" }));
         let (e, _) = load(&dir, &tiles, series, 50, true)?;
         let mut r = rng(11);
-        let mut lookups = Vec::new();
-        for _ in 0..100_000 {
-            let k = key(r.gen_range(0..series), r.gen_range(0..1_000_000));
-            let t = Instant::now();
-            let _ = e.get(&k, None).map_err(err)?;
-            lookups.push(t.elapsed().as_secs_f64() * 1e6);
+        // Present keys: the first rows of the load's random sequence (same seed).
+        let mut present = Vec::new();
+        {
+            let mut lr = rng(7);
+            for s in 0..series.min(2_000) {
+                for _ in 0..50 {
+                    present.push(key(s, lr.gen_range(0..1_000_000u64)));
+                }
+            }
         }
+        let (mut hits, mut misses) = (Vec::new(), Vec::new());
+        for i in 0..100_000 {
+            let k = if i % 2 == 0 {
+                present[r.gen_range(0..present.len())].clone()
+            } else {
+                key(r.gen_range(0..series), r.gen_range(0..1_000_000))
+            };
+            let t = Instant::now();
+            let found = e.get(&k, None).map_err(err)?.is_some();
+            let us = t.elapsed().as_secs_f64() * 1e6;
+            if i % 2 == 0 {
+                if !found {
+                    return Err(format!("{name}: a loaded key was not found"));
+                }
+                hits.push(us);
+            } else {
+                misses.push(us);
+            }
+        }
+        let lookups: Vec<f64> = hits.iter().chain(&misses).copied().collect();
         let mut scans = Vec::new();
         for _ in 0..20_000 {
             let sr = r.gen_range(0..series);
@@ -203,16 +227,20 @@ pub fn reads(work: &Path, s: &Settings) -> Result<(), String> {
         }
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
         println!(
-            "  {name:<6} lookup mean {:.2}us  series scan mean {:.2}us",
+            "  {name:<6} lookup mean {:.2}us (present {:.2}us, absent {:.2}us)  series scan mean {:.2}us",
             mean(&lookups),
+            mean(&hits),
+            mean(&misses),
             mean(&scans)
         );
-        results.push((mean(&lookups), mean(&scans)));
+        results.push((mean(&lookups), mean(&scans), mean(&hits), mean(&misses)));
         e.close().map_err(err)?;
         let _ = std::fs::remove_dir_all(&dir);
     }
     let (k, c) = (results[0], results[1]);
     line("lookup_mean", &[], k.0, "h1", c.0, Better::Lower);
+    line("lookup_mean_present", &[], k.2, "h1", c.2, Better::Lower);
+    line("lookup_mean_absent", &[], k.3, "h1", c.3, Better::Lower);
     line("scan_mean", &[], k.1, "h1", c.1, Better::Lower);
     Ok(())
 }

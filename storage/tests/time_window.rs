@@ -248,3 +248,35 @@ fn page_drops_leave_checkpoints_untouched() {
     assert_eq!(count(&e, None), (SERIES * (TIMES - 40)) as usize);
     e.close().unwrap();
 }
+
+#[test]
+fn scan_time_equals_a_filtered_scan() {
+    let d = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(START_MS);
+    let e = Engine::open(d.path(), opts(&clock, Compression::Lz4)).unwrap();
+    let mut seq = load(&e, |s, t| format!("v{s}-{t}").into_bytes());
+    for s in 0..10 {
+        seq += 1;
+        e.put(key(s, 21), "mem", seq).unwrap(); // unflushed rows
+    }
+    seq += 1;
+    e.delete_time_range(24, 26, key(3, 0), key(9, 0), seq).unwrap();
+    let dkey = |k: &[u8]| u64::from_be_bytes(k[8..16].try_into().unwrap());
+    for (lo, hi, t_lo, t_hi) in [(0, SERIES, 20, 30), (5, 9, 0, 3), (2, 60, 45, 50), (0, 1, 0, 100)]
+    {
+        let all: Vec<_> = e
+            .scan(key(lo, 0)..key(hi, 0), None)
+            .unwrap()
+            .map(Result::unwrap)
+            .filter(|(k, _)| (t_lo..t_hi).contains(&dkey(k)))
+            .collect();
+        let timed: Vec<_> = e
+            .scan_time(key(lo, 0)..key(hi, 0), t_lo, t_hi, None)
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(timed, all, "series [{lo}, {hi}) times [{t_lo}, {t_hi})");
+        assert!(!timed.is_empty());
+    }
+    e.close().unwrap();
+}

@@ -12,7 +12,7 @@ use crate::batch::EntryKind;
 use crate::iter::{EngineIter, EntryCursor, LevelCursor, MergeCursor};
 use crate::memtable::MemCursor;
 use crate::snapshot::Snapshot;
-use crate::sst::{bloom, TableCursor};
+use crate::sst::{bloom, Prune, TableCursor};
 use crate::{RangeDeleteMode, Result};
 
 fn visible(kind: EntryKind, value: Bytes) -> Option<Bytes> {
@@ -67,6 +67,28 @@ impl Engine {
         range: impl RangeBounds<K>,
         snapshot: Option<&Snapshot>,
     ) -> Result<EngineIter> {
+        self.scan_filtered(range, None, snapshot)
+    }
+
+    /// Like [`Engine::scan`], returning only rows whose delete key (time) is in `[t_lo, t_hi)`.
+    /// Pages whose time range misses the window are skipped without being read (the per-page
+    /// zone maps of the KiWi layout).
+    pub fn scan_time<K: AsRef<[u8]>>(
+        &self,
+        range: impl RangeBounds<K>,
+        t_lo: u64,
+        t_hi: u64,
+        snapshot: Option<&Snapshot>,
+    ) -> Result<EngineIter> {
+        self.scan_filtered(range, Some((t_lo, t_hi)), snapshot)
+    }
+
+    fn scan_filtered<K: AsRef<[u8]>>(
+        &self,
+        range: impl RangeBounds<K>,
+        time: Option<(u64, u64)>,
+        snapshot: Option<&Snapshot>,
+    ) -> Result<EngineIter> {
         let owned = |b: Bound<&K>| match b {
             Bound::Included(k) => Bound::Included(k.as_ref().to_vec()),
             Bound::Excluded(k) => Bound::Excluded(k.as_ref().to_vec()),
@@ -81,6 +103,14 @@ impl Engine {
             Bound::Included(k) | Bound::Excluded(k) => Some(k.as_slice()),
             Bound::Unbounded => None,
         };
+        let prune = Prune {
+            end: match &end {
+                Bound::Included(k) => Some((k.clone(), true)),
+                Bound::Excluded(k) => Some((k.clone(), false)),
+                Bound::Unbounded => None,
+            },
+            time,
+        };
         let seq = self.read_seq(snapshot);
         // Windows before the state: a window is retired only once no state holding its rows is
         // current, so the state read after it never needs a window missing from the list.
@@ -93,19 +123,20 @@ impl Engine {
         }
         for t in &sv.version.levels[0] {
             if t.meta().overlaps(lo, hi) {
-                children.push(Box::new(TableCursor::new(t.clone(), true)));
+                children.push(Box::new(TableCursor::new(t.clone(), true).pruned(prune.clone())));
             }
         }
         for files in sv.version.levels.iter().skip(1) {
             let tables: Vec<_> =
                 files.iter().filter(|t| t.meta().overlaps(lo, hi)).cloned().collect();
             if !tables.is_empty() {
-                children.push(Box::new(LevelCursor::new(tables, true)));
+                children.push(Box::new(LevelCursor::new(tables, true).pruned(prune.clone())));
             }
         }
         let rules = self.inner.rules();
         let ranges = RangeCheck { inner: self.inner.clone(), generation, sv, windows, rules };
-        Ok(EngineIter::new(MergeCursor::new(children), seq, start, end, ranges))
+        let time = time.map(|w| (w, self.inner.opts.delete_key.clone()));
+        Ok(EngineIter::new(MergeCursor::new(children), seq, start, end, ranges).with_time(time))
     }
 }
 

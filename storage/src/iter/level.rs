@@ -15,12 +15,19 @@ pub(crate) struct LevelCursor {
     index: usize,
     cursor: Option<TableCursor>,
     fill_cache: bool,
+    prune: crate::sst::Prune,
 }
 
 impl LevelCursor {
     /// A cursor over `tables` (sorted by key, non-overlapping).
     pub fn new(tables: Vec<Arc<Table>>, fill_cache: bool) -> Self {
-        LevelCursor { tables, index: 0, cursor: None, fill_cache }
+        LevelCursor { tables, index: 0, cursor: None, fill_cache, prune: Default::default() }
+    }
+
+    /// The same cursor, skipping the pages `prune` rules out (scans).
+    pub fn pruned(mut self, prune: crate::sst::Prune) -> Self {
+        self.prune = prune;
+        self
     }
 
     fn open(&mut self, index: usize, target: Option<&[u8]>) -> Result<()> {
@@ -28,7 +35,7 @@ impl LevelCursor {
         self.cursor = None;
         let mut i = index;
         while let Some(t) = self.tables.get(i) {
-            let mut c = TableCursor::new(t.clone(), self.fill_cache);
+            let mut c = TableCursor::new(t.clone(), self.fill_cache).pruned(self.prune.clone());
             match target.filter(|_| i == index) {
                 Some(k) => c.seek(k)?,
                 None => c.seek_to_first()?,

@@ -19,6 +19,7 @@ pub struct EngineIter {
     started: bool,
     done: bool,
     ranges: RangeCheck,
+    time: Option<((u64, u64), crate::DeleteKeyExtractor)>,
 }
 
 impl EngineIter {
@@ -29,7 +30,20 @@ impl EngineIter {
         end: Bound<Vec<u8>>,
         ranges: RangeCheck,
     ) -> Self {
-        EngineIter { merged, snapshot, start, end, started: false, done: false, ranges }
+        EngineIter { merged, snapshot, start, end, started: false, done: false, ranges, time: None }
+    }
+
+    /// Keeps only keys whose delete key lies in the window.
+    pub(crate) fn with_time(
+        mut self,
+        time: Option<((u64, u64), crate::DeleteKeyExtractor)>,
+    ) -> Self {
+        self.time = time;
+        self
+    }
+
+    fn outside_time(&self, key: &[u8]) -> bool {
+        self.time.as_ref().is_some_and(|((lo, hi), d)| !(*lo..*hi).contains(&d.extract(key)))
     }
 
     fn past_end(&self, key: &[u8]) -> bool {
@@ -75,6 +89,9 @@ impl EngineIter {
                 EntryKind::Delete => None,
             };
             self.skip_key(&key)?;
+            if found.is_some() && self.outside_time(&key) {
+                continue;
+            }
             if found.is_some() && self.ranges.deleted(&key, seq, self.snapshot)? {
                 continue;
             }

@@ -19,12 +19,53 @@ pub(crate) struct TableCursor {
     tile: usize,
     pages: Vec<(Arc<Page>, usize)>,
     cur: Option<usize>,
+    prune: Prune,
+}
+
+/// Pages a scan can skip without reading: those wholly past its end key, and (for a scan by
+/// time) those whose delete-key range misses its time window. Every version of a key has the
+/// same delete key, so a skipped page never hides a version the scan would return.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Prune {
+    /// End key of the scan and whether it is inclusive.
+    pub end: Option<(Vec<u8>, bool)>,
+    /// Delete-key window `[lo, hi)` of the scan.
+    pub time: Option<(u64, u64)>,
+}
+
+impl Prune {
+    fn past_end(&self, key: &[u8]) -> bool {
+        match &self.end {
+            Some((e, true)) => key > e.as_slice(),
+            Some((e, false)) => key >= e.as_slice(),
+            None => false,
+        }
+    }
+
+    fn skips(&self, pm: &super::PageMeta, target: Option<&[u8]>) -> bool {
+        target.is_some_and(|t| pm.max_key.as_slice() < t)
+            || self.past_end(&pm.min_key)
+            || self.time.is_some_and(|(lo, hi)| pm.max_dkey < lo || pm.min_dkey >= hi)
+    }
 }
 
 impl TableCursor {
     /// A cursor, not yet positioned. `fill_cache = false` for compaction reads.
     pub fn new(table: Arc<Table>, fill_cache: bool) -> Self {
-        TableCursor { table, fill_cache, tile: 0, pages: Vec::new(), cur: None }
+        TableCursor {
+            table,
+            fill_cache,
+            tile: 0,
+            pages: Vec::new(),
+            cur: None,
+            prune: Prune::default(),
+        }
+    }
+
+    /// The same cursor, skipping the pages `prune` rules out (scans).
+    pub fn pruned(mut self, prune: Prune) -> Self {
+        self.prune = prune;
+        self
     }
 
     fn load_tile(&mut self, t: usize, target: Option<&[u8]>) -> Result<()> {
@@ -34,6 +75,9 @@ impl TableCursor {
         let Some(tile) = self.table.index().tiles.get(t) else { return Ok(()) };
         let (first, n) = (tile.first_page as usize, tile.pages as usize);
         for p in first..first + n {
+            if self.prune.skips(&self.table.index().pages[p], target) {
+                continue;
+            }
             let page = self.table.load_page(p, self.fill_cache)?;
             let pos = target.map_or(0, |k| page.lower_bound(k, u64::MAX));
             self.pages.push((page, pos));
@@ -66,6 +110,9 @@ impl TableCursor {
 
     fn skip_empty_tiles(&mut self) -> Result<()> {
         while self.cur.is_none() && self.tile + 1 < self.table.tile_count() {
+            if self.prune.past_end(&self.table.index().tiles[self.tile + 1].first_key) {
+                return Ok(()); // every later tile lies past the end of the scan
+            }
             self.load_tile(self.tile + 1, None)?;
         }
         Ok(())

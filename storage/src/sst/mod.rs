@@ -36,7 +36,7 @@ mod props;
 mod table;
 pub(crate) mod writer;
 
-pub(crate) use cursor::TableCursor;
+pub(crate) use cursor::{Prune, TableCursor};
 pub use props::{FileMeta, TableProps};
 pub(crate) use props::{Fragment, IndexBlock, PageMeta, TileMeta};
 pub(crate) use table::Table;
