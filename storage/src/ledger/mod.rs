@@ -46,6 +46,8 @@ pub(crate) struct Ledger {
     pending: BTreeSet<u64>,
     /// Pending time-window deletes (persisted one by one).
     pending_windows: BTreeSet<u64>,
+    /// Persisted deletes in persistence order, for pruning without a scan.
+    persisted: std::collections::VecDeque<(u64, u64)>,
     buffered: Vec<Vec<u8>>,
     /// Bytes written at the last rewrite (the live records then).
     base_len: u64,
@@ -81,6 +83,9 @@ impl Ledger {
                 .collect::<BTreeSet<u64>>()
         };
         let (pending, pending_windows) = (open(true), open(false));
+        let mut persisted: Vec<(u64, u64)> =
+            records.values().filter_map(|d| d.persisted_at_ms.map(|t| (t, d.id))).collect();
+        persisted.sort_unstable();
         let (number, writer) = match newest {
             Some(n) => (n, RecordWriter::open_append(&dir.join(file_name(n)), valid_len)?),
             None => (number, RecordWriter::create(&dir.join(file_name(number)))?),
@@ -92,6 +97,7 @@ impl Ledger {
             records,
             pending,
             pending_windows,
+            persisted: persisted.into(),
             buffered: Vec::new(),
             base_len: valid_len,
             unsynced: false,
@@ -138,6 +144,7 @@ impl Ledger {
         for id in &done {
             if let Some(d) = self.records.get_mut(id) {
                 d.persisted_at_ms = Some(at_ms);
+                self.persisted.push_back((at_ms, *id));
             }
         }
         if !done.is_empty() {
@@ -151,6 +158,7 @@ impl Ledger {
         if self.pending_windows.remove(&id) {
             if let Some(d) = self.records.get_mut(&id) {
                 d.persisted_at_ms = Some(at_ms);
+                self.persisted.push_back((at_ms, id));
             }
             self.buffered.push(encode(&Entry::Persisted { id, at_ms }));
         }
@@ -189,9 +197,13 @@ impl Ledger {
         retention_ms: u64,
         number: impl FnOnce() -> u64,
     ) -> Result<()> {
-        self.records.retain(|_, d| {
-            d.persisted_at_ms.is_none_or(|t| t.saturating_add(retention_ms) > now_ms)
-        });
+        while let Some(&(t, id)) = self.persisted.front() {
+            if t.saturating_add(retention_ms) > now_ms {
+                break;
+            }
+            self.persisted.pop_front();
+            self.records.remove(&id);
+        }
         if self.writer.len() <= (4 * self.base_len).max(1 << 20) {
             return Ok(());
         }
