@@ -153,6 +153,10 @@ pub struct Options {
     pub ledger_retention: Duration,
     /// Wall clock for deadlines and the ledger (a manual clock in tests).
     pub clock: Clock,
+    /// Run flushes and compactions on background threads (the default). Off, they run inline:
+    /// in the writer when memtables or level 0 are full, and in `wait_for_background`, so a
+    /// sequence of calls always does the same work (deterministic tests and simulations).
+    pub background_threads: bool,
     /// Fail points for crash testing; empty (and free) in production.
     pub fail_points: FailPoints,
 }
@@ -235,6 +239,7 @@ impl Default for Options {
             delete_deadline: Some(Duration::from_secs(24 * 3600)),
             ledger_retention: Duration::from_secs(30 * 24 * 3600),
             clock: Clock::system(),
+            background_threads: true,
             fail_points: FailPoints::default(),
         }
     }

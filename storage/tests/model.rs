@@ -600,8 +600,12 @@ fn options_strategy(wal: bool, mode: RangeDeleteMode) -> impl Strategy<Value = O
         prop_oneof![Just(1usize), Just(2), Just(4)],
         prop_oneof![Just(Compression::None), Just(Compression::Lz4), Just(Compression::Zstd(1))],
         prop_oneof![Just(0usize), Just(64 << 10)],
+        any::<bool>(),
     )
-        .prop_map(move |(h, c, cache)| small_options(wal, mode, h, c, cache))
+        .prop_map(move |(h, c, cache, background)| Options {
+            background_threads: background,
+            ..small_options(wal, mode, h, c, cache)
+        })
 }
 
 fn min_ops() -> u64 {

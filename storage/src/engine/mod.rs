@@ -136,7 +136,8 @@ impl Engine {
     /// Opens (or creates) the engine in `dir`, recovering from any crash.
     pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Engine> {
         let inner = Arc::new(open::open(dir.as_ref(), opts)?);
-        let threads = background::spawn(&inner);
+        let threads =
+            if inner.opts.background_threads { background::spawn(&inner) } else { Vec::new() };
         Ok(Engine { inner, threads: Mutex::new(threads), closed: AtomicBool::new(false) })
     }
 

@@ -122,6 +122,15 @@ impl Inner {
                 stalled = true;
                 self.counters.write_stalls.fetch_add(1, Ordering::Relaxed);
             }
+            if !self.opts.background_threads {
+                // No one else will make room: do the flush or compaction here.
+                let progressed =
+                    if too_many_imms { self.flush_oldest()? } else { self.compact_once()? };
+                if !progressed {
+                    return Ok(()); // nothing can run: let the memtable grow rather than hang
+                }
+                continue;
+            }
             self.notify_bg(true);
             let mut bg = self.bg.lock();
             if bg.shutdown {
