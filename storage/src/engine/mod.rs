@@ -354,6 +354,10 @@ impl Inner {
             persisted_seq: Some(meta.persisted_seq),
             log_number: Some(meta.log_number),
             retention: meta.retention.iter().map(|(p, ms)| (p.clone(), Some(*ms))).collect(),
+            range_delete_mode: Some(match self.opts.range_delete_mode {
+                crate::RangeDeleteMode::Gloran => 0,
+                crate::RangeDeleteMode::Tombstones => 1,
+            }),
         }
     }
 

@@ -178,6 +178,17 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         }
     }
 
+    // The mode is recorded in the manifest; older directories are judged by their files.
+    let mode_code = |m: RangeDeleteMode| match m {
+        RangeDeleteMode::Gloran => 0u8,
+        RangeDeleteMode::Tombstones => 1,
+    };
+    if recovered.range_delete_mode.is_some_and(|m| m != mode_code(opts.range_delete_mode)) {
+        let created = if recovered.range_delete_mode == Some(0) { "GLORAN" } else { "tombstone" };
+        return Err(Error::InvalidArgument(format!(
+            "the engine was created in {created} range-delete mode"
+        )));
+    }
     let tombstone_files = recovered.files.values().any(|(_, m)| m.props.range_tombstones > 0);
     match opts.range_delete_mode {
         RangeDeleteMode::Tombstones if !recovered.rd_files.is_empty() => {
@@ -195,6 +206,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     let cache = Arc::new(PageCache::new(opts.page_cache_bytes));
     let mut opened = Opened::default();
     let mut edit = recovered.snapshot_edit();
+    edit.range_delete_mode = Some(mode_code(opts.range_delete_mode));
     let level_err = |id: &u64, level: &u32, max: usize| {
         Error::InvalidArgument(format!(
             "file {id} is at level {level} but only {max} are configured"

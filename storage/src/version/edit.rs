@@ -24,6 +24,8 @@ pub struct VersionEdit {
     pub log_number: Option<u64>,
     /// Retention rules set (`Some(ms)`) or removed (`None`), per key prefix.
     pub retention: Vec<(Vec<u8>, Option<u64>)>,
+    /// The range-delete mode the engine was created with (0 GLORAN, 1 tombstones).
+    pub range_delete_mode: Option<u8>,
 }
 
 impl VersionEdit {

@@ -26,6 +26,7 @@ pub(crate) struct RecoveredManifest {
     pub persisted_seq: u64,
     pub log_number: u64,
     pub retention: BTreeMap<Vec<u8>, u64>,
+    pub range_delete_mode: Option<u8>,
 }
 
 impl RecoveredManifest {
@@ -74,6 +75,9 @@ impl RecoveredManifest {
             self.log_number = self.log_number.max(l);
         }
         apply_retention(&mut self.retention, edit.retention);
+        if edit.range_delete_mode.is_some() {
+            self.range_delete_mode = edit.range_delete_mode;
+        }
         Ok(())
     }
 
@@ -88,6 +92,7 @@ impl RecoveredManifest {
             persisted_seq: Some(self.persisted_seq),
             log_number: Some(self.log_number),
             retention: self.retention.iter().map(|(p, ms)| (p.clone(), Some(*ms))).collect(),
+            range_delete_mode: self.range_delete_mode,
         }
     }
 }
