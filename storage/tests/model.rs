@@ -125,8 +125,9 @@ fn window_bounds(t: u16, len: u16, r: Option<(u16, u16)>) -> (u64, u64, Vec<u8>,
 }
 
 /// Time-window deletes in random sequences are off unless `EBB_MODEL_WINDOWS=1`: with them the
-/// model occasionally finds a row covered by a window visible again after recovery (a few runs in
-/// a hundred, not yet reduced to a reproducer). `tests/time_window.rs` covers windows meanwhile.
+/// model occasionally diverges (a few runs in a hundred) - only with background threads: with
+/// `EBB_MODEL_INLINE=1` (flushes and compactions inline) it has not reproduced, so it is a race
+/// with background work, not yet found. `tests/time_window.rs` covers windows meanwhile.
 fn window_weight() -> u32 {
     if std::env::var("EBB_MODEL_WINDOWS").is_ok_and(|v| v == "1") {
         4
@@ -603,7 +604,7 @@ fn options_strategy(wal: bool, mode: RangeDeleteMode) -> impl Strategy<Value = O
         any::<bool>(),
     )
         .prop_map(move |(h, c, cache, background)| Options {
-            background_threads: background,
+            background_threads: background && std::env::var("EBB_MODEL_INLINE").is_err(),
             ..small_options(wal, mode, h, c, cache)
         })
 }
