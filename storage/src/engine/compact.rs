@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::tombstones::{covering_all, merged_inputs};
+use super::tombstones::merged_inputs;
 use super::Inner;
 use crate::compaction::executor::{write_tables, CoveringFn, OutputSpec};
 use crate::compaction::policy::{self, CompactionReason, CompactionTask};
@@ -129,11 +129,6 @@ impl Inner {
         let (generation, view) = self.read_view();
         let windows = self.windows();
         let rules = self.rules();
-        let gloran = |key: &[u8], min_seq: u64| {
-            let mut seqs = self.covering((generation, &view), key, min_seq, upto)?;
-            self.add_window_seqs(&windows, key, min_seq, upto, &mut seqs);
-            Ok(seqs)
-        };
         // Tombstone mode: the inputs' tombstones apply to the inputs' entries and move down with
         // them; at the bottommost level those every reader sees are dropped (fully applied).
         let tombstone_mode = self.opts.range_delete_mode == RangeDeleteMode::Tombstones;
@@ -142,12 +137,11 @@ impl Inner {
         } else {
             Vec::new()
         };
-        let local = |key: &[u8], min_seq: u64| {
-            let mut seqs = covering_all(&input_tombstones, key);
-            self.add_window_seqs(&windows, key, min_seq, upto, &mut seqs);
-            Ok(seqs)
+        let local = tombstone_mode.then_some(input_tombstones.as_slice());
+        let covering_fn = |key: &[u8], min_seq: u64| {
+            self.output_covering((generation, &view), local, &windows, (key, min_seq, upto))
         };
-        let covering: &CoveringFn<'_> = if tombstone_mode { &local } else { &gloran };
+        let covering: &CoveringFn<'_> = &covering_fn;
         let snaps = self.snapshots.seqs();
         let gc = if task.bottommost { snaps.first().copied().unwrap_or(u64::MAX) } else { 0 };
         let tombstones = if tombstone_mode {

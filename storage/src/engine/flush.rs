@@ -2,7 +2,6 @@
 
 use std::sync::atomic::Ordering;
 
-use super::tombstones::covering_all;
 use super::Inner;
 use crate::compaction::executor::{write_tables, CoveringFn, OutputSpec};
 use crate::compaction::retention::Retention;
@@ -32,20 +31,14 @@ impl Inner {
         let (generation, view) = self.read_view();
         let windows = self.windows();
         let rules = self.rules();
-        let gloran = |key: &[u8], min_seq: u64| {
-            let mut seqs = self.covering((generation, &view), key, min_seq, upto)?;
-            self.add_window_seqs(&windows, key, min_seq, upto, &mut seqs);
-            Ok(seqs)
-        };
         // Tombstone mode: the memtable's own tombstones apply to its entries and go into the SST.
         let tombstone_mode = self.opts.range_delete_mode == RangeDeleteMode::Tombstones;
         let own = if tombstone_mode { mem.ranges.pieces() } else { Vec::new() };
-        let local = |key: &[u8], min_seq: u64| {
-            let mut seqs = covering_all(&own, key);
-            self.add_window_seqs(&windows, key, min_seq, upto, &mut seqs);
-            Ok(seqs)
+        let local = tombstone_mode.then_some(own.as_slice());
+        let covering_fn = |key: &[u8], min_seq: u64| {
+            self.output_covering((generation, &view), local, &windows, (key, min_seq, upto))
         };
-        let covering: &CoveringFn<'_> = if tombstone_mode { &local } else { &gloran };
+        let covering: &CoveringFn<'_> = &covering_fn;
         let tombstones = if tombstone_mode {
             combine(&[&own], Some(&self.snapshots.seqs()), 0)
         } else {

@@ -99,6 +99,24 @@ impl Inner {
         Ok(out)
     }
 
+    /// What a flush or compaction drops `key`'s versions under: the covering range deletes (from
+    /// the global index, or in tombstone mode from the `local` fragments of its inputs) and the
+    /// active time windows, all at or below `upto`, newest first.
+    pub(crate) fn output_covering(
+        &self,
+        view: (u64, &SuperVersion),
+        local: Option<&[Piece]>,
+        windows: &[crate::kiwi::TimeWindow],
+        (key, min_seq, upto): (&[u8], u64, u64),
+    ) -> Result<SeqList> {
+        let mut seqs = match local {
+            Some(fragments) => super::tombstones::covering_all(fragments, key),
+            None => self.covering(view, key, min_seq, upto)?,
+        };
+        self.add_window_seqs(windows, key, min_seq, upto, &mut seqs);
+        Ok(seqs)
+    }
+
     /// For a flush or compaction starting now: the visible sequence number (range deletes up to
     /// it are applied) and the `rd_applied` mark of its outputs (that, capped by the oldest live
     /// snapshot).

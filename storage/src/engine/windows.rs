@@ -113,6 +113,9 @@ impl Inner {
     /// Executes every active window not yet executed (and not held back by an older snapshot)
     /// on the live SSTs. Returns `false` if there was nothing to do. Holds the compaction lock.
     pub(super) fn execute_windows(&self) -> Result<bool> {
+        if self.windows().is_empty() {
+            return Ok(false); // the common case: no locks taken
+        }
         // Serialised with flushes and compactions: one that started before a window was added
         // (and so does not drop what it covers) commits its outputs before the window executes.
         let _serial = self.compaction_lock.lock();

@@ -8,7 +8,7 @@ use super::window::TimeWindow;
 use crate::batch::EntryKind;
 use crate::error::IoContext;
 use crate::sst::page::{encode_block, PageBuilder};
-use crate::sst::{bloom, FileMeta, IndexBlock, PageMeta, Table, TileMeta, FORMAT_VERSION, MAGIC};
+use crate::sst::{bloom, FileMeta, IndexBlock, PageMeta, Table, TileMeta};
 use crate::{Compression, Error, Options, Result};
 
 /// Gives the file at `path` an inode of its own if it has other hard links (a checkpoint), so
@@ -236,15 +236,7 @@ pub(crate) fn drop_window(
     file.write_all(&block).at(&path)?;
     let index_len = block.len() as u32;
     offset += u64::from(index_len);
-    let mut footer = Vec::with_capacity(crate::sst::FOOTER_LEN);
-    footer.extend_from_slice(&index_offset.to_le_bytes());
-    footer.extend_from_slice(&index_len.to_le_bytes());
-    footer.extend_from_slice(&filter_offset.to_le_bytes());
-    footer.extend_from_slice(&filter_len.to_le_bytes());
-    footer.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    footer.extend_from_slice(&MAGIC.to_le_bytes());
-    let crc = crc32fast::hash(&footer);
-    footer.extend_from_slice(&crc.to_le_bytes());
+    let footer = crate::sst::encode_footer((index_offset, index_len), (filter_offset, filter_len));
     file.write_all(&footer).at(&path)?;
     offset += footer.len() as u64;
     file.flush().at(&path)?;

@@ -49,6 +49,20 @@ pub(crate) const FORMAT_VERSION: u32 = 1;
 /// Footer length in bytes.
 pub(crate) const FOOTER_LEN: usize = 40;
 
+/// The footer: index and filter block locations, format version, magic, checksum.
+pub(crate) fn encode_footer(index: (u64, u32), filter: (u64, u32)) -> Vec<u8> {
+    let mut footer = Vec::with_capacity(FOOTER_LEN);
+    footer.extend_from_slice(&index.0.to_le_bytes());
+    footer.extend_from_slice(&index.1.to_le_bytes());
+    footer.extend_from_slice(&filter.0.to_le_bytes());
+    footer.extend_from_slice(&filter.1.to_le_bytes());
+    footer.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    footer.extend_from_slice(&MAGIC.to_le_bytes());
+    let crc = crc32fast::hash(&footer);
+    footer.extend_from_slice(&crc.to_le_bytes());
+    footer
+}
+
 /// Name of the SST file with id `id`.
 pub(crate) fn file_name(id: u64) -> String {
     format!("{id:08}.sst")

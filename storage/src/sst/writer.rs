@@ -8,7 +8,6 @@ use bytes::Bytes;
 
 use super::page::{encode_block, PageBuilder};
 use super::{bloom, FileMeta, Fragment, IndexBlock, PageMeta, TableProps, TileMeta};
-use super::{FORMAT_VERSION, MAGIC};
 use crate::batch::EntryKind;
 use crate::batch::MAX_KEY_LEN;
 use crate::error::IoContext;
@@ -301,15 +300,7 @@ impl TableWriter {
         let index_len = self.block.len() as u32;
         self.offset += index_len as u64;
 
-        let mut footer = Vec::with_capacity(super::FOOTER_LEN);
-        footer.extend_from_slice(&index_offset.to_le_bytes());
-        footer.extend_from_slice(&index_len.to_le_bytes());
-        footer.extend_from_slice(&filter_offset.to_le_bytes());
-        footer.extend_from_slice(&filter_len.to_le_bytes());
-        footer.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        footer.extend_from_slice(&MAGIC.to_le_bytes());
-        let crc = crc32fast::hash(&footer);
-        footer.extend_from_slice(&crc.to_le_bytes());
+        let footer = super::encode_footer((index_offset, index_len), (filter_offset, filter_len));
         self.file.write_all(&footer).at(&self.path)?;
         self.offset += footer.len() as u64;
         self.file.flush().at(&self.path)?;
