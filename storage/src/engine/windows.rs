@@ -120,14 +120,17 @@ impl Inner {
         // (and so does not drop what it covers) commits its outputs before the window executes.
         let _serial = self.compaction_lock.lock();
         let _flush = self.flush_lock.lock();
-        let oldest_snapshot = self.snapshots.seqs().first().copied();
         let todo: Vec<TimeWindow> = {
             let state = self.window_state.lock();
+            // The visible sequence number first: a snapshot taken after this read is at or above
+            // it, so it is newer than every window considered here. Read the other way round, a
+            // snapshot taken in between could be missed and its rows dropped under it.
+            let visible = self.visible_seq.load(Ordering::Acquire);
+            let oldest_snapshot = self.snapshots.seqs().first().copied();
             self.windows()
                 .iter()
-                .filter(|w| !state.executed.contains(&w.seq))
+                .filter(|w| w.seq <= visible && !state.executed.contains(&w.seq))
                 .filter(|w| oldest_snapshot.is_none_or(|s| s >= w.seq))
-                .filter(|w| w.seq <= self.visible_seq.load(Ordering::Acquire))
                 .cloned()
                 .collect()
         };
