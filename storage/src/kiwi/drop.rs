@@ -1,5 +1,11 @@
 //! Executing a time-window delete on one SST: full page drops, edge-page rewrites, and an
-//! appended filter block, index block and footer.
+//! appended index block and footer.
+//!
+//! The filter block is not rewritten: the new index points at the filters already in the file.
+//! A rewritten page keeps the filter of the page it replaces, and a tile keeps its tile filter;
+//! both answer for a superset of the keys left, so they still have no false negatives (removed
+//! keys only cost a wasted probe until the next compaction rebuilds the filters). Filters hold
+//! hashes of keys, never keys or values.
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -8,7 +14,7 @@ use super::window::TimeWindow;
 use crate::batch::EntryKind;
 use crate::error::IoContext;
 use crate::sst::page::{encode_block, PageBuilder};
-use crate::sst::{bloom, FileMeta, IndexBlock, PageMeta, Table, TileMeta};
+use crate::sst::{FileMeta, IndexBlock, PageMeta, Table, TileMeta};
 use crate::{Compression, Error, Options, Result};
 
 /// Gives the file at `path` an inode of its own if it has other hard links (a checkpoint), so
@@ -42,7 +48,7 @@ pub(crate) struct DropOutcome {
     pub pages_rewritten: u64,
     /// Bytes of pages read.
     pub bytes_read: u64,
-    /// Bytes appended to the file (rewritten pages, filter and index blocks, footer).
+    /// Bytes appended to the file (rewritten pages, index block, footer).
     pub bytes_written: u64,
     /// Entries removed.
     pub entries_removed: u64,
@@ -118,7 +124,6 @@ pub(crate) fn drop_window(
     unshare(&path)?;
     let mut file = std::io::BufWriter::new(OpenOptions::new().append(true).open(&path).at(&path)?);
     let mut offset = meta.size;
-    let mut filters = Vec::new();
     let mut pages: Vec<PageMeta> = Vec::new();
     let mut tiles: Vec<TileMeta> = Vec::new();
     let mut builder = PageBuilder::default();
@@ -129,22 +134,16 @@ pub(crate) fn drop_window(
         let range = t.first_page as usize..(t.first_page + t.pages) as usize;
         for (i, fate) in range.clone().zip(&fates[range]) {
             let mut pm = ix.pages[i].clone();
-            let filter_offset = filters.len() as u32;
             match fate {
                 Fate::Drop => continue,
-                Fate::Keep => filters.extend_from_slice(table.page_filter(i)),
+                Fate::Keep => {}
                 Fate::Rewrite(kept) => {
-                    let mut hashes = Vec::new();
                     let (mut lo_d, mut hi_d) = (u64::MAX, 0u64);
-                    for (k, (key, seq, kind, value)) in kept.iter().enumerate() {
+                    for (key, seq, kind, value) in kept {
                         builder.add(key, *seq, *kind, value);
-                        if k == 0 || kept[k - 1].0 != key {
-                            hashes.push(bloom::key_hash(key));
-                        }
                         let d = opts.delete_key.extract(key);
                         (lo_d, hi_d) = (lo_d.min(d), hi_d.max(d));
                     }
-                    bloom::build(&hashes, opts.bloom_bits_per_key, &mut filters);
                     block.clear();
                     builder.finish(opts.compression, &mut block);
                     file.write_all(&block).at(&path)?;
@@ -156,15 +155,12 @@ pub(crate) fn drop_window(
                         max_key: kept[kept.len() - 1].0.to_vec(),
                         min_dkey: lo_d,
                         max_dkey: hi_d,
-                        filter_offset: 0,
-                        filter_len: 0,
+                        ..pm
                     };
                     offset += block.len() as u64;
                     out.pages_rewritten += 1;
                 }
             }
-            pm.filter_offset = filter_offset;
-            pm.filter_len = filters.len() as u32 - filter_offset;
             entries += u64::from(pm.entries);
             (min_d, max_d) = (min_d.min(pm.min_dkey), max_d.max(pm.max_dkey));
             pages.push(pm);
@@ -176,25 +172,8 @@ pub(crate) fn drop_window(
         // Tile pages are delete-key ordered, so the key bounds come from every page.
         let first_key = tile_pages.iter().map(|p| &p.min_key).min().cloned().unwrap_or_default();
         let last_key = tile_pages.iter().map(|p| &p.max_key).max().cloned().unwrap_or_default();
-        // The tile filter is kept as it was: a superset of the remaining keys, so still without
-        // false negatives.
-        let (filter_offset, filter_len) = if t.filter_len > 0 {
-            let f = t.filter_offset as usize;
-            let at = filters.len() as u32;
-            filters.extend_from_slice(&table.filters()[f..f + t.filter_len as usize]);
-            (at, t.filter_len)
-        } else {
-            (0, 0)
-        };
         let n = pages.len() as u32 - first_page;
-        tiles.push(TileMeta {
-            first_key,
-            last_key,
-            first_page,
-            pages: n,
-            filter_offset,
-            filter_len,
-        });
+        tiles.push(TileMeta { first_key, last_key, first_page, pages: n, ..t.clone() });
     }
     if pages.is_empty() && ix.range_tombstones.is_empty() {
         return Ok(Some(out)); // nothing left: the caller deletes the file
@@ -216,12 +195,6 @@ pub(crate) fn drop_window(
         props.smallest = tiles.first().map(|t| t.first_key.clone()).unwrap_or_default();
         props.largest = tiles.last().map(|t| t.last_key.clone()).unwrap_or_default();
     }
-    let filter_offset = offset;
-    block.clear();
-    encode_block(&filters, Compression::None, &mut block);
-    file.write_all(&block).at(&path)?;
-    let filter_len = block.len() as u32;
-    offset += u64::from(filter_len);
     let index = IndexBlock {
         tiles,
         pages,
@@ -236,7 +209,7 @@ pub(crate) fn drop_window(
     file.write_all(&block).at(&path)?;
     let index_len = block.len() as u32;
     offset += u64::from(index_len);
-    let footer = crate::sst::encode_footer((index_offset, index_len), (filter_offset, filter_len));
+    let footer = crate::sst::encode_footer((index_offset, index_len), table.filter_block());
     file.write_all(&footer).at(&path)?;
     offset += footer.len() as u64;
     file.flush().at(&path)?;

@@ -113,7 +113,8 @@ impl Table {
         let raw_index = read_block(index_off, index_len, "index")?;
         let index: IndexBlock = postcard::from_bytes(&raw_index)
             .map_err(|e| corrupt(index_off, &format!("index block undecodable: {e}")))?;
-        validate_index(&index, filter_off, filters.len())
+        let blocks = [(filter_off, filter_len), (index_off, index_len)];
+        validate_index(&index, foot_at, &blocks, filters.len())
             .map_err(|why| corrupt(index_off, &format!("index block: {why}")))?;
         if index.props != meta.props {
             return Err(corrupt(index_off, "file properties differ from the manifest"));
@@ -143,7 +144,7 @@ impl Table {
             fences,
             tombstones,
             filters,
-            blocks: [(filter_off, filter_len), (index_off, index_len)],
+            blocks,
             cache_id: NEXT_CACHE_ID.fetch_add(1, Ordering::Relaxed),
             cache,
             guard: Arc::new(FileGuard { path: path.clone(), obsolete: AtomicBool::new(false) }),
@@ -189,16 +190,9 @@ impl Table {
         &self.index
     }
 
-    /// The filter block (page and tile filters).
-    pub fn filters(&self) -> &[u8] {
-        &self.filters
-    }
-
-    /// The Bloom filter of page `i`.
-    pub fn page_filter(&self, i: usize) -> &[u8] {
-        let pm = &self.index.pages[i];
-        let f = pm.filter_offset as usize;
-        &self.filters[f..f + pm.filter_len as usize]
+    /// Offset and length of the filter block.
+    pub fn filter_block(&self) -> (u64, u32) {
+        self.blocks[0]
     }
 
     /// Byte regions `(offset, len)` of the file this table reads (pages, filter and index blocks,
@@ -284,10 +278,17 @@ impl Table {
 }
 
 /// Structural checks of a decoded index block, so later lookups cannot index out of bounds.
-fn validate_index(ix: &IndexBlock, data_end: u64, filters_len: usize) -> Result<(), String> {
-    // Pages are contiguous when written; a page drop leaves holes and appends rewritten pages, so
-    // only bounds and disjointness are checked.
-    let mut spans: Vec<(u64, u64)> = Vec::with_capacity(ix.pages.len());
+fn validate_index(
+    ix: &IndexBlock,
+    data_end: u64,
+    blocks: &[(u64, u32)],
+    filters_len: usize,
+) -> Result<(), String> {
+    // Pages are contiguous when written; a page drop leaves holes and appends rewritten pages
+    // after the filter block, so only bounds and disjointness (from each other and from the
+    // filter and index blocks) are checked.
+    let mut spans: Vec<(u64, u64)> = Vec::with_capacity(ix.pages.len() + blocks.len());
+    spans.extend(blocks.iter().map(|&(o, l)| (o, o + u64::from(l))));
     for (i, p) in ix.pages.iter().enumerate() {
         let end = p.offset.checked_add(p.len as u64).filter(|&e| e <= data_end);
         let Some(end) = end else { return Err(format!("page {i} out of bounds")) };
