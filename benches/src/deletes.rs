@@ -120,16 +120,29 @@ struct WindowFigures {
     ms: f64,
 }
 
+/// Copies every file of `from` into a fresh directory `to`.
+fn copy_dir(from: &Path, to: &Path) -> Result<(), String> {
+    let io = |e: std::io::Error| format!("copying {}: {e}", from.display());
+    let _ = std::fs::remove_dir_all(to);
+    std::fs::create_dir_all(to).map_err(io)?;
+    for entry in std::fs::read_dir(from).map_err(io)? {
+        let entry = entry.map_err(io)?;
+        std::fs::copy(entry.path(), to.join(entry.file_name())).map_err(io)?;
+    }
+    Ok(())
+}
+
+/// One time-window delete on a copy of the loaded engine in `base` (next sequence number `seq`).
 fn run_window(
+    base: &Path,
     dir: &Path,
     tiles: &[usize],
-    series: u64,
-    points: u64,
-    random: bool,
+    seq: u64,
     t_lo: u64,
     t_hi: u64,
 ) -> Result<WindowFigures, String> {
-    let (e, seq) = load(dir, tiles, series, points, random)?;
+    copy_dir(base, dir)?;
+    let e = Engine::open(dir, ts_options(tiles)).map_err(err)?;
     let data_bytes = e.stats().levels.iter().map(|l| l.bytes).sum();
     let start = Instant::now();
     e.delete_time_range(t_lo, t_hi, Vec::new(), Vec::new(), seq).map_err(err)?;
@@ -152,12 +165,21 @@ fn run_window(
 pub fn window(work: &Path, s: &Settings) -> Result<(), String> {
     let series = s.rows / 50;
     println!("window: {series} series x 50 points at random times, 32-byte values, lz4; KiWi+ tiles {:?}", s.kiwi_tiles);
+    // Each layout is loaded once; every delete runs on a fresh copy of it.
+    let kiwi_base = work.join("w-kiwi-base");
+    let h1_base = work.join("w-h1-base");
+    let (e, seq) = load(&kiwi_base, &s.kiwi_tiles, series, 50, true)?;
+    print_levels("kiwi+", &e);
+    e.close().map_err(err)?;
+    let (e, seq_h1) = load(&h1_base, &[1], series, 50, true)?;
+    print_levels("h=1", &e);
+    e.close().map_err(err)?;
     for sel in [1u64, 5, 10, 20, 50] {
         // An interior window (two-sided), the harder case for page drops.
         let t_lo = 200_000;
         let t_hi = t_lo + sel * 10_000;
-        let k = run_window(&work.join("w-kiwi"), &s.kiwi_tiles, series, 50, true, t_lo, t_hi)?;
-        let c = run_window(&work.join("w-h1"), &[1], series, 50, true, t_lo, t_hi)?;
+        let k = run_window(&kiwi_base, &work.join("w-kiwi"), &s.kiwi_tiles, seq, t_lo, t_hi)?;
+        let c = run_window(&h1_base, &work.join("w-h1"), &[1], seq_h1, t_lo, t_hi)?;
         for (name, f) in [("kiwi+", k), ("h=1", c)] {
             println!(
                 "  sel={sel:>2}% {name:<6} data={}KiB read={}KiB written={}KiB pages dropped={} read={} time={:.0}ms",
@@ -175,7 +197,22 @@ pub fn window(work: &Path, s: &Settings) -> Result<(), String> {
         );
         line("bytes_read", &p, k.bytes_read as f64, "h1", c.bytes_read as f64, Better::Lower);
     }
+    let _ = std::fs::remove_dir_all(&kiwi_base);
+    let _ = std::fs::remove_dir_all(&h1_base);
     Ok(())
+}
+
+/// Prints the loaded data's size per level.
+fn print_levels(name: &str, e: &Engine) {
+    let levels: Vec<String> = e
+        .stats()
+        .levels
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.files > 0)
+        .map(|(i, l)| format!("L{i} {} files {} KiB", l.files, l.bytes >> 10))
+        .collect();
+    println!("  {name:<6} loaded: {}", levels.join(", "));
 }
 
 /// Part `reads`: point lookups and one-series scans, KiWi+ against `h = 1`.
@@ -251,16 +288,16 @@ pub fn series(work: &Path, s: &Settings) -> Result<(), String> {
         ("low-cardinality", 100u64, s.rows / 100, false),
         ("high-cardinality", s.rows / 20, 20, true),
     ] {
-        let k = run_window(
-            &work.join("s-kiwi"),
-            &s.kiwi_tiles,
-            series,
-            points,
-            random,
-            0,
-            1_000_000 / 30,
-        )?;
-        let c = run_window(&work.join("s-h1"), &[1], series, points, random, 0, 1_000_000 / 30)?;
+        let mut figures = Vec::new();
+        for (name, tiles) in [("kiwi", s.kiwi_tiles.clone()), ("h1", vec![1])] {
+            let base = work.join(format!("s-{name}-base"));
+            let (e, seq) = load(&base, &tiles, series, points, random)?;
+            e.close().map_err(err)?;
+            let dir = work.join(format!("s-{name}"));
+            figures.push(run_window(&base, &dir, &tiles, seq, 0, 1_000_000 / 30)?);
+            let _ = std::fs::remove_dir_all(&base);
+        }
+        let (k, c) = (figures[0], figures[1]);
         println!(
             "  {label}: {series} series x {points}: rewritten kiwi+ {}KiB vs h=1 {}KiB; pages dropped {} vs {}",
             k.bytes_written >> 10, c.bytes_written >> 10, k.pages_dropped, c.pages_dropped
