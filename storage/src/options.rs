@@ -246,6 +246,19 @@ impl Default for Options {
 }
 
 impl Options {
+    /// Sets [`Options::tile_pages`] from the KiWi+ cost model ([`crate::kiwi::tile_pages`]) for
+    /// `mix`, with this configuration's levels, size ratio, pages per file
+    /// (`target_file_size / page_size`) and Bloom filter false-positive rate. Level 0 takes the
+    /// model's first level (its files are the model's first runs), level 1 the second, and so on.
+    pub fn with_tuned_tiles(mut self, mix: &crate::kiwi::WorkloadMix) -> Self {
+        let pages = (self.target_file_size / self.page_size.max(1) as u64).clamp(1, 4096) as usize;
+        // Bloom filter with the optimal number of probes: fpr = 0.6185^bits.
+        let fpr = 0.6185f64.powf(f64::from(self.bloom_bits_per_key)).min(1.0);
+        let levels = self.num_levels.max(1);
+        self.tile_pages = crate::kiwi::tile_pages(mix, levels, self.size_ratio, pages, fpr);
+        self
+    }
+
     /// Delete-tile size h for `level`.
     pub fn tile_pages_for(&self, level: usize) -> usize {
         let h = self.tile_pages.get(level).or(self.tile_pages.last()).copied().unwrap_or(1);
@@ -302,5 +315,31 @@ impl Options {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kiwi::WorkloadMix;
+
+    #[test]
+    fn tuned_tiles_follow_the_cost_model_and_validate() {
+        let mix = WorkloadMix {
+            empty_lookups: 50_000.0,
+            lookups: 50_000.0,
+            short_scans: 1_000.0,
+            window_deletes: 1.0,
+        };
+        let opts = Options::default().with_tuned_tiles(&mix);
+        assert_eq!(opts.tile_pages.len(), opts.num_levels);
+        assert!(opts.tile_pages.windows(2).all(|w| w[0] <= w[1]), "{:?}", opts.tile_pages);
+        assert!(opts.tile_pages.last() > opts.tile_pages.first(), "{:?}", opts.tile_pages);
+        let pages = (opts.target_file_size / opts.page_size as u64) as usize;
+        assert!(opts.tile_pages.iter().all(|&h| (1..=pages).contains(&h)));
+        opts.validate().unwrap();
+        // No time-window deletes expected: the classic layout.
+        let none = Options::default().with_tuned_tiles(&WorkloadMix { window_deletes: 0.0, ..mix });
+        assert!(none.tile_pages.iter().all(|&h| h == 1));
     }
 }
