@@ -1,4 +1,25 @@
 //! `ebb-query`: the SQL layer of EbbDB.
 //!
-//! This crate is empty for now. It will hold the DataFusion catalog, one `TableProvider` per table
-//! with filter pushdown, `INSERT`, `DELETE`, retention DDL and the system tables.
+//! - [`lp`]: the InfluxDB line-protocol parser.
+//! - [`model`]: keys `(table_id, series_id, time)`, table schemas (tags, typed fields, `time`),
+//!   row values, the series index and the catalog, all stored in the engine.
+//! - [`db`]: [`Database`], the engine plus catalog, and every write (line protocol, DDL,
+//!   deletes, retention purges) through one writer.
+//! - [`sql`]: DataFusion: the catalog, a table provider per table with projection, limit and
+//!   filter pushdown, `INSERT`, `DELETE`, DDL and the system tables.
+
+pub mod db;
+pub mod error;
+pub mod lp;
+pub mod model;
+pub mod sql;
+
+pub use db::{Database, DeleteOutcome, DeleteTarget, WriteSummary, DEFAULT_DATABASE};
+pub use error::{QueryError, Result};
+pub use sql::{QueryOutput, SqlSession, StatementKind};
+
+/// Now, in nanoseconds since the Unix epoch.
+pub fn now_ns() -> i64 {
+    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    d.as_nanos().min(i64::MAX as u128) as i64
+}

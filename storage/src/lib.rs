@@ -55,7 +55,9 @@ mod wal;
 
 pub use batch::{BatchOp, EntryKind, WriteBatch, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use clock::{Clock, ManualClock};
-pub use engine::{DeletionCheck, Engine, EngineStats, LevelStats, RemainingEntry};
+pub use engine::{
+    CompactionRecord, DeletionCheck, Engine, EngineStats, LevelStats, RemainingEntry,
+};
 pub use error::{Error, Result};
 pub use failpoint::FailPoints;
 pub use iter::EngineIter;

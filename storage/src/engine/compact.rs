@@ -93,6 +93,21 @@ impl Inner {
 
     /// Executes `task`; returns the ids of the files it added.
     fn run_task(&self, v: &Version, task: &CompactionTask) -> Result<Vec<u64>> {
+        let started = std::time::Instant::now();
+        let reason = match task.reason {
+            CompactionReason::Level0FileCount => "level0",
+            CompactionReason::LevelSize(_) => "size",
+            CompactionReason::Manual => "manual",
+            CompactionReason::Deadline { .. } => "deadline",
+        };
+        let record = super::CompactionRecord {
+            kind: "compaction",
+            reason,
+            level: task.level,
+            output_level: task.output_level,
+            input_files: task.inputs.len() + task.overlapping.len(),
+            ..Default::default()
+        };
         let inputs = self.find_tables(v, task.level, &task.inputs)?;
         let overlapping = self.find_tables(v, task.output_level, &task.overlapping)?;
         let mut edit = VersionEdit::default();
@@ -108,6 +123,12 @@ impl Inner {
                 inputs.iter().map(|t| (task.output_level as u32, t.meta().clone())).collect();
             self.commit(edit, &opened, None)?;
             self.counters.trivial_moves.fetch_add(1, Ordering::Relaxed);
+            let r = super::CompactionRecord {
+                kind: "trivial_move",
+                output_files: task.inputs.len(),
+                ..record
+            };
+            self.record_history(started, r);
             self.advance_ledger()?;
             return Ok(task.inputs.clone());
         }
@@ -187,6 +208,14 @@ impl Inner {
             self.retire(t);
         }
         self.counters.compactions.fetch_add(1, Ordering::Relaxed);
+        let r = super::CompactionRecord {
+            output_files: outputs.len(),
+            bytes_written: stats.bytes_out,
+            entries_in: stats.entries_in,
+            entries_out: stats.entries_out,
+            ..record
+        };
+        self.record_history(started, r);
         self.counters.bytes_compacted.fetch_add(stats.bytes_out, Ordering::Relaxed);
         tracing::debug!(
             level = task.level,

@@ -17,6 +17,7 @@ impl Inner {
     /// Flushes the oldest sealed memtable. Returns `false` if there was none.
     pub(super) fn flush_oldest(&self) -> Result<bool> {
         let _serial = self.flush_lock.lock();
+        let started = std::time::Instant::now();
         let sv = self.current();
         let Some(mem) = sv.imms.last().cloned() else { return Ok(false) };
         // The oldest memtable left after this flush; its WAL is the oldest one still needed.
@@ -78,6 +79,19 @@ impl Inner {
         opened.trees.extend(tree.iter().map(|t| (t.id(), t.clone())));
         self.commit(edit, &opened, Some(&mem))?;
         self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+        self.record_history(
+            started,
+            super::CompactionRecord {
+                kind: "flush",
+                reason: "memtable",
+                input_files: 1,
+                output_files: tables.len(),
+                bytes_written: stats.bytes_out,
+                entries_in: stats.entries_in,
+                entries_out: stats.entries_out,
+                ..Default::default()
+            },
+        );
         self.counters.bytes_flushed.fetch_add(stats.bytes_out, Ordering::Relaxed);
         if self.opts.wal {
             self.remove_wals_below(next_log);

@@ -5,6 +5,7 @@ mod checkpoint;
 mod compact;
 mod deletes;
 mod flush;
+mod history;
 mod open;
 mod ranges;
 mod read;
@@ -23,6 +24,7 @@ use std::thread::JoinHandle;
 use parking_lot::{Condvar, Mutex, RwLock};
 
 pub use deletes::{DeletionCheck, RemainingEntry};
+pub use history::CompactionRecord;
 pub(crate) use read::RangeCheck;
 pub use stats::{EngineStats, LevelStats};
 
@@ -107,6 +109,7 @@ pub(crate) struct Inner {
     ledger: Mutex<crate::ledger::Ledger>,
     /// Obsolete tables, until their last reader drops them (they still hold data).
     retired: Mutex<Vec<std::sync::Weak<crate::sst::Table>>>,
+    history: Mutex<std::collections::VecDeque<history::CompactionRecord>>,
     /// Active time-window deletes.
     windows: RwLock<Arc<Vec<crate::kiwi::TimeWindow>>>,
     /// Their execution and punch jobs.

@@ -408,6 +408,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         window_state: Mutex::new(Default::default()),
         ledger: Mutex::new(ledger),
         retired: Mutex::new(Vec::new()),
+        history: super::history::new_history(),
         opts,
         _lock_file: lock_file,
     })

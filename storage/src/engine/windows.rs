@@ -144,6 +144,8 @@ impl Inner {
     }
 
     fn execute_window(&self, w: &TimeWindow) -> Result<()> {
+        let started = std::time::Instant::now();
+        let (mut bytes, mut removed) = (0u64, 0u64);
         let sv = self.current();
         let mut edit = VersionEdit::default();
         let mut opened = Opened::default();
@@ -158,6 +160,8 @@ impl Inner {
                 c.window_pages_rewritten.fetch_add(out.pages_rewritten, Ordering::Relaxed);
                 c.window_bytes_read.fetch_add(out.bytes_read, Ordering::Relaxed);
                 c.window_bytes_written.fetch_add(out.bytes_written, Ordering::Relaxed);
+                bytes += out.bytes_written;
+                removed += out.entries_removed;
                 edit.deleted.push((level as u32, t.id()));
                 match out.meta {
                     Some(meta) => {
@@ -170,9 +174,20 @@ impl Inner {
                 }
             }
         }
+        let touched = edit.deleted.len();
         if !edit.deleted.is_empty() {
             self.commit(edit, &opened, None)?;
         }
+        let record = super::CompactionRecord {
+            kind: "time_window",
+            reason: "window",
+            input_files: touched,
+            output_files: opened.tables.len(),
+            bytes_written: bytes,
+            entries_in: removed,
+            ..Default::default()
+        };
+        self.record_history(started, record);
         let mut state = self.window_state.lock();
         for old in &replaced {
             let Some(new) = opened.tables.get(&old.id()) else { continue };

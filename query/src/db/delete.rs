@@ -1,0 +1,106 @@
+//! Deletes of rows: per-series key ranges (GLORAN range deletes, key x sequence rectangles) and
+//! table-wide time windows (KiWi time-window deletes), written in one atomic batch.
+
+use std::collections::HashSet;
+
+use ebb_storage::WriteBatch;
+
+use super::Database;
+use crate::error::{QueryError, Result};
+use crate::model::catalog::CatalogDelta;
+use crate::model::keys::{series_range, table_range, time_to_u64};
+use crate::model::schema::TableDef;
+
+/// Rows to delete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeleteTarget {
+    /// Rows of these series with `time` in `[t_lo, t_hi)` (`None`: unbounded).
+    Series {
+        /// Series ids.
+        series: Vec<u64>,
+        /// Lower time bound (inclusive).
+        t_lo: Option<i64>,
+        /// Upper time bound (exclusive).
+        t_hi: Option<i64>,
+    },
+    /// Rows of every series with `time` in `[t_lo, t_hi)`.
+    TimeWindow {
+        /// Lower time bound (inclusive).
+        t_lo: Option<i64>,
+        /// Upper time bound (exclusive).
+        t_hi: Option<i64>,
+    },
+}
+
+/// What a delete did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteOutcome {
+    /// Rows that matched (and are now invisible).
+    pub rows: u64,
+    /// Ledger ids of the engine deletes written (see `system.deletions`).
+    pub ids: Vec<u64>,
+}
+
+impl Database {
+    /// Deletes the rows of `table` that any of `targets` selects. Counts them first (under the
+    /// writer lock, so the count is exact), then writes every engine delete in one batch.
+    pub fn delete(&self, table: &TableDef, targets: &[DeleteTarget]) -> Result<DeleteOutcome> {
+        if targets.is_empty() {
+            return Err(QueryError::Internal("delete without targets".into()));
+        }
+        let mut w = self.writer.lock();
+        if self.catalog.table_by_id(table.id).is_none() {
+            return Err(QueryError::UnknownTable(format!("{}.{}", table.database, table.name)));
+        }
+        let snap = self.engine.snapshot();
+        let mut seen: HashSet<bytes::Bytes> = HashSet::new();
+        let dedupe = targets.len() > 1;
+        let mut rows = 0u64;
+        let mut count = |k: bytes::Bytes| {
+            if !dedupe || seen.insert(k) {
+                rows += 1;
+            }
+        };
+        let mut batch = WriteBatch::new();
+        for t in targets {
+            match t {
+                DeleteTarget::Series { series, t_lo, t_hi } => {
+                    for &s in series {
+                        let (lo, hi) = series_range(table.id, s, t_lo.unwrap_or(i64::MIN), *t_hi);
+                        if lo >= hi {
+                            continue;
+                        }
+                        for item in self.engine.scan(lo.clone()..hi.clone(), Some(&snap))? {
+                            count(item?.0);
+                        }
+                        batch.delete_range(lo, hi);
+                    }
+                }
+                DeleteTarget::TimeWindow { t_lo, t_hi } => {
+                    let d_lo = time_to_u64(t_lo.unwrap_or(i64::MIN));
+                    let d_hi = t_hi.map_or(u64::MAX, time_to_u64);
+                    if d_lo >= d_hi {
+                        continue;
+                    }
+                    let (lo, hi) = table_range(table.id);
+                    let range = (
+                        std::ops::Bound::Included(lo.clone()),
+                        if hi.is_empty() {
+                            std::ops::Bound::Unbounded
+                        } else {
+                            std::ops::Bound::Excluded(hi.clone())
+                        },
+                    );
+                    for item in self.engine.scan_time(range, d_lo, d_hi, Some(&snap))? {
+                        count(item?.0);
+                    }
+                    batch.delete_time_range(d_lo, d_hi, lo, hi);
+                }
+            }
+        }
+        drop(snap);
+        let n = batch.len() as u64;
+        let seq = self.commit(&mut w, &batch, CatalogDelta::default())?;
+        Ok(DeleteOutcome { rows, ids: (seq..seq + n).filter(|_| n > 0).collect() })
+    }
+}

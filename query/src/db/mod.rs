@@ -1,0 +1,190 @@
+//! [`Database`]: one storage engine with its catalog, and every operation that changes it
+//! (writes, DDL, deletes, retention purges). All changes go through one writer lock, which
+//! assigns the engine's sequence numbers.
+
+mod delete;
+mod write;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ebb_storage::{Engine, Options, WriteBatch};
+use parking_lot::Mutex;
+
+pub use delete::{DeleteOutcome, DeleteTarget};
+pub use write::WriteSummary;
+
+use crate::error::{QueryError, Result};
+use crate::model::catalog::{Catalog, CatalogDelta};
+use crate::model::keys::{table_prefix, table_range};
+use crate::model::schema::{check_name, FieldType, TableDef};
+
+/// The default database (SQL schema) for SQL sessions that name none.
+pub const DEFAULT_DATABASE: &str = "public";
+
+/// Sequence numbers for the engine: the next free one.
+#[derive(Debug)]
+struct Writer {
+    next_seq: u64,
+}
+
+/// An EbbDB database node's data: the engine, the catalog and the writer.
+#[derive(Debug)]
+pub struct Database {
+    engine: Arc<Engine>,
+    catalog: Catalog,
+    writer: Mutex<Writer>,
+}
+
+impl Database {
+    /// Opens (or creates) the data directory `dir` with engine options `opts`.
+    pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Database> {
+        let engine = Engine::open(dir.as_ref(), opts)?;
+        let catalog = Catalog::load(&engine)?;
+        let next_seq = engine.last_seq() + 1;
+        Ok(Database { engine: Arc::new(engine), catalog, writer: Mutex::new(Writer { next_seq }) })
+    }
+
+    /// The storage engine.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// The catalog.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// Flushes memtables and stops background work (the engine closes when the last reference
+    /// to it goes).
+    pub fn flush(&self) -> Result<()> {
+        self.engine.flush()?;
+        Ok(())
+    }
+
+    /// Writes `batch` at the next sequence numbers, then installs `delta`. Returns the first
+    /// sequence number used.
+    fn commit(&self, w: &mut Writer, batch: &WriteBatch, delta: CatalogDelta) -> Result<u64> {
+        let seq = w.next_seq;
+        if !batch.is_empty() {
+            self.engine.write(batch, seq).map_err(|e| match e {
+                ebb_storage::Error::BeyondRetention { .. } => {
+                    QueryError::BeyondRetention(e.to_string())
+                }
+                e => QueryError::Storage(e),
+            })?;
+            w.next_seq += batch.len() as u64;
+        }
+        self.catalog.apply(delta);
+        Ok(seq)
+    }
+
+    /// Creates database `db` if it does not exist.
+    pub fn create_database(&self, db: &str) -> Result<()> {
+        check_name("database", db)?;
+        let mut w = self.writer.lock();
+        if self.catalog.has_database(db) {
+            return Ok(());
+        }
+        let mut delta = CatalogDelta::default();
+        delta.databases.insert(db.to_string());
+        let mut batch = WriteBatch::new();
+        delta.write_to(&mut batch)?;
+        self.commit(&mut w, &batch, delta).map(|_| ())
+    }
+
+    /// Creates table `name` in `db` (and `db` if needed). Fails if it exists.
+    pub fn create_table(
+        &self,
+        db: &str,
+        name: &str,
+        tags: Vec<String>,
+        fields: Vec<(String, FieldType)>,
+        retention: Option<Duration>,
+    ) -> Result<Arc<TableDef>> {
+        check_name("database", db)?;
+        check_name("table", name)?;
+        let mut w = self.writer.lock();
+        if self.catalog.table(db, name).is_some() {
+            return Err(QueryError::invalid(format!("table {db}.{name} already exists")));
+        }
+        let (id, _) = self.catalog.next_ids();
+        let mut def = TableDef {
+            id,
+            database: db.to_string(),
+            name: name.to_string(),
+            tags: Vec::new(),
+            fields: Vec::new(),
+            retention_ns: retention.map(|d| d.as_nanos().min(u64::MAX as u128) as u64),
+        };
+        for t in tags {
+            def.check_new_column(&t)?;
+            def.tags.push(t);
+        }
+        for (f, ty) in fields {
+            def.check_new_column(&f)?;
+            def.fields.push((f, ty));
+        }
+        let mut delta = CatalogDelta::default();
+        if !self.catalog.has_database(db) {
+            delta.databases.insert(db.to_string());
+        }
+        delta.tables.insert(id, def.clone());
+        let mut batch = WriteBatch::new();
+        delta.write_to(&mut batch)?;
+        self.commit(&mut w, &batch, delta)?;
+        if let Some(d) = retention {
+            self.engine.set_retention(table_prefix(id).to_vec(), Some(d))?;
+        }
+        self.catalog.table_by_id(id).ok_or_else(|| QueryError::Internal("table vanished".into()))
+    }
+
+    /// Sets (or with `None` removes) the retention of a table. Rows older than `now - retention`
+    /// become invisible at once and are purged by [`Database::purge_expired`].
+    pub fn set_retention(&self, db: &str, name: &str, retention: Option<Duration>) -> Result<()> {
+        let mut w = self.writer.lock();
+        let def = self.existing(db, name)?;
+        let mut new = (*def).clone();
+        new.retention_ns = retention.map(|d| d.as_nanos().min(u64::MAX as u128) as u64);
+        let mut delta = CatalogDelta::default();
+        delta.tables.insert(new.id, new);
+        let mut batch = WriteBatch::new();
+        delta.write_to(&mut batch)?;
+        self.commit(&mut w, &batch, delta)?;
+        self.engine.set_retention(table_prefix(def.id).to_vec(), retention)?;
+        Ok(())
+    }
+
+    /// Drops a table: its definition and series go from the catalog and its rows are deleted
+    /// (one range delete over the table's keys). Returns that delete's id.
+    pub fn drop_table(&self, db: &str, name: &str) -> Result<u64> {
+        let mut w = self.writer.lock();
+        let def = self.existing(db, name)?;
+        let mut delta = CatalogDelta::default();
+        delta.dropped.push(def.id);
+        let mut batch = WriteBatch::new();
+        let (lo, hi) = table_range(def.id);
+        batch.delete_range(lo, hi);
+        delta.write_to(&mut batch)?;
+        let seq = self.commit(&mut w, &batch, delta)?;
+        if def.retention_ns.is_some() {
+            self.engine.set_retention(table_prefix(def.id).to_vec(), None)?;
+        }
+        Ok(seq)
+    }
+
+    /// Writes one time-window delete per retention rule (rows past their table's horizon).
+    /// Returns how many were written.
+    pub fn purge_expired(&self) -> Result<u64> {
+        let mut w = self.writer.lock();
+        let n = self.engine.purge_expired(w.next_seq)?;
+        w.next_seq += n;
+        Ok(n)
+    }
+
+    /// The table, or [`QueryError::UnknownTable`].
+    pub fn existing(&self, db: &str, name: &str) -> Result<Arc<TableDef>> {
+        self.catalog.table(db, name).ok_or_else(|| QueryError::UnknownTable(format!("{db}.{name}")))
+    }
+}

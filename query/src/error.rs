@@ -1,0 +1,88 @@
+//! Errors of the SQL layer.
+
+use datafusion::error::DataFusionError;
+
+use crate::lp::LineError;
+
+/// What went wrong; [`QueryError::is_client_error`] tells bad input from server faults.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    /// A line-protocol line is malformed or conflicts with the schema; nothing was written.
+    #[error("{0}")]
+    Line(#[from] LineError),
+    /// A field's type differs from the type the column already has.
+    #[error(
+        "field {field:?} of table {table:?} is {existing}, the write has {given}{}",
+        line.map(|l| format!(" (line {l})")).unwrap_or_default()
+    )]
+    TypeConflict {
+        /// Table.
+        table: String,
+        /// Field.
+        field: String,
+        /// The column's type.
+        existing: &'static str,
+        /// The written value's type.
+        given: &'static str,
+        /// Line of the request, for line protocol.
+        line: Option<usize>,
+    },
+    /// The table (or database) does not exist.
+    #[error("table {0} does not exist")]
+    UnknownTable(String),
+    /// Bad SQL, bad arguments or an invalid name.
+    #[error("{0}")]
+    Invalid(String),
+    /// A statement EbbDB does not support, with the reason.
+    #[error("not supported: {0}")]
+    Unsupported(String),
+    /// A write older than the table's retention horizon.
+    #[error("{0}")]
+    BeyondRetention(String),
+    /// Stored data that does not decode.
+    #[error("corrupt data: {0}")]
+    Corrupt(String),
+    /// The storage engine failed.
+    #[error("storage: {0}")]
+    Storage(#[from] ebb_storage::Error),
+    /// DataFusion failed (planning or execution).
+    #[error("{0}")]
+    DataFusion(#[from] DataFusionError),
+    /// A bug or an unexpected state.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl QueryError {
+    /// An [`QueryError::Invalid`] from anything printable.
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        QueryError::Invalid(msg.into())
+    }
+
+    /// True if the request was at fault (HTTP 4xx), false for server faults (5xx).
+    pub fn is_client_error(&self) -> bool {
+        match self {
+            QueryError::Line(_)
+            | QueryError::TypeConflict { .. }
+            | QueryError::UnknownTable(_)
+            | QueryError::Invalid(_)
+            | QueryError::Unsupported(_)
+            | QueryError::BeyondRetention(_) => true,
+            QueryError::Storage(e) => matches!(
+                e,
+                ebb_storage::Error::InvalidArgument(_) | ebb_storage::Error::BeyondRetention { .. }
+            ),
+            QueryError::DataFusion(e) => matches!(
+                e.find_root(),
+                DataFusionError::Plan(_)
+                    | DataFusionError::SQL(..)
+                    | DataFusionError::SchemaError(..)
+                    | DataFusionError::NotImplemented(_)
+            ),
+            QueryError::Corrupt(_) | QueryError::Internal(_) => false,
+        }
+    }
+}
+
+/// Result of the SQL layer.
+pub type Result<T, E = QueryError> = std::result::Result<T, E>;

@@ -1,0 +1,216 @@
+//! The catalog: databases, table definitions and series indexes, stored in the engine under
+//! table id 0 and held in memory.
+//!
+//! ```text
+//! 00000000 'D' name                    -> ""                      a database
+//! 00000000 'T' table_id u32            -> TableDef (JSON)         a table
+//! 00000000 'S' table_id u32 series u64 -> canonical series key    a series
+//! ```
+//!
+//! Changes are planned as a [`CatalogDelta`] whose records go into the same write batch as the
+//! rows that need them, and are installed in memory only after that batch is written, so a
+//! rejected request leaves no trace.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use ebb_storage::{Engine, WriteBatch};
+use parking_lot::RwLock;
+
+use super::keys::{table_prefix, CATALOG_TABLE};
+use super::schema::TableDef;
+use super::series::{decode_series_key, SeriesIndex, TagValues};
+use crate::error::QueryError;
+
+const DB: u8 = b'D';
+const TABLE: u8 = b'T';
+const SERIES: u8 = b'S';
+
+fn cat_key(kind: u8, rest: &[u8]) -> Vec<u8> {
+    let mut k = table_prefix(CATALOG_TABLE).to_vec();
+    k.push(kind);
+    k.extend_from_slice(rest);
+    k
+}
+
+fn series_cat_key(table: u32, series: u64) -> Vec<u8> {
+    let mut rest = table.to_be_bytes().to_vec();
+    rest.extend_from_slice(&series.to_be_bytes());
+    cat_key(SERIES, &rest)
+}
+
+/// Catalog changes one request makes.
+#[derive(Debug, Default)]
+pub struct CatalogDelta {
+    /// New databases.
+    pub databases: BTreeSet<String>,
+    /// New or changed tables (the whole new definition).
+    pub tables: BTreeMap<u32, TableDef>,
+    /// New series: `(table, canonical key, id, tag values)`.
+    pub series: Vec<(u32, Vec<u8>, u64, TagValues)>,
+    /// Tables dropped.
+    pub dropped: Vec<u32>,
+}
+
+impl CatalogDelta {
+    /// True if it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.databases.is_empty()
+            && self.tables.is_empty()
+            && self.series.is_empty()
+            && self.dropped.is_empty()
+    }
+
+    /// Adds the delta's records to `batch`.
+    pub fn write_to(&self, batch: &mut WriteBatch) -> Result<(), QueryError> {
+        for db in &self.databases {
+            batch.put(cat_key(DB, db.as_bytes()), Vec::new());
+        }
+        for (id, def) in &self.tables {
+            let json = serde_json::to_vec(def)
+                .map_err(|e| QueryError::Internal(format!("table definition encoding: {e}")))?;
+            batch.put(cat_key(TABLE, &id.to_be_bytes()), json);
+        }
+        for (table, key, id, _) in &self.series {
+            batch.put(series_cat_key(*table, *id), key.clone());
+        }
+        for id in &self.dropped {
+            batch.delete(cat_key(TABLE, &id.to_be_bytes()));
+            // Every series record of the table, whatever its id.
+            let lo = cat_key(SERIES, &id.to_be_bytes());
+            let hi = cat_key(SERIES, &(id + 1).to_be_bytes());
+            batch.delete_range(lo, hi);
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    databases: BTreeSet<String>,
+    tables: BTreeMap<u32, Arc<TableDef>>,
+    names: HashMap<(String, String), u32>,
+    series: HashMap<u32, SeriesIndex>,
+    next_table: u32,
+    next_series: u64,
+}
+
+/// Databases, tables and series, loaded from the engine.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    state: RwLock<State>,
+}
+
+impl Catalog {
+    /// Loads the catalog stored in `engine`.
+    pub fn load(engine: &Engine) -> Result<Catalog, QueryError> {
+        let mut st = State { next_table: 1, next_series: 1, ..State::default() };
+        let (lo, hi) = (cat_key(DB, &[]), cat_key(DB + 1, &[]));
+        for item in engine.scan(lo..hi, None)? {
+            let (k, _) = item?;
+            let name = std::str::from_utf8(&k[5..])
+                .map_err(|_| QueryError::Corrupt("database name not UTF-8".into()))?;
+            st.databases.insert(name.to_string());
+        }
+        let (lo, hi) = (cat_key(TABLE, &[]), cat_key(TABLE + 1, &[]));
+        for item in engine.scan(lo..hi, None)? {
+            let (_, v) = item?;
+            let def: TableDef = serde_json::from_slice(&v)
+                .map_err(|e| QueryError::Corrupt(format!("table definition: {e}")))?;
+            st.next_table = st.next_table.max(def.id + 1);
+            st.names.insert((def.database.clone(), def.name.clone()), def.id);
+            st.series.insert(def.id, SeriesIndex::default());
+            st.tables.insert(def.id, Arc::new(def));
+        }
+        let (lo, hi) = (cat_key(SERIES, &[]), cat_key(SERIES + 1, &[]));
+        for item in engine.scan(lo..hi, None)? {
+            let (k, v) = item?;
+            let bad = || QueryError::Corrupt("series record key".into());
+            let table =
+                u32::from_be_bytes(k.get(5..9).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
+            let id =
+                u64::from_be_bytes(k.get(9..17).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
+            st.next_series = st.next_series.max(id + 1);
+            let Some(def) = st.tables.get(&table) else { continue };
+            let tags = decode_series_key(&v, def.tags.len())?;
+            st.series.entry(table).or_default().insert(v.to_vec(), id, tags);
+        }
+        Ok(Catalog { state: RwLock::new(st) })
+    }
+
+    /// Installs a delta whose records were written.
+    pub fn apply(&self, delta: CatalogDelta) {
+        let mut st = self.state.write();
+        st.databases.extend(delta.databases);
+        for (id, def) in delta.tables {
+            st.next_table = st.next_table.max(id + 1);
+            st.names.insert((def.database.clone(), def.name.clone()), id);
+            let tags = def.tags.len();
+            let idx = st.series.entry(id).or_default();
+            idx.widen(tags);
+            st.tables.insert(id, Arc::new(def));
+        }
+        for (table, key, id, tags) in delta.series {
+            st.next_series = st.next_series.max(id + 1);
+            st.series.entry(table).or_default().insert(key, id, tags);
+        }
+        for id in delta.dropped {
+            if let Some(def) = st.tables.remove(&id) {
+                st.names.remove(&(def.database.clone(), def.name.clone()));
+            }
+            st.series.remove(&id);
+        }
+    }
+
+    /// The table `name` of database `db`.
+    pub fn table(&self, db: &str, name: &str) -> Option<Arc<TableDef>> {
+        let st = self.state.read();
+        let id = st.names.get(&(db.to_string(), name.to_string()))?;
+        st.tables.get(id).cloned()
+    }
+
+    /// The table with id `id`.
+    pub fn table_by_id(&self, id: u32) -> Option<Arc<TableDef>> {
+        self.state.read().tables.get(&id).cloned()
+    }
+
+    /// Every table, by id.
+    pub fn tables(&self) -> Vec<Arc<TableDef>> {
+        self.state.read().tables.values().cloned().collect()
+    }
+
+    /// Databases (including those with no table yet).
+    pub fn databases(&self) -> Vec<String> {
+        let st = self.state.read();
+        let mut dbs = st.databases.clone();
+        dbs.extend(st.tables.values().map(|t| t.database.clone()));
+        dbs.into_iter().collect()
+    }
+
+    /// True if database `db` exists.
+    pub fn has_database(&self, db: &str) -> bool {
+        let st = self.state.read();
+        st.databases.contains(db) || st.tables.values().any(|t| t.database == db)
+    }
+
+    /// Runs `f` on the series index of table `id` (empty if it has none).
+    pub fn with_series<R>(&self, id: u32, f: impl FnOnce(&SeriesIndex) -> R) -> R {
+        let st = self.state.read();
+        match st.series.get(&id) {
+            Some(idx) => f(idx),
+            None => f(&SeriesIndex::default()),
+        }
+    }
+
+    /// Runs `f` on the mutable series index of table `id` (for write bookkeeping).
+    pub fn with_series_mut<R>(&self, id: u32, f: impl FnOnce(&mut SeriesIndex) -> R) -> R {
+        let mut st = self.state.write();
+        f(st.series.entry(id).or_default())
+    }
+
+    /// Ids the next new table and series would get (under the caller's write lock).
+    pub fn next_ids(&self) -> (u32, u64) {
+        let st = self.state.read();
+        (st.next_table, st.next_series)
+    }
+}

@@ -1,0 +1,9 @@
+//! The data model: keys, table schemas, row values, the series index and the catalog.
+
+pub mod catalog;
+pub mod keys;
+pub mod row;
+pub mod schema;
+pub mod series;
+
+pub use schema::{Column, FieldType, TableDef, TIME_COLUMN};

@@ -1,0 +1,157 @@
+//! The series index of one table: tag values to series id and back.
+//!
+//! A series is identified by its tag values in the table's tag order (a tag absent from the
+//! series is `None`). Its canonical encoding, `(tag number varint, length varint, bytes)*` for
+//! the present tags in tag order, is what the catalog stores and what lookups hash.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::error::QueryError;
+
+/// Tag values of one series, by tag number (`None`: the series lacks that tag).
+pub type TagValues = Arc<[Option<String>]>;
+
+/// The series of one table.
+#[derive(Debug, Default, Clone)]
+pub struct SeriesIndex {
+    by_key: HashMap<Vec<u8>, u64>,
+    tags_of: HashMap<u64, TagValues>,
+    /// Newest row time written per series since open (rows at or below it may exist already).
+    max_time: HashMap<u64, i64>,
+}
+
+/// Canonical encoding of `(tag number, value)` pairs sorted by tag number.
+pub fn encode_series_key<'a>(tags: impl Iterator<Item = (usize, &'a str)>, out: &mut Vec<u8>) {
+    out.clear();
+    for (i, v) in tags {
+        push_varint(out, i as u64);
+        push_varint(out, v.len() as u64);
+        out.extend_from_slice(v.as_bytes());
+    }
+}
+
+fn push_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn varint(b: &[u8], pos: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = *b.get(*pos)?;
+        *pos += 1;
+        v |= u64::from(byte & 0x7f) << shift;
+        if byte < 0x80 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// Decodes a canonical series key into values for `tag_count` tags.
+pub fn decode_series_key(key: &[u8], tag_count: usize) -> Result<TagValues, QueryError> {
+    let bad = || QueryError::Corrupt("undecodable series key".into());
+    let mut vals: Vec<Option<String>> = vec![None; tag_count];
+    let mut pos = 0;
+    while pos < key.len() {
+        let i = varint(key, &mut pos).ok_or_else(bad)? as usize;
+        let len = varint(key, &mut pos).ok_or_else(bad)? as usize;
+        let end = pos.checked_add(len).ok_or_else(bad)?;
+        let s = std::str::from_utf8(key.get(pos..end).ok_or_else(bad)?).map_err(|_| bad())?;
+        pos = end;
+        *vals.get_mut(i).ok_or_else(bad)? = Some(s.to_string());
+    }
+    Ok(vals.into())
+}
+
+impl SeriesIndex {
+    /// The series with canonical key `key`.
+    pub fn get(&self, key: &[u8]) -> Option<u64> {
+        self.by_key.get(key).copied()
+    }
+
+    /// Registers series `id` (loading the catalog, or after a committed write).
+    pub fn insert(&mut self, key: Vec<u8>, id: u64, tags: TagValues) {
+        self.by_key.insert(key, id);
+        self.tags_of.insert(id, tags);
+    }
+
+    /// Forgets series `id`.
+    pub fn remove(&mut self, key: &[u8]) -> Option<u64> {
+        let id = self.by_key.remove(key)?;
+        self.tags_of.remove(&id);
+        self.max_time.remove(&id);
+        Some(id)
+    }
+
+    /// Tag values of series `id`, padded to `tag_count` tags (tags added after it was created).
+    pub fn tags(&self, id: u64) -> Option<&TagValues> {
+        self.tags_of.get(&id)
+    }
+
+    /// Number of series.
+    pub fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    /// True if there are none.
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
+    /// Every `(series id, tag values)`.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &TagValues)> {
+        self.tags_of.iter().map(|(id, t)| (*id, t))
+    }
+
+    /// The newest row time written to series `id` since open, if known.
+    pub fn max_time(&self, id: u64) -> Option<i64> {
+        self.max_time.get(&id).copied()
+    }
+
+    /// Records that rows up to `t` exist in series `id`.
+    pub fn note_time(&mut self, id: u64, t: i64) {
+        let e = self.max_time.entry(id).or_insert(t);
+        *e = (*e).max(t);
+    }
+
+    /// Pads every series to `tag_count` tags (a tag was added to the table).
+    pub fn widen(&mut self, tag_count: usize) {
+        for tags in self.tags_of.values_mut() {
+            if tags.len() < tag_count {
+                let mut v = tags.to_vec();
+                v.resize(tag_count, None);
+                *tags = v.into();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip_and_pad() {
+        let mut k = Vec::new();
+        encode_series_key([(0, "a"), (2, "x,y")].into_iter(), &mut k);
+        let v = decode_series_key(&k, 4).unwrap();
+        assert_eq!(&*v, &[Some("a".into()), None, Some("x,y".into()), None]);
+        assert!(decode_series_key(&k, 2).is_err(), "tag number beyond the table's tags");
+        assert!(decode_series_key(&[5], 9).is_err());
+        let mut idx = SeriesIndex::default();
+        idx.insert(k.clone(), 7, v);
+        idx.widen(6);
+        assert_eq!(idx.tags(7).map(|t| t.len()), Some(6));
+        assert_eq!(idx.get(&k), Some(7));
+        idx.note_time(7, 5);
+        idx.note_time(7, 3);
+        assert_eq!(idx.max_time(7), Some(5));
+        assert_eq!(idx.remove(&k), Some(7));
+        assert!(idx.is_empty());
+    }
+}

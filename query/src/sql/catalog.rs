@@ -1,0 +1,102 @@
+//! DataFusion catalog over the EbbDB catalog: catalog `ebb`, one schema per database plus
+//! `system`.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
+use datafusion::error::Result as DfResult;
+
+use super::provider::EbbTable;
+use super::system::{SystemTable, SYSTEM_SCHEMA};
+use crate::db::Database;
+
+/// The `ebb` catalog.
+#[derive(Debug)]
+pub struct EbbCatalog {
+    db: Arc<Database>,
+}
+
+impl EbbCatalog {
+    /// The catalog of `db`.
+    pub fn new(db: Arc<Database>) -> Self {
+        EbbCatalog { db }
+    }
+}
+
+impl CatalogProvider for EbbCatalog {
+    fn schema_names(&self) -> Vec<String> {
+        let mut names = self.db.catalog().databases();
+        if !names.iter().any(|n| n == crate::DEFAULT_DATABASE) {
+            names.push(crate::DEFAULT_DATABASE.to_string());
+        }
+        names.push(SYSTEM_SCHEMA.to_string());
+        names.sort();
+        names
+    }
+
+    fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        if name == SYSTEM_SCHEMA {
+            return Some(Arc::new(SystemSchema { db: self.db.clone() }));
+        }
+        // Every name resolves, so a query on a database that has no table yet says which table
+        // is missing rather than that the schema is.
+        Some(Arc::new(DatabaseSchema { db: self.db.clone(), name: name.to_string() }))
+    }
+}
+
+/// The tables of one database.
+#[derive(Debug)]
+struct DatabaseSchema {
+    db: Arc<Database>,
+    name: String,
+}
+
+#[async_trait]
+impl SchemaProvider for DatabaseSchema {
+    fn table_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .db
+            .catalog()
+            .tables()
+            .iter()
+            .filter(|t| t.database == self.name)
+            .map(|t| t.name.clone())
+            .collect();
+        names.sort();
+        names
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        Ok(self
+            .db
+            .catalog()
+            .table(&self.name, name)
+            .map(|def| Arc::new(EbbTable::new(self.db.clone(), def)) as Arc<dyn TableProvider>))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.db.catalog().table(&self.name, name).is_some()
+    }
+}
+
+/// `system.deletions`, `system.tables`, `system.compactions`.
+#[derive(Debug)]
+struct SystemSchema {
+    db: Arc<Database>,
+}
+
+#[async_trait]
+impl SchemaProvider for SystemSchema {
+    fn table_names(&self) -> Vec<String> {
+        SystemTable::NAMES.iter().map(|s| s.to_string()).collect()
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        Ok(SystemTable::new(self.db.clone(), name).map(|t| Arc::new(t) as Arc<dyn TableProvider>))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        SystemTable::NAMES.contains(&name)
+    }
+}

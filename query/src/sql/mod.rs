@@ -1,0 +1,18 @@
+//! DataFusion integration: the catalog (`ebb`, one schema per database, plus `system`), a table
+//! provider per table with pushdown, `INSERT`, `DELETE`, DDL, and SQL sessions.
+
+mod catalog;
+pub mod ddl;
+pub mod delete;
+mod provider;
+pub mod pushdown;
+mod scan;
+mod session;
+pub mod system;
+
+pub use catalog::EbbCatalog;
+pub use provider::EbbTable;
+pub use session::{QueryOutput, SqlSession, StatementKind};
+
+/// Name of the DataFusion catalog.
+pub const CATALOG: &str = "ebb";

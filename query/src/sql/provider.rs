@@ -1,0 +1,270 @@
+//! The DataFusion table provider of an EbbDB table: scans with projection, limit and filter
+//! pushdown, `INSERT` and `DELETE`.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{Array, AsArray, RecordBatch, UInt64Array};
+use datafusion::arrow::datatypes::{
+    DataType, Field, Float64Type, Int64Type, Schema, SchemaRef, TimestampNanosecondType, UInt64Type,
+};
+use datafusion::catalog::Session;
+use datafusion::catalog::TableProvider;
+use datafusion::datasource::sink::{DataSink, DataSinkExec};
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
+use datafusion::physical_plan::streaming::StreamingTableExec;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
+use futures::StreamExt;
+use smallvec::SmallVec;
+
+use super::delete::delete_targets;
+use super::pushdown::{classify, ScanFilter};
+use super::scan::TableScan;
+use crate::db::Database;
+use crate::lp::{FieldValue, Line, Precision};
+use crate::model::schema::{FieldType, TableDef};
+
+/// An EbbDB table as DataFusion sees it.
+#[derive(Debug)]
+pub struct EbbTable {
+    db: Arc<Database>,
+    def: Arc<TableDef>,
+    time_default: Expr,
+}
+
+impl EbbTable {
+    /// The provider of `def`.
+    pub fn new(db: Arc<Database>, def: Arc<TableDef>) -> Self {
+        let time_default = datafusion::functions::datetime::expr_fn::now();
+        EbbTable { db, def, time_default }
+    }
+
+    fn df_err(e: crate::QueryError) -> DataFusionError {
+        match e {
+            crate::QueryError::DataFusion(e) => e,
+            e if e.is_client_error() => DataFusionError::Plan(e.to_string()),
+            e => DataFusionError::External(Box::new(e)),
+        }
+    }
+}
+
+#[async_trait]
+impl TableProvider for EbbTable {
+    fn schema(&self) -> SchemaRef {
+        self.def.schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn get_column_default(&self, column: &str) -> Option<&Expr> {
+        (column == crate::model::TIME_COLUMN).then_some(&self.time_default)
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        Ok(filters
+            .iter()
+            .map(|e| match classify(&self.def, e) {
+                Some(_) => TableProviderFilterPushDown::Exact,
+                None => TableProviderFilterPushDown::Unsupported,
+            })
+            .collect())
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let all = self.def.columns();
+        let columns: Vec<_> = match projection {
+            Some(p) => p.iter().map(|&i| all[i]).collect(),
+            None => all,
+        };
+        let full = self.def.schema();
+        let schema = match projection {
+            Some(p) => Arc::new(full.project(p)?),
+            None => full,
+        };
+        let filter = ScanFilter::from_filters(&self.def, filters);
+        // DataFusion passes a limit only when every filter was pushed down exactly.
+        let scan = TableScan {
+            db: self.db.clone(),
+            def: self.def.clone(),
+            columns,
+            schema: schema.clone(),
+            filter,
+            limit,
+        };
+        Ok(Arc::new(StreamingTableExec::try_new(
+            schema,
+            vec![Arc::new(scan)],
+            None,
+            Vec::new(),
+            false,
+            limit,
+        )?))
+    }
+
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        insert_op: InsertOp,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if insert_op != InsertOp::Append {
+            return Err(DataFusionError::NotImplemented(format!(
+                "{insert_op} is not supported; use INSERT INTO"
+            )));
+        }
+        let sink =
+            InsertSink { db: self.db.clone(), def: self.def.clone(), schema: self.def.schema() };
+        Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
+    }
+
+    async fn delete_from(
+        &self,
+        _state: &dyn Session,
+        filters: Vec<Expr>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let predicate = filters.into_iter().reduce(Expr::and);
+        let targets =
+            delete_targets(&self.db, &self.def, predicate.as_ref()).map_err(Self::df_err)?;
+        let out = self.db.delete(&self.def, &targets).map_err(Self::df_err)?;
+        let schema = Arc::new(Schema::new(vec![Field::new("count", DataType::UInt64, false)]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(UInt64Array::from(vec![out.rows]))],
+        )?;
+        let mem = datafusion::datasource::memory::MemorySourceConfig::try_new_exec(
+            &[vec![batch]],
+            schema,
+            None,
+        )?;
+        Ok(mem)
+    }
+}
+
+/// Writes `INSERT` rows as points of the table.
+#[derive(Debug)]
+struct InsertSink {
+    db: Arc<Database>,
+    def: Arc<TableDef>,
+    schema: SchemaRef,
+}
+
+impl DisplayAs for InsertSink {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "EbbInsert: {}.{}", self.def.database, self.def.name)
+    }
+}
+
+#[async_trait]
+impl DataSink for InsertSink {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    async fn write_all(
+        &self,
+        mut data: SendableRecordBatchStream,
+        _context: &Arc<TaskContext>,
+    ) -> DfResult<u64> {
+        let mut batches = Vec::new();
+        while let Some(b) = data.next().await {
+            batches.push(b?);
+        }
+        let db = self.db.clone();
+        let def = self.def.clone();
+        tokio::task::spawn_blocking(move || insert_batches(&db, &def, &batches))
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))?
+            .map_err(EbbTable::df_err)
+    }
+}
+
+/// Converts batches in the table's schema to lines and writes them in one request.
+fn insert_batches(db: &Database, def: &TableDef, batches: &[RecordBatch]) -> crate::Result<u64> {
+    let mut lines: Vec<(usize, Line<'_>)> = Vec::new();
+    let mut row_no = 0usize;
+    for b in batches {
+        let time = b.column(0).as_primitive_opt::<TimestampNanosecondType>().ok_or_else(|| {
+            crate::QueryError::Internal(format!("time column is {}", b.column(0).data_type()))
+        })?;
+        for r in 0..b.num_rows() {
+            row_no += 1;
+            if time.is_null(r) {
+                return Err(crate::QueryError::invalid(format!("row {row_no}: time is NULL")));
+            }
+            let mut tags = SmallVec::new();
+            for (i, t) in def.tags.iter().enumerate() {
+                let col = b.column(1 + i);
+                if col.is_null(r) {
+                    continue;
+                }
+                let v = string_at(col.as_ref(), r)?;
+                tags.push((Cow::Borrowed(t.as_str()), Cow::Owned(v)));
+            }
+            let mut fields = SmallVec::new();
+            for (i, (f, ty)) in def.fields.iter().enumerate() {
+                let col = b.column(1 + def.tags.len() + i);
+                if col.is_null(r) {
+                    continue;
+                }
+                let v = match ty {
+                    FieldType::Float => {
+                        FieldValue::Float(col.as_primitive::<Float64Type>().value(r))
+                    }
+                    FieldType::Integer => {
+                        FieldValue::Integer(col.as_primitive::<Int64Type>().value(r))
+                    }
+                    FieldType::UInteger => {
+                        FieldValue::UInteger(col.as_primitive::<UInt64Type>().value(r))
+                    }
+                    FieldType::Boolean => FieldValue::Boolean(col.as_boolean().value(r)),
+                    FieldType::String => {
+                        FieldValue::String(Cow::Owned(string_at(col.as_ref(), r)?))
+                    }
+                };
+                fields.push((Cow::Borrowed(f.as_str()), v));
+            }
+            if fields.is_empty() {
+                return Err(crate::QueryError::invalid(format!(
+                    "row {row_no}: a row needs at least one field value"
+                )));
+            }
+            lines.push((
+                row_no,
+                Line {
+                    measurement: Cow::Borrowed(def.name.as_str()),
+                    tags,
+                    fields,
+                    timestamp: Some(time.value(r)),
+                },
+            ));
+        }
+    }
+    let now = crate::now_ns();
+    let s = db.write_parsed(&def.database, &lines, Precision::Nanoseconds, now)?;
+    Ok(s.lines as u64)
+}
+
+fn string_at(col: &dyn Array, r: usize) -> crate::Result<String> {
+    match col.data_type() {
+        DataType::Utf8 => Ok(col.as_string::<i32>().value(r).to_string()),
+        DataType::LargeUtf8 => Ok(col.as_string::<i64>().value(r).to_string()),
+        DataType::Utf8View => Ok(col.as_string_view().value(r).to_string()),
+        other => Err(crate::QueryError::Internal(format!("string column is {other}"))),
+    }
+}

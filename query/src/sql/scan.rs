@@ -1,0 +1,254 @@
+//! Reading a table's rows into Arrow record batches.
+//!
+//! The engine is synchronous: a scan runs on a blocking thread and sends batches of up to
+//! [`BATCH_ROWS`] rows through a bounded channel; dropping the stream stops it.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    ArrayRef, BooleanBuilder, Float64Builder, Int64Builder, StringBuilder,
+    TimestampNanosecondBuilder, UInt64Builder,
+};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use datafusion::error::DataFusionError;
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::PartitionStream;
+use datafusion::physical_plan::SendableRecordBatchStream;
+
+use super::pushdown::ScanFilter;
+use crate::db::Database;
+use crate::error::QueryError;
+use crate::model::keys::{parse_row_key, series_range, table_range, time_to_u64};
+use crate::model::row::{decode_row, Value};
+use crate::model::schema::{Column, FieldType, TableDef};
+use crate::model::series::TagValues;
+
+/// Rows per record batch.
+pub const BATCH_ROWS: usize = 8192;
+
+/// One scan of one table: the projected columns, the pushed-down filter and limit.
+#[derive(Debug)]
+pub struct TableScan {
+    pub(crate) db: Arc<Database>,
+    pub(crate) def: Arc<TableDef>,
+    /// Columns produced, in output order.
+    pub(crate) columns: Vec<Column>,
+    /// Output schema (the projected columns).
+    pub(crate) schema: SchemaRef,
+    pub(crate) filter: ScanFilter,
+    /// Stop after this many rows (only when every filter was applied here).
+    pub(crate) limit: Option<usize>,
+}
+
+impl PartitionStream for TableScan {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, DataFusionError>>(2);
+        let job = ScanJob {
+            db: self.db.clone(),
+            def: self.def.clone(),
+            columns: self.columns.clone(),
+            schema: self.schema.clone(),
+            filter: self.filter.clone(),
+            limit: self.limit,
+        };
+        tokio::task::spawn_blocking(move || {
+            let tx2 = tx.clone();
+            if let Err(e) = job.run(|b| tx2.blocking_send(Ok(b)).is_ok()) {
+                let _ = tx.blocking_send(Err(DataFusionError::External(Box::new(e))));
+            }
+        });
+        let stream =
+            futures::stream::unfold(
+                rx,
+                |mut rx| async move { rx.recv().await.map(|item| (item, rx)) },
+            );
+        Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream))
+    }
+}
+
+struct ScanJob {
+    db: Arc<Database>,
+    def: Arc<TableDef>,
+    columns: Vec<Column>,
+    schema: SchemaRef,
+    filter: ScanFilter,
+    limit: Option<usize>,
+}
+
+enum Builder {
+    Time(TimestampNanosecondBuilder),
+    Str(StringBuilder),
+    F64(Float64Builder),
+    I64(Int64Builder),
+    U64(UInt64Builder),
+    Bool(BooleanBuilder),
+}
+
+impl Builder {
+    fn finish(&mut self) -> ArrayRef {
+        match self {
+            Builder::Time(b) => Arc::new(b.finish()),
+            Builder::Str(b) => Arc::new(b.finish()),
+            Builder::F64(b) => Arc::new(b.finish()),
+            Builder::I64(b) => Arc::new(b.finish()),
+            Builder::U64(b) => Arc::new(b.finish()),
+            Builder::Bool(b) => Arc::new(b.finish()),
+        }
+    }
+}
+
+impl ScanJob {
+    fn builders(&self) -> Vec<Builder> {
+        self.columns
+            .iter()
+            .map(|c| match c {
+                Column::Time => {
+                    Builder::Time(TimestampNanosecondBuilder::with_capacity(BATCH_ROWS))
+                }
+                Column::Tag(_) => Builder::Str(StringBuilder::new()),
+                Column::Field(i) => match self.def.fields[*i].1 {
+                    FieldType::Float => Builder::F64(Float64Builder::with_capacity(BATCH_ROWS)),
+                    FieldType::Integer => Builder::I64(Int64Builder::with_capacity(BATCH_ROWS)),
+                    FieldType::UInteger => Builder::U64(UInt64Builder::with_capacity(BATCH_ROWS)),
+                    FieldType::Boolean => Builder::Bool(BooleanBuilder::with_capacity(BATCH_ROWS)),
+                    FieldType::String => Builder::Str(StringBuilder::new()),
+                },
+            })
+            .collect()
+    }
+
+    /// Reads the rows, calling `emit` per batch; stops when it returns `false`.
+    fn run(self, mut emit: impl FnMut(RecordBatch) -> bool) -> Result<(), QueryError> {
+        let engine = self.db.engine().clone();
+        let snap = engine.snapshot();
+        let table = self.def.id;
+        let t = self.filter.time;
+        if t.is_empty() {
+            return Ok(());
+        }
+        let series = self.db.catalog().with_series(table, |idx| self.filter.series(idx));
+        let need_tags = self.columns.iter().any(|c| matches!(c, Column::Tag(_)));
+        let need_values = self.columns.iter().any(|c| matches!(c, Column::Field(_)));
+        let mut builders = self.builders();
+        let mut rows = 0usize;
+        let mut total = 0usize;
+        let mut tag_cache: Option<(u64, Option<TagValues>)> = None;
+        let mut fields: Vec<Option<Value>> = vec![None; self.def.fields.len()];
+        let mut flush =
+            |builders: &mut Vec<Builder>, rows: &mut usize| -> Result<bool, QueryError> {
+                let arrays: Vec<ArrayRef> = builders.iter_mut().map(Builder::finish).collect();
+                let opts = RecordBatchOptions::new().with_row_count(Some(*rows));
+                let batch = RecordBatch::try_new_with_options(self.schema.clone(), arrays, &opts)
+                    .map_err(|e| QueryError::Internal(format!("batch: {e}")))?;
+                *rows = 0;
+                Ok(emit(batch))
+            };
+        let ranges: Vec<(Vec<u8>, Vec<u8>, bool)> = match &series {
+            Some(ids) => ids
+                .iter()
+                .map(|&s| {
+                    let (lo, hi) = series_range(table, s, t.lo.unwrap_or(i64::MIN), t.hi);
+                    (lo, hi, false)
+                })
+                .collect(),
+            None => {
+                let (lo, hi) = table_range(table);
+                vec![(lo, hi, !t.is_unbounded())]
+            }
+        };
+        'ranges: for (lo, hi, by_time) in ranges {
+            if !hi.is_empty() && lo >= hi {
+                continue;
+            }
+            let range = (
+                std::ops::Bound::Included(lo),
+                if hi.is_empty() {
+                    std::ops::Bound::Unbounded
+                } else {
+                    std::ops::Bound::Excluded(hi)
+                },
+            );
+            let iter = if by_time {
+                let d_lo = time_to_u64(t.lo.unwrap_or(i64::MIN));
+                let d_hi = t.hi.map_or(u64::MAX, time_to_u64);
+                engine.scan_time(range, d_lo, d_hi, Some(&snap))?
+            } else {
+                engine.scan(range, Some(&snap))?
+            };
+            for item in iter {
+                let (k, v) = item?;
+                let Some((_, sid, time)) = parse_row_key(&k) else { continue };
+                if need_tags && tag_cache.as_ref().is_none_or(|(id, _)| *id != sid) {
+                    let tags = self.db.catalog().with_series(table, |idx| idx.tags(sid).cloned());
+                    tag_cache = Some((sid, tags));
+                }
+                if need_values {
+                    fields.iter_mut().for_each(|f| *f = None);
+                    for (i, val) in decode_row(&v)? {
+                        if let Some(slot) = fields.get_mut(i) {
+                            *slot = Some(val);
+                        }
+                    }
+                }
+                let tags = tag_cache.as_ref().and_then(|(_, t)| t.as_ref());
+                for (b, c) in builders.iter_mut().zip(&self.columns) {
+                    append(b, c, time, tags, &fields);
+                }
+                rows += 1;
+                total += 1;
+                let done = self.limit.is_some_and(|l| total >= l);
+                if rows == BATCH_ROWS || done {
+                    if !flush(&mut builders, &mut rows)? {
+                        return Ok(());
+                    }
+                    if done {
+                        break 'ranges;
+                    }
+                }
+            }
+        }
+        if rows > 0 {
+            flush(&mut builders, &mut rows)?;
+        }
+        Ok(())
+    }
+}
+
+fn append(
+    b: &mut Builder,
+    c: &Column,
+    time: i64,
+    tags: Option<&TagValues>,
+    fields: &[Option<Value>],
+) {
+    match (b, c) {
+        (Builder::Time(b), _) => b.append_value(time),
+        (Builder::Str(b), Column::Tag(i)) => {
+            b.append_option(tags.and_then(|t| t.get(*i)).and_then(|v| v.as_deref()))
+        }
+        (b, Column::Field(i)) => match (b, fields.get(*i).and_then(|f| f.as_ref())) {
+            (Builder::F64(b), Some(Value::Float(v))) => b.append_value(*v),
+            (Builder::I64(b), Some(Value::Integer(v))) => b.append_value(*v),
+            (Builder::U64(b), Some(Value::UInteger(v))) => b.append_value(*v),
+            (Builder::Bool(b), Some(Value::Boolean(v))) => b.append_value(*v),
+            (Builder::Str(b), Some(Value::String(v))) => b.append_value(v),
+            (Builder::F64(b), _) => b.append_null(),
+            (Builder::I64(b), _) => b.append_null(),
+            (Builder::U64(b), _) => b.append_null(),
+            (Builder::Bool(b), _) => b.append_null(),
+            (Builder::Str(b), _) => b.append_null(),
+            (Builder::Time(b), _) => b.append_value(time),
+        },
+        (Builder::Str(b), _) => b.append_null(),
+        (Builder::F64(b), _) => b.append_null(),
+        (Builder::I64(b), _) => b.append_null(),
+        (Builder::U64(b), _) => b.append_null(),
+        (Builder::Bool(b), _) => b.append_null(),
+    }
+}

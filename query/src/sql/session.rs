@@ -1,0 +1,311 @@
+//! SQL sessions: statement dispatch between EbbDB's own statements (DDL, `DELETE`) and
+//! DataFusion (everything else).
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{RecordBatch, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::execution::context::SessionContext;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::logical_expr::{DmlStatement, LogicalPlan, WriteOp};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::prelude::SessionConfig;
+use datafusion::sql::parser::{DFParser, Statement as DfStatement};
+use datafusion::sql::sqlparser::ast::{
+    AlterTableOperation, ObjectType, SchemaName, Statement as SqlStatement,
+};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+
+use super::catalog::EbbCatalog;
+use super::ddl::{create_spec, retention_option, table_name};
+use super::delete::delete_targets;
+use super::CATALOG;
+use crate::db::Database;
+use crate::error::{QueryError, Result};
+
+/// The result of one statement: its rows (as a stream) and a command tag such as `SELECT 3`,
+/// `INSERT 0 2`, `DELETE 10` or `CREATE TABLE` (PostgreSQL's convention).
+pub struct QueryOutput {
+    /// Output schema.
+    pub schema: SchemaRef,
+    /// The rows.
+    pub stream: SendableRecordBatchStream,
+    /// What kind of statement it was (`SELECT`, `INSERT`, `DELETE`, or a DDL name).
+    pub kind: StatementKind,
+}
+
+/// Kind of statement, for command tags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StatementKind {
+    /// Returns rows (`SELECT`, `SHOW`, `EXPLAIN`, `DESCRIBE`...).
+    Query,
+    /// `INSERT` (one row with the count).
+    Insert,
+    /// `DELETE` (one row: rows deleted and the delete id).
+    Delete,
+    /// Anything without rows, with its tag (`CREATE TABLE`, `DROP TABLE`...).
+    Command(String),
+}
+
+/// A SQL session on a database: the default database for unqualified table names.
+pub struct SqlSession {
+    db: Arc<Database>,
+    ctx: SessionContext,
+    database: String,
+}
+
+impl SqlSession {
+    /// A session whose unqualified names resolve in `database`.
+    pub fn new(db: Arc<Database>, database: &str) -> SqlSession {
+        let config = SessionConfig::new()
+            .with_information_schema(true)
+            .with_default_catalog_and_schema(CATALOG, database)
+            .with_create_default_catalog_and_schema(false);
+        let ctx = SessionContext::new_with_config(config);
+        ctx.register_catalog(CATALOG, Arc::new(EbbCatalog::new(db.clone())));
+        SqlSession { db, ctx, database: database.to_string() }
+    }
+
+    /// The session's default database.
+    pub fn database(&self) -> &str {
+        &self.database
+    }
+
+    /// The DataFusion context (for registering functions, or running DataFrames).
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// Runs every statement of `sql` in order; returns the output of each.
+    pub async fn execute_all(&self, sql: &str) -> Result<Vec<QueryOutput>> {
+        let statements = DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {})
+            .map_err(|e| QueryError::invalid(format!("SQL syntax: {e}")))?;
+        let mut out = Vec::with_capacity(statements.len());
+        for s in statements {
+            out.push(self.execute_statement(s).await?);
+        }
+        Ok(out)
+    }
+
+    /// Runs `sql`, which must hold exactly one statement.
+    pub async fn execute(&self, sql: &str) -> Result<QueryOutput> {
+        let mut all = self.execute_all(sql).await?;
+        match all.len() {
+            1 => Ok(all.remove(0)),
+            0 => Err(QueryError::invalid("empty query")),
+            n => Err(QueryError::invalid(format!("expected one statement, got {n}"))),
+        }
+    }
+
+    /// Runs `sql` and collects every row (of the last statement).
+    pub async fn query(&self, sql: &str) -> Result<Vec<RecordBatch>> {
+        let mut last = Vec::new();
+        for o in self.execute_all(sql).await? {
+            last = datafusion::physical_plan::common::collect(o.stream).await?;
+        }
+        Ok(last)
+    }
+
+    async fn execute_statement(&self, stmt: DfStatement) -> Result<QueryOutput> {
+        if let DfStatement::Statement(s) = &stmt {
+            if let Some(out) = self.ebb_statement(s).await? {
+                return Ok(out);
+            }
+        }
+        let kind = match &stmt {
+            DfStatement::Statement(s) if matches!(**s, SqlStatement::Insert(_)) => {
+                StatementKind::Insert
+            }
+            DfStatement::Statement(s) if matches!(**s, SqlStatement::Update(_)) => {
+                return Err(QueryError::Unsupported(
+                    "UPDATE; write the points again with new values (a later write of the same \
+                     series and time replaces its fields)"
+                        .into(),
+                ))
+            }
+            DfStatement::CreateExternalTable(_) | DfStatement::CopyTo(_) => {
+                return Err(QueryError::Unsupported("external tables and COPY".into()))
+            }
+            _ => StatementKind::Query,
+        };
+        let state = self.ctx.state();
+        let plan = state.statement_to_plan(stmt).await?;
+        if let LogicalPlan::Dml(d) = &plan {
+            if d.op == WriteOp::Delete {
+                // Optimized first: types coerced, constants (and now()) folded, and the filter
+                // split between the scan (what pushdown takes) and a filter above it.
+                let optimized = state.optimize(&plan)?;
+                let LogicalPlan::Dml(d) = &optimized else {
+                    return Err(QueryError::Internal("DELETE plan lost its DML node".into()));
+                };
+                return self.delete(d).await;
+            }
+        }
+        if let LogicalPlan::Ddl(_) = &plan {
+            return Err(QueryError::Unsupported(
+                "this DDL statement; EbbDB supports CREATE/ALTER/DROP TABLE and CREATE DATABASE"
+                    .into(),
+            ));
+        }
+        let df = self.ctx.execute_logical_plan(plan).await?;
+        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+        let stream = df.execute_stream().await?;
+        Ok(QueryOutput { schema, stream, kind })
+    }
+
+    /// EbbDB's own statements; `None` for the rest.
+    async fn ebb_statement(&self, s: &SqlStatement) -> Result<Option<QueryOutput>> {
+        let db = self.db.clone();
+        let out = match s {
+            SqlStatement::CreateTable(ct) => {
+                let spec = create_spec(ct, &self.database)?;
+                if spec.if_not_exists && db.catalog().table(&spec.database, &spec.name).is_some() {
+                    return Ok(Some(command("CREATE TABLE")));
+                }
+                blocking(move || {
+                    db.create_table(
+                        &spec.database,
+                        &spec.name,
+                        spec.tags,
+                        spec.fields,
+                        spec.retention,
+                    )
+                })
+                .await?;
+                command("CREATE TABLE")
+            }
+            SqlStatement::AlterTable(at) => {
+                let (d, t) = table_name(&at.name, &self.database)?;
+                let mut retention = None;
+                for op in &at.operations {
+                    match op {
+                        AlterTableOperation::SetOptionsParens { options }
+                        | AlterTableOperation::SetTblProperties { table_properties: options } => {
+                            retention = retention_option(options)?;
+                        }
+                        other => {
+                            return Err(QueryError::Unsupported(format!(
+                                "ALTER TABLE {other}; EbbDB supports ALTER TABLE t SET \
+                                 (retention = '7d'); columns are added by writing them"
+                            )))
+                        }
+                    }
+                }
+                let Some(retention) = retention else {
+                    return Err(QueryError::invalid("ALTER TABLE needs SET (retention = ...)"));
+                };
+                blocking(move || db.set_retention(&d, &t, retention)).await?;
+                command("ALTER TABLE")
+            }
+            SqlStatement::Drop { object_type: ObjectType::Table, names, if_exists, .. } => {
+                let names: Vec<(String, String)> =
+                    names.iter().map(|n| table_name(n, &self.database)).collect::<Result<_>>()?;
+                let if_exists = *if_exists;
+                blocking(move || {
+                    for (d, t) in names {
+                        match db.drop_table(&d, &t) {
+                            Err(QueryError::UnknownTable(_)) if if_exists => {}
+                            other => {
+                                other?;
+                            }
+                        }
+                    }
+                    Ok(())
+                })
+                .await?;
+                command("DROP TABLE")
+            }
+            SqlStatement::CreateSchema { schema_name: SchemaName::Simple(n), .. }
+            | SqlStatement::CreateDatabase { db_name: n, .. } => {
+                let name = match n.0.last() {
+                    Some(datafusion::sql::sqlparser::ast::ObjectNamePart::Identifier(i)) => {
+                        super::ddl::ident(i)
+                    }
+                    _ => return Err(QueryError::invalid(format!("invalid database name {n}"))),
+                };
+                blocking(move || db.create_database(&name)).await?;
+                command("CREATE DATABASE")
+            }
+            _ => return Ok(None),
+        };
+        Ok(Some(out))
+    }
+
+    async fn delete(&self, d: &DmlStatement) -> Result<QueryOutput> {
+        let (database, table) = match (d.table_name.schema(), d.table_name.table()) {
+            (Some(s), t) => (s.to_string(), t.to_string()),
+            (None, t) => (self.database.clone(), t.to_string()),
+        };
+        let def = self.db.existing(&database, &table)?;
+        let predicate = filter_of(&d.input);
+        let db = self.db.clone();
+        let outcome = blocking(move || {
+            let targets = delete_targets(&db, &def, predicate.as_ref())?;
+            if targets.is_empty() {
+                return Ok(crate::DeleteOutcome { rows: 0, ids: Vec::new() });
+            }
+            db.delete(&def, &targets)
+        })
+        .await?;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("rows_deleted", DataType::UInt64, false),
+            Field::new("delete_id", DataType::UInt64, true),
+            Field::new("deletes", DataType::UInt64, false),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(UInt64Array::from(vec![outcome.rows])),
+                Arc::new(UInt64Array::from(vec![outcome.ids.first().copied()])),
+                Arc::new(UInt64Array::from(vec![outcome.ids.len() as u64])),
+            ],
+        )
+        .map_err(|e| QueryError::Internal(e.to_string()))?;
+        Ok(QueryOutput {
+            schema: schema.clone(),
+            stream: once(schema, batch),
+            kind: StatementKind::Delete,
+        })
+    }
+}
+
+/// The `WHERE` predicate of a `DELETE`'s input plan: every filter above and inside its table
+/// scan, joined by `AND` (`None` if there is none).
+fn filter_of(plan: &LogicalPlan) -> Option<datafusion::logical_expr::Expr> {
+    let mut parts = Vec::new();
+    collect_filters(plan, &mut parts);
+    parts.into_iter().reduce(datafusion::logical_expr::Expr::and)
+}
+
+fn collect_filters(plan: &LogicalPlan, out: &mut Vec<datafusion::logical_expr::Expr>) {
+    match plan {
+        LogicalPlan::Filter(f) => {
+            out.push(f.predicate.clone());
+            collect_filters(&f.input, out);
+        }
+        LogicalPlan::TableScan(s) => out.extend(s.filters.iter().cloned()),
+        LogicalPlan::Projection(p) => collect_filters(&p.input, out),
+        LogicalPlan::SubqueryAlias(a) => collect_filters(&a.input, out),
+        _ => {}
+    }
+}
+
+fn once(schema: SchemaRef, batch: RecordBatch) -> SendableRecordBatchStream {
+    Box::pin(RecordBatchStreamAdapter::new(schema, futures::stream::iter(vec![Ok(batch)])))
+}
+
+fn command(tag: &str) -> QueryOutput {
+    let schema = Arc::new(Schema::empty());
+    QueryOutput {
+        schema: schema.clone(),
+        stream: Box::pin(RecordBatchStreamAdapter::new(schema, futures::stream::empty())),
+        kind: StatementKind::Command(tag.to_string()),
+    }
+}
+
+/// Runs engine work off the async threads.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| QueryError::Internal(format!("task failed: {e}")))?
+}

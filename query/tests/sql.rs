@@ -1,0 +1,224 @@
+//! The SQL layer end to end on one database: line-protocol writes, queries with pushdown,
+//! aggregation and `date_bin`, `INSERT`, `DELETE` by time and by tag, DDL with retention,
+//! system tables, bad input, and a restart.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::util::pretty::pretty_format_batches;
+use ebb_query::lp::Precision;
+use ebb_query::{Database, QueryError, SqlSession};
+use ebb_storage::Options;
+
+const H: i64 = 3_600_000_000_000; // an hour in ns
+const BASE: i64 = 1_700_000_000_000_000_000;
+
+fn open(dir: &std::path::Path) -> Arc<Database> {
+    Arc::new(Database::open(dir, Options::default()).expect("open"))
+}
+
+fn body(hosts: usize, points: usize) -> String {
+    let mut s = String::new();
+    for h in 0..hosts {
+        for p in 0..points {
+            let t = BASE + p as i64 * 60_000_000_000; // one a minute
+            s.push_str(&format!(
+                "cpu,host=h{h},region={} usage={},n={}i {t}\n",
+                if h % 2 == 0 { "eu" } else { "us" },
+                (h * 100 + p) as f64 / 10.0,
+                p
+            ));
+        }
+    }
+    s
+}
+
+/// The batches as a text table with runs of spaces collapsed.
+fn text(batches: &[RecordBatch]) -> String {
+    let t = pretty_format_batches(batches).expect("format").to_string();
+    t.split(' ').filter(|s| !s.is_empty()).collect::<Vec<_>>().join(" ")
+}
+
+async fn one_u64(s: &SqlSession, sql: &str) -> u64 {
+    let b = s.query(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let col = b[0].column(0);
+    datafusion::arrow::compute::cast(col, &datafusion::arrow::datatypes::DataType::UInt64)
+        .expect("cast")
+        .as_any()
+        .downcast_ref::<datafusion::arrow::array::UInt64Array>()
+        .expect("u64")
+        .value(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_query_delete_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = open(dir.path());
+    let w = db.write_lines("public", &body(4, 120), Precision::Nanoseconds, BASE).expect("write");
+    assert_eq!((w.lines, w.rows, w.tables_created, w.series_created), (480, 480, 1, 4));
+    let s = SqlSession::new(db.clone(), "public");
+
+    assert_eq!(one_u64(&s, "SELECT count(*) FROM cpu").await, 480);
+    assert_eq!(one_u64(&s, "SELECT count(*) FROM cpu WHERE host = 'h1'").await, 120);
+    assert_eq!(one_u64(&s, "SELECT count(*) FROM cpu WHERE host IN ('h1', 'h2')").await, 240);
+    assert_eq!(one_u64(&s, "SELECT count(*) FROM cpu WHERE host != 'h1'").await, 360);
+    assert_eq!(one_u64(&s, "SELECT count(*) FROM cpu WHERE region = 'eu' AND n < 10").await, 20);
+    let t1 = "to_timestamp_nanos(1700000000000000000) + interval '30 minutes'";
+    assert_eq!(one_u64(&s, &format!("SELECT count(*) FROM cpu WHERE time < {t1}")).await, 120);
+    assert_eq!(
+        one_u64(&s, &format!("SELECT count(*) FROM cpu WHERE host = 'h3' AND time >= {t1}")).await,
+        90
+    );
+    assert_eq!(one_u64(&s, "SELECT count(*) FROM (SELECT * FROM cpu LIMIT 7)").await, 7);
+
+    // Aggregation by hour with date_bin: two hours per host.
+    let b = s
+        .query(
+            "SELECT host, date_bin(interval '1 hour', time, to_timestamp_nanos(1700000000000000000)) AS hour, \
+             max(usage) AS mx, count(*) AS c FROM cpu WHERE host = 'h0' GROUP BY host, hour ORDER BY hour",
+        )
+        .await
+        .expect("date_bin");
+    let t = text(&b);
+    assert!(t.contains("| h0 |"), "{t}");
+    assert!(t.contains("| 5.9 | 60 |") && t.contains("| 11.9 | 60 |"), "{t}");
+
+    // INSERT through SQL (time defaults to now when omitted).
+    let out = s
+        .query("INSERT INTO cpu (time, host, region, usage) VALUES (to_timestamp_nanos(1700000000000000000), 'h9', 'eu', 1.5)")
+        .await
+        .expect("insert");
+    assert!(text(&out).contains("| 1 "), "{}", text(&out));
+    assert_eq!(one_u64(&s, "SELECT count(*) FROM cpu WHERE host = 'h9'").await, 1);
+
+    // A time-window delete (no tag predicate): the first 30 minutes of every series.
+    let b = s.query(&format!("DELETE FROM cpu WHERE time < {t1}")).await.expect("delete window");
+    let t = text(&b);
+    assert!(t.contains("rows_deleted") && t.contains("| 121 "), "{t}");
+    assert_eq!(one_u64(&s, "SELECT count(*) FROM cpu").await, 360);
+    // A tag delete: all of h1.
+    let b = s.query("DELETE FROM cpu WHERE host = 'h1'").await.expect("delete tag");
+    assert!(text(&b).contains("| 90 "), "{}", text(&b));
+    assert_eq!(one_u64(&s, "SELECT count(*) FROM cpu").await, 270);
+    // Deletes show in the ledger.
+    assert!(
+        one_u64(&s, "SELECT count(*) FROM system.deletions WHERE kind = 'time_window'").await >= 1
+    );
+    assert_eq!(one_u64(&s, "SELECT count(*) FROM system.deletions WHERE kind = 'range'").await, 1);
+
+    // Refused deletes, with reasons.
+    for (sql, why) in [
+        ("DELETE FROM cpu", "without WHERE"),
+        ("DELETE FROM cpu WHERE usage > 3", "field usage"),
+        ("DELETE FROM cpu WHERE date_trunc('hour', time) = time", "compared directly"),
+        ("DELETE FROM nosuch WHERE host = 'a'", "nosuch"),
+    ] {
+        let e = s.query(sql).await.err().unwrap_or_else(|| panic!("{sql} accepted"));
+        assert!(e.to_string().contains(why), "{sql}: {e}");
+        assert!(e.is_client_error(), "{sql}: {e}");
+    }
+    assert_eq!(one_u64(&s, "SELECT count(*) FROM cpu").await, 270, "refused deletes changed data");
+
+    // Restart: everything is still there.
+    drop(s);
+    db.flush().expect("flush");
+    drop(db);
+    let db = open(dir.path());
+    let s = SqlSession::new(db.clone(), "public");
+    assert_eq!(one_u64(&s, "SELECT count(*) FROM cpu").await, 270);
+    assert_eq!(one_u64(&s, "SELECT count(*) FROM cpu WHERE host = 'h1'").await, 0);
+    assert_eq!(one_u64(&s, "SELECT count(*) FROM cpu WHERE host = 'h2'").await, 90);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_writes_change_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = open(dir.path());
+    db.write_lines("public", "m,t=a v=1 1\n", Precision::Nanoseconds, 0).expect("write");
+    // A type conflict on line 3 rejects the whole request, including the new table on line 1.
+    let e = db
+        .write_lines(
+            "public",
+            "other v=1 1\nm,t=b v=2 2\nm,t=c v=\"x\" 3\n",
+            Precision::Nanoseconds,
+            0,
+        )
+        .expect_err("type conflict");
+    assert!(matches!(e, QueryError::TypeConflict { line: Some(3), .. }), "{e}");
+    let e = db
+        .write_lines("public", "m v=1 1\nm v= 2\n", Precision::Nanoseconds, 0)
+        .expect_err("syntax");
+    assert!(e.to_string().contains("line 2"), "{e}");
+    let s = SqlSession::new(db.clone(), "public");
+    assert_eq!(one_u64(&s, "SELECT count(*) FROM m").await, 1);
+    assert!(s.query("SELECT * FROM other").await.is_err(), "table from a rejected request exists");
+    // Same point written twice: fields merge, the later value wins.
+    db.write_lines("public", "m,t=a w=5i 1\nm,t=a v=9 1\n", Precision::Nanoseconds, 0)
+        .expect("merge");
+    let b = s.query("SELECT v, w FROM m WHERE t = 'a'").await.expect("select");
+    assert!(text(&b).contains("| 9.0 | 5 |"), "{}", text(&b));
+    // Precision.
+    db.write_lines("public", "m,t=p v=1 2\n", Precision::Seconds, 0).expect("seconds");
+    assert_eq!(one_u64(&s, "SELECT count(*) FROM m WHERE time = to_timestamp_seconds(2)").await, 1);
+    // Bad SQL is a client error.
+    for sql in ["SELEC 1", "SELECT nosuch FROM m", "SELECT * FROM nosuch", "UPDATE m SET v = 1"] {
+        let e = s.query(sql).await.expect_err(sql);
+        assert!(e.is_client_error(), "{sql}: {e:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ddl_retention_and_system_tables() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = open(dir.path());
+    let s = SqlSession::new(db.clone(), "public");
+    s.query("CREATE TABLE weather (city TAG, temp DOUBLE, ok BOOLEAN, time TIMESTAMP) WITH (retention = '1h')")
+        .await
+        .expect("create");
+    let now = ebb_query::now_ns();
+    let old = now - 2 * H;
+    // Older than the retention horizon: refused with the line.
+    let e = db
+        .write_lines(
+            "public",
+            &format!("weather,city=a temp=1 {old}\n"),
+            Precision::Nanoseconds,
+            now,
+        )
+        .expect_err("beyond retention");
+    assert!(matches!(e, QueryError::BeyondRetention(_)), "{e}");
+    db.write_lines(
+        "public",
+        &format!("weather,city=a temp=1 {}\n", now - H / 2),
+        Precision::Nanoseconds,
+        now,
+    )
+    .expect("recent");
+    assert_eq!(one_u64(&s, "SELECT count(*) FROM weather").await, 1);
+    let t = text(
+        &s.query("SELECT retention, tags, fields FROM system.tables WHERE name = 'weather'")
+            .await
+            .expect("tables"),
+    );
+    assert!(t.contains("1h") && t.contains("city") && t.contains("temp:float"), "{t}");
+    // Shorter retention: the row expires at once.
+    s.query("ALTER TABLE weather SET (retention = '10m')").await.expect("alter");
+    assert_eq!(one_u64(&s, "SELECT count(*) FROM weather").await, 0);
+    assert!(db.purge_expired().expect("purge") >= 1);
+    s.query("CREATE TABLE IF NOT EXISTS weather (city TAG)").await.expect("if not exists");
+    assert!(s.query("CREATE TABLE weather (city TAG)").await.is_err());
+    let t = text(&s.query("SHOW TABLES").await.expect("show"));
+    assert!(t.contains("weather"), "{t}");
+    let t = text(&s.query("DESCRIBE weather").await.expect("describe"));
+    assert!(t.contains("temp") && t.contains("Float64"), "{t}");
+    s.query("DROP TABLE weather").await.expect("drop");
+    assert!(s.query("SELECT * FROM weather").await.is_err());
+    s.query("DROP TABLE IF EXISTS weather").await.expect("drop if exists");
+    db.flush().expect("flush");
+    let t = text(
+        &s.query("SELECT kind, count(*) FROM system.compactions GROUP BY kind")
+            .await
+            .expect("compactions"),
+    );
+    assert!(t.contains("flush"), "{t}");
+}
