@@ -9,9 +9,11 @@
 
 pub mod deletes;
 pub mod engine;
+pub mod peers;
 pub mod range_delete;
 pub mod range_delete_plot;
 pub mod range_delete_report;
 pub mod report;
 pub mod rocksdb;
+pub mod tsbs;
 pub mod workload;

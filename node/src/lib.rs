@@ -1,4 +1,15 @@
-//! `ebb-node`: the EbbDB server.
+//! `ebb-node`: the EbbDB server and command-line tool.
 //!
-//! This crate is empty for now. It will hold the `ebb` binary: configuration, HTTP, PostgreSQL wire
-//! protocol, gRPC between nodes, cluster metadata and shard placement.
+//! - [`config`]: defaults, TOML file, `EBB_*` environment variables and flags.
+//! - [`server`]: opens the database and runs the front ends: [`http`] (line protocol, SQL,
+//!   health, metrics), [`pg`] (PostgreSQL wire protocol) and [`grpc`]; retention purges run in
+//!   the background; shutdown flushes.
+//! - [`cli`]: `ebb sql` and `ebb import`, HTTP clients of a running server.
+
+pub mod cli;
+pub mod config;
+pub mod grpc;
+pub mod http;
+pub mod metrics;
+pub mod pg;
+pub mod server;

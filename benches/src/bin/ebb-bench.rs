@@ -110,6 +110,44 @@ enum Cmd {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Line-protocol ingest (TSBS devops cpu) into EbbDB, InfluxDB and VictoriaMetrics.
+    Ingest {
+        /// Data sets as HOSTSxHOURS.
+        #[arg(long, value_delimiter = ',', default_value = "1000x1,100x6")]
+        sets: Vec<String>,
+        /// Concurrent client connections.
+        #[arg(long, default_value_t = 4)]
+        clients: usize,
+        /// Working directory (default: a temporary directory, removed afterwards).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Query latency on TSBS devops cpu data, EbbDB (SQL) against InfluxDB (InfluxQL).
+    Query {
+        /// Data set as HOSTSxHOURS.
+        #[arg(long, default_value = "100x6")]
+        set: String,
+        /// Runs per query (the median is reported).
+        #[arg(long, default_value_t = 20)]
+        reps: usize,
+        /// Working directory (default: a temporary directory, removed afterwards).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+}
+
+fn dataset(s: &str) -> ebb_benches::tsbs::Dataset {
+    let parse = || -> Option<ebb_benches::tsbs::Dataset> {
+        let (h, t) = s.trim().trim_end_matches('h').split_once('x')?;
+        Some(ebb_benches::tsbs::Dataset { hosts: h.parse().ok()?, hours: t.parse().ok()? })
+    };
+    match parse() {
+        Some(d) if d.hosts > 0 && d.hours > 0 => d,
+        _ => {
+            eprintln!("error: data set {s:?} is not HOSTSxHOURS, e.g. 1000x1");
+            std::process::exit(2);
+        }
+    }
 }
 
 fn work_dir(dir: Option<PathBuf>, tmp: &mut Option<tempfile::TempDir>) -> PathBuf {
@@ -196,6 +234,23 @@ fn main() {
                     eprintln!("error: {e}");
                     std::process::exit(1);
                 }
+            }
+        }
+        Cmd::Ingest { sets, clients, dir } => {
+            let sets: Vec<_> = sets.iter().map(|s| dataset(s)).collect();
+            let mut tmp = None;
+            let work = work_dir(dir, &mut tmp);
+            if let Err(e) = ebb_benches::tsbs::ingest(&work, &sets, clients.max(1)) {
+                eprintln!("error: {e}");
+                std::process::exit(1);
+            }
+        }
+        Cmd::Query { set, reps, dir } => {
+            let mut tmp = None;
+            let work = work_dir(dir, &mut tmp);
+            if let Err(e) = ebb_benches::tsbs::query(&work, dataset(&set), reps.max(1)) {
+                eprintln!("error: {e}");
+                std::process::exit(1);
             }
         }
         Cmd::RangeDelete {

@@ -1,0 +1,146 @@
+//! Servers the ingest and query benchmarks run: EbbDB (`ebb server`), InfluxDB 1.x (`influxd`)
+//! and VictoriaMetrics, each a child process on loopback with its own temporary data directory.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A server under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum System {
+    /// EbbDB.
+    Ebb,
+    /// InfluxDB 1.x.
+    Influx,
+    /// VictoriaMetrics.
+    Victoria,
+}
+
+impl System {
+    /// Name used in `RESULT` lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            System::Ebb => "ebb",
+            System::Influx => "influxdb",
+            System::Victoria => "victoriametrics",
+        }
+    }
+}
+
+/// A running server; killed when dropped.
+pub struct Running {
+    /// Which.
+    pub system: System,
+    /// Base URL of its HTTP API.
+    pub url: String,
+    child: Child,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A free loopback port.
+pub fn free_port() -> Result<u16, String> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+/// The `ebb` binary next to this one (`cargo build --release -p ebb-node`).
+pub fn ebb_binary() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let p = exe.with_file_name("ebb");
+    if p.exists() {
+        Ok(p)
+    } else {
+        Err(format!("{} not found: build it with `cargo build --release -p ebb-node`", p.display()))
+    }
+}
+
+fn wait_http(url: &str, path: &str, ok: &[u16]) -> Result<(), String> {
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(60) {
+        if let Ok(r) = agent.get(&format!("{url}{path}")).call() {
+            if ok.contains(&r.status().as_u16()) {
+                return Ok(());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Err(format!("{url} did not come up within 60 s"))
+}
+
+/// Starts `system` with its data under `dir`.
+pub fn start(system: System, dir: &Path) -> Result<Running, String> {
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let port = free_port()?;
+    let url = format!("http://127.0.0.1:{port}");
+    let log = std::fs::File::create(dir.join("server.log")).map_err(|e| e.to_string())?;
+    let log2 = log.try_clone().map_err(|e| e.to_string())?;
+    let mut cmd = match system {
+        System::Ebb => {
+            let mut c = Command::new(ebb_binary()?);
+            c.args(["server", "--data-dir"])
+                .arg(dir.join("data"))
+                .args(["--http-addr", &format!("127.0.0.1:{port}")])
+                .args(["--pg-addr", &format!("127.0.0.1:{}", free_port()?)])
+                .args(["--grpc-addr", &format!("127.0.0.1:{}", free_port()?)])
+                .env("EBB_LOG", "warn");
+            c
+        }
+        System::Influx => {
+            let conf = dir.join("influxdb.conf");
+            let d = dir.display();
+            let text = format!(
+                "reporting-disabled = true\nbind-address = \"127.0.0.1:{}\"\n\
+                 [meta]\n  dir = \"{d}/meta\"\n\
+                 [data]\n  dir = \"{d}/data\"\n  wal-dir = \"{d}/wal\"\n  query-log-enabled = false\n\
+                 [http]\n  bind-address = \"127.0.0.1:{port}\"\n  log-enabled = false\n  max-body-size = 0\n\
+                 [monitor]\n  store-enabled = false\n\
+                 [continuous_queries]\n  enabled = false\n",
+                free_port()?
+            );
+            std::fs::write(&conf, text).map_err(|e| e.to_string())?;
+            let mut c = Command::new("influxd");
+            c.arg("-config").arg(&conf);
+            c
+        }
+        System::Victoria => {
+            let mut c = Command::new("victoria-metrics");
+            c.arg(format!("-storageDataPath={}", dir.join("data").display()))
+                .arg(format!("-httpListenAddr=127.0.0.1:{port}"))
+                .arg("-loggerLevel=ERROR")
+                .arg("-search.disableCache");
+            c
+        }
+    };
+    let child = cmd
+        .stdout(Stdio::from(log))
+        .stderr(Stdio::from(log2))
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e} (install it: see BENCHMARKS.md)", system.name()))?;
+    let running = Running { system, url: url.clone(), child };
+    match system {
+        System::Ebb => wait_http(&url, "/ready", &[200])?,
+        System::Influx => wait_http(&url, "/ping", &[204])?,
+        System::Victoria => wait_http(&url, "/health", &[200])?,
+    }
+    Ok(running)
+}
+
+/// Size of a directory tree in bytes.
+pub fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(rd) = std::fs::read_dir(dir) else { return 0 };
+    rd.flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}

@@ -1,0 +1,305 @@
+//! `ebb-bench ingest` and `ebb-bench query`: a TSBS devops-shaped load (the `cpu`
+//! measurement: 10 tags, 10 float fields, one point per host every 10 s), pre-generated as
+//! 5,000-line batches and sent over HTTP line protocol by the same client to EbbDB, InfluxDB 1.x
+//! and VictoriaMetrics; then query latency on the same data, EbbDB (SQL) against InfluxDB
+//! (InfluxQL).
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use rand::Rng;
+
+use crate::peers::{dir_bytes, start, Running, System};
+use crate::report::{Better, Comparison};
+use crate::workload::rng;
+
+/// 2016-01-01T00:00:00Z, TSBS's default start, in seconds.
+const START_S: i64 = 1_451_606_400;
+/// Seconds between two points of a host.
+const INTERVAL_S: i64 = 10;
+
+const REGIONS: [&str; 9] = [
+    "us-east-1", "us-west-1", "us-west-2", "eu-west-1", "eu-central-1", "ap-southeast-1",
+    "ap-southeast-2", "ap-northeast-1", "sa-east-1",
+];
+const FIELDS: [&str; 10] = [
+    "usage_user", "usage_system", "usage_idle", "usage_nice", "usage_iowait", "usage_irq",
+    "usage_softirq", "usage_steal", "usage_guest", "usage_guest_nice",
+];
+
+/// A data set: hosts x hours.
+#[derive(Debug, Clone, Copy)]
+pub struct Dataset {
+    /// Hosts.
+    pub hosts: usize,
+    /// Hours of data.
+    pub hours: usize,
+}
+
+impl Dataset {
+    /// `1000x1h`.
+    pub fn label(&self) -> String {
+        format!("{}x{}h", self.hosts, self.hours)
+    }
+
+    /// Rows (points) in it.
+    pub fn rows(&self) -> usize {
+        self.hosts * self.hours * 3600 / INTERVAL_S as usize
+    }
+}
+
+/// The data set as line-protocol batches of `batch` lines, in time order (all hosts at one
+/// time, then the next), as TSBS generates it.
+pub fn generate(ds: Dataset, batch: usize) -> Vec<String> {
+    let mut r = rng(42);
+    let tags: Vec<String> = (0..ds.hosts)
+        .map(|h| {
+            let region = REGIONS[h % REGIONS.len()];
+            format!(
+                "hostname=host_{h},region={region},datacenter={region}{},rack={},os=Ubuntu16.{},arch=x{},team={},service={},service_version={},service_environment={}",
+                ["a", "b", "c"][h % 3],
+                r.gen_range(0..100),
+                ["04LTS", "10", "04"][h % 3],
+                ["86", "64"][h % 2],
+                ["SF", "NYC", "LON", "CHI"][h % 4],
+                r.gen_range(0..20),
+                r.gen_range(0..2),
+                ["production", "staging", "test"][h % 3],
+            )
+        })
+        .collect();
+    let mut state: Vec<[f64; 10]> = (0..ds.hosts).map(|_| [50.0; 10]).collect();
+    let steps = ds.hours * 3600 / INTERVAL_S as usize;
+    let mut out = Vec::new();
+    let mut cur = String::with_capacity(batch * 300);
+    let mut n = 0;
+    for step in 0..steps {
+        let t = (START_S + step as i64 * INTERVAL_S) * 1_000_000_000;
+        for (h, tag) in tags.iter().enumerate() {
+            cur.push_str("cpu,");
+            cur.push_str(tag);
+            cur.push(' ');
+            for (i, f) in FIELDS.iter().enumerate() {
+                let v = &mut state[h][i];
+                *v = (*v + r.gen_range(-1.0..1.0)).clamp(0.0, 100.0);
+                if i > 0 {
+                    cur.push(',');
+                }
+                cur.push_str(&format!("{f}={:.2}", *v));
+            }
+            cur.push_str(&format!(" {t}\n"));
+            n += 1;
+            if n == batch {
+                out.push(std::mem::take(&mut cur));
+                n = 0;
+            }
+        }
+    }
+    if n > 0 {
+        out.push(cur);
+    }
+    out
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder().http_status_as_error(false).build().into()
+}
+
+/// Sends every batch with `clients` concurrent connections; returns seconds taken.
+pub fn load(s: &Running, batches: &[String], clients: usize) -> Result<f64, String> {
+    let url = format!("{}/write?db=bench", s.url);
+    let next = AtomicUsize::new(0);
+    let start = Instant::now();
+    let res: Vec<Result<(), String>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..clients)
+            .map(|_| {
+                sc.spawn(|| {
+                    let a = agent();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(b) = batches.get(i) else { return Ok(()) };
+                        let mut resp = a.post(&url).send(b.as_bytes()).map_err(|e| e.to_string())?;
+                        if !resp.status().is_success() {
+                            let body = resp.body_mut().read_to_string().unwrap_or_default();
+                            return Err(format!("{} rejected batch {i}: {} {body}", s.system.name(), resp.status()));
+                        }
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("client panicked".into()))).collect()
+    });
+    res.into_iter().collect::<Result<Vec<()>, _>>()?;
+    Ok(start.elapsed().as_secs_f64())
+}
+
+fn prepare(s: &Running) -> Result<(), String> {
+    if s.system == System::Influx {
+        let mut r = agent()
+            .post(&format!("{}/query", s.url))
+            .query("q", "CREATE DATABASE bench")
+            .send_empty()
+            .map_err(|e| e.to_string())?;
+        if !r.status().is_success() {
+            return Err(format!("CREATE DATABASE: {}", r.body_mut().read_to_string().unwrap_or_default()));
+        }
+    }
+    Ok(())
+}
+
+fn print(c: &Comparison) {
+    println!("{}", c.line());
+}
+
+/// Part `ingest`: rows/s per system and data set.
+pub fn ingest(work: &Path, sets: &[Dataset], clients: usize) -> Result<(), String> {
+    for ds in sets {
+        let batches = generate(*ds, 5000);
+        let rows = ds.rows() as f64;
+        println!("ingest {}: {} rows in {} batches, {clients} clients", ds.label(), ds.rows(), batches.len());
+        let mut rates = Vec::new();
+        for sys in [System::Ebb, System::Influx, System::Victoria] {
+            let dir = work.join(format!("{}-{}", sys.name(), ds.label()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let s = start(sys, &dir)?;
+            prepare(&s)?;
+            let secs = load(&s, &batches, clients)?;
+            let rate = rows / secs;
+            drop(s);
+            println!(
+                "  {:<16} {:>10.0} rows/s ({secs:.2} s), {} MiB on disk",
+                sys.name(),
+                rate,
+                dir_bytes(&dir) >> 20
+            );
+            rates.push(rate);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        for (i, peer) in [(1, "influxdb"), (2, "victoriametrics")] {
+            print(&Comparison {
+                bench: "ingest".into(),
+                metric: "rows_per_sec".into(),
+                params: vec![("dataset".into(), ds.label())],
+                ebb: rates[0],
+                baseline: peer.into(),
+                base: rates[i],
+                better: Better::Higher,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Runs one query; returns (milliseconds, response body).
+fn timed(s: &Running, q: &str) -> Result<(f64, String), String> {
+    let a = agent();
+    let t = Instant::now();
+    let mut resp = match s.system {
+        System::Ebb => a.post(&format!("{}/v1/sql", s.url)).query("db", "bench").send(q),
+        _ => a.post(&format!("{}/query", s.url)).query("db", "bench").query("q", q).send_empty(),
+    }
+    .map_err(|e| e.to_string())?;
+    let body = resp.body_mut().read_to_string().map_err(|e| e.to_string())?;
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    if !resp.status().is_success() || body.contains("\"error\"") {
+        return Err(format!("{} failed {q:?}: {body}", s.system.name()));
+    }
+    Ok((ms, body))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Part `query`: latency of four queries, EbbDB against InfluxDB, on one data set.
+pub fn query(work: &Path, ds: Dataset, reps: usize) -> Result<(), String> {
+    let batches = generate(ds, 5000);
+    let t0 = START_S * 1_000_000_000;
+    let h1 = t0 + 3600 * 1_000_000_000;
+    let rfc = |ns: i64| {
+        let s = ns / 1_000_000_000;
+        let (days, rem) = (s.div_euclid(86_400), s.rem_euclid(86_400));
+        // 2016-01-01 + days (the data sets stay within January 2016).
+        format!("2016-01-{:02}T{:02}:{:02}:{:02}Z", 1 + days - 16_801, rem / 3600, rem % 3600 / 60, rem % 60)
+    };
+    let queries: Vec<(&str, String, String)> = vec![
+        (
+            "max-1host-1h-by-minute",
+            format!(
+                "SELECT date_bin(interval '1 minute', time, to_timestamp(0)) AS m, max(usage_user) \
+                 FROM cpu WHERE hostname = 'host_7' AND time >= to_timestamp_nanos({t0}) \
+                 AND time < to_timestamp_nanos({h1}) GROUP BY m ORDER BY m"
+            ),
+            format!(
+                "SELECT max(usage_user) FROM cpu WHERE hostname = 'host_7' AND time >= '{}' \
+                 AND time < '{}' GROUP BY time(1m)",
+                rfc(t0),
+                rfc(h1)
+            ),
+        ),
+        (
+            "mean-per-host-per-hour",
+            "SELECT hostname, date_bin(interval '1 hour', time, to_timestamp(0)) AS h, avg(usage_user) \
+             FROM cpu GROUP BY hostname, h"
+                .to_string(),
+            format!(
+                "SELECT mean(usage_user) FROM cpu WHERE time >= '{}' AND time < '{}' GROUP BY time(1h), hostname",
+                rfc(t0),
+                rfc(t0 + ds.hours as i64 * 3600 * 1_000_000_000)
+            ),
+        ),
+        ("count", "SELECT count(*) FROM cpu".to_string(), "SELECT count(usage_user) FROM cpu".to_string()),
+    ];
+    let del_lo = t0 + 3600 * 1_000_000_000;
+    let del_hi = del_lo + 1800 * 1_000_000_000;
+    let deletes = (
+        format!("DELETE FROM cpu WHERE time >= to_timestamp_nanos({del_lo}) AND time < to_timestamp_nanos({del_hi})"),
+        format!("DELETE FROM cpu WHERE time >= '{}' AND time < '{}'", rfc(del_lo), rfc(del_hi)),
+    );
+    println!("query {}: {} rows, {reps} runs per query (median)", ds.label(), ds.rows());
+    let mut figures: Vec<Vec<f64>> = Vec::new();
+    for sys in [System::Ebb, System::Influx] {
+        let dir = work.join(format!("q-{}", sys.name()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let s = start(sys, &dir)?;
+        prepare(&s)?;
+        load(&s, &batches, 4)?;
+        let mut f = Vec::new();
+        for (name, ebb_q, influx_q) in &queries {
+            let q = if sys == System::Ebb { ebb_q } else { influx_q };
+            let (_, body) = timed(&s, q)?; // warm-up, and a look at the answer
+            let mut times = Vec::with_capacity(reps);
+            for _ in 0..reps {
+                times.push(timed(&s, q)?.0);
+            }
+            let m = median(times);
+            println!("  {:<10} {name:<24} {m:>9.2} ms   {}", sys.name(), body.chars().take(90).collect::<String>());
+            f.push(m);
+        }
+        let q = if sys == System::Ebb { &deletes.0 } else { &deletes.1 };
+        let (ms, body) = timed(&s, q)?;
+        println!("  {:<10} {:<24} {ms:>9.2} ms   {}", sys.name(), "delete-30min", body.chars().take(90).collect::<String>());
+        f.push(ms);
+        let count_q = if sys == System::Ebb { &queries[2].1 } else { &queries[2].2 };
+        let (_, after) = timed(&s, count_q)?;
+        println!("  {:<10} {:<24} {}", sys.name(), "count after delete", after.chars().take(90).collect::<String>());
+        figures.push(f);
+        drop(s);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let names = ["max-1host-1h-by-minute", "mean-per-host-per-hour", "count", "delete-30min"];
+    for (i, name) in names.iter().enumerate() {
+        print(&Comparison {
+            bench: "query".into(),
+            metric: "latency_ms".into(),
+            params: vec![("q".into(), name.to_string()), ("dataset".into(), ds.label())],
+            ebb: figures[0][i],
+            baseline: "influxdb".into(),
+            base: figures[1][i],
+            better: Better::Lower,
+        });
+    }
+    Ok(())
+}

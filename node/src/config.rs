@@ -1,0 +1,214 @@
+//! Server configuration: defaults, overridden by a TOML file, by environment variables and by
+//! command-line flags, in that order.
+//!
+//! ```toml
+//! data_dir = "./ebb-data"
+//! http_addr = "127.0.0.1:7080"
+//! pg_addr = "127.0.0.1:7432"
+//! grpc_addr = "127.0.0.1:7090"
+//! delete_deadline = "24h"        # every delete physically gone within this
+//! retention_check_interval = "60s"
+//! max_body_bytes = 67108864      # largest accepted HTTP request body (after decompression)
+//! log_format = "text"            # or "json"
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Everything `ebb server` needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Data directory.
+    pub data_dir: PathBuf,
+    /// HTTP listen address (line protocol, SQL, health, metrics).
+    pub http_addr: SocketAddr,
+    /// PostgreSQL wire protocol listen address.
+    pub pg_addr: SocketAddr,
+    /// gRPC listen address (node-to-node and admin).
+    pub grpc_addr: SocketAddr,
+    /// Deadline within which every delete is physically gone (`None`: no deadline).
+    pub delete_deadline: Option<Duration>,
+    /// How often retention purges run.
+    pub retention_check_interval: Duration,
+    /// Largest accepted request body, after decompression.
+    pub max_body_bytes: usize,
+    /// `text` or `json` logs.
+    pub log_format: LogFormat,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            data_dir: PathBuf::from("./ebb-data"),
+            http_addr: ([127, 0, 0, 1], 7080).into(),
+            pg_addr: ([127, 0, 0, 1], 7432).into(),
+            grpc_addr: ([127, 0, 0, 1], 7090).into(),
+            delete_deadline: Some(Duration::from_secs(24 * 3600)),
+            retention_check_interval: Duration::from_secs(60),
+            max_body_bytes: 64 << 20,
+            log_format: LogFormat::Text,
+        }
+    }
+}
+
+/// Settings as written (file, environment or flags); unset ones keep the lower layer's value.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Overrides {
+    /// See [`Config::data_dir`].
+    pub data_dir: Option<PathBuf>,
+    /// See [`Config::http_addr`].
+    pub http_addr: Option<String>,
+    /// See [`Config::pg_addr`].
+    pub pg_addr: Option<String>,
+    /// See [`Config::grpc_addr`].
+    pub grpc_addr: Option<String>,
+    /// See [`Config::delete_deadline`] (`"24h"`, or `"none"`).
+    pub delete_deadline: Option<String>,
+    /// See [`Config::retention_check_interval`].
+    pub retention_check_interval: Option<String>,
+    /// See [`Config::max_body_bytes`].
+    pub max_body_bytes: Option<usize>,
+    /// See [`Config::log_format`].
+    pub log_format: Option<String>,
+}
+
+/// Environment variables read, and the setting each sets.
+pub const ENV_VARS: &[(&str, &str)] = &[
+    ("EBB_DATA_DIR", "data_dir"),
+    ("EBB_HTTP_ADDR", "http_addr"),
+    ("EBB_PG_ADDR", "pg_addr"),
+    ("EBB_GRPC_ADDR", "grpc_addr"),
+    ("EBB_DELETE_DEADLINE", "delete_deadline"),
+    ("EBB_RETENTION_CHECK_INTERVAL", "retention_check_interval"),
+    ("EBB_MAX_BODY_BYTES", "max_body_bytes"),
+    ("EBB_LOG_FORMAT", "log_format"),
+];
+
+impl Overrides {
+    /// Reads a TOML file.
+    pub fn from_file(path: &Path) -> Result<Overrides, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| format!("config file {}: {e}", path.display()))
+    }
+
+    /// Reads the `EBB_*` environment variables through `get`.
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Overrides, String> {
+        let mut o = Overrides::default();
+        for (var, _) in ENV_VARS {
+            let Some(v) = get(var) else { continue };
+            match *var {
+                "EBB_DATA_DIR" => o.data_dir = Some(PathBuf::from(v)),
+                "EBB_HTTP_ADDR" => o.http_addr = Some(v),
+                "EBB_PG_ADDR" => o.pg_addr = Some(v),
+                "EBB_GRPC_ADDR" => o.grpc_addr = Some(v),
+                "EBB_DELETE_DEADLINE" => o.delete_deadline = Some(v),
+                "EBB_RETENTION_CHECK_INTERVAL" => o.retention_check_interval = Some(v),
+                "EBB_MAX_BODY_BYTES" => {
+                    o.max_body_bytes =
+                        Some(v.parse().map_err(|_| format!("{var}: not a number: {v:?}"))?)
+                }
+                "EBB_LOG_FORMAT" => o.log_format = Some(v),
+                _ => {}
+            }
+        }
+        Ok(o)
+    }
+
+    /// Applies the settings present to `c`.
+    pub fn apply(&self, c: &mut Config) -> Result<(), String> {
+        let addr = |what: &str, s: &str| -> Result<SocketAddr, String> {
+            s.parse().map_err(|_| format!("{what}: not an address (host:port): {s:?}"))
+        };
+        if let Some(d) = &self.data_dir {
+            c.data_dir = d.clone();
+        }
+        if let Some(a) = &self.http_addr {
+            c.http_addr = addr("http_addr", a)?;
+        }
+        if let Some(a) = &self.pg_addr {
+            c.pg_addr = addr("pg_addr", a)?;
+        }
+        if let Some(a) = &self.grpc_addr {
+            c.grpc_addr = addr("grpc_addr", a)?;
+        }
+        if let Some(d) = &self.delete_deadline {
+            c.delete_deadline = ebb_query::sql::ddl::parse_retention(d)
+                .map_err(|e| format!("delete_deadline: {e}"))?;
+        }
+        if let Some(d) = &self.retention_check_interval {
+            c.retention_check_interval = ebb_query::sql::ddl::parse_retention(d)
+                .map_err(|e| format!("retention_check_interval: {e}"))?
+                .ok_or("retention_check_interval must be positive")?;
+        }
+        if let Some(n) = self.max_body_bytes {
+            if n == 0 {
+                return Err("max_body_bytes must be positive".into());
+            }
+            c.max_body_bytes = n;
+        }
+        if let Some(f) = &self.log_format {
+            c.log_format = match f.as_str() {
+                "text" => LogFormat::Text,
+                "json" => LogFormat::Json,
+                other => return Err(format!("log_format: {other:?} is neither text nor json")),
+            };
+        }
+        Ok(())
+    }
+}
+
+/// Builds the configuration: defaults, then the file, the environment and the flags.
+pub fn resolve(
+    file: Option<&Path>,
+    env: &Overrides,
+    flags: &Overrides,
+) -> Result<Config, String> {
+    let mut c = Config::default();
+    if let Some(path) = file {
+        Overrides::from_file(path)?.apply(&mut c)?;
+    }
+    env.apply(&mut c)?;
+    flags.apply(&mut c)?;
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layers_apply_in_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("ebb.toml");
+        std::fs::write(&file, "data_dir = \"/from/file\"\nhttp_addr = \"127.0.0.1:1\"\npg_addr = \"127.0.0.1:2\"\n")
+            .expect("write");
+        let env = Overrides::from_env(|k| (k == "EBB_HTTP_ADDR").then(|| "127.0.0.1:3".into()))
+            .expect("env");
+        let flags = Overrides { data_dir: Some("/from/flag".into()), ..Default::default() };
+        let c = resolve(Some(&file), &env, &flags).expect("resolve");
+        assert_eq!(c.data_dir, PathBuf::from("/from/flag"));
+        assert_eq!(c.http_addr.port(), 3);
+        assert_eq!(c.pg_addr.port(), 2);
+        assert_eq!(c.grpc_addr.port(), 7090);
+        std::fs::write(&file, "nonsense = 1\n").expect("write");
+        assert!(resolve(Some(&file), &Overrides::default(), &Overrides::default()).is_err());
+        let bad = Overrides { http_addr: Some("localhost".into()), ..Default::default() };
+        assert!(resolve(None, &bad, &Overrides::default()).unwrap_err().contains("http_addr"));
+        let none = Overrides { delete_deadline: Some("none".into()), ..Default::default() };
+        assert_eq!(resolve(None, &none, &Overrides::default()).expect("none").delete_deadline, None);
+    }
+}

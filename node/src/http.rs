@@ -1,0 +1,294 @@
+//! The HTTP API (axum):
+//!
+//! - `POST /write?db=&precision=` and `POST /api/v2/write?bucket=&precision=`: InfluxDB line
+//!   protocol (gzip accepted), `204` on success; a bad request is rejected whole with `400` and
+//!   the line number and reason.
+//! - `POST /v1/sql?db=`: the body is SQL; JSON rows by default, CSV (`Accept: text/csv`),
+//!   Arrow IPC (`Accept: application/vnd.apache.arrow.stream`) or a text table
+//!   (`Accept: text/plain`).
+//! - `GET /health` (the process is up), `GET /ready` (it serves requests), `GET /metrics`
+//!   (Prometheus text format).
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use datafusion::arrow::record_batch::RecordBatch;
+use ebb_query::lp::Precision;
+use ebb_query::{Database, QueryError, SqlSession, StatementKind};
+use futures::StreamExt;
+
+use crate::metrics::Metrics;
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct AppState {
+    /// The database.
+    pub db: Arc<Database>,
+    /// Counters for `/metrics`.
+    pub metrics: Arc<Metrics>,
+    /// Largest body accepted (after decompression).
+    pub max_body_bytes: usize,
+}
+
+/// The router.
+pub fn router(state: AppState) -> Router {
+    let limit = state.max_body_bytes;
+    Router::new()
+        .route("/write", post(write_v1))
+        .route("/api/v2/write", post(write_v2))
+        .route("/v1/sql", post(sql))
+        .route("/health", get(|| async { "ok\n" }))
+        .route("/ready", get(|| async { "ready\n" }))
+        .route("/metrics", get(metrics))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+fn error(status: StatusCode, msg: impl std::fmt::Display) -> Response {
+    let body = serde_json::json!({ "error": msg.to_string() }).to_string();
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn query_error(e: &QueryError) -> Response {
+    let status = match e {
+        QueryError::UnknownTable(_) => StatusCode::NOT_FOUND,
+        e if e.is_client_error() => StatusCode::BAD_REQUEST,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    error(status, e)
+}
+
+/// The body as text, gunzipped if `Content-Encoding: gzip`, at most `limit` bytes.
+fn body_text(headers: &HeaderMap, body: Bytes, limit: usize) -> Result<String, Response> {
+    let gzip = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("gzip"));
+    let raw = if gzip {
+        let mut out = Vec::new();
+        let mut dec = flate2::read::GzDecoder::new(&body[..]).take(limit as u64 + 1);
+        dec.read_to_end(&mut out)
+            .map_err(|e| error(StatusCode::BAD_REQUEST, format!("bad gzip body: {e}")))?;
+        if out.len() > limit {
+            return Err(error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("body larger than {limit} bytes after decompression"),
+            ));
+        }
+        out
+    } else {
+        body.to_vec()
+    };
+    String::from_utf8(raw).map_err(|e| error(StatusCode::BAD_REQUEST, format!("body is not UTF-8: {e}")))
+}
+
+async fn write(
+    state: AppState,
+    db: Option<&String>,
+    precision: Option<&String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let m = &state.metrics;
+    m.write_requests.inc();
+    let Some(db) = db.filter(|d| !d.is_empty()).cloned() else {
+        m.write_errors.inc();
+        return error(StatusCode::BAD_REQUEST, "missing database: give ?db= (or ?bucket=)");
+    };
+    let precision = match precision.map(|p| Precision::parse(p)) {
+        None => Precision::Nanoseconds,
+        Some(Some(p)) => p,
+        Some(None) => {
+            m.write_errors.inc();
+            return error(StatusCode::BAD_REQUEST, "precision must be one of ns, us, ms, s, m, h");
+        }
+    };
+    let text = match body_text(&headers, body, state.max_body_bytes) {
+        Ok(t) => t,
+        Err(r) => {
+            m.write_errors.inc();
+            return r;
+        }
+    };
+    let database = state.db.clone();
+    let res = tokio::task::spawn_blocking(move || {
+        database.write_lines(&db, &text, precision, ebb_query::now_ns())
+    })
+    .await;
+    match res {
+        Ok(Ok(s)) => {
+            m.lines_written.add(s.lines as u64);
+            m.rows_written.add(s.rows as u64);
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Ok(Err(e)) => {
+            m.write_errors.inc();
+            tracing::debug!(error = %e, "write rejected");
+            query_error(&e)
+        }
+        Err(e) => {
+            m.write_errors.inc();
+            error(StatusCode::INTERNAL_SERVER_ERROR, format!("write task failed: {e}"))
+        }
+    }
+}
+
+async fn write_v1(
+    State(state): State<AppState>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    write(state, q.get("db"), q.get("precision"), headers, body).await
+}
+
+async fn write_v2(
+    State(state): State<AppState>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    write(state, q.get("bucket"), q.get("precision"), headers, body).await
+}
+
+/// Result formats of `/v1/sql`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Json,
+    Csv,
+    Arrow,
+    Table,
+}
+
+fn format_of(headers: &HeaderMap) -> Format {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if accept.contains("text/csv") {
+        Format::Csv
+    } else if accept.contains("application/vnd.apache.arrow.stream") {
+        Format::Arrow
+    } else if accept.contains("text/plain") {
+        Format::Table
+    } else {
+        Format::Json
+    }
+}
+
+async fn sql(
+    State(state): State<AppState>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let m = &state.metrics;
+    m.sql_requests.inc();
+    let text = match body_text(&headers, body, state.max_body_bytes) {
+        Ok(t) => t,
+        Err(r) => {
+            m.sql_errors.inc();
+            return r;
+        }
+    };
+    let database = q.get("db").cloned().unwrap_or_else(|| ebb_query::DEFAULT_DATABASE.into());
+    let session = SqlSession::new(state.db.clone(), &database);
+    let result = async {
+        let mut outputs = session.execute_all(&text).await?;
+        let Some(last) = outputs.pop() else {
+            return Err(QueryError::invalid("empty query"));
+        };
+        // Earlier statements run to completion first.
+        for o in outputs {
+            datafusion::physical_plan::common::collect(o.stream).await?;
+        }
+        let kind = last.kind.clone();
+        let schema = last.schema.clone();
+        let mut batches = Vec::new();
+        let mut stream = last.stream;
+        while let Some(b) = stream.next().await {
+            batches.push(b?);
+        }
+        Ok::<_, QueryError>((kind, schema, batches))
+    }
+    .await;
+    let (kind, schema, batches) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            m.sql_errors.inc();
+            return query_error(&e);
+        }
+    };
+    let tag = match &kind {
+        StatementKind::Command(t) => t.clone(),
+        StatementKind::Insert => "INSERT".into(),
+        StatementKind::Delete => "DELETE".into(),
+        StatementKind::Query => "SELECT".into(),
+    };
+    match encode(format_of(&headers), &schema, &batches) {
+        Ok((ctype, body)) => {
+            ([(header::CONTENT_TYPE, ctype), (header::HeaderName::from_static("x-ebb-statement"), tag)], body)
+                .into_response()
+        }
+        Err(e) => {
+            m.sql_errors.inc();
+            error(StatusCode::INTERNAL_SERVER_ERROR, e)
+        }
+    }
+}
+
+fn encode(
+    f: Format,
+    schema: &datafusion::arrow::datatypes::SchemaRef,
+    batches: &[RecordBatch],
+) -> Result<(String, Vec<u8>), String> {
+    use datafusion::arrow;
+    let err = |e: arrow::error::ArrowError| e.to_string();
+    match f {
+        Format::Json => {
+            let mut w = arrow::json::ArrayWriter::new(Vec::new());
+            let refs: Vec<&RecordBatch> = batches.iter().collect();
+            w.write_batches(&refs).map_err(err)?;
+            w.finish().map_err(err)?;
+            let mut out = w.into_inner();
+            if out.is_empty() {
+                out.extend_from_slice(b"[]");
+            }
+            out.push(b'\n');
+            Ok(("application/json".into(), out))
+        }
+        Format::Csv => {
+            let mut w = arrow::csv::WriterBuilder::new().with_header(true).build(Vec::new());
+            for b in batches {
+                w.write(b).map_err(err)?;
+            }
+            Ok(("text/csv".into(), w.into_inner()))
+        }
+        Format::Arrow => {
+            let mut w = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), schema).map_err(err)?;
+            for b in batches {
+                w.write(b).map_err(err)?;
+            }
+            w.finish().map_err(err)?;
+            Ok(("application/vnd.apache.arrow.stream".into(), w.into_inner().map_err(err)?))
+        }
+        Format::Table => {
+            let t = if schema.fields().is_empty() {
+                String::new()
+            } else {
+                arrow::util::pretty::pretty_format_batches(batches).map_err(err)?.to_string()
+            };
+            let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+            Ok(("text/plain; charset=utf-8".into(), format!("{t}\n({rows} rows)\n").into_bytes()))
+        }
+    }
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    let text = state.metrics.render(&state.db);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}

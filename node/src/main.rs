@@ -1,0 +1,138 @@
+//! The `ebb` command: `ebb server`, `ebb sql`, `ebb import`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use ebb_node::cli::sql::OutputFormat;
+use ebb_node::config::{self, LogFormat, Overrides};
+
+#[derive(Parser)]
+#[command(name = "ebb", version, about = "EbbDB: a time-series database that forgets on time")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs the server (HTTP, PostgreSQL wire protocol, gRPC) on a data directory.
+    Server {
+        /// TOML configuration file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Data directory [default: ./ebb-data; env EBB_DATA_DIR].
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// HTTP address [default: 127.0.0.1:7080; env EBB_HTTP_ADDR].
+        #[arg(long)]
+        http_addr: Option<String>,
+        /// PostgreSQL wire protocol address [default: 127.0.0.1:7432; env EBB_PG_ADDR].
+        #[arg(long)]
+        pg_addr: Option<String>,
+        /// gRPC address [default: 127.0.0.1:7090; env EBB_GRPC_ADDR].
+        #[arg(long)]
+        grpc_addr: Option<String>,
+        /// Deadline for every delete to be physically gone, e.g. 24h, or none
+        /// [default: 24h; env EBB_DELETE_DEADLINE].
+        #[arg(long)]
+        delete_deadline: Option<String>,
+    },
+    /// Runs SQL on a server: `-c` for one command, else an interactive prompt.
+    Sql {
+        /// Server HTTP URL.
+        #[arg(long, default_value = "http://127.0.0.1:7080", env = "EBB_URL")]
+        url: String,
+        /// Database for unqualified table names.
+        #[arg(long, default_value = "public")]
+        db: String,
+        /// SQL to run (then exit).
+        #[arg(short = 'c', long = "command")]
+        command: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "table")]
+        format: OutputFormat,
+    },
+    /// Imports a line-protocol file (`-` for standard input) into a server.
+    Import {
+        /// The file.
+        file: String,
+        /// Server HTTP URL.
+        #[arg(long, default_value = "http://127.0.0.1:7080", env = "EBB_URL")]
+        url: String,
+        /// Database to write into.
+        #[arg(long, default_value = "public")]
+        db: String,
+        /// Timestamp precision of the file: ns, us, ms, s, m, h.
+        #[arg(long, default_value = "ns")]
+        precision: String,
+        /// Lines per request.
+        #[arg(long, default_value_t = 5000)]
+        batch: usize,
+    },
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("EBB_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Server { config, data_dir, http_addr, pg_addr, grpc_addr, delete_deadline } => {
+            let flags = Overrides {
+                data_dir,
+                http_addr,
+                pg_addr,
+                grpc_addr,
+                delete_deadline,
+                ..Overrides::default()
+            };
+            run_server(config, flags)
+        }
+        Command::Sql { url, db, command, format } => match command {
+            Some(sql) => ebb_node::cli::sql::run_one(&url, &db, &sql, format).map(|out| print!("{out}")),
+            None => ebb_node::cli::sql::repl(&url, &db, format),
+        },
+        Command::Import { file, url, db, precision, batch } => {
+            ebb_node::cli::import::import(&url, &db, &file, &precision, batch.max(1)).map(|_| ())
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ebb: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_server(file: Option<PathBuf>, flags: Overrides) -> Result<(), String> {
+    let env = Overrides::from_env(|k| std::env::var(k).ok())?;
+    let config = config::resolve(file.as_deref(), &env, &flags)?;
+    init_logs(config.log_format);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("ebb")
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    rt.block_on(async {
+        let server = ebb_node::server::Server::start(&config).await?;
+        eprintln!(
+            "EbbDB ready: HTTP http://{}  PostgreSQL {}  gRPC {}  data {}",
+            server.http_addr,
+            server.pg_addr,
+            server.grpc_addr,
+            config.data_dir.display()
+        );
+        ebb_node::server::termination().await;
+        tracing::info!("shutting down");
+        server.shutdown().await
+    })
+}

@@ -1,0 +1,99 @@
+//! Prometheus metrics: request counters kept here, engine figures read when scraped.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use ebb_query::Database;
+
+/// A monotonically increasing counter.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds one.
+    pub fn inc(&self) {
+        self.add(1);
+    }
+
+    /// Adds `n`.
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Current value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Counters of the server's front ends.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Line-protocol write requests.
+    pub write_requests: Counter,
+    /// Write requests rejected.
+    pub write_errors: Counter,
+    /// Lines accepted.
+    pub lines_written: Counter,
+    /// Rows (points) written.
+    pub rows_written: Counter,
+    /// SQL requests over HTTP.
+    pub sql_requests: Counter,
+    /// SQL requests that failed.
+    pub sql_errors: Counter,
+    /// PostgreSQL connections accepted.
+    pub pg_connections: Counter,
+    /// Retention purges written.
+    pub retention_purges: Counter,
+}
+
+fn line(out: &mut String, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+}
+
+impl Metrics {
+    /// The Prometheus text exposition of the counters and the engine's state.
+    pub fn render(&self, db: &Database) -> String {
+        let mut o = String::new();
+        let c = |o: &mut String, name: &str, help: &str, v: &Counter| line(o, name, "counter", help, v.get());
+        c(&mut o, "ebb_write_requests_total", "Line-protocol write requests.", &self.write_requests);
+        c(&mut o, "ebb_write_errors_total", "Write requests rejected.", &self.write_errors);
+        c(&mut o, "ebb_lines_written_total", "Line-protocol lines accepted.", &self.lines_written);
+        c(&mut o, "ebb_rows_written_total", "Rows written.", &self.rows_written);
+        c(&mut o, "ebb_sql_requests_total", "SQL requests over HTTP.", &self.sql_requests);
+        c(&mut o, "ebb_sql_errors_total", "SQL requests that failed.", &self.sql_errors);
+        c(&mut o, "ebb_pg_connections_total", "PostgreSQL connections accepted.", &self.pg_connections);
+        c(&mut o, "ebb_retention_purges_total", "Retention purges written.", &self.retention_purges);
+        let e = db.engine();
+        let s = e.stats();
+        let _ = writeln!(o, "# HELP ebb_level_bytes Bytes of SSTs per level.\n# TYPE ebb_level_bytes gauge");
+        for (i, l) in s.levels.iter().enumerate() {
+            let _ = writeln!(o, "ebb_level_bytes{{level=\"{i}\"}} {}", l.bytes);
+        }
+        let _ = writeln!(o, "# HELP ebb_level_files SST files per level.\n# TYPE ebb_level_files gauge");
+        for (i, l) in s.levels.iter().enumerate() {
+            let _ = writeln!(o, "ebb_level_files{{level=\"{i}\"}} {}", l.files);
+        }
+        line(&mut o, "ebb_memtable_bytes", "gauge", "Bytes in the active memtable.", s.memtable_bytes);
+        line(&mut o, "ebb_flushes_total", "counter", "Memtable flushes.", s.flushes);
+        line(&mut o, "ebb_compactions_total", "counter", "Compactions.", s.compactions);
+        line(&mut o, "ebb_bytes_compacted_total", "counter", "Bytes written by compactions.", s.bytes_compacted);
+        line(&mut o, "ebb_write_stalls_total", "counter", "Writes stalled behind flushes.", s.write_stalls);
+        line(&mut o, "ebb_window_pages_dropped_total", "counter", "Pages dropped unread by time-window deletes.", s.window_pages_dropped);
+        let deletions = e.deletions();
+        let now_ms = (ebb_query::now_ns().max(0) / 1_000_000) as u64;
+        let (mut pending, mut late) = (0u64, 0u64);
+        for d in &deletions {
+            match d.status(now_ms) {
+                ebb_storage::DeletionStatus::Pending => pending += 1,
+                ebb_storage::DeletionStatus::Late => late += 1,
+                ebb_storage::DeletionStatus::Persisted => {}
+            }
+        }
+        line(&mut o, "ebb_deletions_pending", "gauge", "Deletes not yet physically gone.", pending);
+        line(&mut o, "ebb_deletions_late", "gauge", "Deletes past their deadline.", late);
+        line(&mut o, "ebb_persisted_seq", "gauge", "Highest sequence number durably in SSTs.", e.persisted_seq());
+        line(&mut o, "ebb_last_seq", "gauge", "Highest sequence number applied.", e.last_seq());
+        o
+    }
+}

@@ -1,0 +1,508 @@
+//! PostgreSQL wire-protocol front end.
+//!
+//! [`serve`] speaks protocol 3 over plain TCP (no TLS) and trusts every client (no password).
+//! Each connection gets one [`SqlSession`], created at its first statement. Its default database
+//! is the startup packet's `database`, or [`DEFAULT_DATABASE`] when that is missing, `postgres`, or
+//! the user name (what libpq and most drivers send when no database is given).
+//!
+//! - Simple queries run statement by statement; a statement's rows are streamed to the client
+//!   before the next statement runs. Text format.
+//! - Extended queries (Parse/Bind/Describe/Execute) keep the statement's SQL; bound parameters
+//!   are substituted into it as SQL literals. Describe plans the statement with DataFusion, without
+//!   running it, to report its result columns and the parameter types the planner inferred.
+//!   Results are sent in the text or binary format each column was asked for.
+//! - `BEGIN`/`START TRANSACTION`, `COMMIT`/`END`, `ROLLBACK`/`ABORT`, `SAVEPOINT`, `RELEASE`,
+//!   `SET` (except `SET datafusion.*`, which goes to the engine), `RESET`, `DISCARD` and
+//!   `DEALLOCATE` are accepted and do nothing: every statement commits on its own. `SHOW` answers
+//!   the PostgreSQL settings drivers ask for (`server_version`, `transaction_isolation`...).
+//! - `INSERT` answers `INSERT 0 <rows>`. `DELETE` answers `DELETE <rows>` and sends a notice with
+//!   the delete id, to look up in `system.deletions`.
+//! - Failures become `ErrorResponse`s with a SQLSTATE, and the connection stays usable. Catalog
+//!   queries against `pg_catalog` tables EbbDB does not have fail the same way.
+//! - A cancel request (Ctrl-C in psql) interrupts the connection's running statement.
+
+mod extended;
+mod lexer;
+mod params;
+mod types;
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{ArrayRef, AsArray, RecordBatch, StringArray};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Type};
+use datafusion::error::DataFusionError;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use ebb_query::{Database, QueryError, QueryOutput, SqlSession, StatementKind, DEFAULT_DATABASE};
+use futures::{stream, Sink, SinkExt, StreamExt};
+use pgwire::api::auth::noop::NoopStartupHandler;
+use pgwire::api::auth::StartupHandler;
+use pgwire::api::cancel::{CancelHandler, DefaultCancelHandler};
+use pgwire::api::portal::Format;
+use pgwire::api::query::{
+    send_execution_response, send_query_response, ExtendedQueryHandler, SimpleQueryHandler,
+};
+use pgwire::api::results::{QueryResponse, Response, Tag};
+use pgwire::api::store::PortalStore;
+use pgwire::api::{
+    ClientInfo, ClientPortalStore, ConnectionManager, PgWireServerHandlers, METADATA_DATABASE,
+    METADATA_USER,
+};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult, SEVERITY_ERROR, SEVERITY_NOTICE};
+use pgwire::messages::data::DataRow;
+use pgwire::messages::response::NoticeResponse;
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use pgwire::tokio::process_socket;
+use tokio::net::TcpListener;
+use tracing::{debug, info, warn};
+
+use crate::metrics::Metrics;
+use extended::Parser;
+
+/// Serves the PostgreSQL wire protocol on `listener` until `shutdown` resolves.
+///
+/// Each connection runs on its own task with its own [`SqlSession`] on `db`, and is counted in
+/// `metrics.pg_connections`. When `shutdown` resolves the listener stops accepting; connections
+/// already open keep running until their clients disconnect or the runtime shuts down. Failed
+/// accepts (such as running out of file descriptors) are logged and retried, so this only returns
+/// once `shutdown` has resolved.
+pub async fn serve(
+    listener: TcpListener,
+    db: Arc<Database>,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let handlers = Arc::new(Handlers::new(db));
+    match listener.local_addr() {
+        Ok(addr) => info!(%addr, "PostgreSQL endpoint listening"),
+        Err(_) => info!("PostgreSQL endpoint listening"),
+    }
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => {
+                info!("PostgreSQL endpoint stopped accepting connections");
+                return Ok(());
+            }
+            accepted = listener.accept() => match accepted {
+                Ok((socket, peer)) => {
+                    metrics.pg_connections.inc();
+                    let handlers = Arc::clone(&handlers);
+                    tokio::spawn(async move {
+                        debug!(%peer, "PostgreSQL connection accepted");
+                        match process_socket(socket, None, handlers).await {
+                            Ok(()) => debug!(%peer, "PostgreSQL connection closed"),
+                            Err(e) => debug!(%peer, error = %e, "PostgreSQL connection failed"),
+                        }
+                    });
+                }
+                Err(e) => {
+                    warn!(error = %e, "accepting a PostgreSQL connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+        }
+    }
+}
+
+/// The handlers pgwire runs each connection with.
+struct Handlers {
+    backend: Arc<Backend>,
+    cancel: Arc<DefaultCancelHandler>,
+}
+
+impl Handlers {
+    fn new(db: Arc<Database>) -> Handlers {
+        let connections = Arc::new(ConnectionManager::new());
+        let backend =
+            Backend { db, parser: Arc::new(Parser), connections: Arc::clone(&connections) };
+        Handlers {
+            backend: Arc::new(backend),
+            cancel: Arc::new(DefaultCancelHandler::new(connections)),
+        }
+    }
+}
+
+impl PgWireServerHandlers for Handlers {
+    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+        Arc::clone(&self.backend)
+    }
+
+    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
+        Arc::clone(&self.backend)
+    }
+
+    fn startup_handler(&self) -> Arc<impl StartupHandler> {
+        Arc::clone(&self.backend)
+    }
+
+    fn cancel_handler(&self) -> Arc<impl CancelHandler> {
+        Arc::clone(&self.cancel)
+    }
+}
+
+/// Startup, simple and extended query handling, shared by all connections.
+struct Backend {
+    db: Arc<Database>,
+    parser: Arc<Parser>,
+    /// Running statements by (pid, secret key), for cancel requests.
+    connections: Arc<ConnectionManager>,
+}
+
+impl Backend {
+    /// The connection's SQL session, created at its first use.
+    fn session<C: ClientInfo + ?Sized>(&self, client: &C) -> Arc<SqlSession> {
+        client.session_extensions().get_or_insert_with(|| {
+            let database = database_name(client);
+            debug!(%database, "opening SQL session");
+            SqlSession::new(Arc::clone(&self.db), &database)
+        })
+    }
+}
+
+/// The database the client asked for at startup (see the module documentation).
+fn database_name<C: ClientInfo + ?Sized>(client: &C) -> String {
+    let metadata = client.metadata();
+    let user = metadata.get(METADATA_USER).map(String::as_str);
+    match metadata.get(METADATA_DATABASE).map(|d| d.trim()) {
+        Some(d) if !d.is_empty() && d != "postgres" && Some(d) != user => d.to_owned(),
+        _ => DEFAULT_DATABASE.to_owned(),
+    }
+}
+
+#[async_trait]
+impl NoopStartupHandler for Backend {
+    fn connection_manager(&self) -> Option<Arc<ConnectionManager>> {
+        Some(Arc::clone(&self.connections))
+    }
+
+    async fn post_startup<C>(
+        &self,
+        client: &mut C,
+        _message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let user = client.metadata().get(METADATA_USER).map_or("", String::as_str);
+        let database = database_name(&*client);
+        info!(peer = %client.socket_addr(), user, %database, "PostgreSQL client connected");
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl SimpleQueryHandler for Backend {
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = self.session(&*client);
+        let statements = lexer::split_statements(query);
+        let Some(last) = statements.len().checked_sub(1) else {
+            return Ok(vec![Response::EmptyQuery]);
+        };
+        // Each statement's response is sent here, before the next statement runs. pgwire updates
+        // the connection's transaction status only from the responses returned to it, so a
+        // trailing BEGIN/COMMIT/ROLLBACK is returned rather than sent.
+        for (idx, sql) in statements.into_iter().enumerate() {
+            debug!(sql, "simple query");
+            match run(client, &session, sql, None).await? {
+                Outcome::Rows(rows) => send_query_response(client, rows, true).await?,
+                Outcome::Tag(tag) => send_execution_response(client, tag).await?,
+                Outcome::Begin(tag) if idx == last => {
+                    return Ok(vec![Response::TransactionStart(tag)]);
+                }
+                Outcome::End(tag) if idx == last => {
+                    return Ok(vec![Response::TransactionEnd(tag)]);
+                }
+                Outcome::Begin(tag) | Outcome::End(tag) => {
+                    send_execution_response(client, tag).await?;
+                }
+            }
+        }
+        Ok(Vec::new())
+    }
+}
+
+/// What a statement produced.
+enum Outcome {
+    Rows(QueryResponse),
+    Tag(Tag),
+    /// A transaction start (accepted, though every statement commits on its own).
+    Begin(Tag),
+    /// A transaction end.
+    End(Tag),
+}
+
+/// Statements answered without the engine.
+enum Special {
+    Begin,
+    End(&'static str),
+    Tag(&'static str),
+    /// `SHOW` of a PostgreSQL setting: its name and value.
+    Setting(&'static str, &'static str),
+}
+
+/// Recognizes the statements answered without the engine.
+fn special(sql: &str) -> Option<Special> {
+    let words = lexer::leading_words(sql, 5);
+    let second = words.get(1).map_or("", String::as_str);
+    Some(match words.first()?.as_str() {
+        "BEGIN" | "START" => Special::Begin,
+        "COMMIT" | "END" => Special::End("COMMIT"),
+        "ROLLBACK" | "ABORT" if words.iter().any(|w| w == "TO") => Special::Tag("ROLLBACK"),
+        "ROLLBACK" | "ABORT" => Special::End("ROLLBACK"),
+        "SAVEPOINT" => Special::Tag("SAVEPOINT"),
+        "RELEASE" => Special::Tag("RELEASE"),
+        "SET" if !second.starts_with("DATAFUSION.") => Special::Tag("SET"),
+        "RESET" => Special::Tag("RESET"),
+        "DISCARD" => Special::Tag("DISCARD ALL"),
+        "DEALLOCATE" => Special::Tag("DEALLOCATE"),
+        "SHOW" => {
+            let (name, value) = pg_setting(&words.get(1..).unwrap_or_default().join(" "))?;
+            Special::Setting(name, value)
+        }
+        _ => return None,
+    })
+}
+
+/// The PostgreSQL settings `SHOW` answers (others go to the engine, e.g. `SHOW TABLES`).
+fn pg_setting(name: &str) -> Option<(&'static str, &'static str)> {
+    Some(match name.to_ascii_lowercase().as_str() {
+        "server_version" => ("server_version", "16.6"),
+        "server_version_num" => ("server_version_num", "160006"),
+        "server_encoding" => ("server_encoding", "UTF8"),
+        "client_encoding" => ("client_encoding", "UTF8"),
+        "standard_conforming_strings" => ("standard_conforming_strings", "on"),
+        "integer_datetimes" => ("integer_datetimes", "on"),
+        "datestyle" => ("DateStyle", "ISO, YMD"),
+        "intervalstyle" => ("IntervalStyle", "postgres"),
+        "timezone" | "time zone" => ("TimeZone", "Etc/UTC"),
+        "transaction_isolation" | "transaction isolation level" => {
+            ("transaction_isolation", "read committed")
+        }
+        "default_transaction_isolation" => ("default_transaction_isolation", "read committed"),
+        "transaction_read_only" => ("transaction_read_only", "off"),
+        "max_identifier_length" => ("max_identifier_length", "63"),
+        "search_path" => ("search_path", "\"$user\", public"),
+        "is_superuser" => ("is_superuser", "on"),
+        _ => return None,
+    })
+}
+
+/// The first word of a statement: whether it returns rows, or can be planned for parameter types.
+fn first_word(sql: &str) -> String {
+    lexer::leading_words(sql, 1).pop().unwrap_or_default()
+}
+
+fn returns_rows(word: &str) -> bool {
+    matches!(
+        word,
+        "SELECT" | "WITH" | "VALUES" | "TABLE" | "SHOW" | "EXPLAIN" | "DESCRIBE" | "DESC"
+    )
+}
+
+/// Runs one statement. `formats` are the result formats the client asked for (text if `None`).
+async fn run<C>(
+    client: &mut C,
+    session: &SqlSession,
+    sql: &str,
+    formats: Option<&Format>,
+) -> PgWireResult<Outcome>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    match special(sql) {
+        Some(Special::Begin) => return Ok(Outcome::Begin(Tag::new("BEGIN"))),
+        Some(Special::End(tag)) => return Ok(Outcome::End(Tag::new(tag))),
+        Some(Special::Tag(tag)) => return Ok(Outcome::Tag(Tag::new(tag))),
+        Some(Special::Setting(name, value)) => {
+            let schema = setting_schema(name);
+            let column: ArrayRef = Arc::new(StringArray::from(vec![value]));
+            let batch = RecordBatch::try_new(Arc::clone(&schema), vec![column])
+                .map_err(|e| user_error("XX000", e.to_string()))?;
+            let batches = stream::iter([Ok::<_, DataFusionError>(batch)]);
+            let batches = Box::pin(RecordBatchStreamAdapter::new(Arc::clone(&schema), batches));
+            return Ok(Outcome::Rows(rows_response(schema, batches, formats)));
+        }
+        None => {}
+    }
+    let QueryOutput { schema, stream: batches, kind } =
+        session.execute(sql).await.map_err(|e| query_error(&e))?;
+    Ok(match kind {
+        // Statements the engine ran without a result (`SET datafusion.*`).
+        StatementKind::Query if schema.fields().is_empty() => {
+            collect(batches).await?;
+            Outcome::Tag(Tag::new(&first_word(sql)))
+        }
+        StatementKind::Query => Outcome::Rows(rows_response(schema, batches, formats)),
+        StatementKind::Insert => {
+            let batches = collect(batches).await?;
+            let rows: u64 = column_u64(&batches, 0).into_iter().flatten().sum();
+            Outcome::Tag(Tag::new("INSERT").with_oid(0).with_rows(to_usize(rows)))
+        }
+        StatementKind::Delete => {
+            // One row: rows_deleted, delete_id (null if nothing matched), deletes.
+            let batches = collect(batches).await?;
+            let first = |column| column_u64(&batches, column).first().copied().flatten();
+            if let Some(id) = first(1) {
+                let deletes = first(2).unwrap_or(0);
+                let message =
+                    format!("delete id {id} ({deletes} engine deletes); see system.deletions");
+                client.feed(notice(message)).await?;
+            }
+            Outcome::Tag(Tag::new("DELETE").with_rows(to_usize(first(0).unwrap_or(0))))
+        }
+        StatementKind::Command(tag) => Outcome::Tag(Tag::new(&tag)),
+    })
+}
+
+fn setting_schema(name: &str) -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new(name, DataType::Utf8, false)]))
+}
+
+fn to_usize(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
+/// A query result whose rows are encoded batch by batch as the stream produces them.
+fn rows_response(
+    schema: SchemaRef,
+    batches: SendableRecordBatchStream,
+    formats: Option<&Format>,
+) -> QueryResponse {
+    let (fields, columns) = types::describe_schema(&schema, formats);
+    let rows = batches.flat_map(move |batch| {
+        let rows: Vec<PgWireResult<DataRow>> = match batch {
+            Ok(batch) => match types::encode_batch(&batch, &columns) {
+                Ok(rows) => rows.into_iter().map(Ok).collect(),
+                Err(e) => vec![Err(e)],
+            },
+            Err(e) => vec![Err(query_error(&QueryError::from(e)))],
+        };
+        stream::iter(rows)
+    });
+    QueryResponse::new(Arc::new(fields), rows)
+}
+
+async fn collect(mut batches: SendableRecordBatchStream) -> PgWireResult<Vec<RecordBatch>> {
+    let mut out = Vec::new();
+    while let Some(batch) = batches.next().await {
+        out.push(batch.map_err(|e| query_error(&QueryError::from(e)))?);
+    }
+    Ok(out)
+}
+
+/// The values of column `column`, as `u64`, over all batches.
+fn column_u64(batches: &[RecordBatch], column: usize) -> Vec<Option<u64>> {
+    let mut values = Vec::new();
+    for array in batches.iter().filter_map(|b| b.columns().get(column)) {
+        if let Ok(array) = cast(array.as_ref(), &DataType::UInt64) {
+            if let Some(array) = array.as_primitive_opt::<UInt64Type>() {
+                values.extend(array.iter());
+            }
+        }
+    }
+    values
+}
+
+fn notice(message: String) -> PgWireBackendMessage {
+    let info = ErrorInfo::new(SEVERITY_NOTICE.to_owned(), "00000".to_owned(), message);
+    PgWireBackendMessage::NoticeResponse(NoticeResponse::from(info))
+}
+
+fn user_error(code: &str, message: String) -> PgWireError {
+    let info = ErrorInfo::new(SEVERITY_ERROR.to_owned(), code.to_owned(), message);
+    PgWireError::UserError(Box::new(info))
+}
+
+/// An `ErrorResponse` for a failed statement.
+fn query_error(err: &QueryError) -> PgWireError {
+    let code = sqlstate(err);
+    if err.is_client_error() {
+        debug!(code, error = %err, "statement failed");
+    } else {
+        warn!(code, error = %err, "statement failed");
+    }
+    user_error(code, err.to_string())
+}
+
+/// The SQLSTATE for a failure.
+fn sqlstate(err: &QueryError) -> &'static str {
+    match err {
+        QueryError::Unsupported(_) => return "0A000",
+        QueryError::UnknownTable(_) => return "42P01",
+        QueryError::TypeConflict { .. } => return "42804",
+        QueryError::Line(_) => return "22P02",
+        QueryError::BeyondRetention(_) => return "22008",
+        QueryError::Corrupt(_) => return "XX001",
+        QueryError::Internal(_) => return "XX000",
+        QueryError::Storage(_) => return if err.is_client_error() { "22023" } else { "XX000" },
+        _ => {}
+    }
+    let message = err.to_string().to_ascii_lowercase();
+    let has = |needle: &str| message.contains(needle);
+    if has("sql syntax") || has("parsererror") || has("syntax error") {
+        "42601"
+    } else if has("no field named") || (has("column") && has("not found")) {
+        "42703"
+    } else if has("does not exist") || has("not found") {
+        "42P01"
+    } else if has("invalid function") {
+        "42883"
+    } else if has("not implemented") || has("not supported") || has("unsupported") {
+        "0A000"
+    } else if has("divide by zero") || has("division by zero") {
+        "22012"
+    } else if has("overflow") {
+        "22003"
+    } else if has("cast error") || has("cannot cast") || has("parse error") {
+        "22P02"
+    } else if err.is_client_error() {
+        "42000"
+    } else {
+        "XX000"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognizes_statements_answered_here() {
+        assert!(matches!(special("begin"), Some(Special::Begin)));
+        assert!(matches!(special("START TRANSACTION"), Some(Special::Begin)));
+        assert!(matches!(special("commit;"), Some(Special::End("COMMIT"))));
+        assert!(matches!(special("ROLLBACK TO SAVEPOINT a"), Some(Special::Tag("ROLLBACK"))));
+        assert!(matches!(special("SET extra_float_digits = 3"), Some(Special::Tag("SET"))));
+        assert!(special("SET datafusion.execution.batch_size = 1024").is_none());
+        assert!(matches!(
+            special("SHOW TRANSACTION ISOLATION LEVEL"),
+            Some(Special::Setting("transaction_isolation", _))
+        ));
+        assert!(special("SHOW TABLES").is_none());
+        assert!(special("SELECT 1").is_none());
+    }
+
+    #[test]
+    fn maps_errors_to_sqlstates() {
+        assert_eq!(sqlstate(&QueryError::invalid("SQL syntax: Expected ...")), "42601");
+        assert_eq!(sqlstate(&QueryError::UnknownTable("t".into())), "42P01");
+        assert_eq!(sqlstate(&QueryError::Unsupported("UPDATE".into())), "0A000");
+        assert_eq!(sqlstate(&QueryError::Internal("boom".into())), "XX000");
+    }
+}

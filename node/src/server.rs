@@ -1,0 +1,168 @@
+//! `ebb server`: opens the database and serves HTTP, the PostgreSQL wire protocol and gRPC
+//! until told to stop; then stops accepting, lets requests finish and flushes.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ebb_query::Database;
+use ebb_storage::Options;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::Config;
+use crate::http::{router, AppState};
+use crate::metrics::Metrics;
+
+/// A running server.
+pub struct Server {
+    /// Bound HTTP address.
+    pub http_addr: SocketAddr,
+    /// Bound PostgreSQL address.
+    pub pg_addr: SocketAddr,
+    /// Bound gRPC address.
+    pub grpc_addr: SocketAddr,
+    db: Arc<Database>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+async fn bind(what: &str, addr: SocketAddr) -> Result<TcpListener, String> {
+    TcpListener::bind(addr).await.map_err(|e| format!("cannot listen for {what} on {addr}: {e}"))
+}
+
+/// Resolves when `stop` turns true.
+fn stopped(mut rx: watch::Receiver<bool>) -> impl std::future::Future<Output = ()> + Send + 'static {
+    async move {
+        while !*rx.borrow() {
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+impl Server {
+    /// Opens the data directory and starts serving (ports 0 pick free ones).
+    pub async fn start(config: &Config) -> Result<Server, String> {
+        let opts = Options { delete_deadline: config.delete_deadline, ..Options::default() };
+        let dir = config.data_dir.clone();
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create data directory {}: {e}", dir.display()))?;
+        let db = tokio::task::spawn_blocking(move || Database::open(&dir, opts))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("cannot open {}: {e}", config.data_dir.display()))?;
+        let db = Arc::new(db);
+        let http = bind("HTTP", config.http_addr).await?;
+        let pg = bind("PostgreSQL", config.pg_addr).await?;
+        let grpc = bind("gRPC", config.grpc_addr).await?;
+        let addr = |l: &TcpListener| l.local_addr().map_err(|e| e.to_string());
+        let (http_addr, pg_addr, grpc_addr) = (addr(&http)?, addr(&pg)?, addr(&grpc)?);
+        let (stop, rx) = watch::channel(false);
+        let metrics = Arc::new(Metrics::default());
+        let mut tasks = Vec::new();
+
+        let app = router(AppState {
+            db: db.clone(),
+            metrics: metrics.clone(),
+            max_body_bytes: config.max_body_bytes,
+        });
+        let shutdown = stopped(rx.clone());
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = axum::serve(http, app).with_graceful_shutdown(shutdown).await {
+                tracing::error!(error = %e, "HTTP server failed");
+            }
+        }));
+        let pg_db = db.clone();
+        let shutdown = stopped(rx.clone());
+        let pg_metrics = metrics.clone();
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = crate::pg::serve(pg, pg_db, pg_metrics, shutdown).await {
+                tracing::error!(error = %e, "PostgreSQL server failed");
+            }
+        }));
+        let shutdown = stopped(rx.clone());
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = crate::grpc::serve(grpc, shutdown).await {
+                tracing::error!(error = %e, "gRPC server failed");
+            }
+        }));
+        tasks.push(tokio::spawn(purge_loop(
+            db.clone(),
+            metrics,
+            config.retention_check_interval,
+            stopped(rx),
+        )));
+        tracing::info!(%http_addr, %pg_addr, %grpc_addr, data_dir = %config.data_dir.display(), "EbbDB serving");
+        Ok(Server { http_addr, pg_addr, grpc_addr, db, stop, tasks })
+    }
+
+    /// The database.
+    pub fn database(&self) -> &Arc<Database> {
+        &self.db
+    }
+
+    /// Stops accepting, waits for the front ends to finish, and flushes.
+    pub async fn shutdown(self) -> Result<(), String> {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        let db = self.db;
+        tokio::task::spawn_blocking(move || db.flush())
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("flush on shutdown failed: {e}"))?;
+        tracing::info!("EbbDB stopped; memtables flushed");
+        Ok(())
+    }
+}
+
+/// Writes retention purges every `every` until stopped.
+async fn purge_loop(
+    db: Arc<Database>,
+    metrics: Arc<Metrics>,
+    every: Duration,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(stop);
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = tick.tick() => {
+                let db = db.clone();
+                match tokio::task::spawn_blocking(move || db.purge_expired()).await {
+                    Ok(Ok(n)) => metrics.retention_purges.add(n),
+                    Ok(Err(e)) => tracing::warn!(error = %e, "retention purge failed"),
+                    Err(e) => tracing::warn!(error = %e, "retention purge task failed"),
+                }
+            }
+        }
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn termination() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}
