@@ -5,5 +5,6 @@ pub mod keys;
 pub mod row;
 pub mod schema;
 pub mod series;
+pub mod varint;
 
 pub use schema::{Column, FieldType, TableDef, TIME_COLUMN};

@@ -9,6 +9,7 @@
 //! readable as columns are added.
 
 use super::schema::FieldType;
+use super::varint;
 use crate::error::QueryError;
 
 /// A typed field value owned by a row.
@@ -45,35 +46,14 @@ const T_UINT: u8 = 3;
 const T_BOOL: u8 = 4;
 const T_STR: u8 = 5;
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn get_varint(b: &[u8], pos: &mut usize) -> Option<u64> {
-    let mut v = 0u64;
-    for shift in (0..64).step_by(7) {
-        let byte = *b.get(*pos)?;
-        *pos += 1;
-        v |= u64::from(byte & 0x7f) << shift;
-        if byte < 0x80 {
-            return Some(v);
-        }
-    }
-    None
-}
-
 /// Encodes `(field number, value)` pairs (field numbers ascending, no duplicates).
 pub fn encode_row<'a>(
     fields: impl ExactSizeIterator<Item = (usize, &'a Value)>,
     out: &mut Vec<u8>,
 ) {
-    put_varint(out, fields.len() as u64);
+    varint::put(out, fields.len() as u64);
     for (i, v) in fields {
-        put_varint(out, i as u64);
+        varint::put(out, i as u64);
         match v {
             Value::Float(f) => {
                 out.push(T_FLOAT);
@@ -81,11 +61,11 @@ pub fn encode_row<'a>(
             }
             Value::Integer(n) => {
                 out.push(T_INT);
-                put_varint(out, ((n << 1) ^ (n >> 63)) as u64);
+                varint::put(out, ((n << 1) ^ (n >> 63)) as u64);
             }
             Value::UInteger(n) => {
                 out.push(T_UINT);
-                put_varint(out, *n);
+                varint::put(out, *n);
             }
             Value::Boolean(b) => {
                 out.push(T_BOOL);
@@ -93,7 +73,7 @@ pub fn encode_row<'a>(
             }
             Value::String(s) => {
                 out.push(T_STR);
-                put_varint(out, s.len() as u64);
+                varint::put(out, s.len() as u64);
                 out.extend_from_slice(s.as_bytes());
             }
         }
@@ -104,10 +84,10 @@ pub fn encode_row<'a>(
 pub fn decode_row(b: &[u8]) -> Result<Vec<(usize, Value)>, QueryError> {
     let bad = || QueryError::Corrupt("undecodable row value".into());
     let mut pos = 0;
-    let n = get_varint(b, &mut pos).ok_or_else(bad)? as usize;
+    let n = varint::get(b, &mut pos).ok_or_else(bad)? as usize;
     let mut out = Vec::with_capacity(n.min(1024));
     for _ in 0..n {
-        let i = get_varint(b, &mut pos).ok_or_else(bad)? as usize;
+        let i = varint::get(b, &mut pos).ok_or_else(bad)? as usize;
         let ty = *b.get(pos).ok_or_else(bad)?;
         pos += 1;
         let v = match ty {
@@ -117,17 +97,17 @@ pub fn decode_row(b: &[u8]) -> Result<Vec<(usize, Value)>, QueryError> {
                 Value::Float(f64::from_le_bytes(bytes.try_into().map_err(|_| bad())?))
             }
             T_INT => {
-                let z = get_varint(b, &mut pos).ok_or_else(bad)?;
+                let z = varint::get(b, &mut pos).ok_or_else(bad)?;
                 Value::Integer(((z >> 1) as i64) ^ -((z & 1) as i64))
             }
-            T_UINT => Value::UInteger(get_varint(b, &mut pos).ok_or_else(bad)?),
+            T_UINT => Value::UInteger(varint::get(b, &mut pos).ok_or_else(bad)?),
             T_BOOL => {
                 let v = *b.get(pos).ok_or_else(bad)?;
                 pos += 1;
                 Value::Boolean(v != 0)
             }
             T_STR => {
-                let len = get_varint(b, &mut pos).ok_or_else(bad)? as usize;
+                let len = varint::get(b, &mut pos).ok_or_else(bad)? as usize;
                 let end = pos.checked_add(len).ok_or_else(bad)?;
                 let s = std::str::from_utf8(b.get(pos..end).ok_or_else(bad)?).map_err(|_| bad())?;
                 pos = end;

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::varint;
 use crate::error::QueryError;
 
 /// Tag values of one series, by tag number (`None`: the series lacks that tag).
@@ -25,31 +26,10 @@ pub struct SeriesIndex {
 pub fn encode_series_key<'a>(tags: impl Iterator<Item = (usize, &'a str)>, out: &mut Vec<u8>) {
     out.clear();
     for (i, v) in tags {
-        push_varint(out, i as u64);
-        push_varint(out, v.len() as u64);
+        varint::put(out, i as u64);
+        varint::put(out, v.len() as u64);
         out.extend_from_slice(v.as_bytes());
     }
-}
-
-fn push_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn varint(b: &[u8], pos: &mut usize) -> Option<u64> {
-    let mut v = 0u64;
-    for shift in (0..64).step_by(7) {
-        let byte = *b.get(*pos)?;
-        *pos += 1;
-        v |= u64::from(byte & 0x7f) << shift;
-        if byte < 0x80 {
-            return Some(v);
-        }
-    }
-    None
 }
 
 /// Decodes a canonical series key into values for `tag_count` tags.
@@ -58,8 +38,8 @@ pub fn decode_series_key(key: &[u8], tag_count: usize) -> Result<TagValues, Quer
     let mut vals: Vec<Option<String>> = vec![None; tag_count];
     let mut pos = 0;
     while pos < key.len() {
-        let i = varint(key, &mut pos).ok_or_else(bad)? as usize;
-        let len = varint(key, &mut pos).ok_or_else(bad)? as usize;
+        let i = varint::get(key, &mut pos).ok_or_else(bad)? as usize;
+        let len = varint::get(key, &mut pos).ok_or_else(bad)? as usize;
         let end = pos.checked_add(len).ok_or_else(bad)?;
         let s = std::str::from_utf8(key.get(pos..end).ok_or_else(bad)?).map_err(|_| bad())?;
         pos = end;
