@@ -172,11 +172,7 @@ impl Overrides {
 }
 
 /// Builds the configuration: defaults, then the file, the environment and the flags.
-pub fn resolve(
-    file: Option<&Path>,
-    env: &Overrides,
-    flags: &Overrides,
-) -> Result<Config, String> {
+pub fn resolve(file: Option<&Path>, env: &Overrides, flags: &Overrides) -> Result<Config, String> {
     let mut c = Config::default();
     if let Some(path) = file {
         Overrides::from_file(path)?.apply(&mut c)?;
@@ -194,8 +190,11 @@ mod tests {
     fn layers_apply_in_order() {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("ebb.toml");
-        std::fs::write(&file, "data_dir = \"/from/file\"\nhttp_addr = \"127.0.0.1:1\"\npg_addr = \"127.0.0.1:2\"\n")
-            .expect("write");
+        std::fs::write(
+            &file,
+            "data_dir = \"/from/file\"\nhttp_addr = \"127.0.0.1:1\"\npg_addr = \"127.0.0.1:2\"\n",
+        )
+        .expect("write");
         let env = Overrides::from_env(|k| (k == "EBB_HTTP_ADDR").then(|| "127.0.0.1:3".into()))
             .expect("env");
         let flags = Overrides { data_dir: Some("/from/flag".into()), ..Default::default() };
@@ -209,6 +208,9 @@ mod tests {
         let bad = Overrides { http_addr: Some("localhost".into()), ..Default::default() };
         assert!(resolve(None, &bad, &Overrides::default()).unwrap_err().contains("http_addr"));
         let none = Overrides { delete_deadline: Some("none".into()), ..Default::default() };
-        assert_eq!(resolve(None, &none, &Overrides::default()).expect("none").delete_deadline, None);
+        assert_eq!(
+            resolve(None, &none, &Overrides::default()).expect("none").delete_deadline,
+            None
+        );
     }
 }

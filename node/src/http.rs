@@ -86,7 +86,8 @@ fn body_text(headers: &HeaderMap, body: Bytes, limit: usize) -> Result<String, R
     } else {
         body.to_vec()
     };
-    String::from_utf8(raw).map_err(|e| error(StatusCode::BAD_REQUEST, format!("body is not UTF-8: {e}")))
+    String::from_utf8(raw)
+        .map_err(|e| error(StatusCode::BAD_REQUEST, format!("body is not UTF-8: {e}")))
 }
 
 async fn write(
@@ -230,10 +231,14 @@ async fn sql(
         StatementKind::Query => "SELECT".into(),
     };
     match encode(format_of(&headers), &schema, &batches) {
-        Ok((ctype, body)) => {
-            ([(header::CONTENT_TYPE, ctype), (header::HeaderName::from_static("x-ebb-statement"), tag)], body)
-                .into_response()
-        }
+        Ok((ctype, body)) => (
+            [
+                (header::CONTENT_TYPE, ctype),
+                (header::HeaderName::from_static("x-ebb-statement"), tag),
+            ],
+            body,
+        )
+            .into_response(),
         Err(e) => {
             m.sql_errors.inc();
             error(StatusCode::INTERNAL_SERVER_ERROR, e)
@@ -269,7 +274,8 @@ fn encode(
             Ok(("text/csv".into(), w.into_inner()))
         }
         Format::Arrow => {
-            let mut w = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), schema).map_err(err)?;
+            let mut w =
+                arrow::ipc::writer::StreamWriter::try_new(Vec::new(), schema).map_err(err)?;
             for b in batches {
                 w.write(b).map_err(err)?;
             }

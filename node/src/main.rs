@@ -97,7 +97,9 @@ fn main() -> ExitCode {
             run_server(config, flags)
         }
         Command::Sql { url, db, command, format } => match command {
-            Some(sql) => ebb_node::cli::sql::run_one(&url, &db, &sql, format).map(|out| print!("{out}")),
+            Some(sql) => {
+                ebb_node::cli::sql::run_one(&url, &db, &sql, format).map(|out| print!("{out}"))
+            }
             None => ebb_node::cli::sql::repl(&url, &db, format),
         },
         Command::Import { file, url, db, precision, batch } => {

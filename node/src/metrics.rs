@@ -55,31 +55,78 @@ impl Metrics {
     /// The Prometheus text exposition of the counters and the engine's state.
     pub fn render(&self, db: &Database) -> String {
         let mut o = String::new();
-        let c = |o: &mut String, name: &str, help: &str, v: &Counter| line(o, name, "counter", help, v.get());
-        c(&mut o, "ebb_write_requests_total", "Line-protocol write requests.", &self.write_requests);
+        let c = |o: &mut String, name: &str, help: &str, v: &Counter| {
+            line(o, name, "counter", help, v.get())
+        };
+        c(
+            &mut o,
+            "ebb_write_requests_total",
+            "Line-protocol write requests.",
+            &self.write_requests,
+        );
         c(&mut o, "ebb_write_errors_total", "Write requests rejected.", &self.write_errors);
         c(&mut o, "ebb_lines_written_total", "Line-protocol lines accepted.", &self.lines_written);
         c(&mut o, "ebb_rows_written_total", "Rows written.", &self.rows_written);
         c(&mut o, "ebb_sql_requests_total", "SQL requests over HTTP.", &self.sql_requests);
         c(&mut o, "ebb_sql_errors_total", "SQL requests that failed.", &self.sql_errors);
-        c(&mut o, "ebb_pg_connections_total", "PostgreSQL connections accepted.", &self.pg_connections);
-        c(&mut o, "ebb_retention_purges_total", "Retention purges written.", &self.retention_purges);
+        c(
+            &mut o,
+            "ebb_pg_connections_total",
+            "PostgreSQL connections accepted.",
+            &self.pg_connections,
+        );
+        c(
+            &mut o,
+            "ebb_retention_purges_total",
+            "Retention purges written.",
+            &self.retention_purges,
+        );
         let e = db.engine();
         let s = e.stats();
-        let _ = writeln!(o, "# HELP ebb_level_bytes Bytes of SSTs per level.\n# TYPE ebb_level_bytes gauge");
+        let _ = writeln!(
+            o,
+            "# HELP ebb_level_bytes Bytes of SSTs per level.\n# TYPE ebb_level_bytes gauge"
+        );
         for (i, l) in s.levels.iter().enumerate() {
             let _ = writeln!(o, "ebb_level_bytes{{level=\"{i}\"}} {}", l.bytes);
         }
-        let _ = writeln!(o, "# HELP ebb_level_files SST files per level.\n# TYPE ebb_level_files gauge");
+        let _ = writeln!(
+            o,
+            "# HELP ebb_level_files SST files per level.\n# TYPE ebb_level_files gauge"
+        );
         for (i, l) in s.levels.iter().enumerate() {
             let _ = writeln!(o, "ebb_level_files{{level=\"{i}\"}} {}", l.files);
         }
-        line(&mut o, "ebb_memtable_bytes", "gauge", "Bytes in the active memtable.", s.memtable_bytes);
+        line(
+            &mut o,
+            "ebb_memtable_bytes",
+            "gauge",
+            "Bytes in the active memtable.",
+            s.memtable_bytes,
+        );
         line(&mut o, "ebb_flushes_total", "counter", "Memtable flushes.", s.flushes);
         line(&mut o, "ebb_compactions_total", "counter", "Compactions.", s.compactions);
-        line(&mut o, "ebb_bytes_compacted_total", "counter", "Bytes written by compactions.", s.bytes_compacted);
-        line(&mut o, "ebb_write_stalls_total", "counter", "Writes stalled behind flushes.", s.write_stalls);
-        line(&mut o, "ebb_window_pages_dropped_total", "counter", "Pages dropped unread by time-window deletes.", s.window_pages_dropped);
+        line(
+            &mut o,
+            "ebb_bytes_compacted_total",
+            "counter",
+            "Bytes written by compactions.",
+            s.bytes_compacted,
+        );
+        line(
+            &mut o,
+            "ebb_write_stalls_total",
+            "counter",
+            "Writes stalled behind flushes.",
+            s.write_stalls,
+        );
+        line(
+            &mut o,
+            "ebb_window_pages_dropped_total",
+            "counter",
+            "Pages dropped unread by time-window deletes.",
+            s.window_pages_dropped,
+        );
         let deletions = e.deletions();
         let now_ms = (ebb_query::now_ns().max(0) / 1_000_000) as u64;
         let (mut pending, mut late) = (0u64, 0u64);
@@ -92,7 +139,13 @@ impl Metrics {
         }
         line(&mut o, "ebb_deletions_pending", "gauge", "Deletes not yet physically gone.", pending);
         line(&mut o, "ebb_deletions_late", "gauge", "Deletes past their deadline.", late);
-        line(&mut o, "ebb_persisted_seq", "gauge", "Highest sequence number durably in SSTs.", e.persisted_seq());
+        line(
+            &mut o,
+            "ebb_persisted_seq",
+            "gauge",
+            "Highest sequence number durably in SSTs.",
+            e.persisted_seq(),
+        );
         line(&mut o, "ebb_last_seq", "gauge", "Highest sequence number applied.", e.last_seq());
         o
     }

@@ -33,7 +33,9 @@ async fn bind(what: &str, addr: SocketAddr) -> Result<TcpListener, String> {
 }
 
 /// Resolves when `stop` turns true.
-fn stopped(mut rx: watch::Receiver<bool>) -> impl std::future::Future<Output = ()> + Send + 'static {
+fn stopped(
+    mut rx: watch::Receiver<bool>,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
     async move {
         while !*rx.borrow() {
             if rx.changed().await.is_err() {

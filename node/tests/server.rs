@@ -74,7 +74,19 @@ impl Http {
 
 fn psql(port: u16, sql: &str) -> (bool, String, String) {
     let out = Command::new("psql")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "ebb", "-d", "public", "-At", "-c", sql])
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-U",
+            "ebb",
+            "-d",
+            "public",
+            "-At",
+            "-c",
+            sql,
+        ])
         .env("PGCONNECT_TIMEOUT", "10")
         .output()
         .expect("psql must be installed (postgresql-client)");
@@ -102,7 +114,11 @@ async fn http_psql_driver_and_restart() {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         gz.write_all(b"mem,host=h0 used=1i 1700000000000000000\n").expect("gzip");
         let gz = gz.finish().expect("gzip");
-        let (s, b) = h.post("/api/v2/write?bucket=public&precision=ns", &gz, &[("Content-Encoding", "gzip")]);
+        let (s, b) = h.post(
+            "/api/v2/write?bucket=public&precision=ns",
+            &gz,
+            &[("Content-Encoding", "gzip")],
+        );
         assert_eq!(s, 204, "{b}");
         assert_eq!(h.json("SELECT count(*) AS c FROM cpu")[0]["c"], 180);
         let v = h.json(
@@ -111,14 +127,19 @@ async fn http_psql_driver_and_restart() {
         );
         assert_eq!(v.as_array().map(Vec::len), Some(2), "{v}");
         assert_eq!(v[0]["a"], 15.0, "{v}"); // mean of 0.5 .. 29.5
-        // CSV and text formats.
-        let (s, csv) = h.post("/v1/sql?db=public", b"SELECT host FROM cpu WHERE host = 'h0' LIMIT 2", &[("Accept", "text/csv")]);
+                                            // CSV and text formats.
+        let (s, csv) = h.post(
+            "/v1/sql?db=public",
+            b"SELECT host FROM cpu WHERE host = 'h0' LIMIT 2",
+            &[("Accept", "text/csv")],
+        );
         assert_eq!((s, csv.as_str()), (200, "host\nh0\nh0\n"));
         let (s, t) = h.post("/v1/sql", b"SELECT 1 AS one", &[("Accept", "text/plain")]);
         assert!(s == 200 && t.contains("| one |") && t.contains("(1 rows)"), "{t}");
 
         // Bad input: 4xx with a reason; nothing from a rejected request is applied.
-        let (s, b) = h.post("/write?db=public", b"cpu,host=h9 usage=1 1\ncpu,host=h9 usage= 2\n", &[]);
+        let (s, b) =
+            h.post("/write?db=public", b"cpu,host=h9 usage=1 1\ncpu,host=h9 usage= 2\n", &[]);
         assert!(s == 400 && b.contains("line 2"), "{s} {b}");
         let (s, b) = h.post("/write?db=public", b"cpu,host=h9 usage=\"text\" 1\n", &[]);
         assert!(s == 400 && b.contains("usage"), "{s} {b}");
@@ -162,7 +183,8 @@ async fn http_psql_driver_and_restart() {
     let ps = tokio::task::spawn_blocking(move || {
         let (ok, out, err) = psql(pg_port, "SELECT count(*) FROM cpu");
         assert!(ok && out == "100", "{out} {err}");
-        let (ok, out, err) = psql(pg_port, "SELECT host, max(usage) FROM cpu GROUP BY host ORDER BY host");
+        let (ok, out, err) =
+            psql(pg_port, "SELECT host, max(usage) FROM cpu GROUP BY host ORDER BY host");
         assert!(ok && out == "h0|59.5\nh1|59.5", "{out} {err}");
         let (ok, out, err) = psql(pg_port, "DELETE FROM cpu WHERE host = 'h1' AND time >= to_timestamp_nanos(1700000000000000000) + interval '50 minutes'");
         assert!(ok && out.contains("DELETE 10"), "{out} {err}");

@@ -10,7 +10,13 @@ use super::url;
 
 /// Imports `path` (line protocol; `-` for standard input) into database `db` at `base`,
 /// `batch` lines per request. Returns the lines sent.
-pub fn import(base: &str, db: &str, path: &str, precision: &str, batch: usize) -> Result<u64, String> {
+pub fn import(
+    base: &str,
+    db: &str,
+    path: &str,
+    precision: &str,
+    batch: usize,
+) -> Result<u64, String> {
     let (reader, total): (Box<dyn BufRead>, u64) = if path == "-" {
         (Box::new(BufReader::new(std::io::stdin())), 0)
     } else {
@@ -20,10 +26,13 @@ pub fn import(base: &str, db: &str, path: &str, precision: &str, batch: usize) -
     };
     let bar = if total > 0 { ProgressBar::new(total) } else { ProgressBar::new_spinner() };
     bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let agent: ureq::Agent =
+        ureq::Agent::config_builder().http_status_as_error(false).build().into();
     let endpoint = url(base, "/write");
     let start = Instant::now();
     let (mut lines, mut sent_lines, mut first_line) = (0u64, 0u64, 1u64);

@@ -27,10 +27,8 @@ impl OutputFormat {
 
 /// Runs `sql` on the server at `base`; returns the printed result, or the server's error.
 pub fn run_one(base: &str, db: &str, sql: &str, format: OutputFormat) -> Result<String, String> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
+    let agent: ureq::Agent =
+        ureq::Agent::config_builder().http_status_as_error(false).build().into();
     let mut resp = agent
         .post(&url(base, "/v1/sql"))
         .query("db", db)
@@ -38,7 +36,8 @@ pub fn run_one(base: &str, db: &str, sql: &str, format: OutputFormat) -> Result<
         .send(sql)
         .map_err(|e| format!("cannot reach {base}: {e}"))?;
     let status = resp.status();
-    let body = resp.body_mut().read_to_string().map_err(|e| format!("reading the response: {e}"))?;
+    let body =
+        resp.body_mut().read_to_string().map_err(|e| format!("reading the response: {e}"))?;
     if status.is_success() {
         let tag = resp
             .headers()
@@ -46,7 +45,9 @@ pub fn run_one(base: &str, db: &str, sql: &str, format: OutputFormat) -> Result<
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_string();
-        if body.trim().is_empty() || (format == OutputFormat::Table && body.trim() == "(0 rows)" && tag != "SELECT") {
+        if body.trim().is_empty()
+            || (format == OutputFormat::Table && body.trim() == "(0 rows)" && tag != "SELECT")
+        {
             return Ok(format!("{tag}\n"));
         }
         Ok(body)

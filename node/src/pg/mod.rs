@@ -25,6 +25,7 @@ mod extended;
 mod lexer;
 mod params;
 mod types;
+mod values;
 
 use std::fmt::Debug;
 use std::future::Future;

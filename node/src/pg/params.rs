@@ -12,10 +12,10 @@ use datafusion::arrow::datatypes::TimeUnit;
 use pgwire::api::Type;
 use pgwire::error::PgWireResult;
 
-use super::types::{
+use super::user_error;
+use super::values::{
     split_units, write_date, write_datetime, MICROS_PER_SEC, PG_EPOCH_DAYS, PG_EPOCH_SECS,
 };
-use super::user_error;
 
 /// The decimal text of a binary `numeric` parameter.
 fn numeric_from_binary(bytes: &[u8]) -> Option<String> {
@@ -231,7 +231,7 @@ mod tests {
     fn numeric_binary_round_trips() {
         for value in ["123.45", "-0.0001", "10000", "0.00", "99999999.000001", "7"] {
             let mut buf = BytesMut::new();
-            super::super::types::put_numeric(&mut buf, value);
+            super::super::values::put_numeric(&mut buf, value);
             assert_eq!(numeric_from_binary(&buf).as_deref(), Some(value), "{value}");
         }
     }
