@@ -18,6 +18,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::error::{NodeError, Result};
+
 /// Everything `ebb server` needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -97,16 +99,20 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("EBB_LOG_FORMAT", "log_format"),
 ];
 
+fn bad(message: impl Into<String>) -> NodeError {
+    NodeError::Config(message.into())
+}
+
 impl Overrides {
     /// Reads a TOML file.
-    pub fn from_file(path: &Path) -> Result<Overrides, String> {
+    pub fn from_file(path: &Path) -> Result<Overrides> {
         let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
-        toml::from_str(&text).map_err(|e| format!("config file {}: {e}", path.display()))
+            .map_err(|e| bad(format!("cannot read config file {}: {e}", path.display())))?;
+        toml::from_str(&text).map_err(|e| bad(format!("config file {}: {e}", path.display())))
     }
 
     /// Reads the `EBB_*` environment variables through `get`.
-    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Overrides, String> {
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Overrides> {
         let mut o = Overrides::default();
         for (var, _) in ENV_VARS {
             let Some(v) = get(var) else { continue };
@@ -119,7 +125,7 @@ impl Overrides {
                 "EBB_RETENTION_CHECK_INTERVAL" => o.retention_check_interval = Some(v),
                 "EBB_MAX_BODY_BYTES" => {
                     o.max_body_bytes =
-                        Some(v.parse().map_err(|_| format!("{var}: not a number: {v:?}"))?)
+                        Some(v.parse().map_err(|_| bad(format!("{var}: not a number: {v:?}")))?)
                 }
                 "EBB_LOG_FORMAT" => o.log_format = Some(v),
                 _ => {}
@@ -129,9 +135,9 @@ impl Overrides {
     }
 
     /// Applies the settings present to `c`.
-    pub fn apply(&self, c: &mut Config) -> Result<(), String> {
-        let addr = |what: &str, s: &str| -> Result<SocketAddr, String> {
-            s.parse().map_err(|_| format!("{what}: not an address (host:port): {s:?}"))
+    pub fn apply(&self, c: &mut Config) -> Result<()> {
+        let addr = |what: &str, s: &str| -> Result<SocketAddr> {
+            s.parse().map_err(|_| bad(format!("{what}: not an address (host:port): {s:?}")))
         };
         if let Some(d) = &self.data_dir {
             c.data_dir = d.clone();
@@ -147,16 +153,16 @@ impl Overrides {
         }
         if let Some(d) = &self.delete_deadline {
             c.delete_deadline = ebb_query::sql::ddl::parse_retention(d)
-                .map_err(|e| format!("delete_deadline: {e}"))?;
+                .map_err(|e| bad(format!("delete_deadline: {e}")))?;
         }
         if let Some(d) = &self.retention_check_interval {
             c.retention_check_interval = ebb_query::sql::ddl::parse_retention(d)
-                .map_err(|e| format!("retention_check_interval: {e}"))?
-                .ok_or("retention_check_interval must be positive")?;
+                .map_err(|e| bad(format!("retention_check_interval: {e}")))?
+                .ok_or_else(|| bad("retention_check_interval must be positive"))?;
         }
         if let Some(n) = self.max_body_bytes {
             if n == 0 {
-                return Err("max_body_bytes must be positive".into());
+                return Err(bad("max_body_bytes must be positive"));
             }
             c.max_body_bytes = n;
         }
@@ -164,7 +170,9 @@ impl Overrides {
             c.log_format = match f.as_str() {
                 "text" => LogFormat::Text,
                 "json" => LogFormat::Json,
-                other => return Err(format!("log_format: {other:?} is neither text nor json")),
+                other => {
+                    return Err(bad(format!("log_format: {other:?} is neither text nor json")))
+                }
             };
         }
         Ok(())
@@ -172,7 +180,7 @@ impl Overrides {
 }
 
 /// Builds the configuration: defaults, then the file, the environment and the flags.
-pub fn resolve(file: Option<&Path>, env: &Overrides, flags: &Overrides) -> Result<Config, String> {
+pub fn resolve(file: Option<&Path>, env: &Overrides, flags: &Overrides) -> Result<Config> {
     let mut c = Config::default();
     if let Some(path) = file {
         Overrides::from_file(path)?.apply(&mut c)?;
@@ -206,7 +214,10 @@ mod tests {
         std::fs::write(&file, "nonsense = 1\n").expect("write");
         assert!(resolve(Some(&file), &Overrides::default(), &Overrides::default()).is_err());
         let bad = Overrides { http_addr: Some("localhost".into()), ..Default::default() };
-        assert!(resolve(None, &bad, &Overrides::default()).unwrap_err().contains("http_addr"));
+        assert!(resolve(None, &bad, &Overrides::default())
+            .unwrap_err()
+            .to_string()
+            .contains("http_addr"));
         let none = Overrides { delete_deadline: Some("none".into()), ..Default::default() };
         assert_eq!(
             resolve(None, &none, &Overrides::default()).expect("none").delete_deadline,

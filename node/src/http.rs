@@ -66,7 +66,12 @@ fn query_error(e: &QueryError) -> Response {
 }
 
 /// The body as text, gunzipped if `Content-Encoding: gzip`, at most `limit` bytes.
-fn body_text(headers: &HeaderMap, body: Bytes, limit: usize) -> Result<String, Response> {
+/// A rejection is the status and the reason.
+fn body_text(
+    headers: &HeaderMap,
+    body: Bytes,
+    limit: usize,
+) -> Result<String, (StatusCode, String)> {
     let gzip = headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
@@ -75,9 +80,9 @@ fn body_text(headers: &HeaderMap, body: Bytes, limit: usize) -> Result<String, R
         let mut out = Vec::new();
         let mut dec = flate2::read::GzDecoder::new(&body[..]).take(limit as u64 + 1);
         dec.read_to_end(&mut out)
-            .map_err(|e| error(StatusCode::BAD_REQUEST, format!("bad gzip body: {e}")))?;
+            .map_err(|e| (StatusCode::BAD_REQUEST, format!("bad gzip body: {e}")))?;
         if out.len() > limit {
-            return Err(error(
+            return Err((
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("body larger than {limit} bytes after decompression"),
             ));
@@ -86,8 +91,7 @@ fn body_text(headers: &HeaderMap, body: Bytes, limit: usize) -> Result<String, R
     } else {
         body.to_vec()
     };
-    String::from_utf8(raw)
-        .map_err(|e| error(StatusCode::BAD_REQUEST, format!("body is not UTF-8: {e}")))
+    String::from_utf8(raw).map_err(|e| (StatusCode::BAD_REQUEST, format!("body is not UTF-8: {e}")))
 }
 
 async fn write(
@@ -113,9 +117,9 @@ async fn write(
     };
     let text = match body_text(&headers, body, state.max_body_bytes) {
         Ok(t) => t,
-        Err(r) => {
+        Err((status, reason)) => {
             m.write_errors.inc();
-            return r;
+            return error(status, reason);
         }
     };
     let database = state.db.clone();
@@ -191,9 +195,9 @@ async fn sql(
     m.sql_requests.inc();
     let text = match body_text(&headers, body, state.max_body_bytes) {
         Ok(t) => t,
-        Err(r) => {
+        Err((status, reason)) => {
             m.sql_errors.inc();
-            return r;
+            return error(status, reason);
         }
     };
     let database = q.get("db").cloned().unwrap_or_else(|| ebb_query::DEFAULT_DATABASE.into());
@@ -289,7 +293,10 @@ fn encode(
                 arrow::util::pretty::pretty_format_batches(batches).map_err(err)?.to_string()
             };
             let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-            Ok(("text/plain; charset=utf-8".into(), format!("{t}\n({rows} rows)\n").into_bytes()))
+            Ok((
+                "text/plain; charset=utf-8".into(),
+                format!("{t}\n({rows} {})\n", if rows == 1 { "row" } else { "rows" }).into_bytes(),
+            ))
         }
     }
 }

@@ -4,10 +4,12 @@
 //! - [`server`]: opens the database and runs the front ends: [`http`] (line protocol, SQL,
 //!   health, metrics), [`pg`] (PostgreSQL wire protocol) and [`grpc`]; retention purges run in
 //!   the background; shutdown flushes.
+//! - [`error`]: [`error::NodeError`], what can go wrong in all of these.
 //! - [`cli`]: `ebb sql` and `ebb import`, HTTP clients of a running server.
 
 pub mod cli;
 pub mod config;
+pub mod error;
 pub mod grpc;
 pub mod http;
 pub mod metrics;

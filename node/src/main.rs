@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use ebb_node::cli::sql::OutputFormat;
 use ebb_node::config::{self, LogFormat, Overrides};
+use ebb_node::error::NodeError;
 
 #[derive(Parser)]
 #[command(name = "ebb", version, about = "EbbDB: a time-series database that forgets on time")]
@@ -115,15 +116,11 @@ fn main() -> ExitCode {
     }
 }
 
-fn run_server(file: Option<PathBuf>, flags: Overrides) -> Result<(), String> {
+fn run_server(file: Option<PathBuf>, flags: Overrides) -> Result<(), NodeError> {
     let env = Overrides::from_env(|k| std::env::var(k).ok())?;
     let config = config::resolve(file.as_deref(), &env, &flags)?;
     init_logs(config.log_format);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("ebb")
-        .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("ebb").build()?;
     rt.block_on(async {
         let server = ebb_node::server::Server::start(&config).await?;
         eprintln!(

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
+use crate::error::{NodeError, Result};
 use crate::http::{router, AppState};
 use crate::metrics::Metrics;
 
@@ -28,39 +29,34 @@ pub struct Server {
     tasks: Vec<JoinHandle<()>>,
 }
 
-async fn bind(what: &str, addr: SocketAddr) -> Result<TcpListener, String> {
-    TcpListener::bind(addr).await.map_err(|e| format!("cannot listen for {what} on {addr}: {e}"))
+async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener> {
+    TcpListener::bind(addr).await.map_err(|source| NodeError::Listen { what, addr, source })
 }
 
 /// Resolves when `stop` turns true.
-fn stopped(
-    mut rx: watch::Receiver<bool>,
-) -> impl std::future::Future<Output = ()> + Send + 'static {
-    async move {
-        while !*rx.borrow() {
-            if rx.changed().await.is_err() {
-                return;
-            }
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    while !*rx.borrow() {
+        if rx.changed().await.is_err() {
+            return;
         }
     }
 }
 
 impl Server {
     /// Opens the data directory and starts serving (ports 0 pick free ones).
-    pub async fn start(config: &Config) -> Result<Server, String> {
+    pub async fn start(config: &Config) -> Result<Server> {
         let opts = Options { delete_deadline: config.delete_deadline, ..Options::default() };
         let dir = config.data_dir.clone();
         std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("cannot create data directory {}: {e}", dir.display()))?;
+            .map_err(|source| NodeError::DataDir { dir: dir.clone(), source })?;
         let db = tokio::task::spawn_blocking(move || Database::open(&dir, opts))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("cannot open {}: {e}", config.data_dir.display()))?;
+            .await?
+            .map_err(|source| NodeError::Open { dir: config.data_dir.clone(), source })?;
         let db = Arc::new(db);
         let http = bind("HTTP", config.http_addr).await?;
         let pg = bind("PostgreSQL", config.pg_addr).await?;
         let grpc = bind("gRPC", config.grpc_addr).await?;
-        let addr = |l: &TcpListener| l.local_addr().map_err(|e| e.to_string());
+        let addr = |l: &TcpListener| l.local_addr();
         let (http_addr, pg_addr, grpc_addr) = (addr(&http)?, addr(&pg)?, addr(&grpc)?);
         let (stop, rx) = watch::channel(false);
         let metrics = Arc::new(Metrics::default());
@@ -107,16 +103,13 @@ impl Server {
     }
 
     /// Stops accepting, waits for the front ends to finish, and flushes.
-    pub async fn shutdown(self) -> Result<(), String> {
+    pub async fn shutdown(self) -> Result<()> {
         let _ = self.stop.send(true);
         for t in self.tasks {
             let _ = t.await;
         }
         let db = self.db;
-        tokio::task::spawn_blocking(move || db.flush())
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("flush on shutdown failed: {e}"))?;
+        tokio::task::spawn_blocking(move || db.flush()).await?.map_err(NodeError::Flush)?;
         tracing::info!("EbbDB stopped; memtables flushed");
         Ok(())
     }

@@ -135,7 +135,7 @@ async fn http_psql_driver_and_restart() {
         );
         assert_eq!((s, csv.as_str()), (200, "host\nh0\nh0\n"));
         let (s, t) = h.post("/v1/sql", b"SELECT 1 AS one", &[("Accept", "text/plain")]);
-        assert!(s == 200 && t.contains("| one |") && t.contains("(1 rows)"), "{t}");
+        assert!(s == 200 && t.contains("| one |") && t.contains("(1 row)"), "{t}");
 
         // Bad input: 4xx with a reason; nothing from a rejected request is applied.
         let (s, b) =

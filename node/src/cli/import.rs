@@ -7,16 +7,11 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::url;
+use crate::error::Result;
 
 /// Imports `path` (line protocol; `-` for standard input) into database `db` at `base`,
 /// `batch` lines per request. Returns the lines sent.
-pub fn import(
-    base: &str,
-    db: &str,
-    path: &str,
-    precision: &str,
-    batch: usize,
-) -> Result<u64, String> {
+pub fn import(base: &str, db: &str, path: &str, precision: &str, batch: usize) -> Result<u64> {
     let (reader, total): (Box<dyn BufRead>, u64) = if path == "-" {
         (Box::new(BufReader::new(std::io::stdin())), 0)
     } else {

@@ -3,6 +3,7 @@
 use rustyline::error::ReadlineError;
 
 use super::url;
+use crate::error::{NodeError, Result};
 
 /// Output format of `ebb sql`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -26,7 +27,7 @@ impl OutputFormat {
 }
 
 /// Runs `sql` on the server at `base`; returns the printed result, or the server's error.
-pub fn run_one(base: &str, db: &str, sql: &str, format: OutputFormat) -> Result<String, String> {
+pub fn run_one(base: &str, db: &str, sql: &str, format: OutputFormat) -> Result<String> {
     let agent: ureq::Agent =
         ureq::Agent::config_builder().http_status_as_error(false).build().into();
     let mut resp = agent
@@ -56,12 +57,12 @@ pub fn run_one(base: &str, db: &str, sql: &str, format: OutputFormat) -> Result<
             .ok()
             .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
             .unwrap_or(body);
-        Err(format!("ERROR ({status}): {msg}"))
+        Err(NodeError::Client(format!("ERROR ({status}): {msg}")))
     }
 }
 
 /// The interactive prompt: statements end with `;`; `\q` or Ctrl-D quits.
-pub fn repl(base: &str, db: &str, format: OutputFormat) -> Result<(), String> {
+pub fn repl(base: &str, db: &str, format: OutputFormat) -> Result<()> {
     let mut rl = rustyline::DefaultEditor::new().map_err(|e| e.to_string())?;
     println!("EbbDB at {base}, database {db}. End statements with ';'. \\q quits.");
     let mut buf = String::new();
@@ -86,7 +87,7 @@ pub fn repl(base: &str, db: &str, format: OutputFormat) -> Result<(), String> {
             }
             Err(ReadlineError::Interrupted) => buf.clear(),
             Err(ReadlineError::Eof) => return Ok(()),
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(NodeError::Client(e.to_string())),
         }
     }
 }

@@ -361,8 +361,10 @@ where
             let first = |column| column_u64(&batches, column).first().copied().flatten();
             if let Some(id) = first(1) {
                 let deletes = first(2).unwrap_or(0);
-                let message =
-                    format!("delete id {id} ({deletes} engine deletes); see system.deletions");
+                let plural = if deletes == 1 { "" } else { "s" };
+                let message = format!(
+                    "delete id {id} ({deletes} engine delete{plural}); see system.deletions"
+                );
                 client.feed(notice(message)).await?;
             }
             Outcome::Tag(Tag::new("DELETE").with_rows(to_usize(first(0).unwrap_or(0))))
