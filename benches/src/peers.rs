@@ -62,7 +62,8 @@ pub fn ebb_binary() -> Result<PathBuf, String> {
 }
 
 fn wait_http(url: &str, path: &str, ok: &[u16]) -> Result<(), String> {
-    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let agent: ureq::Agent =
+        ureq::Agent::config_builder().http_status_as_error(false).build().into();
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(60) {
         if let Ok(r) = agent.get(&format!("{url}{path}")).call() {
@@ -119,11 +120,9 @@ pub fn start(system: System, dir: &Path) -> Result<Running, String> {
             c
         }
     };
-    let child = cmd
-        .stdout(Stdio::from(log))
-        .stderr(Stdio::from(log2))
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e} (install it: see BENCHMARKS.md)", system.name()))?;
+    let child = cmd.stdout(Stdio::from(log)).stderr(Stdio::from(log2)).spawn().map_err(|e| {
+        format!("cannot start {}: {e} (install it: see BENCHMARKS.md)", system.name())
+    })?;
     let running = Running { system, url: url.clone(), child };
     match system {
         System::Ebb => wait_http(&url, "/ready", &[200])?,

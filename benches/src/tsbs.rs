@@ -20,12 +20,27 @@ const START_S: i64 = 1_451_606_400;
 const INTERVAL_S: i64 = 10;
 
 const REGIONS: [&str; 9] = [
-    "us-east-1", "us-west-1", "us-west-2", "eu-west-1", "eu-central-1", "ap-southeast-1",
-    "ap-southeast-2", "ap-northeast-1", "sa-east-1",
+    "us-east-1",
+    "us-west-1",
+    "us-west-2",
+    "eu-west-1",
+    "eu-central-1",
+    "ap-southeast-1",
+    "ap-southeast-2",
+    "ap-northeast-1",
+    "sa-east-1",
 ];
 const FIELDS: [&str; 10] = [
-    "usage_user", "usage_system", "usage_idle", "usage_nice", "usage_iowait", "usage_irq",
-    "usage_softirq", "usage_steal", "usage_guest", "usage_guest_nice",
+    "usage_user",
+    "usage_system",
+    "usage_idle",
+    "usage_nice",
+    "usage_iowait",
+    "usage_irq",
+    "usage_softirq",
+    "usage_steal",
+    "usage_guest",
+    "usage_guest_nice",
 ];
 
 /// A data set: hosts x hours.
@@ -119,16 +134,24 @@ pub fn load(s: &Running, batches: &[String], clients: usize) -> Result<f64, Stri
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(b) = batches.get(i) else { return Ok(()) };
-                        let mut resp = a.post(&url).send(b.as_bytes()).map_err(|e| e.to_string())?;
+                        let mut resp =
+                            a.post(&url).send(b.as_bytes()).map_err(|e| e.to_string())?;
                         if !resp.status().is_success() {
                             let body = resp.body_mut().read_to_string().unwrap_or_default();
-                            return Err(format!("{} rejected batch {i}: {} {body}", s.system.name(), resp.status()));
+                            return Err(format!(
+                                "{} rejected batch {i}: {} {body}",
+                                s.system.name(),
+                                resp.status()
+                            ));
                         }
                     }
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("client panicked".into()))).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("client panicked".into())))
+            .collect()
     });
     res.into_iter().collect::<Result<Vec<()>, _>>()?;
     Ok(start.elapsed().as_secs_f64())
@@ -142,7 +165,10 @@ fn prepare(s: &Running) -> Result<(), String> {
             .send_empty()
             .map_err(|e| e.to_string())?;
         if !r.status().is_success() {
-            return Err(format!("CREATE DATABASE: {}", r.body_mut().read_to_string().unwrap_or_default()));
+            return Err(format!(
+                "CREATE DATABASE: {}",
+                r.body_mut().read_to_string().unwrap_or_default()
+            ));
         }
     }
     Ok(())
@@ -157,7 +183,12 @@ pub fn ingest(work: &Path, sets: &[Dataset], clients: usize) -> Result<(), Strin
     for ds in sets {
         let batches = generate(*ds, 5000);
         let rows = ds.rows() as f64;
-        println!("ingest {}: {} rows in {} batches, {clients} clients", ds.label(), ds.rows(), batches.len());
+        println!(
+            "ingest {}: {} rows in {} batches, {clients} clients",
+            ds.label(),
+            ds.rows(),
+            batches.len()
+        );
         let mut rates = Vec::new();
         for sys in [System::Ebb, System::Influx, System::Victoria] {
             let dir = work.join(format!("{}-{}", sys.name(), ds.label()));
@@ -222,7 +253,13 @@ pub fn query(work: &Path, ds: Dataset, reps: usize) -> Result<(), String> {
         let s = ns / 1_000_000_000;
         let (days, rem) = (s.div_euclid(86_400), s.rem_euclid(86_400));
         // 2016-01-01 + days (the data sets stay within January 2016).
-        format!("2016-01-{:02}T{:02}:{:02}:{:02}Z", 1 + days - 16_801, rem / 3600, rem % 3600 / 60, rem % 60)
+        format!(
+            "2016-01-{:02}T{:02}:{:02}:{:02}Z",
+            1 + days - 16_801,
+            rem / 3600,
+            rem % 3600 / 60,
+            rem % 60
+        )
     };
     let queries: Vec<(&str, String, String)> = vec![
         (
@@ -275,16 +312,30 @@ pub fn query(work: &Path, ds: Dataset, reps: usize) -> Result<(), String> {
                 times.push(timed(&s, q)?.0);
             }
             let m = median(times);
-            println!("  {:<10} {name:<24} {m:>9.2} ms   {}", sys.name(), body.chars().take(90).collect::<String>());
+            println!(
+                "  {:<10} {name:<24} {m:>9.2} ms   {}",
+                sys.name(),
+                body.chars().take(90).collect::<String>()
+            );
             f.push(m);
         }
         let q = if sys == System::Ebb { &deletes.0 } else { &deletes.1 };
         let (ms, body) = timed(&s, q)?;
-        println!("  {:<10} {:<24} {ms:>9.2} ms   {}", sys.name(), "delete-30min", body.chars().take(90).collect::<String>());
+        println!(
+            "  {:<10} {:<24} {ms:>9.2} ms   {}",
+            sys.name(),
+            "delete-30min",
+            body.chars().take(90).collect::<String>()
+        );
         f.push(ms);
         let count_q = if sys == System::Ebb { &queries[2].1 } else { &queries[2].2 };
         let (_, after) = timed(&s, count_q)?;
-        println!("  {:<10} {:<24} {}", sys.name(), "count after delete", after.chars().take(90).collect::<String>());
+        println!(
+            "  {:<10} {:<24} {}",
+            sys.name(),
+            "count after delete",
+            after.chars().take(90).collect::<String>()
+        );
         figures.push(f);
         drop(s);
         let _ = std::fs::remove_dir_all(&dir);

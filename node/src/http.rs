@@ -35,6 +35,39 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Largest body accepted (after decompression).
     pub max_body_bytes: usize,
+    /// SQL sessions by database, shared by requests.
+    pub sessions: Arc<SessionCache>,
+}
+
+/// One SQL session per database, shared by all HTTP requests: building a DataFusion context
+/// registers every built-in function, which costs more than planning a simple query. Requests
+/// that change session settings (`SET`) get a session of their own, so HTTP stays stateless.
+#[derive(Default)]
+pub struct SessionCache {
+    sessions: std::sync::Mutex<HashMap<String, Arc<SqlSession>>>,
+}
+
+impl SessionCache {
+    /// Most databases whose sessions are kept.
+    const MAX: usize = 256;
+
+    /// The shared session of `database`, or a private one if `sql` changes settings.
+    pub fn session(&self, db: &Arc<Database>, database: &str, sql: &str) -> Arc<SqlSession> {
+        let first = sql.trim_start().get(..4).unwrap_or("");
+        if first.eq_ignore_ascii_case("set ") || first.eq_ignore_ascii_case("set\t") {
+            return Arc::new(SqlSession::new(db.clone(), database));
+        }
+        let mut map = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = map.get(database) {
+            return s.clone();
+        }
+        if map.len() >= Self::MAX {
+            map.clear();
+        }
+        let s = Arc::new(SqlSession::new(db.clone(), database));
+        map.insert(database.to_string(), s.clone());
+        s
+    }
 }
 
 /// The router.
@@ -201,7 +234,7 @@ async fn sql(
         }
     };
     let database = q.get("db").cloned().unwrap_or_else(|| ebb_query::DEFAULT_DATABASE.into());
-    let session = SqlSession::new(state.db.clone(), &database);
+    let session = state.sessions.session(&state.db, &database, &text);
     let result = async {
         let mut outputs = session.execute_all(&text).await?;
         let Some(last) = outputs.pop() else {

@@ -66,6 +66,7 @@ impl Server {
             db: db.clone(),
             metrics: metrics.clone(),
             max_body_bytes: config.max_body_bytes,
+            sessions: Default::default(),
         });
         let shutdown = stopped(rx.clone());
         tasks.push(tokio::spawn(async move {

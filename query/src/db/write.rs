@@ -76,6 +76,15 @@ impl<'c> Plan<'c> {
     }
 }
 
+/// The position of the first item matching `is`, trying `hint` first: lines of one source list
+/// tags and fields in the same order, which is usually the table's order.
+fn find_near<T>(items: &[T], hint: usize, is: impl Fn(&T) -> bool) -> Option<usize> {
+    match items.get(hint) {
+        Some(item) if is(item) => Some(hint),
+        _ => items.iter().position(is),
+    }
+}
+
 fn line_err(line: usize, reason: impl Into<String>) -> QueryError {
     QueryError::Line(LineError { line, reason: reason.into() })
 }
@@ -204,11 +213,11 @@ impl Database {
             }
         }
         let mut tag_idx: Vec<(usize, &str)> = Vec::with_capacity(line.tags.len());
-        for (k, v) in &line.tags {
+        for (n, (k, v)) in line.tags.iter().enumerate() {
             if k == TIME_COLUMN {
                 return Err(line_err(no, "\"time\" cannot be a tag"));
             }
-            let i = match def.tags.iter().position(|t| t == k) {
+            let i = match find_near(&def.tags, n, |t| t == k) {
                 Some(i) => i,
                 None if def.fields.iter().any(|(f, _)| f == k) => {
                     return Err(line_err(
@@ -228,13 +237,13 @@ impl Database {
         }
         tag_idx.sort_unstable_by_key(|(i, _)| *i);
         let mut fields: Fields = Vec::with_capacity(line.fields.len());
-        for (k, v) in &line.fields {
+        for (n, (k, v)) in line.fields.iter().enumerate() {
             if k == TIME_COLUMN {
                 return Err(line_err(no, "\"time\" cannot be a field"));
             }
             let value = value_of(v);
             let ty = value.field_type();
-            let i = match def.fields.iter().position(|(f, _)| f == k) {
+            let i = match find_near(&def.fields, n, |(f, _)| f == k) {
                 Some(i) if def.fields[i].1 != ty => {
                     return Err(QueryError::TypeConflict {
                         table: def.name.clone(),

@@ -53,19 +53,19 @@ impl<'a> Iterator for Lines<'a> {
 pub fn parse_line(line: &str) -> Result<Line<'_>, String> {
     let b = line.as_bytes();
     let mut pos = 0;
-    let measurement = take_name(line, &mut pos, b", ");
+    let measurement = take_name(line, &mut pos, &MEASUREMENT_STOPS);
     if measurement.is_empty() {
         return Err("missing measurement".into());
     }
     let mut tags = SmallVec::new();
     while pos < b.len() && b[pos] == b',' {
         pos += 1;
-        let key = take_name(line, &mut pos, b",= ");
+        let key = take_name(line, &mut pos, &KEY_STOPS);
         if pos >= b.len() || b[pos] != b'=' {
             return Err(format!("tag {key:?} has no value"));
         }
         pos += 1;
-        let value = take_name(line, &mut pos, b",= ");
+        let value = take_name(line, &mut pos, &KEY_STOPS);
         if key.is_empty() {
             return Err("empty tag key".into());
         }
@@ -82,7 +82,7 @@ pub fn parse_line(line: &str) -> Result<Line<'_>, String> {
     }
     let mut fields = SmallVec::new();
     loop {
-        let key = take_name(line, &mut pos, b",= ");
+        let key = take_name(line, &mut pos, &KEY_STOPS);
         if key.is_empty() {
             return Err(if fields.is_empty() {
                 "missing field set".to_string()
@@ -118,21 +118,39 @@ pub fn parse_line(line: &str) -> Result<Line<'_>, String> {
     Ok(Line { measurement, tags, fields, timestamp })
 }
 
+/// Bytes that end a name, as a table indexed by byte (one load per byte scanned).
+type StopSet = [bool; 256];
+
+const fn stop_set(stops: &[u8]) -> StopSet {
+    let mut set = [false; 256];
+    let mut i = 0;
+    while i < stops.len() {
+        set[stops[i] as usize] = true;
+        i += 1;
+    }
+    set
+}
+
+/// What ends a measurement name.
+const MEASUREMENT_STOPS: StopSet = stop_set(b", ");
+/// What ends a tag key, tag value or field key.
+const KEY_STOPS: StopSet = stop_set(b",= ");
+
 /// Takes a name up to the first unescaped byte in `stops`, unescaping a backslash before a stop
 /// byte or a backslash. Borrowed unless escaped.
-fn take_name<'a>(line: &'a str, pos: &mut usize, stops: &[u8]) -> Cow<'a, str> {
+fn take_name<'a>(line: &'a str, pos: &mut usize, stops: &StopSet) -> Cow<'a, str> {
     let b = line.as_bytes();
     let start = *pos;
     let mut escaped = false;
     let mut i = start;
     while i < b.len() {
         let c = b[i];
-        if c == b'\\' && i + 1 < b.len() && (stops.contains(&b[i + 1]) || b[i + 1] == b'\\') {
+        if c == b'\\' && i + 1 < b.len() && (stops[usize::from(b[i + 1])] || b[i + 1] == b'\\') {
             escaped = true;
             i += 2;
             continue;
         }
-        if stops.contains(&c) {
+        if stops[usize::from(c)] {
             break;
         }
         i += 1;
@@ -147,7 +165,9 @@ fn take_name<'a>(line: &'a str, pos: &mut usize, stops: &[u8]) -> Cow<'a, str> {
     let mut j = 0;
     let mut seg = 0;
     while j < rb.len() {
-        if rb[j] == b'\\' && j + 1 < rb.len() && (stops.contains(&rb[j + 1]) || rb[j + 1] == b'\\')
+        if rb[j] == b'\\'
+            && j + 1 < rb.len()
+            && (stops[usize::from(rb[j + 1])] || rb[j + 1] == b'\\')
         {
             out.push_str(&raw[seg..j]);
             seg = j + 1; // keep the escaped byte

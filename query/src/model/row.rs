@@ -82,42 +82,85 @@ pub fn encode_row<'a>(
 
 /// Decodes a row into `(field number, value)` pairs.
 pub fn decode_row(b: &[u8]) -> Result<Vec<(usize, Value)>, QueryError> {
-    let bad = || QueryError::Corrupt("undecodable row value".into());
     let mut pos = 0;
-    let n = varint::get(b, &mut pos).ok_or_else(bad)? as usize;
+    let n = varint::get(b, &mut pos).ok_or_else(corrupt)? as usize;
     let mut out = Vec::with_capacity(n.min(1024));
     for _ in 0..n {
-        let i = varint::get(b, &mut pos).ok_or_else(bad)? as usize;
-        let ty = *b.get(pos).ok_or_else(bad)?;
-        pos += 1;
-        let v = match ty {
-            T_FLOAT => {
-                let bytes = b.get(pos..pos + 8).ok_or_else(bad)?;
-                pos += 8;
-                Value::Float(f64::from_le_bytes(bytes.try_into().map_err(|_| bad())?))
-            }
-            T_INT => {
-                let z = varint::get(b, &mut pos).ok_or_else(bad)?;
-                Value::Integer(((z >> 1) as i64) ^ -((z & 1) as i64))
-            }
-            T_UINT => Value::UInteger(varint::get(b, &mut pos).ok_or_else(bad)?),
-            T_BOOL => {
-                let v = *b.get(pos).ok_or_else(bad)?;
-                pos += 1;
-                Value::Boolean(v != 0)
-            }
-            T_STR => {
-                let len = varint::get(b, &mut pos).ok_or_else(bad)? as usize;
-                let end = pos.checked_add(len).ok_or_else(bad)?;
-                let s = std::str::from_utf8(b.get(pos..end).ok_or_else(bad)?).map_err(|_| bad())?;
-                pos = end;
-                Value::String(s.to_string())
-            }
-            _ => return Err(bad()),
-        };
-        out.push((i, v));
+        let (i, v) = next_field(b, &mut pos, true)?;
+        out.extend(v.map(|v| (i, v)));
     }
     Ok(out)
+}
+
+/// Decodes the fields of a row that `wanted` marks into `out` (indexed by field number, so
+/// `out` must be as long as `wanted`), leaving the others `None`; unwanted values are skipped
+/// without being materialized.
+pub fn decode_fields(
+    b: &[u8],
+    wanted: &[bool],
+    out: &mut [Option<Value>],
+) -> Result<(), QueryError> {
+    out.iter_mut().for_each(|f| *f = None);
+    let mut pos = 0;
+    let n = varint::get(b, &mut pos).ok_or_else(corrupt)? as usize;
+    for _ in 0..n {
+        let i = varint::get(b, &mut pos).ok_or_else(corrupt)? as usize;
+        let want = wanted.get(i).copied().unwrap_or(false);
+        let v = value(b, &mut pos, want)?;
+        if let (Some(v), Some(slot)) = (v, out.get_mut(i)) {
+            *slot = Some(v);
+        }
+    }
+    Ok(())
+}
+
+fn corrupt() -> QueryError {
+    QueryError::Corrupt("undecodable row value".into())
+}
+
+/// Decodes one `(field number, value)` at `pos`.
+fn next_field(
+    b: &[u8],
+    pos: &mut usize,
+    materialize: bool,
+) -> Result<(usize, Option<Value>), QueryError> {
+    let i = varint::get(b, pos).ok_or_else(corrupt)? as usize;
+    Ok((i, value(b, pos, materialize)?))
+}
+
+/// Decodes (or, unless `materialize`, skips) one typed value at `pos`.
+fn value(b: &[u8], pos: &mut usize, materialize: bool) -> Result<Option<Value>, QueryError> {
+    let ty = *b.get(*pos).ok_or_else(corrupt)?;
+    *pos += 1;
+    let v = match ty {
+        T_FLOAT => {
+            let bytes = b.get(*pos..*pos + 8).ok_or_else(corrupt)?;
+            *pos += 8;
+            Value::Float(f64::from_le_bytes(bytes.try_into().map_err(|_| corrupt())?))
+        }
+        T_INT => {
+            let z = varint::get(b, pos).ok_or_else(corrupt)?;
+            Value::Integer(((z >> 1) as i64) ^ -((z & 1) as i64))
+        }
+        T_UINT => Value::UInteger(varint::get(b, pos).ok_or_else(corrupt)?),
+        T_BOOL => {
+            let v = *b.get(*pos).ok_or_else(corrupt)?;
+            *pos += 1;
+            Value::Boolean(v != 0)
+        }
+        T_STR => {
+            let len = varint::get(b, pos).ok_or_else(corrupt)? as usize;
+            let end = pos.checked_add(len).ok_or_else(corrupt)?;
+            let raw = b.get(*pos..end).ok_or_else(corrupt)?;
+            *pos = end;
+            if !materialize {
+                return Ok(None);
+            }
+            Value::String(std::str::from_utf8(raw).map_err(|_| corrupt())?.to_string())
+        }
+        _ => return Err(corrupt()),
+    };
+    Ok(materialize.then_some(v))
 }
 
 /// Merges `newer` into `older` (field numbers ascending in both): fields of `newer` win.

@@ -21,7 +21,7 @@ use super::pushdown::ScanFilter;
 use crate::db::Database;
 use crate::error::QueryError;
 use crate::model::keys::{parse_row_key, series_range, table_range, time_to_u64};
-use crate::model::row::{decode_row, Value};
+use crate::model::row::{decode_fields, Value};
 use crate::model::schema::{Column, FieldType, TableDef};
 use crate::model::series::TagValues;
 
@@ -140,6 +140,14 @@ impl ScanJob {
         let mut total = 0usize;
         let mut tag_cache: Option<(u64, Option<TagValues>)> = None;
         let mut fields: Vec<Option<Value>> = vec![None; self.def.fields.len()];
+        let mut wanted = vec![false; self.def.fields.len()];
+        for c in &self.columns {
+            if let Column::Field(i) = c {
+                if let Some(w) = wanted.get_mut(*i) {
+                    *w = true;
+                }
+            }
+        }
         let mut flush =
             |builders: &mut Vec<Builder>, rows: &mut usize| -> Result<bool, QueryError> {
                 let arrays: Vec<ArrayRef> = builders.iter_mut().map(Builder::finish).collect();
@@ -189,12 +197,7 @@ impl ScanJob {
                     tag_cache = Some((sid, tags));
                 }
                 if need_values {
-                    fields.iter_mut().for_each(|f| *f = None);
-                    for (i, val) in decode_row(&v)? {
-                        if let Some(slot) = fields.get_mut(i) {
-                            *slot = Some(val);
-                        }
-                    }
+                    decode_fields(&v, &wanted, &mut fields)?;
                 }
                 let tags = tag_cache.as_ref().and_then(|(_, t)| t.as_ref());
                 for (b, c) in builders.iter_mut().zip(&self.columns) {
