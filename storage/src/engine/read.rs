@@ -134,7 +134,14 @@ impl Engine {
             }
         }
         let rules = self.inner.rules();
-        let ranges = RangeCheck { inner: self.inner.clone(), generation, sv, windows, rules };
+        // Range deletes at or below the snapshot are all in `sv` already (a write is visible
+        // only after it reached the memtable), so an empty index stays empty for this scan.
+        let no_ranges = self.inner.opts.range_delete_mode == RangeDeleteMode::Gloran
+            && sv.mem.ranges.is_empty()
+            && sv.imms.iter().all(|m| m.ranges.is_empty())
+            && sv.version.all_trees().next().is_none();
+        let ranges =
+            RangeCheck { inner: self.inner.clone(), generation, sv, windows, rules, no_ranges };
         let time = time.map(|w| (w, self.inner.opts.delete_key.clone()));
         Ok(EngineIter::new(MergeCursor::new(children), seq, start, end, ranges).with_time(time))
     }
@@ -214,6 +221,8 @@ pub(crate) struct RangeCheck {
     sv: Arc<SuperVersion>,
     windows: Arc<Vec<crate::kiwi::TimeWindow>>,
     rules: Arc<Vec<super::retention::Rule>>,
+    /// No GLORAN range delete existed when the scan started.
+    no_ranges: bool,
 }
 
 impl RangeCheck {
@@ -227,6 +236,9 @@ impl RangeCheck {
             if Inner::window_hides(&self.windows, dkey, key, seq, t) {
                 return Ok(true);
             }
+        }
+        if self.no_ranges {
+            return Ok(false);
         }
         self.inner.range_deleted((self.generation, &self.sv), key, seq, t)
     }

@@ -50,6 +50,11 @@ impl RangeBuffer {
         }
     }
 
+    /// True if no range delete was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.map.read().is_empty()
+    }
+
     /// Newest covering sequence number of `key` visible at `t`.
     pub fn visible(&self, key: &[u8], t: u64) -> Option<u64> {
         let map = self.map.read();
