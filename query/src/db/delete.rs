@@ -41,7 +41,26 @@ pub struct DeleteOutcome {
     pub ids: Vec<u64>,
 }
 
+/// Tables with at most this many series read a time window series by series (one seek each)
+/// rather than walking the whole table and filtering by time.
+const WINDOW_SEEK_SERIES: usize = 4096;
+
 impl Database {
+    /// The series of `table` in key order, when a bounded time window is better read series by
+    /// series: `None` if `unbounded` or the table has more than [`WINDOW_SEEK_SERIES`] series.
+    pub(crate) fn window_series(&self, table: u32, unbounded: bool) -> Option<Vec<u64>> {
+        if unbounded {
+            return None;
+        }
+        self.catalog.with_series(table, |idx| {
+            (idx.len() <= WINDOW_SEEK_SERIES).then(|| {
+                let mut ids: Vec<u64> = idx.iter().map(|(id, _)| id).collect();
+                ids.sort_unstable();
+                ids
+            })
+        })
+    }
+
     /// Deletes the rows of `table` that any of `targets` selects. Counts them first (under the
     /// writer lock, so the count is exact), then writes every engine delete in one batch.
     pub fn delete(&self, table: &TableDef, targets: &[DeleteTarget]) -> Result<DeleteOutcome> {
@@ -91,8 +110,23 @@ impl Database {
                             std::ops::Bound::Excluded(hi.clone())
                         },
                     );
-                    for item in self.engine.scan_time(range, d_lo, d_hi, Some(&snap))? {
-                        count(item?.0);
+                    match self.window_series(table.id, false) {
+                        Some(ids) => {
+                            for s in ids {
+                                let (lo, hi) =
+                                    series_range(table.id, s, t_lo.unwrap_or(i64::MIN), *t_hi);
+                                if lo < hi {
+                                    for item in self.engine.scan(lo..hi, Some(&snap))? {
+                                        count(item?.0);
+                                    }
+                                }
+                            }
+                        }
+                        None => {
+                            for item in self.engine.scan_time(range, d_lo, d_hi, Some(&snap))? {
+                                count(item?.0);
+                            }
+                        }
                     }
                     batch.delete_time_range(d_lo, d_hi, lo, hi);
                 }

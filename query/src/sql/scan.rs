@@ -165,10 +165,19 @@ impl ScanJob {
                     (lo, hi, false)
                 })
                 .collect(),
-            None => {
-                let (lo, hi) = table_range(table);
-                vec![(lo, hi, !t.is_unbounded())]
-            }
+            None => match self.db.window_series(table, t.is_unbounded()) {
+                Some(ids) => ids
+                    .iter()
+                    .map(|&s| {
+                        let (lo, hi) = series_range(table, s, t.lo.unwrap_or(i64::MIN), t.hi);
+                        (lo, hi, false)
+                    })
+                    .collect(),
+                None => {
+                    let (lo, hi) = table_range(table);
+                    vec![(lo, hi, !t.is_unbounded())]
+                }
+            },
         };
         'ranges: for (lo, hi, by_time) in ranges {
             if !hi.is_empty() && lo >= hi {
