@@ -3,7 +3,7 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use super::{KeyBuf, MemKey, MemValue, Memtable};
 use crate::batch::EntryKind;
@@ -19,6 +19,11 @@ const CHUNK: usize = 64;
 pub(crate) struct MemCursor {
     mem: Arc<Memtable>,
     buf: Vec<(MemKey, MemValue)>,
+    /// The keys of `buf` back to back, so `key_bytes` hands out slices of one allocation per
+    /// chunk instead of copying every key into an allocation of its own.
+    keys: Bytes,
+    /// Where key `i` of `buf` starts in `keys` (one more entry than `buf`: the end).
+    offsets: Vec<usize>,
     pos: usize,
     exhausted: bool,
 }
@@ -26,13 +31,29 @@ pub(crate) struct MemCursor {
 impl MemCursor {
     /// A cursor, not yet positioned (call `seek`).
     pub fn new(mem: Arc<Memtable>) -> Self {
-        MemCursor { mem, buf: Vec::new(), pos: 0, exhausted: true }
+        MemCursor {
+            mem,
+            buf: Vec::new(),
+            keys: Bytes::new(),
+            offsets: Vec::new(),
+            pos: 0,
+            exhausted: true,
+        }
     }
 
     fn fill(&mut self, from: Bound<&MemKey>) {
         self.mem.chunk(from, CHUNK, &mut self.buf);
         self.pos = 0;
         self.exhausted = self.buf.len() < CHUNK;
+        let total = self.buf.iter().map(|(k, _)| k.key.len()).sum();
+        let mut arena = BytesMut::with_capacity(total);
+        self.offsets.clear();
+        for (k, _) in &self.buf {
+            self.offsets.push(arena.len());
+            arena.extend_from_slice(&k.key);
+        }
+        self.offsets.push(arena.len());
+        self.keys = arena.freeze();
     }
 }
 
@@ -71,6 +92,10 @@ impl EntryCursor for MemCursor {
 
     fn value(&self) -> Bytes {
         self.buf[self.pos].1.value.clone()
+    }
+
+    fn key_bytes(&self) -> Bytes {
+        self.keys.slice(self.offsets[self.pos]..self.offsets[self.pos + 1])
     }
 }
 
