@@ -222,3 +222,51 @@ async fn ddl_retention_and_system_tables() {
     );
     assert!(t.contains("flush"), "{t}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitioned_scans_read_every_row_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = open(dir.path());
+    db.write_lines("public", &body(40, 30), Precision::Nanoseconds, BASE).expect("write");
+    let one = SqlSession::new(db.clone(), "public");
+    one.query("SET datafusion.execution.target_partitions = 1").await.expect("set");
+    let four = SqlSession::new(db.clone(), "public");
+    four.query("SET datafusion.execution.target_partitions = 4").await.expect("set");
+    let plan = text(&four.query("EXPLAIN SELECT count(*) FROM cpu").await.expect("explain"));
+    assert!(plan.contains("partition_sizes=4"), "{plan}");
+    let small =
+        text(&four.query("EXPLAIN SELECT * FROM cpu WHERE host = 'h3'").await.expect("explain"));
+    assert!(small.contains("partition_sizes=1"), "{small}");
+    let lo = BASE + 5 * 60_000_000_000;
+    let hi = BASE + 17 * 60_000_000_000;
+    for sql in [
+        "SELECT host, count(*) AS c, sum(n) AS s, min(time) AS t FROM cpu GROUP BY host ORDER BY host"
+            .to_string(),
+        format!(
+            "SELECT host, count(*) AS c, max(usage) AS u FROM cpu WHERE region = 'eu' \
+             AND time >= to_timestamp_nanos({lo}) AND time < to_timestamp_nanos({hi}) \
+             GROUP BY host ORDER BY host"
+        ),
+        format!(
+            "SELECT count(*) AS c FROM cpu WHERE time >= to_timestamp_nanos({lo}) \
+             AND time < to_timestamp_nanos({hi})"
+        ),
+    ] {
+        let a = text(&one.query(&sql).await.expect("one partition"));
+        let b = text(&four.query(&sql).await.expect("four partitions"));
+        assert_eq!(a, b, "{sql}");
+    }
+    assert_eq!(one_u64(&four, "SELECT count(*) FROM cpu").await, 40 * 30);
+    assert_eq!(
+        one_u64(
+            &four,
+            &format!(
+                "SELECT count(*) FROM cpu WHERE time >= to_timestamp_nanos({lo}) \
+                 AND time < to_timestamp_nanos({hi})"
+            )
+        )
+        .await,
+        40 * 12
+    );
+    assert_eq!(one_u64(&four, "SELECT count(DISTINCT host) FROM cpu").await, 40);
+}

@@ -331,6 +331,16 @@ impl Harness {
         if got != want {
             panic!("scan at {at} diverges: {}", self.explain(&got, &want));
         }
+        // The lending form must see exactly the same pairs.
+        let mut iter = self.engine().scan(lo_b.clone()..hi_b.clone(), s).unwrap();
+        let mut lent = Vec::new();
+        while let Some(r) = iter.next_ref() {
+            let (k, v) = r.unwrap();
+            lent.push((k.to_vec(), v.to_vec()));
+        }
+        if lent != want {
+            panic!("borrowed scan at {at} diverges: {}", self.explain(&lent, &want));
+        }
     }
 
     fn verify_all(&self) {

@@ -94,17 +94,22 @@ pub fn decode_row(b: &[u8]) -> Result<Vec<(usize, Value)>, QueryError> {
 
 /// Decodes the fields of a row that `wanted` marks into `out` (indexed by field number, so
 /// `out` must be as long as `wanted`), leaving the others `None`; unwanted values are skipped
-/// without being materialized.
+/// without being materialized, and decoding stops after the last wanted field (field numbers
+/// ascend within a row).
 pub fn decode_fields(
     b: &[u8],
     wanted: &[bool],
     out: &mut [Option<Value>],
 ) -> Result<(), QueryError> {
     out.iter_mut().for_each(|f| *f = None);
+    let Some(last) = wanted.iter().rposition(|w| *w) else { return Ok(()) };
     let mut pos = 0;
     let n = varint::get(b, &mut pos).ok_or_else(corrupt)? as usize;
     for _ in 0..n {
         let i = varint::get(b, &mut pos).ok_or_else(corrupt)? as usize;
+        if i > last {
+            break;
+        }
         let want = wanted.get(i).copied().unwrap_or(false);
         let v = value(b, &mut pos, want)?;
         if let (Some(v), Some(slot)) = (v, out.get_mut(i)) {

@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{Array, AsArray, RecordBatch, UInt64Array};
@@ -17,14 +17,14 @@ use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
-use datafusion::physical_plan::streaming::StreamingTableExec;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::StreamExt;
 use smallvec::SmallVec;
 
 use super::delete::delete_targets;
 use super::pushdown::{classify, ScanFilter};
-use super::scan::TableScan;
+use super::scan::{SeriesSpan, TableScan};
 use crate::db::Database;
 use crate::lp::{FieldValue, Line, Precision};
 use crate::model::schema::{FieldType, TableDef};
@@ -82,7 +82,7 @@ impl TableProvider for EbbTable {
 
     async fn scan(
         &self,
-        _state: &dyn Session,
+        state: &dyn Session,
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
         limit: Option<usize>,
@@ -98,18 +98,28 @@ impl TableProvider for EbbTable {
             None => full,
         };
         let filter = ScanFilter::from_filters(&self.def, filters);
+        let spans =
+            SeriesSpan::split(&self.db, self.def.id, &filter, state.config().target_partitions());
+        let snapshot = Arc::new(OnceLock::new());
         // DataFusion passes a limit only when every filter was pushed down exactly.
-        let scan = TableScan {
-            db: self.db.clone(),
-            def: self.def.clone(),
-            columns,
-            schema: schema.clone(),
-            filter,
-            limit,
-        };
+        let partitions: Vec<Arc<dyn PartitionStream>> = spans
+            .into_iter()
+            .map(|span| {
+                Arc::new(TableScan {
+                    db: self.db.clone(),
+                    def: self.def.clone(),
+                    columns: columns.clone(),
+                    schema: schema.clone(),
+                    filter: filter.clone(),
+                    limit,
+                    span,
+                    snapshot: snapshot.clone(),
+                }) as Arc<dyn PartitionStream>
+            })
+            .collect();
         Ok(Arc::new(StreamingTableExec::try_new(
             schema,
-            vec![Arc::new(scan)],
+            partitions,
             None,
             Vec::new(),
             false,

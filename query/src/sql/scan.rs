@@ -2,8 +2,11 @@
 //!
 //! The engine is synchronous: a scan runs on a blocking thread and sends batches of up to
 //! [`BATCH_ROWS`] rows through a bounded channel; dropping the stream stops it.
+//!
+//! A scan over many series is split into partitions by series id ([`SeriesSpan`]), read in
+//! parallel through one shared engine snapshot, so every partition sees the same writes.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::array::{
     ArrayRef, BooleanBuilder, Float64Builder, Int64Builder, StringBuilder,
@@ -20,13 +23,59 @@ use datafusion::physical_plan::SendableRecordBatchStream;
 use super::pushdown::ScanFilter;
 use crate::db::Database;
 use crate::error::QueryError;
-use crate::model::keys::{parse_row_key, series_range, table_range, time_to_u64};
+use crate::model::keys::{parse_row_key, row_key, series_range, table_range, time_to_u64};
 use crate::model::row::{decode_fields, Value};
 use crate::model::schema::{Column, FieldType, TableDef};
 use crate::model::series::TagValues;
+use ebb_storage::Snapshot;
 
 /// Rows per record batch.
 pub const BATCH_ROWS: usize = 8192;
+
+/// Fewest series a partition of a split scan gets.
+const MIN_SERIES_PER_PARTITION: usize = 4;
+
+/// The series ids one partition of a scan reads: `[lo, hi)`, unbounded where `None`. The spans
+/// of a scan cover every id, so series created after planning are read too.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SeriesSpan {
+    lo: Option<u64>,
+    hi: Option<u64>,
+}
+
+impl SeriesSpan {
+    fn contains(&self, id: u64) -> bool {
+        self.lo.is_none_or(|l| id >= l) && self.hi.is_none_or(|h| id < h)
+    }
+
+    /// Splits the scan of `filter` on `table` into up to `n` spans holding about as many of the
+    /// series it reads each (one span when there are too few series to be worth it).
+    pub fn split(db: &Database, table: u32, filter: &ScanFilter, n: usize) -> Vec<SeriesSpan> {
+        if n <= 1 || filter.time.is_empty() {
+            return vec![SeriesSpan::default()];
+        }
+        let mut ids = db.catalog().with_series(table, |idx| {
+            if idx.len() < 2 * MIN_SERIES_PER_PARTITION {
+                return Vec::new();
+            }
+            filter.series(idx).unwrap_or_else(|| idx.iter().map(|(id, _)| id).collect())
+        });
+        let n = n.min(ids.len() / MIN_SERIES_PER_PARTITION);
+        if n <= 1 {
+            return vec![SeriesSpan::default()];
+        }
+        ids.sort_unstable();
+        let mut spans = Vec::with_capacity(n);
+        let mut lo = None;
+        for i in 1..n {
+            let b = ids[i * ids.len() / n];
+            spans.push(SeriesSpan { lo, hi: Some(b) });
+            lo = Some(b);
+        }
+        spans.push(SeriesSpan { lo, hi: None });
+        spans
+    }
+}
 
 /// One scan of one table: the projected columns, the pushed-down filter and limit.
 #[derive(Debug)]
@@ -40,6 +89,10 @@ pub struct TableScan {
     pub(crate) filter: ScanFilter,
     /// Stop after this many rows (only when every filter was applied here).
     pub(crate) limit: Option<usize>,
+    /// The series this partition reads.
+    pub(crate) span: SeriesSpan,
+    /// The engine snapshot every partition of the scan reads, taken by the first to start.
+    pub(crate) snapshot: Arc<OnceLock<Snapshot>>,
 }
 
 impl PartitionStream for TableScan {
@@ -56,6 +109,8 @@ impl PartitionStream for TableScan {
             schema: self.schema.clone(),
             filter: self.filter.clone(),
             limit: self.limit,
+            span: self.span,
+            snapshot: self.snapshot.clone(),
         };
         tokio::task::spawn_blocking(move || {
             let tx2 = tx.clone();
@@ -79,6 +134,8 @@ struct ScanJob {
     schema: SchemaRef,
     filter: ScanFilter,
     limit: Option<usize>,
+    span: SeriesSpan,
+    snapshot: Arc<OnceLock<Snapshot>>,
 }
 
 enum Builder {
@@ -126,12 +183,13 @@ impl ScanJob {
     /// Reads the rows, calling `emit` per batch; stops when it returns `false`.
     fn run(self, mut emit: impl FnMut(RecordBatch) -> bool) -> Result<(), QueryError> {
         let engine = self.db.engine().clone();
-        let snap = engine.snapshot();
+        let snap = self.snapshot.get_or_init(|| engine.snapshot());
         let table = self.def.id;
         let t = self.filter.time;
         if t.is_empty() {
             return Ok(());
         }
+        let span = self.span;
         let series = self.db.catalog().with_series(table, |idx| self.filter.series(idx));
         let need_tags = self.columns.iter().any(|c| matches!(c, Column::Tag(_)));
         let need_values = self.columns.iter().any(|c| matches!(c, Column::Field(_)));
@@ -160,6 +218,7 @@ impl ScanJob {
         let ranges: Vec<(Vec<u8>, Vec<u8>, bool)> = match &series {
             Some(ids) => ids
                 .iter()
+                .filter(|&&s| span.contains(s))
                 .map(|&s| {
                     let (lo, hi) = series_range(table, s, t.lo.unwrap_or(i64::MIN), t.hi);
                     (lo, hi, false)
@@ -168,13 +227,20 @@ impl ScanJob {
             None => match self.db.window_series(table, t.is_unbounded()) {
                 Some(ids) => ids
                     .iter()
+                    .filter(|&&s| span.contains(s))
                     .map(|&s| {
                         let (lo, hi) = series_range(table, s, t.lo.unwrap_or(i64::MIN), t.hi);
                         (lo, hi, false)
                     })
                     .collect(),
                 None => {
-                    let (lo, hi) = table_range(table);
+                    let (mut lo, mut hi) = table_range(table);
+                    if let Some(l) = span.lo {
+                        lo = row_key(table, l, i64::MIN).to_vec();
+                    }
+                    if let Some(h) = span.hi {
+                        hi = row_key(table, h, i64::MIN).to_vec();
+                    }
                     vec![(lo, hi, !t.is_unbounded())]
                 }
             },
@@ -191,22 +257,22 @@ impl ScanJob {
                     std::ops::Bound::Excluded(hi)
                 },
             );
-            let iter = if by_time {
+            let mut iter = if by_time {
                 let d_lo = time_to_u64(t.lo.unwrap_or(i64::MIN));
                 let d_hi = t.hi.map_or(u64::MAX, time_to_u64);
-                engine.scan_time(range, d_lo, d_hi, Some(&snap))?
+                engine.scan_time(range, d_lo, d_hi, Some(snap))?
             } else {
-                engine.scan(range, Some(&snap))?
+                engine.scan(range, Some(snap))?
             };
-            for item in iter {
+            while let Some(item) = iter.next_ref() {
                 let (k, v) = item?;
-                let Some((_, sid, time)) = parse_row_key(&k) else { continue };
+                let Some((_, sid, time)) = parse_row_key(k) else { continue };
                 if need_tags && tag_cache.as_ref().is_none_or(|(id, _)| *id != sid) {
                     let tags = self.db.catalog().with_series(table, |idx| idx.tags(sid).cloned());
                     tag_cache = Some((sid, tags));
                 }
                 if need_values {
-                    decode_fields(&v, &wanted, &mut fields)?;
+                    decode_fields(v, &wanted, &mut fields)?;
                 }
                 let tags = tag_cache.as_ref().and_then(|(_, t)| t.as_ref());
                 for (b, c) in builders.iter_mut().zip(&self.columns) {

@@ -91,6 +91,10 @@ impl EntryCursor for LevelCursor {
         self.cur().value()
     }
 
+    fn value_ref(&self) -> &[u8] {
+        self.cur().value_ref()
+    }
+
     fn key_bytes(&self) -> Bytes {
         self.cur().key_bytes()
     }

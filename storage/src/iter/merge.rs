@@ -82,6 +82,10 @@ impl EntryCursor for MergeCursor {
         self.current().value()
     }
 
+    fn value_ref(&self) -> &[u8] {
+        self.current().value_ref()
+    }
+
     fn key_bytes(&self) -> Bytes {
         self.current().key_bytes()
     }

@@ -32,6 +32,8 @@ pub(crate) trait EntryCursor: Send {
     fn kind(&self) -> EntryKind;
     /// Value of the current entry (empty for tombstones).
     fn value(&self) -> Bytes;
+    /// Value of the current entry, borrowed until the cursor moves.
+    fn value_ref(&self) -> &[u8];
     /// Key of the current entry as shared bytes.
     fn key_bytes(&self) -> Bytes {
         Bytes::copy_from_slice(self.key())

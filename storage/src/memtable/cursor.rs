@@ -10,20 +10,30 @@ use crate::batch::EntryKind;
 use crate::iter::EntryCursor;
 use crate::Result;
 
-/// Entries copied per refill (cheap: keys and values are shared `Bytes`).
+/// Entries copied per refill.
 const CHUNK: usize = 64;
 
-/// Cursor over an `Arc<Memtable>`. It reads the skiplist in chunks, so it owns its state without
-/// borrowing the map and stays valid while writers insert concurrently.
+/// One entry of a chunk: where its key and value sit in the chunk's buffer.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    seq: u64,
+    kind: EntryKind,
+    key_at: usize,
+    value_at: usize,
+    end: usize,
+}
+
+/// Cursor over an `Arc<Memtable>`. It copies the skiplist in chunks of [`CHUNK`] entries, so it
+/// owns its state without borrowing the map and stays valid while writers insert concurrently.
+/// A chunk's keys and values are copied back to back into one buffer: reading it costs no
+/// per-entry allocation or reference count, and `key_bytes` / `value` hand out slices of it.
 #[derive(Debug)]
 pub(crate) struct MemCursor {
     mem: Arc<Memtable>,
-    buf: Vec<(MemKey, MemValue)>,
-    /// The keys of `buf` back to back, so `key_bytes` hands out slices of one allocation per
-    /// chunk instead of copying every key into an allocation of its own.
-    keys: Bytes,
-    /// Where key `i` of `buf` starts in `keys` (one more entry than `buf`: the end).
-    offsets: Vec<usize>,
+    slots: Vec<Slot>,
+    data: Bytes,
+    /// The last entry's full key, to resume after it.
+    last: Option<MemKey>,
     pos: usize,
     exhausted: bool,
 }
@@ -33,27 +43,35 @@ impl MemCursor {
     pub fn new(mem: Arc<Memtable>) -> Self {
         MemCursor {
             mem,
-            buf: Vec::new(),
-            keys: Bytes::new(),
-            offsets: Vec::new(),
+            slots: Vec::with_capacity(CHUNK),
+            data: Bytes::new(),
+            last: None,
             pos: 0,
             exhausted: true,
         }
     }
 
     fn fill(&mut self, from: Bound<&MemKey>) {
-        self.mem.chunk(from, CHUNK, &mut self.buf);
+        let mut data = BytesMut::with_capacity(self.data.len().max(4096));
+        let slots = &mut self.slots;
+        slots.clear();
+        let n = self.mem.chunk(from, CHUNK, |k: &MemKey, v: &MemValue| {
+            let key_at = data.len();
+            data.extend_from_slice(&k.key);
+            let value_at = data.len();
+            data.extend_from_slice(&v.value);
+            slots.push(Slot { seq: k.seq, kind: v.kind, key_at, value_at, end: data.len() });
+        });
+        self.last = slots
+            .last()
+            .map(|s| MemKey { key: KeyBuf::from_slice(&data[s.key_at..s.value_at]), seq: s.seq });
         self.pos = 0;
-        self.exhausted = self.buf.len() < CHUNK;
-        let total = self.buf.iter().map(|(k, _)| k.key.len()).sum();
-        let mut arena = BytesMut::with_capacity(total);
-        self.offsets.clear();
-        for (k, _) in &self.buf {
-            self.offsets.push(arena.len());
-            arena.extend_from_slice(&k.key);
-        }
-        self.offsets.push(arena.len());
-        self.keys = arena.freeze();
+        self.exhausted = n < CHUNK;
+        self.data = data.freeze();
+    }
+
+    fn slot(&self) -> Slot {
+        self.slots[self.pos]
     }
 }
 
@@ -66,8 +84,8 @@ impl EntryCursor for MemCursor {
 
     fn next(&mut self) -> Result<()> {
         self.pos += 1;
-        if self.pos >= self.buf.len() && !self.exhausted {
-            if let Some((last, _)) = self.buf.last().cloned() {
+        if self.pos >= self.slots.len() && !self.exhausted {
+            if let Some(last) = self.last.take() {
                 self.fill(Bound::Excluded(&last));
             }
         }
@@ -75,27 +93,35 @@ impl EntryCursor for MemCursor {
     }
 
     fn valid(&self) -> bool {
-        self.pos < self.buf.len()
+        self.pos < self.slots.len()
     }
 
     fn key(&self) -> &[u8] {
-        &self.buf[self.pos].0.key
+        let s = self.slot();
+        &self.data[s.key_at..s.value_at]
     }
 
     fn seq(&self) -> u64 {
-        self.buf[self.pos].0.seq
+        self.slots[self.pos].seq
     }
 
     fn kind(&self) -> EntryKind {
-        self.buf[self.pos].1.kind
+        self.slots[self.pos].kind
     }
 
     fn value(&self) -> Bytes {
-        self.buf[self.pos].1.value.clone()
+        let s = self.slot();
+        self.data.slice(s.value_at..s.end)
+    }
+
+    fn value_ref(&self) -> &[u8] {
+        let s = self.slot();
+        &self.data[s.value_at..s.end]
     }
 
     fn key_bytes(&self) -> Bytes {
-        self.keys.slice(self.offsets[self.pos]..self.offsets[self.pos + 1])
+        let s = self.slot();
+        self.data.slice(s.key_at..s.value_at)
     }
 }
 

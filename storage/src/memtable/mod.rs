@@ -11,7 +11,7 @@ use filter::MemFilter;
 use std::time::Instant;
 
 use bytes::Bytes;
-use crossbeam_skiplist::SkipMap;
+use crossbeam_skiplist::base::SkipList;
 use smallvec::SmallVec;
 
 pub(crate) use cursor::MemCursor;
@@ -61,7 +61,9 @@ const ENTRY_OVERHEAD: usize = 64;
 /// (Public only through `internals`, for micro-benchmarks.)
 #[derive(Debug)]
 pub struct Memtable {
-    map: SkipMap<MemKey, MemValue>,
+    /// The entries. The guard-based `base` API lets scans walk nodes under one epoch pin without
+    /// touching per-node reference counts.
+    map: SkipList<MemKey, MemValue>,
     bytes: AtomicUsize,
     max_seq: AtomicU64,
     min_entry_seq: AtomicU64,
@@ -79,7 +81,7 @@ impl Memtable {
     /// a memtable of `capacity_bytes` (0: no filter).
     pub fn new(wal_number: u64, capacity_bytes: usize) -> Self {
         Memtable {
-            map: SkipMap::new(),
+            map: SkipList::new(crossbeam_epoch::default_collector().clone()),
             bytes: AtomicUsize::new(0),
             max_seq: AtomicU64::new(0),
             min_entry_seq: AtomicU64::new(u64::MAX),
@@ -95,7 +97,10 @@ impl Memtable {
     pub fn insert(&self, key: &[u8], seq: u64, kind: EntryKind, value: Bytes) {
         let size = key.len() + value.len() + ENTRY_OVERHEAD;
         self.filter.insert(crate::sst::bloom::key_hash(key));
-        self.map.insert(MemKey { key: KeyBuf::from_slice(key), seq }, MemValue { kind, value });
+        let guard = crossbeam_epoch::pin();
+        self.map
+            .insert(MemKey { key: KeyBuf::from_slice(key), seq }, MemValue { kind, value }, &guard)
+            .release(&guard);
         self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
         self.max_seq.fetch_max(seq, AtomicOrdering::Relaxed);
         self.min_entry_seq.fetch_min(seq, AtomicOrdering::Relaxed);
@@ -142,7 +147,8 @@ impl Memtable {
             return None;
         }
         let probe = MemKey { key: KeyBuf::from_slice(key), seq: snapshot };
-        let entry = self.map.lower_bound(Bound::Included(&probe))?;
+        let guard = crossbeam_epoch::pin();
+        let entry = self.map.lower_bound(Bound::Included(&probe), &guard)?;
         if entry.key().key.as_ref() != key {
             return None;
         }
@@ -170,17 +176,23 @@ impl Memtable {
         self.created
     }
 
-    /// Up to `limit` entries after `from` (or from `start` if `from` is `None`), in order.
+    /// Visits up to `limit` entries after `from`, in order, under one epoch pin; `visit` sees
+    /// each entry's key, sequence number and value by reference.
     pub(crate) fn chunk(
         &self,
         from: Bound<&MemKey>,
         limit: usize,
-        out: &mut Vec<(MemKey, MemValue)>,
-    ) {
-        out.clear();
-        for e in self.map.range((from, Bound::Unbounded)).take(limit) {
-            out.push((e.key().clone(), e.value().clone()));
+        mut visit: impl FnMut(&MemKey, &MemValue),
+    ) -> usize {
+        let guard = crossbeam_epoch::pin();
+        let mut n = 0;
+        let mut range = self.map.range((from, Bound::Unbounded), &guard);
+        while n < limit {
+            let Some(e) = range.next() else { break };
+            visit(e.key(), e.value());
+            n += 1;
         }
+        n
     }
 }
 

@@ -171,6 +171,11 @@ impl EntryCursor for TableCursor {
         p.value(&p.entry(i))
     }
 
+    fn value_ref(&self) -> &[u8] {
+        let (p, i) = self.current();
+        p.value_ref(&p.entry(i))
+    }
+
     fn key_bytes(&self) -> Bytes {
         let (p, i) = self.current();
         p.key_bytes(i)

@@ -219,6 +219,11 @@ impl Page {
         self.data.slice(e.value_at..e.value_at + e.value_len)
     }
 
+    /// Value bytes of an entry, borrowed from the page.
+    pub fn value_ref(&self, e: &EntryView<'_>) -> &[u8] {
+        &self.data[e.value_at..e.value_at + e.value_len]
+    }
+
     /// Key bytes of entry `i`, shared with the page.
     pub fn key_bytes(&self, i: usize) -> Bytes {
         let e = self.entry(i);
