@@ -24,6 +24,7 @@ use ebb_query::lp::Precision;
 use ebb_query::{Database, QueryError, SqlSession, StatementKind};
 use futures::StreamExt;
 
+use crate::body::LimitedBody;
 use crate::metrics::Metrics;
 
 /// What the handlers share.
@@ -72,7 +73,6 @@ impl SessionCache {
 
 /// The router.
 pub fn router(state: AppState) -> Router {
-    let limit = state.max_body_bytes;
     Router::new()
         .route("/write", post(write_v1))
         .route("/api/v2/write", post(write_v2))
@@ -80,7 +80,8 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(|| async { "ok\n" }))
         .route("/ready", get(|| async { "ready\n" }))
         .route("/metrics", get(metrics))
-        .layer(DefaultBodyLimit::max(limit))
+        // Bodies are limited by `LimitedBody`, which answers oversized ones reliably.
+        .layer(DefaultBodyLimit::disable())
         .with_state(state)
 }
 
@@ -102,9 +103,10 @@ fn query_error(e: &QueryError) -> Response {
 /// A rejection is the status and the reason.
 fn body_text(
     headers: &HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, (StatusCode, String)>,
     limit: usize,
 ) -> Result<String, (StatusCode, String)> {
+    let body = body?;
     let gzip = headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
@@ -132,7 +134,7 @@ async fn write(
     db: Option<&String>,
     precision: Option<&String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, (StatusCode, String)>,
 ) -> Response {
     let m = &state.metrics;
     m.write_requests.inc();
@@ -182,7 +184,7 @@ async fn write_v1(
     State(state): State<AppState>,
     Query(q): Query<HashMap<String, String>>,
     headers: HeaderMap,
-    body: Bytes,
+    LimitedBody(body): LimitedBody,
 ) -> Response {
     write(state, q.get("db"), q.get("precision"), headers, body).await
 }
@@ -191,7 +193,7 @@ async fn write_v2(
     State(state): State<AppState>,
     Query(q): Query<HashMap<String, String>>,
     headers: HeaderMap,
-    body: Bytes,
+    LimitedBody(body): LimitedBody,
 ) -> Response {
     write(state, q.get("bucket"), q.get("precision"), headers, body).await
 }
@@ -222,7 +224,7 @@ async fn sql(
     State(state): State<AppState>,
     Query(q): Query<HashMap<String, String>>,
     headers: HeaderMap,
-    body: Bytes,
+    LimitedBody(body): LimitedBody,
 ) -> Response {
     let m = &state.metrics;
     m.sql_requests.inc();

@@ -5,8 +5,10 @@
 //!   health, metrics), [`pg`] (PostgreSQL wire protocol) and [`grpc`]; retention purges run in
 //!   the background; shutdown flushes.
 //! - [`error`]: [`error::NodeError`], what can go wrong in all of these.
+//! - [`body`]: request bodies with a size limit.
 //! - [`cli`]: `ebb sql` and `ebb import`, HTTP clients of a running server.
 
+pub mod body;
 pub mod cli;
 pub mod config;
 pub mod error;

@@ -175,7 +175,7 @@ async fn http_psql_driver_and_restart() {
 
         let (s, m) = h.get("/metrics");
         assert!(s == 200 && m.contains("ebb_rows_written_total 182"), "{m}");
-        assert!(m.contains("ebb_write_errors_total 5"), "{m}");
+        assert!(m.contains("ebb_write_errors_total 6"), "{m}");
     });
     checks.await.expect("http checks");
 

@@ -1,4 +1,13 @@
-//! `ebb-raft`: replication of a shard's storage engine through Raft.
+//! `ebb-raft`: replication of a shard's storage engine through Raft (openraft 0.9).
 //!
-//! This crate is empty for now. It will hold the openraft type configuration, the on-disk Raft log,
-//! and the state machine that applies log entries to an `ebb-storage` engine.
+//! - [`types`]: the openraft type configuration and the replicated [`Command`]s.
+//! - [`log`]: the on-disk Raft log: segmented, checksummed, with batched fsync, truncation and
+//!   purge; it passes openraft's storage test suite.
+
+pub mod error;
+pub mod log;
+pub mod types;
+
+pub use error::LogError;
+pub use log::{LogOptions, LogStore};
+pub use types::{Command, NodeId, Response, TypeConfig};

@@ -34,6 +34,8 @@ use crate::model::schema::{FieldType, TableDef};
 pub struct EbbTable {
     db: Arc<Database>,
     def: Arc<TableDef>,
+    /// `def`'s Arrow schema, built once (planning asks for it many times).
+    schema: SchemaRef,
     time_default: Expr,
 }
 
@@ -41,7 +43,8 @@ impl EbbTable {
     /// The provider of `def`.
     pub fn new(db: Arc<Database>, def: Arc<TableDef>) -> Self {
         let time_default = datafusion::functions::datetime::expr_fn::now();
-        EbbTable { db, def, time_default }
+        let schema = def.schema();
+        EbbTable { db, def, schema, time_default }
     }
 
     fn df_err(e: crate::QueryError) -> DataFusionError {
@@ -56,7 +59,7 @@ impl EbbTable {
 #[async_trait]
 impl TableProvider for EbbTable {
     fn schema(&self) -> SchemaRef {
-        self.def.schema()
+        self.schema.clone()
     }
 
     fn table_type(&self) -> TableType {
@@ -92,7 +95,7 @@ impl TableProvider for EbbTable {
             Some(p) => p.iter().map(|&i| all[i]).collect(),
             None => all,
         };
-        let full = self.def.schema();
+        let full = self.schema.clone();
         let schema = match projection {
             Some(p) => Arc::new(full.project(p)?),
             None => full,
@@ -139,7 +142,7 @@ impl TableProvider for EbbTable {
             )));
         }
         let sink =
-            InsertSink { db: self.db.clone(), def: self.def.clone(), schema: self.def.schema() };
+            InsertSink { db: self.db.clone(), def: self.def.clone(), schema: self.schema.clone() };
         Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
     }
 

@@ -1,0 +1,219 @@
+//! The Raft log against openraft's own storage test suite, and across reopenings.
+//!
+//! The suite needs a state machine next to the log; this one keeps the applied commands in
+//! memory (the engine state machine has its own tests).
+
+use std::io::Cursor;
+use std::sync::Arc;
+
+use ebb_raft::{Command, LogOptions, LogStore, NodeId, Response, TypeConfig};
+use openraft::storage::{RaftLogStorage, RaftStateMachine, Snapshot};
+use openraft::testing::{StoreBuilder, Suite};
+use openraft::{
+    Entry, EntryPayload, LogId, RaftLogReader, RaftSnapshotBuilder, SnapshotMeta, StorageError,
+    StorageIOError, StoredMembership,
+};
+use tokio::sync::Mutex;
+
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
+struct SmData {
+    last_applied: Option<LogId<NodeId>>,
+    membership: StoredMembership<NodeId, openraft::BasicNode>,
+    commands: Vec<Command>,
+}
+
+type Meta = SnapshotMeta<NodeId, openraft::BasicNode>;
+/// The current snapshot: its meta and bytes.
+type Current = Arc<Mutex<Option<(Meta, Vec<u8>)>>>;
+
+#[derive(Debug, Default, Clone)]
+struct MemSm {
+    data: Arc<Mutex<SmData>>,
+    current: Current,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for MemSm {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
+        let data = self.data.lock().await.clone();
+        let bytes =
+            postcard::to_stdvec(&data).map_err(|e| StorageIOError::read_state_machine(&e))?;
+        let meta = SnapshotMeta {
+            last_log_id: data.last_applied,
+            last_membership: data.membership.clone(),
+            snapshot_id: format!("{:?}", data.last_applied),
+        };
+        *self.current.lock().await = Some((meta.clone(), bytes.clone()));
+        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for MemSm {
+    type SnapshotBuilder = MemSm;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<
+        (Option<LogId<NodeId>>, StoredMembership<NodeId, openraft::BasicNode>),
+        StorageError<NodeId>,
+    > {
+        let d = self.data.lock().await;
+        Ok((d.last_applied, d.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Response>, StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + openraft::OptionalSend,
+        I::IntoIter: openraft::OptionalSend,
+    {
+        let mut d = self.data.lock().await;
+        let mut out = Vec::new();
+        for e in entries {
+            d.last_applied = Some(e.log_id);
+            match e.payload {
+                EntryPayload::Blank => {}
+                EntryPayload::Normal(c) => d.commands.push(c),
+                EntryPayload::Membership(m) => {
+                    d.membership = StoredMembership::new(Some(e.log_id), m)
+                }
+            }
+            out.push(Response { seq: e.log_id.index });
+        }
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(
+        &mut self,
+    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, openraft::BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError<NodeId>> {
+        let bytes = snapshot.into_inner();
+        let data: SmData = postcard::from_bytes(&bytes)
+            .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
+        *self.data.lock().await = data;
+        *self.current.lock().await = Some((meta.clone(), bytes));
+        Ok(())
+    }
+
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
+        Ok(self
+            .current
+            .lock()
+            .await
+            .clone()
+            .map(|(meta, bytes)| Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) }))
+    }
+}
+
+struct Builder {
+    opts: LogOptions,
+}
+
+impl StoreBuilder<TypeConfig, LogStore, MemSm, tempfile::TempDir> for Builder {
+    async fn build(&self) -> Result<(tempfile::TempDir, LogStore, MemSm), StorageError<NodeId>> {
+        let dir = tempfile::tempdir().map_err(|e| StorageIOError::write_logs(&e))?;
+        let log = LogStore::open(dir.path(), self.opts.clone())
+            .map_err(|e| StorageIOError::write_logs(&e))?;
+        Ok((dir, log, MemSm::default()))
+    }
+}
+
+#[test]
+fn passes_the_openraft_storage_suite() {
+    Suite::test_all(Builder { opts: LogOptions::default() }).expect("suite");
+}
+
+#[test]
+fn passes_the_suite_with_tiny_segments() {
+    // A new segment every few entries: appends, truncation and purge cross segment boundaries.
+    Suite::test_all(Builder { opts: LogOptions { segment_bytes: 200 } }).expect("suite");
+}
+
+fn entry(term: u64, index: u64) -> Entry<TypeConfig> {
+    Entry {
+        log_id: LogId::new(openraft::CommittedLeaderId::new(term, 1), index),
+        payload: EntryPayload::Normal(Command::Batch(vec![index as u8; 50])),
+    }
+}
+
+async fn append(log: &mut LogStore, entries: Vec<Entry<TypeConfig>>) {
+    use openraft::storage::RaftLogStorageExt;
+    log.blocking_append(entries).await.expect("append");
+}
+
+async fn indexes(log: &mut LogStore) -> Vec<(u64, u64)> {
+    log.try_get_log_entries(..)
+        .await
+        .expect("read")
+        .iter()
+        .map(|e| (e.log_id.leader_id.term, e.log_id.index))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_log_survives_reopening_after_truncate_and_purge() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = LogOptions { segment_bytes: 300 };
+    {
+        let mut log = LogStore::open(dir.path(), opts.clone()).expect("open");
+        append(&mut log, (1..=20).map(|i| entry(1, i)).collect()).await;
+        log.truncate(LogId::new(openraft::CommittedLeaderId::new(1, 1), 15))
+            .await
+            .expect("truncate");
+        append(&mut log, (15..=18).map(|i| entry(2, i)).collect()).await;
+        log.purge(LogId::new(openraft::CommittedLeaderId::new(1, 1), 6)).await.expect("purge");
+        log.save_vote(&openraft::Vote::new(2, 1)).await.expect("vote");
+    }
+    let mut log = LogStore::open(dir.path(), opts.clone()).expect("reopen");
+    let want: Vec<(u64, u64)> = (7..=14).map(|i| (1, i)).chain((15..=18).map(|i| (2, i))).collect();
+    assert_eq!(indexes(&mut log).await, want);
+    let state = log.get_log_state().await.expect("state");
+    assert_eq!(state.last_purged_log_id.map(|l| l.index), Some(6));
+    assert_eq!(state.last_log_id.map(|l| (l.leader_id.term, l.index)), Some((2, 18)));
+    assert_eq!(log.read_vote().await.expect("vote"), Some(openraft::Vote::new(2, 1)));
+    // Purging past the end leaves an empty log that continues after the purged id.
+    log.purge(LogId::new(openraft::CommittedLeaderId::new(2, 1), 30)).await.expect("purge");
+    append(&mut log, (31..=33).map(|i| entry(3, i)).collect()).await;
+    drop(log);
+    let mut log = LogStore::open(dir.path(), opts).expect("reopen");
+    assert_eq!(indexes(&mut log).await, vec![(3, 31), (3, 32), (3, 33)]);
+}
+
+#[tokio::test]
+async fn a_torn_append_is_cut_off_and_damage_is_reported() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let mut log = LogStore::open(dir.path(), LogOptions::default()).expect("open");
+        append(&mut log, (1..=5).map(|i| entry(1, i)).collect()).await;
+    }
+    let seg = dir.path().join("00000000000000000001.log");
+    let len = std::fs::metadata(&seg).expect("meta").len();
+    let f = std::fs::OpenOptions::new().write(true).open(&seg).expect("open");
+    f.set_len(len - 10).expect("tear");
+    drop(f);
+    let segments = std::fs::read_dir(dir.path()).expect("dir").count();
+    assert_eq!(segments, 1, "one append of five entries goes to one segment");
+    let mut log = LogStore::open(dir.path(), LogOptions::default()).expect("reopen");
+    assert_eq!(indexes(&mut log).await, (1..=4).map(|i| (1, i)).collect::<Vec<_>>());
+    append(&mut log, vec![entry(1, 5)]).await;
+    drop(log);
+    // A flipped bit in the first record of the segment is not a torn tail: opening refuses.
+    let mut data = std::fs::read(&seg).expect("read");
+    data[40] ^= 0x10;
+    std::fs::write(&seg, &data).expect("write");
+    match LogStore::open(dir.path(), LogOptions::default()) {
+        Err(e) => assert!(e.to_string().contains("corrupt"), "{e}"),
+        Ok(_) => panic!("a damaged record followed by valid ones must not be cut off as torn"),
+    }
+}
