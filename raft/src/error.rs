@@ -27,3 +27,44 @@ impl LogError {
         move |source| LogError::Io { path, source }
     }
 }
+
+/// An error of a shard replica's state machine.
+#[derive(Debug, thiserror::Error)]
+pub enum ShardError {
+    /// The storage engine failed.
+    #[error(transparent)]
+    Storage(#[from] ebb_storage::Error),
+    /// An I/O error outside the engine (snapshot files, the generation file).
+    #[error("shard I/O on {path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Replication state that does not decode.
+    #[error("undecodable replication state: {0}")]
+    Encoding(#[from] postcard::Error),
+    /// A log index too large to derive engine sequence numbers from.
+    #[error("log index {0} is too large for engine sequence numbers")]
+    IndexTooLarge(u64),
+    /// A snapshot that fails validation (missing or damaged files, a bad descriptor).
+    #[error("invalid snapshot {dir}: {why}")]
+    InvalidSnapshot {
+        /// The snapshot directory.
+        dir: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+}
+
+impl ShardError {
+    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> ShardError {
+        let path = path.into();
+        move |source| ShardError::Io { path, source }
+    }
+
+    pub(crate) fn invalid(dir: &std::path::Path, why: impl Into<String>) -> ShardError {
+        ShardError::InvalidSnapshot { dir: dir.to_path_buf(), why: why.into() }
+    }
+}

@@ -3,11 +3,15 @@
 //! - [`types`]: the openraft type configuration and the replicated [`Command`]s.
 //! - [`log`]: the on-disk Raft log: segmented, checksummed, with batched fsync, truncation and
 //!   purge; it passes openraft's storage test suite.
+//! - [`sm`]: the state machine: a shard [`Replica`] whose engine applies committed entries at
+//!   sequence numbers derived from the log index; snapshots are engine checkpoints.
 
 pub mod error;
 pub mod log;
+pub mod sm;
 pub mod types;
 
-pub use error::LogError;
+pub use error::{LogError, ShardError};
 pub use log::{LogOptions, LogStore};
+pub use sm::{ApplyHook, Replica, ShardSnapshot, ShardStateMachine};
 pub use types::{Command, NodeId, Response, TypeConfig};

@@ -1,7 +1,5 @@
 //! The openraft type configuration of a shard's Raft group.
 
-use std::io::Cursor;
-
 use serde::{Deserialize, Serialize};
 
 /// Node ids are assigned by the cluster and persisted in each node's data directory.
@@ -15,12 +13,12 @@ openraft::declare_raft_types!(
         NodeId = NodeId,
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = crate::sm::ShardSnapshot,
         AsyncRuntime = openraft::TokioRuntime,
 );
 
 /// A replicated command. A replica applies the command of log entry `i` to its engine at
-/// sequence number `i`, so every replica holds identical (key, seq) pairs, and a range delete is
+/// sequence numbers from `(i + 1) << 20` ([`crate::sm::entry_seq`]), so every replica holds identical (key, seq) pairs, and a range delete is
 /// the same key x seq rectangle everywhere.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
@@ -40,8 +38,10 @@ pub enum Command {
 /// The result of applying one log entry.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Response {
-    /// Sequence number (log index) the entry was applied at.
+    /// The engine sequence number of the entry's first operation.
     pub seq: u64,
+    /// Why the entry was applied as a no-op (on every replica alike), if it was.
+    pub error: Option<String>,
 }
 
 /// Byte vectors as serde byte strings (compact in postcard, unlike a sequence of integers).

@@ -1,131 +1,31 @@
 //! The Raft log against openraft's own storage test suite, and across reopenings.
 //!
-//! The suite needs a state machine next to the log; this one keeps the applied commands in
-//! memory (the engine state machine has its own tests).
+//! The suite runs the log next to the engine state machine (a shard replica), so it also
+//! checks applying, applied state and snapshot transfer between two replicas.
 
-use std::io::Cursor;
-use std::sync::Arc;
-
-use ebb_raft::{Command, LogOptions, LogStore, NodeId, Response, TypeConfig};
-use openraft::storage::{RaftLogStorage, RaftStateMachine, Snapshot};
+use ebb_raft::{Command, LogOptions, LogStore, NodeId, Replica, ShardStateMachine, TypeConfig};
+use openraft::storage::RaftLogStorage;
 use openraft::testing::{StoreBuilder, Suite};
-use openraft::{
-    Entry, EntryPayload, LogId, RaftLogReader, RaftSnapshotBuilder, SnapshotMeta, StorageError,
-    StorageIOError, StoredMembership,
-};
-use tokio::sync::Mutex;
+use openraft::{Entry, EntryPayload, LogId, RaftLogReader, StorageError, StorageIOError};
 
-#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
-struct SmData {
-    last_applied: Option<LogId<NodeId>>,
-    membership: StoredMembership<NodeId, openraft::BasicNode>,
-    commands: Vec<Command>,
-}
-
-type Meta = SnapshotMeta<NodeId, openraft::BasicNode>;
-/// The current snapshot: its meta and bytes.
-type Current = Arc<Mutex<Option<(Meta, Vec<u8>)>>>;
-
-#[derive(Debug, Default, Clone)]
-struct MemSm {
-    data: Arc<Mutex<SmData>>,
-    current: Current,
-}
-
-impl RaftSnapshotBuilder<TypeConfig> for MemSm {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
-        let data = self.data.lock().await.clone();
-        let bytes =
-            postcard::to_stdvec(&data).map_err(|e| StorageIOError::read_state_machine(&e))?;
-        let meta = SnapshotMeta {
-            last_log_id: data.last_applied,
-            last_membership: data.membership.clone(),
-            snapshot_id: format!("{:?}", data.last_applied),
-        };
-        *self.current.lock().await = Some((meta.clone(), bytes.clone()));
-        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) })
-    }
-}
-
-impl RaftStateMachine<TypeConfig> for MemSm {
-    type SnapshotBuilder = MemSm;
-
-    async fn applied_state(
-        &mut self,
-    ) -> Result<
-        (Option<LogId<NodeId>>, StoredMembership<NodeId, openraft::BasicNode>),
-        StorageError<NodeId>,
-    > {
-        let d = self.data.lock().await;
-        Ok((d.last_applied, d.membership.clone()))
-    }
-
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Response>, StorageError<NodeId>>
-    where
-        I: IntoIterator<Item = Entry<TypeConfig>> + openraft::OptionalSend,
-        I::IntoIter: openraft::OptionalSend,
-    {
-        let mut d = self.data.lock().await;
-        let mut out = Vec::new();
-        for e in entries {
-            d.last_applied = Some(e.log_id);
-            match e.payload {
-                EntryPayload::Blank => {}
-                EntryPayload::Normal(c) => d.commands.push(c),
-                EntryPayload::Membership(m) => {
-                    d.membership = StoredMembership::new(Some(e.log_id), m)
-                }
-            }
-            out.push(Response { seq: e.log_id.index });
-        }
-        Ok(out)
-    }
-
-    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        self.clone()
-    }
-
-    async fn begin_receiving_snapshot(
-        &mut self,
-    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
-    }
-
-    async fn install_snapshot(
-        &mut self,
-        meta: &SnapshotMeta<NodeId, openraft::BasicNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
-    ) -> Result<(), StorageError<NodeId>> {
-        let bytes = snapshot.into_inner();
-        let data: SmData = postcard::from_bytes(&bytes)
-            .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
-        *self.data.lock().await = data;
-        *self.current.lock().await = Some((meta.clone(), bytes));
-        Ok(())
-    }
-
-    async fn get_current_snapshot(
-        &mut self,
-    ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
-        Ok(self
-            .current
-            .lock()
-            .await
-            .clone()
-            .map(|(meta, bytes)| Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) }))
-    }
+fn engine_opts() -> ebb_storage::Options {
+    ebb_storage::Options { write_buffer_size: 64 << 10, ..Default::default() }
 }
 
 struct Builder {
     opts: LogOptions,
 }
 
-impl StoreBuilder<TypeConfig, LogStore, MemSm, tempfile::TempDir> for Builder {
-    async fn build(&self) -> Result<(tempfile::TempDir, LogStore, MemSm), StorageError<NodeId>> {
+impl StoreBuilder<TypeConfig, LogStore, ShardStateMachine, tempfile::TempDir> for Builder {
+    async fn build(
+        &self,
+    ) -> Result<(tempfile::TempDir, LogStore, ShardStateMachine), StorageError<NodeId>> {
         let dir = tempfile::tempdir().map_err(|e| StorageIOError::write_logs(&e))?;
-        let log = LogStore::open(dir.path(), self.opts.clone())
+        let log = LogStore::open(dir.path().join("log"), self.opts.clone())
             .map_err(|e| StorageIOError::write_logs(&e))?;
-        Ok((dir, log, MemSm::default()))
+        let replica = Replica::open(dir.path().join("shard"), engine_opts())
+            .map_err(|e| StorageIOError::write_state_machine(&e))?;
+        Ok((dir, log, ShardStateMachine::new(replica)))
     }
 }
 

@@ -188,6 +188,24 @@ impl WriteBatch {
         Ok(())
     }
 
+    /// Encodes the batch with its issue time, for shipping it elsewhere (a Raft log entry);
+    /// [`WriteBatch::from_bytes`] reads it back.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.encode(0, self.issued_at_ms.unwrap_or(0), &mut out);
+        out
+    }
+
+    /// Decodes bytes written by [`WriteBatch::to_bytes`]; `None` if they are malformed. An issue
+    /// time of 0 means none was set.
+    pub fn from_bytes(buf: &[u8]) -> Option<WriteBatch> {
+        let (_, mut batch) = Self::decode(buf)?;
+        if batch.issued_at_ms == Some(0) {
+            batch.issued_at_ms = None;
+        }
+        Some(batch)
+    }
+
     /// Encodes the batch with its first sequence number and issue time (the WAL record payload).
     pub(crate) fn encode(&self, seq: u64, issued_at_ms: u64, out: &mut Vec<u8>) {
         out.extend_from_slice(&seq.to_le_bytes());

@@ -111,6 +111,49 @@ fn snapshots_survive_flush_and_compaction_and_release_their_versions() {
 }
 
 #[test]
+fn checkpoint_carries_the_deletion_ledger_with_original_issue_times() {
+    let d = tempfile::tempdir().unwrap();
+    let e = Engine::open(d.path().join("db"), opts()).unwrap();
+    for i in 0..100 {
+        e.put(key(i), format!("v{i}"), i as u64 + 1).unwrap();
+    }
+    let mut b = WriteBatch::new();
+    b.delete_range(key(10), key(20)).set_issued_at(1_000_000);
+    e.write(&b, 200).unwrap();
+    let mut b = WriteBatch::new();
+    b.delete(key(50)).set_issued_at(2_000_000);
+    e.write(&b, 201).unwrap();
+    let before = e.deletions();
+    assert_eq!(before.len(), 2);
+    e.checkpoint(d.path().join("cp")).unwrap();
+    drop(e);
+    let cp = Engine::open(d.path().join("cp"), opts()).unwrap();
+    let after = cp.deletions();
+    assert_eq!(after.len(), 2, "the copy lost ledger records: {after:?}");
+    for (a, b) in before.iter().zip(&after) {
+        assert_eq!((a.id, &a.kind, a.issued_at_ms), (b.id, &b.kind, b.issued_at_ms));
+    }
+    assert_eq!(after[0].issued_at_ms, 1_000_000);
+    assert_eq!(after[1].issued_at_ms, 2_000_000);
+    assert_eq!(all(&cp).len(), 89);
+}
+
+#[test]
+fn batches_round_trip_through_bytes() {
+    let mut b = WriteBatch::new();
+    b.put(key(1), "a").delete(key(2)).delete_range(key(3), key(4)).set_issued_at(77);
+    let back = WriteBatch::from_bytes(&b.to_bytes()).unwrap();
+    assert_eq!(back.ops(), b.ops());
+    assert_eq!(back.issued_at(), Some(77));
+    let mut unset = WriteBatch::new();
+    unset.put(key(1), "a");
+    assert_eq!(WriteBatch::from_bytes(&unset.to_bytes()).unwrap().issued_at(), None);
+    let bytes = b.to_bytes();
+    assert!(WriteBatch::from_bytes(&bytes[..bytes.len() - 1]).is_none());
+    assert!(WriteBatch::from_bytes(b"").is_none());
+}
+
+#[test]
 fn checkpoint_is_a_consistent_openable_copy() {
     let d = tempfile::tempdir().unwrap();
     let e = Engine::open(d.path().join("db"), opts()).unwrap();

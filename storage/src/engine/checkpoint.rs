@@ -1,4 +1,4 @@
-//! Consistent copies of the engine (later: Raft snapshots).
+//! Consistent copies of the engine (Raft snapshots are made of them).
 
 use std::path::Path;
 
@@ -9,7 +9,8 @@ use crate::version::Manifest;
 use crate::{Error, Result};
 
 impl Inner {
-    /// Hard-links every live SST into `target` and writes a manifest describing exactly them.
+    /// Hard-links every live SST and range-index file into `target` and writes a manifest
+    /// describing exactly them, and a copy of the deletion ledger.
     pub(super) fn checkpoint(&self, target: &Path) -> Result<u64> {
         if target.exists() {
             return Err(Error::InvalidArgument(format!(
@@ -38,6 +39,8 @@ impl Inner {
         }
         let number = edit.next_file_id.unwrap_or(1);
         Manifest::create(&tmp, number, &edit, Default::default())?;
+        // The deletion ledger, so issue times (and deadlines) survive the copy.
+        self.ledger.lock().write_copy(&tmp, number)?;
         sync_dir(&tmp)?;
         std::fs::rename(&tmp, target).at(target)?;
         if let Some(parent) = target.parent() {

@@ -216,6 +216,18 @@ impl Ledger {
         Ok(())
     }
 
+    /// Writes every record as it stands now into ledger file `number` of `dir` (a checkpoint's
+    /// copy: issue times and persistence times carry over).
+    pub fn write_copy(&self, dir: &Path, number: u64) -> Result<()> {
+        let mut writer = RecordWriter::create(&dir.join(file_name(number)))?;
+        let mut all = Vec::with_capacity(self.records.len() + 1);
+        for d in self.records.values() {
+            all.push(encode(&Entry::Issued(d.clone())));
+        }
+        writer.append_all(&all)?;
+        writer.sync()
+    }
+
     /// Every recorded delete, oldest first.
     pub fn list(&self) -> Vec<Deletion> {
         self.records.values().cloned().collect()

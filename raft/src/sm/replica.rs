@@ -1,0 +1,379 @@
+//! A shard replica on disk: the engine (in a generation directory, replaced whole when a
+//! snapshot is installed), its snapshots, and how log entries are applied to it.
+//!
+//! Layout of a replica's root directory:
+//! - `ENGINE`: the current engine generation;
+//! - `engine-{gen:08}/`: the engine;
+//! - `snapshots/{id}/`: the current snapshot (and the one before it, which may still be
+//!   streaming to a follower);
+//! - `incoming/{id}/`: a snapshot being received.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ebb_storage::{BatchOp, Engine, Options, WriteBatch};
+use openraft::{EntryPayload, LogId, StoredMembership};
+use parking_lot::{Mutex, RwLock};
+
+use super::applied::{self, Membership, MAX_BATCH_OPS, RESERVED_PREFIX};
+use super::snapshot::{sync_dir, write_atomic, Descriptor, Meta, ShardSnapshot};
+use crate::error::ShardError;
+use crate::types::{Command, NodeId, Response, TypeConfig};
+
+/// Told about every change a replica applies, so derived in-memory state (a catalog) follows
+/// the engine on every replica.
+pub trait ApplyHook: Send + Sync {
+    /// `batch` was written to `engine` at sequence number `seq` (the applied-state keys
+    /// included).
+    fn applied(&self, engine: &Arc<Engine>, batch: &WriteBatch, seq: u64);
+    /// A snapshot replaced the engine with `engine`.
+    fn replaced(&self, engine: &Arc<Engine>);
+}
+
+/// How many snapshots a replica keeps: the current one and the one before it.
+const KEEP_SNAPSHOTS: usize = 2;
+
+/// One shard replica: the engine the Raft state machine applies entries to.
+pub struct Replica {
+    root: PathBuf,
+    opts: Options,
+    engine: RwLock<Arc<Engine>>,
+    generation: Mutex<u64>,
+    /// Serializes applying entries, building snapshots and installing them.
+    apply_lock: Mutex<()>,
+    current: Mutex<Option<(Descriptor, ShardSnapshot)>>,
+    hook: RwLock<Option<Arc<dyn ApplyHook>>>,
+}
+
+impl std::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica").field("root", &self.root).finish()
+    }
+}
+
+impl Replica {
+    /// Opens (or creates) the replica in `root`, removing what a crash left half done.
+    pub fn open(root: impl AsRef<Path>, opts: Options) -> Result<Arc<Replica>, ShardError> {
+        let root = root.as_ref().to_path_buf();
+        std::fs::create_dir_all(root.join("snapshots")).map_err(ShardError::io(&root))?;
+        let gen_file = root.join("ENGINE");
+        let generation = match std::fs::read_to_string(&gen_file) {
+            Ok(s) => s.trim().parse::<u64>().map_err(|_| ShardError::Io {
+                path: gen_file.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, "bad generation"),
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                write_atomic(&gen_file, b"1")?;
+                1
+            }
+            Err(e) => return Err(ShardError::io(&gen_file)(e)),
+        };
+        let keep = engine_dir_name(generation);
+        for e in std::fs::read_dir(&root).map_err(ShardError::io(&root))? {
+            let e = e.map_err(ShardError::io(&root))?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if (name.starts_with("engine-") && name != keep) || name == "incoming" {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+        let engine = Engine::open(root.join(&keep), opts.clone())?;
+        let current = newest_snapshot(&root.join("snapshots"))?;
+        Ok(Arc::new(Replica {
+            root,
+            opts,
+            engine: RwLock::new(Arc::new(engine)),
+            generation: Mutex::new(generation),
+            apply_lock: Mutex::new(()),
+            current: Mutex::new(current),
+            hook: RwLock::new(None),
+        }))
+    }
+
+    /// The replica's root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The engine (a snapshot install replaces it; hold the `Arc` only for one operation).
+    pub fn engine(&self) -> Arc<Engine> {
+        self.engine.read().clone()
+    }
+
+    /// Sets the hook told about every applied change.
+    pub fn set_hook(&self, hook: Arc<dyn ApplyHook>) {
+        *self.hook.write() = Some(hook);
+    }
+
+    /// The last applied log id and the last membership.
+    pub fn applied_state(&self) -> Result<(Option<LogId<NodeId>>, Membership), ShardError> {
+        applied::read(&self.engine())
+    }
+
+    /// The current snapshot, if any.
+    pub fn current_snapshot(&self) -> Option<(Descriptor, ShardSnapshot)> {
+        self.current.lock().clone()
+    }
+
+    /// A fresh directory to receive snapshot `id` into.
+    pub fn incoming_dir(&self, id: &str) -> Result<PathBuf, ShardError> {
+        let dir = self.root.join("incoming").join(sanitize(id));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(ShardError::io(&dir))?;
+        Ok(dir)
+    }
+
+    /// Applies committed entries in order: entry `i` at engine sequence numbers from
+    /// `entry_seq(i)`, with the applied state in the same engine batch. An entry the engine
+    /// refuses (a malformed or oversized batch, a write beyond retention) is applied as a no-op
+    /// on every replica alike and answered with an error.
+    pub fn apply(
+        &self,
+        entries: impl IntoIterator<Item = openraft::Entry<TypeConfig>>,
+    ) -> Result<Vec<Response>, ShardError> {
+        let _g = self.apply_lock.lock();
+        let engine = self.engine();
+        let hook = self.hook.read().clone();
+        let mut replies = Vec::new();
+        for entry in entries {
+            let seq = applied::entry_seq(entry.log_id.index)?;
+            let mut membership = None;
+            let mut reply = Response { seq, error: None };
+            let mut batch = match entry.payload {
+                EntryPayload::Blank => WriteBatch::new(),
+                EntryPayload::Membership(m) => {
+                    membership = Some(StoredMembership::new(Some(entry.log_id), m));
+                    WriteBatch::new()
+                }
+                EntryPayload::Normal(Command::Batch(bytes)) => match decode_batch(&bytes) {
+                    Ok(b) => b,
+                    Err(why) => {
+                        reply.error = Some(why);
+                        WriteBatch::new()
+                    }
+                },
+                EntryPayload::Normal(Command::SetRetention { prefix, retention_ms }) => {
+                    let retention = retention_ms.map(Duration::from_millis);
+                    match engine.set_retention(prefix, retention) {
+                        Ok(()) => {}
+                        Err(e) if deterministic(&e) => reply.error = Some(e.to_string()),
+                        Err(e) => return Err(e.into()),
+                    }
+                    WriteBatch::new()
+                }
+            };
+            applied::record(&mut batch, &entry.log_id, membership.as_ref())?;
+            if let Err(e) = engine.write(&batch, seq) {
+                if !deterministic(&e) {
+                    return Err(e.into());
+                }
+                reply.error = Some(e.to_string());
+                batch = WriteBatch::new();
+                applied::record(&mut batch, &entry.log_id, membership.as_ref())?;
+                engine.write(&batch, seq)?;
+            }
+            if let Some(h) = &hook {
+                h.applied(&engine, &batch, seq);
+            }
+            replies.push(reply);
+        }
+        Ok(replies)
+    }
+
+    /// Builds a snapshot of everything applied so far and makes it the current one.
+    pub fn build_snapshot(&self) -> Result<(Descriptor, ShardSnapshot), ShardError> {
+        let snaps = self.root.join("snapshots");
+        let (tmp, last_log_id, last_membership, seq) = {
+            let _g = self.apply_lock.lock();
+            let engine = self.engine();
+            let (last, membership) = applied::read(&engine)?;
+            let (term, index) = last.map(|l| (l.leader_id.term, l.index)).unwrap_or((0, 0));
+            let id = format!("{index:020}-{term}-{}", unique_suffix());
+            let tmp = snaps.join(format!("{id}.tmp"));
+            let _ = std::fs::remove_dir_all(&tmp);
+            let seq = engine.checkpoint(&tmp)?;
+            (tmp, last, membership, seq)
+        };
+        let id = tmp.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let meta = Meta { last_log_id, last_membership, snapshot_id: id.clone() };
+        ShardSnapshot::seal(&tmp, meta, seq)?;
+        let dir = snaps.join(&id);
+        std::fs::rename(&tmp, &dir).map_err(ShardError::io(&dir))?;
+        sync_dir(&snaps)?;
+        let snap = ShardSnapshot::at(dir);
+        let d = snap.descriptor()?;
+        self.make_current(d.clone(), snap.clone());
+        Ok((d, snap))
+    }
+
+    /// Replaces the engine with the snapshot's after validating it, and makes the snapshot the
+    /// current one.
+    pub fn install(&self, snapshot: &ShardSnapshot, meta: &Meta) -> Result<(), ShardError> {
+        let d = snapshot.validate()?;
+        if d.meta.last_log_id != meta.last_log_id {
+            return Err(ShardError::invalid(
+                snapshot.dir(),
+                format!("holds {:?}, expected {:?}", d.meta.last_log_id, meta.last_log_id),
+            ));
+        }
+        let own = self.root.join("snapshots").join(sanitize(&d.meta.snapshot_id));
+        let own = if snapshot.dir() == own {
+            snapshot.clone()
+        } else if snapshot.dir().starts_with(self.root.join("incoming")) {
+            let _ = std::fs::remove_dir_all(&own);
+            std::fs::rename(snapshot.dir(), &own).map_err(ShardError::io(&own))?;
+            ShardSnapshot::at(own)
+        } else {
+            let _ = std::fs::remove_dir_all(&own);
+            snapshot.copy_to(&own)?
+        };
+        let _g = self.apply_lock.lock();
+        let mut gen = self.generation.lock();
+        let next = *gen + 1;
+        let dir = self.root.join(engine_dir_name(next));
+        let _ = std::fs::remove_dir_all(&dir);
+        own.materialize(&d, &dir)?;
+        let engine = Arc::new(Engine::open(&dir, self.opts.clone())?);
+        let state = applied::read(&engine)?;
+        if state != (meta.last_log_id, meta.last_membership.clone()) {
+            drop(engine);
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(ShardError::invalid(
+                own.dir(),
+                format!("engine holds applied state {state:?}, meta says {meta:?}"),
+            ));
+        }
+        write_atomic(&self.root.join("ENGINE"), next.to_string().as_bytes())?;
+        let old = std::mem::replace(&mut *self.engine.write(), engine.clone());
+        let old_dir = self.root.join(engine_dir_name(*gen));
+        *gen = next;
+        retire(old, old_dir);
+        self.make_current(d, own);
+        if let Some(h) = self.hook.read().clone() {
+            h.replaced(&engine);
+        }
+        Ok(())
+    }
+
+    fn make_current(&self, d: Descriptor, snap: ShardSnapshot) {
+        let mut cur = self.current.lock();
+        if cur.as_ref().is_none_or(|(c, _)| c.meta.last_log_id <= d.meta.last_log_id) {
+            *cur = Some((d, snap));
+        }
+        let keep = cur.as_ref().map(|(_, s)| s.dir().to_path_buf());
+        drop(cur);
+        prune_snapshots(&self.root.join("snapshots"), keep.as_deref());
+    }
+}
+
+fn engine_dir_name(generation: u64) -> String {
+    format!("engine-{generation:08}")
+}
+
+/// Snapshot ids come from the leader: keep them to one plain path component.
+fn sanitize(id: &str) -> String {
+    let s: String = id
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .take(128)
+        .collect();
+    if s.is_empty() {
+        "snapshot".into()
+    } else {
+        s
+    }
+}
+
+fn unique_suffix() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default()
+}
+
+/// The valid snapshot with the highest last log id among `dir`'s; removes leftovers of
+/// interrupted builds and snapshots that fail to read.
+fn newest_snapshot(dir: &Path) -> Result<Option<(Descriptor, ShardSnapshot)>, ShardError> {
+    let mut best: Option<(Descriptor, ShardSnapshot)> = None;
+    for e in std::fs::read_dir(dir).map_err(ShardError::io(dir))? {
+        let e = e.map_err(ShardError::io(dir))?;
+        let snap = ShardSnapshot::at(e.path());
+        match snap.descriptor() {
+            Ok(d) if !e.file_name().to_string_lossy().ends_with(".tmp") => {
+                if best.as_ref().is_none_or(|(b, _)| b.meta.last_log_id <= d.meta.last_log_id) {
+                    best = Some((d, snap));
+                }
+            }
+            _ => {
+                tracing::warn!(dir = %e.path().display(), "removing an incomplete snapshot");
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    Ok(best)
+}
+
+/// Removes all snapshots but the newest [`KEEP_SNAPSHOTS`] and `keep`.
+fn prune_snapshots(dir: &Path, keep: Option<&Path>) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    let mut names: Vec<PathBuf> = rd
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| !p.to_string_lossy().ends_with(".tmp"))
+        .collect();
+    names.sort();
+    let n = names.len();
+    for p in names.into_iter().take(n.saturating_sub(KEEP_SNAPSHOTS)) {
+        if Some(p.as_path()) != keep {
+            let _ = std::fs::remove_dir_all(&p);
+        }
+    }
+}
+
+/// Closes a replaced engine once nobody reads it any more, and removes its directory.
+fn retire(engine: Arc<Engine>, dir: PathBuf) {
+    let spawned = std::thread::Builder::new().name("ebb-retire-engine".into()).spawn(move || {
+        let mut engine = engine;
+        for _ in 0..6000 {
+            match Arc::try_unwrap(engine) {
+                Ok(e) => {
+                    if let Err(err) = e.close() {
+                        tracing::warn!(%err, "closing a replaced engine");
+                    }
+                    let _ = std::fs::remove_dir_all(&dir);
+                    return;
+                }
+                Err(e) => engine = e,
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        tracing::warn!(dir = %dir.display(), "a replaced engine is still in use; left on disk");
+    });
+    if let Err(err) = spawned {
+        tracing::warn!(%err, "could not start the engine retirement thread");
+    }
+}
+
+/// Decodes a replicated batch and checks it may be applied.
+fn decode_batch(bytes: &[u8]) -> Result<WriteBatch, String> {
+    let b = WriteBatch::from_bytes(bytes).ok_or("malformed write batch")?;
+    if b.len() > MAX_BATCH_OPS {
+        return Err(format!("write batch of {} operations exceeds {MAX_BATCH_OPS}", b.len()));
+    }
+    let reserved = |k: &[u8]| k.starts_with(RESERVED_PREFIX);
+    let touches = b.ops().iter().any(|op| match op {
+        BatchOp::Put { key, .. } | BatchOp::Delete { key } => reserved(key),
+        BatchOp::DeleteRange { lo, hi } | BatchOp::DeleteTimeRange { lo, hi, .. } => {
+            reserved(lo) || hi.is_empty() || hi.as_ref() > RESERVED_PREFIX
+        }
+    });
+    if touches {
+        return Err("write batch touches the reserved replication keys".into());
+    }
+    Ok(b)
+}
+
+/// Errors every replica meets alike for the same entry (so applying it as a no-op keeps them
+/// identical), as opposed to local failures.
+fn deterministic(e: &ebb_storage::Error) -> bool {
+    matches!(e, ebb_storage::Error::InvalidArgument(_) | ebb_storage::Error::BeyondRetention { .. })
+}
