@@ -5,13 +5,18 @@
 //!   purge; it passes openraft's storage test suite.
 //! - [`sm`]: the state machine: a shard [`Replica`] whose engine applies committed entries at
 //!   sequence numbers derived from the log index; snapshots are engine checkpoints.
+//! - [`transport`]: Raft traffic over tonic gRPC, many groups per connection, snapshots
+//!   streamed in chunks, and fault injection for tests.
 
 pub mod error;
+pub mod group;
 pub mod log;
 pub mod sm;
+pub mod transport;
 pub mod types;
 
 pub use error::{LogError, ShardError};
+pub use group::{start_group, GroupOptions, StartError};
 pub use log::{LogOptions, LogStore};
 pub use sm::{ApplyHook, Replica, ShardSnapshot, ShardStateMachine};
 pub use types::{Command, NodeId, Response, TypeConfig};

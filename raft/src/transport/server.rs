@@ -1,0 +1,159 @@
+//! The receiving side: the gRPC service that hands each message to its group's Raft.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use openraft::raft::{AppendEntriesRequest, VoteRequest};
+use openraft::{Raft, Snapshot};
+use parking_lot::RwLock;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::proto::raft_server::{Raft as RaftRpc, RaftServer};
+use super::proto::snapshot_chunk::Kind;
+use super::proto::{RaftReply, RaftRequest, SnapshotChunk};
+use super::{encode, MAX_MESSAGE_BYTES};
+use crate::sm::Replica;
+use crate::types::{NodeId, TypeConfig};
+
+/// One Raft group on this node: its Raft handle and its replica.
+#[derive(Clone)]
+pub struct GroupHandle {
+    /// The group's Raft.
+    pub raft: Raft<TypeConfig>,
+    /// The group's replica (engine).
+    pub replica: Arc<Replica>,
+}
+
+/// The Raft groups a node hosts, by group id.
+#[derive(Default)]
+pub struct Groups {
+    map: RwLock<HashMap<u64, GroupHandle>>,
+}
+
+impl std::fmt::Debug for Groups {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.map.read().keys()).finish()
+    }
+}
+
+impl Groups {
+    /// No groups.
+    pub fn new() -> Arc<Groups> {
+        Arc::new(Groups::default())
+    }
+
+    /// Adds (or replaces) group `id`.
+    pub fn insert(&self, id: u64, g: GroupHandle) {
+        self.map.write().insert(id, g);
+    }
+
+    /// Removes group `id`.
+    pub fn remove(&self, id: u64) -> Option<GroupHandle> {
+        self.map.write().remove(&id)
+    }
+
+    /// Group `id`.
+    pub fn get(&self, id: u64) -> Option<GroupHandle> {
+        self.map.read().get(&id).cloned()
+    }
+
+    /// Every group id, sorted.
+    pub fn ids(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self.map.read().keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+}
+
+/// The Raft gRPC service of one node.
+#[derive(Debug, Clone)]
+pub struct RaftService {
+    node: NodeId,
+    groups: Arc<Groups>,
+}
+
+impl RaftService {
+    /// The service of node `node`, delivering to `groups`.
+    pub fn new(node: NodeId, groups: Arc<Groups>) -> RaftService {
+        RaftService { node, groups }
+    }
+
+    /// The tonic server for it.
+    pub fn into_server(self) -> RaftServer<RaftService> {
+        RaftServer::new(self)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    fn route(&self, group: u64, target: NodeId) -> Result<GroupHandle, String> {
+        if target != self.node {
+            return Err(format!("message for node {target} reached node {}", self.node));
+        }
+        self.groups.get(group).ok_or_else(|| format!("group {group} is not on node {}", self.node))
+    }
+}
+
+fn undeliverable(why: String) -> Response<RaftReply> {
+    Response::new(RaftReply { payload: Default::default(), error: why })
+}
+
+fn reply<T: serde::Serialize>(v: &T) -> Result<Response<RaftReply>, Status> {
+    let payload = encode(v).map_err(|e| Status::internal(e.to_string()))?;
+    Ok(Response::new(RaftReply { payload, error: String::new() }))
+}
+
+#[tonic::async_trait]
+impl RaftRpc for RaftService {
+    async fn append_entries(
+        &self,
+        req: Request<RaftRequest>,
+    ) -> Result<Response<RaftReply>, Status> {
+        let r = req.into_inner();
+        let g = match self.route(r.group, r.target) {
+            Ok(g) => g,
+            Err(why) => return Ok(undeliverable(why)),
+        };
+        let rpc: AppendEntriesRequest<TypeConfig> = postcard::from_bytes(&r.payload)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        reply(&g.raft.append_entries(rpc).await)
+    }
+
+    async fn vote(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        let r = req.into_inner();
+        let g = match self.route(r.group, r.target) {
+            Ok(g) => g,
+            Err(why) => return Ok(undeliverable(why)),
+        };
+        let rpc: VoteRequest<NodeId> = postcard::from_bytes(&r.payload)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        reply(&g.raft.vote(rpc).await)
+    }
+
+    async fn install_snapshot(
+        &self,
+        req: Request<Streaming<SnapshotChunk>>,
+    ) -> Result<Response<RaftReply>, Status> {
+        let mut stream = req.into_inner();
+        let header = match stream.message().await? {
+            Some(SnapshotChunk { kind: Some(Kind::Header(h)) }) => h,
+            _ => return Err(Status::invalid_argument("a snapshot stream starts with its header")),
+        };
+        let g = match self.route(header.group, header.target) {
+            Ok(g) => g,
+            Err(why) => return Ok(undeliverable(why)),
+        };
+        let received = match super::stream::receive(&g.replica, header, stream).await {
+            Ok(r) => r,
+            Err(why) => return Ok(undeliverable(format!("snapshot refused: {why}"))),
+        };
+        tracing::info!(
+            group = g.replica.root().display().to_string(),
+            snapshot = %received.descriptor.meta.snapshot_id,
+            bytes = received.descriptor.total_bytes(),
+            "received a snapshot"
+        );
+        let snapshot =
+            Snapshot { meta: received.descriptor.meta, snapshot: Box::new(received.snapshot) };
+        reply(&g.raft.install_full_snapshot(received.vote, snapshot).await)
+    }
+}
