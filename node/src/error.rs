@@ -46,6 +46,9 @@ pub enum NodeError {
     /// Local I/O (reading a file to import, the terminal, a socket's address).
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// The cluster layer failed (a Raft group would not start, no leader, no quorum).
+    #[error("cluster: {0}")]
+    Cluster(String),
     /// A request to a server failed, or the server answered with an error.
     #[error("{0}")]
     Client(String),

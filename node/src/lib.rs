@@ -10,6 +10,7 @@
 
 pub mod body;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod grpc;

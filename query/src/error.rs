@@ -48,6 +48,12 @@ pub enum QueryError {
     /// DataFusion failed (planning or execution).
     #[error("{0}")]
     DataFusion(#[from] DataFusionError),
+    /// This replica does not lead its shard; the leader's node id if known.
+    #[error("not the shard leader (leader: {})", .0.map(|l| l.to_string()).unwrap_or_else(|| "unknown".into()))]
+    NotLeader(Option<u64>),
+    /// Replication failed or is unavailable (no leader, no quorum); the write may be retried.
+    #[error("replication: {0}")]
+    Replication(String),
     /// A bug or an unexpected state.
     #[error("internal error: {0}")]
     Internal(String),
@@ -79,7 +85,10 @@ impl QueryError {
                     | DataFusionError::SchemaError(..)
                     | DataFusionError::NotImplemented(_)
             ),
-            QueryError::Corrupt(_) | QueryError::Internal(_) => false,
+            QueryError::Corrupt(_)
+            | QueryError::Internal(_)
+            | QueryError::NotLeader(_)
+            | QueryError::Replication(_) => false,
         }
     }
 }

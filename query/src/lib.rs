@@ -14,7 +14,7 @@ pub mod lp;
 pub mod model;
 pub mod sql;
 
-pub use db::{Database, DeleteOutcome, DeleteTarget, WriteSummary, DEFAULT_DATABASE};
+pub use db::{Database, DeleteOutcome, DeleteTarget, Replicator, WriteSummary, DEFAULT_DATABASE};
 pub use error::{QueryError, Result};
 pub use sql::{QueryOutput, SqlSession, StatementKind};
 

@@ -68,19 +68,15 @@ impl GroupOptions {
     }
 }
 
-/// Opens group `group` of node `node` under `dir` (`log/` and `shard/`), starts its Raft and
-/// registers it in `groups` so the node's transport delivers its messages.
-pub async fn start_group(
-    node: NodeId,
-    group: u64,
+/// Opens the Raft log and the replica of a group under `dir` (`log/` and `shard/`), without
+/// starting its Raft: the caller can put an [`crate::ApplyHook`] on the replica first.
+pub async fn open_group(
     dir: &Path,
     opts: &GroupOptions,
-    conns: Arc<Connections>,
-    groups: &Groups,
-) -> Result<GroupHandle, StartError> {
+) -> Result<(LogStore, Arc<Replica>), StartError> {
     let (log_dir, shard_dir) = (dir.join("log"), dir.join("shard"));
     let (log_opts, engine_opts) = (opts.log.clone(), opts.engine.clone());
-    let opened = tokio::task::spawn_blocking(move || {
+    tokio::task::spawn_blocking(move || {
         let log = LogStore::open(log_dir, log_opts)?;
         let replica = Replica::open(shard_dir, engine_opts)?;
         Ok::<_, StartError>((log, replica))
@@ -91,8 +87,20 @@ pub async fn start_group(
             path: dir.to_path_buf(),
             source: std::io::Error::other(e.to_string()),
         })
-    })??;
-    let (log, replica) = opened;
+    })?
+}
+
+/// Starts the Raft of group `group` of node `node` over an opened log and replica, and
+/// registers it in `groups` so the node's transport delivers its messages.
+pub async fn run_group(
+    node: NodeId,
+    group: u64,
+    log: LogStore,
+    replica: Arc<Replica>,
+    opts: &GroupOptions,
+    conns: Arc<Connections>,
+    groups: &Groups,
+) -> Result<GroupHandle, StartError> {
     let network = GroupNetwork::new(group, conns);
     let sm = ShardStateMachine::new(replica.clone());
     let raft = Raft::new(node, opts.raft.clone(), network, log, sm)
@@ -101,4 +109,18 @@ pub async fn start_group(
     let handle = GroupHandle { raft, replica };
     groups.insert(group, handle.clone());
     Ok(handle)
+}
+
+/// Opens group `group` of node `node` under `dir` and starts it ([`open_group`] then
+/// [`run_group`]).
+pub async fn start_group(
+    node: NodeId,
+    group: u64,
+    dir: &Path,
+    opts: &GroupOptions,
+    conns: Arc<Connections>,
+    groups: &Groups,
+) -> Result<GroupHandle, StartError> {
+    let (log, replica) = open_group(dir, opts).await?;
+    run_group(node, group, log, replica, opts, conns, groups).await
 }

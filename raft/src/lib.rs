@@ -16,7 +16,7 @@ pub mod transport;
 pub mod types;
 
 pub use error::{LogError, ShardError};
-pub use group::{start_group, GroupOptions, StartError};
+pub use group::{open_group, run_group, start_group, GroupOptions, StartError};
 pub use log::{LogOptions, LogStore};
 pub use sm::{ApplyHook, Replica, ShardSnapshot, ShardStateMachine};
 pub use types::{Command, NodeId, Response, TypeConfig};

@@ -71,7 +71,7 @@ impl Database {
         if self.catalog.table_by_id(table.id).is_none() {
             return Err(QueryError::UnknownTable(format!("{}.{}", table.database, table.name)));
         }
-        let snap = self.engine.snapshot();
+        let snap = self.engine().snapshot();
         let mut seen: HashSet<bytes::Bytes> = HashSet::new();
         let dedupe = targets.len() > 1;
         let mut rows = 0u64;
@@ -89,7 +89,7 @@ impl Database {
                         if lo >= hi {
                             continue;
                         }
-                        for item in self.engine.scan(lo.clone()..hi.clone(), Some(&snap))? {
+                        for item in self.engine().scan(lo.clone()..hi.clone(), Some(&snap))? {
                             count(item?.0);
                         }
                         batch.delete_range(lo, hi);
@@ -116,14 +116,14 @@ impl Database {
                                 let (lo, hi) =
                                     series_range(table.id, s, t_lo.unwrap_or(i64::MIN), *t_hi);
                                 if lo < hi {
-                                    for item in self.engine.scan(lo..hi, Some(&snap))? {
+                                    for item in self.engine().scan(lo..hi, Some(&snap))? {
                                         count(item?.0);
                                     }
                                 }
                             }
                         }
                         None => {
-                            for item in self.engine.scan_time(range, d_lo, d_hi, Some(&snap))? {
+                            for item in self.engine().scan_time(range, d_lo, d_hi, Some(&snap))? {
                                 count(item?.0);
                             }
                         }

@@ -3,6 +3,7 @@
 //! assigns the engine's sequence numbers.
 
 mod delete;
+mod replicated;
 mod write;
 
 use std::path::Path;
@@ -10,9 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ebb_storage::{Engine, Options, WriteBatch};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
 pub use delete::{DeleteOutcome, DeleteTarget};
+pub use replicated::Replicator;
 pub use write::WriteSummary;
 
 use crate::error::{QueryError, Result};
@@ -29,12 +31,15 @@ struct Writer {
     next_seq: u64,
 }
 
-/// An EbbDB database node's data: the engine, the catalog and the writer.
+/// An EbbDB database's data: the engine, the catalog and the writer. On a single node the
+/// writer assigns the engine's sequence numbers; in a cluster each shard replica has one whose
+/// changes go through the shard's Raft group (a [`Replicator`]).
 #[derive(Debug)]
 pub struct Database {
-    engine: Arc<Engine>,
+    engine: RwLock<Arc<Engine>>,
     catalog: Catalog,
     writer: Mutex<Writer>,
+    replicator: Option<Arc<dyn Replicator>>,
 }
 
 impl Database {
@@ -43,12 +48,18 @@ impl Database {
         let engine = Engine::open(dir.as_ref(), opts)?;
         let catalog = Catalog::load(&engine)?;
         let next_seq = engine.last_seq() + 1;
-        Ok(Database { engine: Arc::new(engine), catalog, writer: Mutex::new(Writer { next_seq }) })
+        Ok(Database {
+            engine: RwLock::new(Arc::new(engine)),
+            catalog,
+            writer: Mutex::new(Writer { next_seq }),
+            replicator: None,
+        })
     }
 
-    /// The storage engine.
-    pub fn engine(&self) -> &Arc<Engine> {
-        &self.engine
+    /// The storage engine (replaced whole when a replica installs a snapshot: hold it for one
+    /// operation).
+    pub fn engine(&self) -> Arc<Engine> {
+        self.engine.read().clone()
     }
 
     /// The catalog.
@@ -59,16 +70,20 @@ impl Database {
     /// Flushes memtables and stops background work (the engine closes when the last reference
     /// to it goes).
     pub fn flush(&self) -> Result<()> {
-        self.engine.flush()?;
+        self.engine().flush()?;
         Ok(())
     }
 
     /// Writes `batch` at the next sequence numbers, then installs `delta`. Returns the first
     /// sequence number used.
     fn commit(&self, w: &mut Writer, batch: &WriteBatch, delta: CatalogDelta) -> Result<u64> {
+        if let Some(rep) = &self.replicator {
+            // The catalog follows from the applied batch (`Database::on_applied`).
+            return self.propose(rep.as_ref(), batch);
+        }
         let seq = w.next_seq;
         if !batch.is_empty() {
-            self.engine.write(batch, seq).map_err(|e| match e {
+            self.engine().write(batch, seq).map_err(|e| match e {
                 ebb_storage::Error::BeyondRetention { .. } => {
                     QueryError::BeyondRetention(e.to_string())
                 }
@@ -135,7 +150,7 @@ impl Database {
         delta.write_to(&mut batch)?;
         self.commit(&mut w, &batch, delta)?;
         if let Some(d) = retention {
-            self.engine.set_retention(table_prefix(id).to_vec(), Some(d))?;
+            self.set_rule(table_prefix(id).to_vec(), Some(d))?;
         }
         self.catalog.table_by_id(id).ok_or_else(|| QueryError::Internal("table vanished".into()))
     }
@@ -152,7 +167,7 @@ impl Database {
         let mut batch = WriteBatch::new();
         delta.write_to(&mut batch)?;
         self.commit(&mut w, &batch, delta)?;
-        self.engine.set_retention(table_prefix(def.id).to_vec(), retention)?;
+        self.set_rule(table_prefix(def.id).to_vec(), retention)?;
         Ok(())
     }
 
@@ -169,7 +184,7 @@ impl Database {
         delta.write_to(&mut batch)?;
         let seq = self.commit(&mut w, &batch, delta)?;
         if def.retention_ns.is_some() {
-            self.engine.set_retention(table_prefix(def.id).to_vec(), None)?;
+            self.set_rule(table_prefix(def.id).to_vec(), None)?;
         }
         Ok(seq)
     }
@@ -178,7 +193,15 @@ impl Database {
     /// Returns how many were written.
     pub fn purge_expired(&self) -> Result<u64> {
         let mut w = self.writer.lock();
-        let n = self.engine.purge_expired(w.next_seq)?;
+        if let Some(rep) = &self.replicator {
+            let batch = self.engine().expired_batch(replicated::now_ms());
+            if batch.is_empty() {
+                return Ok(0);
+            }
+            self.propose(rep.as_ref(), &batch)?;
+            return Ok(batch.len() as u64);
+        }
+        let n = self.engine().purge_expired(w.next_seq)?;
         w.next_seq += n;
         Ok(n)
     }

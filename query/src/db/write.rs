@@ -314,14 +314,14 @@ impl Database {
                     let hi = (table, series, max);
                     for (&(t, s, time), _) in plan.rows.range(lo..=hi) {
                         let key = row_key(t, s, time);
-                        if let Some(v) = self.engine.get(&key, None)? {
+                        if let Some(v) = self.engine().get(&key, None)? {
                             out.insert((t, s, time), decode_row(&v)?);
                         }
                     }
                 }
                 None => {
                     let (lo, hi) = series_range(table, series, t0, None);
-                    for item in self.engine.scan(lo..hi, None)? {
+                    for item in self.engine().scan(lo..hi, None)? {
                         let (k, v) = item?;
                         if k.len() != ROW_KEY_LEN {
                             continue;

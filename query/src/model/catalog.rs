@@ -85,6 +85,64 @@ impl CatalogDelta {
     }
 }
 
+impl CatalogDelta {
+    /// The delta whose records `batch` holds (the inverse of [`CatalogDelta::write_to`]), for
+    /// replicas that apply batches another node planned. Series records are decoded with their
+    /// table's definition from the delta or else from `catalog`.
+    pub fn read_from(batch: &WriteBatch, catalog: &Catalog) -> Result<CatalogDelta, QueryError> {
+        use ebb_storage::BatchOp;
+        let prefix = table_prefix(CATALOG_TABLE);
+        let mut delta = CatalogDelta::default();
+        let mut series = Vec::new();
+        for op in batch.ops() {
+            match op {
+                BatchOp::Put { key, value } if key.len() > 4 && key[..4] == prefix => {
+                    match key[4] {
+                        DB => {
+                            let name = std::str::from_utf8(&key[5..]).map_err(|_| {
+                                QueryError::Corrupt("database name not UTF-8".into())
+                            })?;
+                            delta.databases.insert(name.to_string());
+                        }
+                        TABLE => {
+                            let def: TableDef = serde_json::from_slice(value).map_err(|e| {
+                                QueryError::Corrupt(format!("table definition: {e}"))
+                            })?;
+                            delta.tables.insert(def.id, def);
+                        }
+                        SERIES => series.push((key.clone(), value.clone())),
+                        _ => {}
+                    }
+                }
+                BatchOp::Delete { key }
+                    if key.len() == 9 && key[..4] == prefix && key[4] == TABLE =>
+                {
+                    let id = u32::from_be_bytes(key[5..9].try_into().unwrap_or_default());
+                    delta.dropped.push(id);
+                }
+                _ => {}
+            }
+        }
+        for (k, v) in series {
+            let bad = || QueryError::Corrupt("series record key".into());
+            let table =
+                u32::from_be_bytes(k.get(5..9).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
+            let id =
+                u64::from_be_bytes(k.get(9..17).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
+            let tags = match delta.tables.get(&table) {
+                Some(def) => def.tags.len(),
+                None => match catalog.table_by_id(table) {
+                    Some(def) => def.tags.len(),
+                    None => continue,
+                },
+            };
+            let values = decode_series_key(&v, tags)?;
+            delta.series.push((table, v.to_vec(), id, values));
+        }
+        Ok(delta)
+    }
+}
+
 #[derive(Debug, Default)]
 struct State {
     databases: BTreeSet<String>,
@@ -136,6 +194,13 @@ impl Catalog {
             st.series.entry(table).or_default().insert(v.to_vec(), id, tags);
         }
         Ok(Catalog { state: RwLock::new(st) })
+    }
+
+    /// Replaces everything with the catalog stored in `engine`.
+    pub fn reload(&self, engine: &Engine) -> Result<(), QueryError> {
+        let fresh = Catalog::load(engine)?;
+        *self.state.write() = fresh.state.into_inner();
+        Ok(())
     }
 
     /// Installs a delta whose records were written.

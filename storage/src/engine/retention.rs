@@ -84,17 +84,26 @@ impl Engine {
     /// covering every row of the prefix older than its horizon now, so the background drops
     /// their pages. Returns how many sequence numbers it used (0: no rules).
     pub fn purge_expired(&self, seq: u64) -> Result<u64> {
-        let now = self.inner.opts.clock.now_ms();
-        let mut batch = WriteBatch::new();
-        for r in self.inner.rules.read().iter() {
-            let horizon = self.inner.horizon(r, now);
-            batch.delete_time_range(0, horizon, r.prefix.clone(), prefix_end(&r.prefix));
-        }
+        let batch = self.expired_batch(self.inner.opts.clock.now_ms());
         if batch.is_empty() {
             return Ok(0);
         }
         self.write(&batch, seq)?;
         Ok(batch.len() as u64)
+    }
+
+    /// The time-window deletes [`Engine::purge_expired`] writes at `now_ms` (issued then), for
+    /// a caller that sequences writes itself, as a replicated shard does.
+    pub fn expired_batch(&self, now_ms: u64) -> WriteBatch {
+        let mut batch = WriteBatch::new();
+        for r in self.inner.rules.read().iter() {
+            let horizon = self.inner.horizon(r, now_ms);
+            batch.delete_time_range(0, horizon, r.prefix.clone(), prefix_end(&r.prefix));
+        }
+        if !batch.is_empty() {
+            batch.set_issued_at(now_ms);
+        }
+        batch
     }
 }
 
