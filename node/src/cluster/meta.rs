@@ -1,0 +1,237 @@
+//! The metadata group (Raft group 0): nodes, shards and settings. Its first three active nodes
+//! vote; every other node follows it as a learner, so each node holds the metadata locally.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ebb_raft::transport::{Connections, GroupHandle, Groups};
+use ebb_raft::{open_group, run_group, ApplyHook, Command, GroupOptions, NodeId, TypeConfig};
+use ebb_storage::{Engine, WriteBatch};
+use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::{BasicNode, ChangeMembers, Raft};
+use parking_lot::RwLock;
+use tokio::sync::watch;
+
+use super::view::{self, MetaView, NodeInfo, NodeState, Settings, ShardInfo};
+use crate::error::{NodeError, Result};
+
+/// The metadata group's id.
+pub const META_GROUP: u64 = 0;
+
+/// Voters of the metadata group (the rest of the nodes are learners).
+pub const META_VOTERS: usize = 3;
+
+/// Why a metadata change was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum MetaError {
+    /// This node does not lead the metadata group; the leader's id and address if known.
+    #[error("not the metadata leader")]
+    NotLeader(Option<(u64, String)>),
+    /// Anything else.
+    #[error("{0}")]
+    Failed(String),
+}
+
+struct MetaHook {
+    view: Arc<RwLock<MetaView>>,
+    changed: watch::Sender<u64>,
+}
+
+impl ApplyHook for MetaHook {
+    fn applied(&self, _engine: &Arc<Engine>, batch: &WriteBatch, _seq: u64) {
+        if let Err(e) = self.view.write().apply(batch) {
+            tracing::error!(%e, "applying cluster metadata");
+        }
+        self.changed.send_modify(|v| *v += 1);
+    }
+
+    fn replaced(&self, engine: &Arc<Engine>) {
+        match MetaView::load(engine) {
+            Ok(v) => *self.view.write() = v,
+            Err(e) => tracing::error!(%e, "loading cluster metadata from a snapshot"),
+        }
+        self.changed.send_modify(|v| *v += 1);
+    }
+}
+
+/// This node's member of the metadata group and its view of the metadata.
+pub struct Meta {
+    node: NodeId,
+    group: GroupHandle,
+    view: Arc<RwLock<MetaView>>,
+    changed: watch::Receiver<u64>,
+    /// Serializes read-modify-write changes on the leader.
+    write_lock: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Meta {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Meta").field("node", &self.node).finish()
+    }
+}
+
+impl Meta {
+    /// Opens node `node`'s member of the metadata group under `dir` and starts it.
+    pub async fn open(
+        node: NodeId,
+        dir: &Path,
+        opts: &GroupOptions,
+        conns: Arc<Connections>,
+        groups: &Groups,
+    ) -> Result<Arc<Meta>> {
+        let start = |e: ebb_raft::StartError| NodeError::Cluster(format!("metadata group: {e}"));
+        let (log, replica) = open_group(dir, opts).await.map_err(start)?;
+        let loaded =
+            MetaView::load(&replica.engine()).map_err(|e| NodeError::Cluster(e.to_string()))?;
+        let view = Arc::new(RwLock::new(loaded));
+        let (tx, changed) = watch::channel(0);
+        replica.set_hook(Arc::new(MetaHook { view: view.clone(), changed: tx }));
+        let group =
+            run_group(node, META_GROUP, log, replica, opts, conns, groups).await.map_err(start)?;
+        Ok(Arc::new(Meta { node, group, view, changed, write_lock: Default::default() }))
+    }
+
+    /// The metadata as this node has applied it.
+    pub fn view(&self) -> MetaView {
+        self.view.read().clone()
+    }
+
+    /// A receiver that changes whenever the metadata does.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.clone()
+    }
+
+    /// The group's Raft.
+    pub fn raft(&self) -> &Raft<TypeConfig> {
+        &self.group.raft
+    }
+
+    /// The group handle.
+    pub fn group(&self) -> &GroupHandle {
+        &self.group
+    }
+
+    /// True if this node leads the metadata group.
+    pub fn is_leader(&self) -> bool {
+        self.group.raft.metrics().borrow().state.is_leader()
+    }
+
+    /// The leader's id and gRPC address, if known.
+    pub fn leader(&self) -> Option<(u64, String)> {
+        let m = self.group.raft.metrics().borrow().clone();
+        let id = m.current_leader?;
+        let addr = m.membership_config.membership().get_node(&id)?.addr.clone();
+        Some((id, addr))
+    }
+
+    /// Creates a new cluster with this node (`me`) as its only member.
+    pub async fn bootstrap(&self, me: NodeInfo, settings: Settings) -> Result<()> {
+        let members = BTreeMap::from([(me.id, BasicNode::new(me.grpc_addr.clone()))]);
+        match self.group.raft.initialize(members).await {
+            Ok(()) => {}
+            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {} // already created
+            Err(e) => return Err(NodeError::Cluster(format!("creating the cluster: {e}"))),
+        }
+        self.group
+            .raft
+            .wait(Some(Duration::from_secs(30)))
+            .state(openraft::ServerState::Leader, "bootstrap")
+            .await
+            .map_err(|e| NodeError::Cluster(format!("electing the first leader: {e}")))?;
+        if self.view.read().settings.is_some() {
+            return Ok(());
+        }
+        let mut b = WriteBatch::new();
+        view::put_settings(&mut b, &settings);
+        view::put_node(&mut b, &me, me.id + 1);
+        for s in 1..=settings.shards as u64 {
+            view::put_shard(&mut b, &ShardInfo { id: s, replicas: vec![me.id] });
+        }
+        self.propose(b).await.map_err(|e| NodeError::Cluster(e.to_string()))
+    }
+
+    /// Proposes a metadata batch; returns once it is applied here.
+    pub async fn propose(&self, batch: WriteBatch) -> std::result::Result<(), MetaError> {
+        let cmd = Command::Batch(batch.to_bytes());
+        match self.group.raft.client_write(cmd).await {
+            Ok(r) => match r.data.error {
+                None => Ok(()),
+                Some(e) => Err(MetaError::Failed(e)),
+            },
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
+                Err(MetaError::NotLeader(self.leader()))
+            }
+            Err(e) => Err(MetaError::Failed(e.to_string())),
+        }
+    }
+
+    /// Registers a node (on the leader): a new id, or the id of the node already registered at
+    /// `grpc_addr`.
+    pub async fn register(
+        &self,
+        grpc_addr: &str,
+        http_addr: &str,
+        pg_addr: &str,
+    ) -> std::result::Result<u64, MetaError> {
+        if !self.is_leader() {
+            return Err(MetaError::NotLeader(self.leader()));
+        }
+        let _g = self.write_lock.lock().await;
+        let v = self.view();
+        let (id, next) = match v.node_at(grpc_addr) {
+            Some(n) => (n.id, v.next_node_id),
+            None => (v.next_node_id, v.next_node_id + 1),
+        };
+        let node = NodeInfo {
+            id,
+            grpc_addr: grpc_addr.to_string(),
+            http_addr: http_addr.to_string(),
+            pg_addr: pg_addr.to_string(),
+            state: NodeState::Active,
+        };
+        if v.nodes.get(&id) != Some(&node) {
+            let mut b = WriteBatch::new();
+            view::put_node(&mut b, &node, next);
+            self.propose(b).await?;
+        }
+        Ok(id)
+    }
+
+    /// On the leader: makes every registered node a member of the metadata group, the first
+    /// [`META_VOTERS`] active nodes voters and the rest learners. Returns true if it changed
+    /// anything.
+    pub async fn reconcile_members(&self) -> std::result::Result<bool, MetaError> {
+        if !self.is_leader() {
+            return Ok(false);
+        }
+        let v = self.view();
+        let m = self.group.raft.metrics().borrow().clone();
+        let membership = m.membership_config.membership().clone();
+        let members: BTreeSet<u64> = membership.nodes().map(|(id, _)| *id).collect();
+        let voters: BTreeSet<u64> = membership.voter_ids().collect();
+        let want: BTreeSet<u64> = v.active().map(|n| n.id).take(META_VOTERS).collect();
+        let mut changed = false;
+        for n in v.active() {
+            if !members.contains(&n.id) {
+                let blocking = want.contains(&n.id);
+                self.group
+                    .raft
+                    .add_learner(n.id, BasicNode::new(n.grpc_addr.clone()), blocking)
+                    .await
+                    .map_err(|e| MetaError::Failed(e.to_string()))?;
+                changed = true;
+            }
+        }
+        if !want.is_empty() && want != voters {
+            self.group
+                .raft
+                .change_membership(ChangeMembers::ReplaceAllVoters(want), true)
+                .await
+                .map_err(|e| MetaError::Failed(e.to_string()))?;
+            changed = true;
+        }
+        Ok(changed)
+    }
+}

@@ -1,0 +1,190 @@
+//! The cluster metadata: nodes, shards and settings, as the metadata group stores them (one
+//! engine key per record, JSON values) and as every node holds them in memory.
+
+use std::collections::BTreeMap;
+
+use ebb_storage::{BatchOp, Engine, WriteBatch};
+use serde::{Deserialize, Serialize};
+
+/// Key of the settings record.
+const SETTINGS: &[u8] = b"meta/settings";
+/// Key of the next node id.
+const NEXT_NODE: &[u8] = b"meta/next-node";
+/// Prefix of node records (`meta/node/` + id big-endian).
+const NODE: &[u8] = b"meta/node/";
+/// Prefix of shard records (`meta/shard/` + id big-endian).
+const SHARD: &[u8] = b"meta/shard/";
+
+/// Cluster-wide settings, fixed when the cluster is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settings {
+    /// Shards (Raft groups) every table's series are hashed over.
+    pub shards: u32,
+    /// Replicas per shard (fewer while the cluster has fewer nodes).
+    pub replication: u32,
+}
+
+/// Where a node stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeState {
+    /// Holds and receives shard replicas.
+    Active,
+    /// Being drained: its replicas move elsewhere.
+    Draining,
+    /// Left the cluster.
+    Removed,
+}
+
+/// A node of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// Node id, assigned by the cluster.
+    pub id: u64,
+    /// gRPC address (Raft and cluster services).
+    pub grpc_addr: String,
+    /// HTTP address.
+    pub http_addr: String,
+    /// PostgreSQL address.
+    pub pg_addr: String,
+    /// Its state.
+    pub state: NodeState,
+}
+
+/// A shard and where its replicas should be.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardInfo {
+    /// Shard id (its Raft group id; the metadata group is 0).
+    pub id: u64,
+    /// Nodes that should hold a replica.
+    pub replicas: Vec<u64>,
+}
+
+/// The metadata, in memory.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetaView {
+    /// Settings, once the cluster is created.
+    pub settings: Option<Settings>,
+    /// Nodes by id.
+    pub nodes: BTreeMap<u64, NodeInfo>,
+    /// Shards by id.
+    pub shards: BTreeMap<u64, ShardInfo>,
+    /// The id the next joining node gets.
+    pub next_node_id: u64,
+}
+
+/// Errors decoding metadata records.
+#[derive(Debug, thiserror::Error)]
+#[error("metadata record {key}: {why}")]
+pub struct ViewError {
+    key: String,
+    why: String,
+}
+
+fn id_key(prefix: &[u8], id: u64) -> Vec<u8> {
+    let mut k = prefix.to_vec();
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
+impl MetaView {
+    /// The view stored in `engine`.
+    pub fn load(engine: &Engine) -> Result<MetaView, ViewError> {
+        let mut v = MetaView { next_node_id: 1, ..Default::default() };
+        let lo: &[u8] = b"meta/";
+        let hi: &[u8] = b"meta0";
+        let scan = engine
+            .scan(lo..hi, None)
+            .map_err(|e| ViewError { key: "meta/".into(), why: e.to_string() })?;
+        for item in scan {
+            let (k, val) =
+                item.map_err(|e| ViewError { key: "meta/".into(), why: e.to_string() })?;
+            v.put(&k, &val)?;
+        }
+        Ok(v)
+    }
+
+    /// Installs what an applied batch changed.
+    pub fn apply(&mut self, batch: &WriteBatch) -> Result<(), ViewError> {
+        for op in batch.ops() {
+            if let BatchOp::Put { key, value } = op {
+                self.put(key, value)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), ViewError> {
+        let err = |why: String| ViewError { key: String::from_utf8_lossy(key).into_owned(), why };
+        let json = |v: &[u8]| {
+            serde_json::from_slice::<serde_json::Value>(v).map_err(|e| err(e.to_string()))
+        };
+        if key == SETTINGS {
+            self.settings = Some(serde_json::from_slice(value).map_err(|e| err(e.to_string()))?);
+        } else if key == NEXT_NODE {
+            self.next_node_id = json(value)?.as_u64().ok_or_else(|| err("not a number".into()))?;
+        } else if key.starts_with(NODE) {
+            let n: NodeInfo = serde_json::from_slice(value).map_err(|e| err(e.to_string()))?;
+            self.nodes.insert(n.id, n);
+        } else if key.starts_with(SHARD) {
+            let s: ShardInfo = serde_json::from_slice(value).map_err(|e| err(e.to_string()))?;
+            self.shards.insert(s.id, s);
+        }
+        Ok(())
+    }
+
+    /// Active nodes, by id.
+    pub fn active(&self) -> impl Iterator<Item = &NodeInfo> + '_ {
+        self.nodes.values().filter(|n| n.state == NodeState::Active)
+    }
+
+    /// The node with gRPC address `addr` that has not left, if any.
+    pub fn node_at(&self, addr: &str) -> Option<&NodeInfo> {
+        self.nodes.values().find(|n| n.grpc_addr == addr && n.state != NodeState::Removed)
+    }
+}
+
+/// Adds the record of `settings` to `batch`.
+pub fn put_settings(batch: &mut WriteBatch, settings: &Settings) {
+    batch.put(SETTINGS, serde_json::to_vec(settings).unwrap_or_default());
+}
+
+/// Adds the record of `node` (and the next node id after it) to `batch`.
+pub fn put_node(batch: &mut WriteBatch, node: &NodeInfo, next_node_id: u64) {
+    batch.put(id_key(NODE, node.id), serde_json::to_vec(node).unwrap_or_default());
+    batch.put(NEXT_NODE, next_node_id.to_string().into_bytes());
+}
+
+/// Adds the record of `shard` to `batch`.
+pub fn put_shard(batch: &mut WriteBatch, shard: &ShardInfo) {
+    batch.put(id_key(SHARD, shard.id), serde_json::to_vec(shard).unwrap_or_default());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_through_batches() {
+        let mut b = WriteBatch::new();
+        put_settings(&mut b, &Settings { shards: 4, replication: 3 });
+        let n = NodeInfo {
+            id: 3,
+            grpc_addr: "127.0.0.1:1".into(),
+            http_addr: "127.0.0.1:2".into(),
+            pg_addr: "127.0.0.1:3".into(),
+            state: NodeState::Active,
+        };
+        put_node(&mut b, &n, 4);
+        put_shard(&mut b, &ShardInfo { id: 2, replicas: vec![3] });
+        let mut v = MetaView::default();
+        v.apply(&b).unwrap();
+        assert_eq!(v.settings, Some(Settings { shards: 4, replication: 3 }));
+        assert_eq!(v.nodes[&3], n);
+        assert_eq!(v.next_node_id, 4);
+        assert_eq!(v.shards[&2].replicas, vec![3]);
+        assert_eq!(v.node_at("127.0.0.1:1").map(|n| n.id), Some(3));
+        let mut bad = WriteBatch::new();
+        bad.put(id_key(NODE, 1), "{");
+        assert!(v.apply(&bad).is_err());
+    }
+}

@@ -1,0 +1,128 @@
+//! Cluster membership in one process: a node creates the cluster, others join through any
+//! node and get ids from the cluster (kept in their data directories), the first three vote
+//! in the metadata group and the rest follow it as learners, and the metadata survives losing
+//! its leader and restarts.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ebb_node::cluster::view::Settings;
+use ebb_node::cluster::{ClusterConfig, ClusterNode, NODE_ID_FILE};
+use ebb_raft::transport::Faults;
+use ebb_raft::GroupOptions;
+
+struct Harness {
+    dir: tempfile::TempDir,
+    faults: Arc<Faults>,
+    /// Running nodes by their index in the test (not their id).
+    nodes: BTreeMap<usize, ClusterNode>,
+    addrs: BTreeMap<usize, String>,
+}
+
+impl Harness {
+    fn new() -> Harness {
+        Harness {
+            dir: tempfile::tempdir().unwrap(),
+            faults: Arc::new(Faults::new()),
+            nodes: BTreeMap::new(),
+            addrs: BTreeMap::new(),
+        }
+    }
+
+    async fn start(&mut self, i: usize, join: &[usize]) {
+        let listener = match self.addrs.get(&i) {
+            Some(a) => loop {
+                if let Ok(l) = tokio::net::TcpListener::bind(a).await {
+                    break l;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            },
+            None => tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        };
+        let addr = listener.local_addr().unwrap().to_string();
+        self.addrs.insert(i, addr.clone());
+        let engine = ebb_storage::Options { write_buffer_size: 256 << 10, ..Default::default() };
+        let cfg = ClusterConfig {
+            data_dir: self.dir.path().join(format!("n{i}")),
+            advertise_grpc: addr,
+            http_addr: format!("127.0.0.1:{}", 8000 + i),
+            pg_addr: format!("127.0.0.1:{}", 9000 + i),
+            join: join.iter().map(|j| self.addrs[j].clone()).collect(),
+            settings: Settings { shards: 4, replication: 3 },
+            groups: GroupOptions::new(Duration::from_millis(50), 1000, engine).unwrap(),
+        };
+        let node = ClusterNode::start(&cfg, listener, self.faults.clone()).await.unwrap();
+        self.nodes.insert(i, node);
+    }
+
+    async fn stop(&mut self, i: usize) {
+        self.nodes.remove(&i).unwrap().stop().await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    /// Waits until `check` holds on every running node's view of the metadata group.
+    async fn wait(&self, what: &str, check: impl Fn(&ClusterNode) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.nodes.values().all(&check) {
+            assert!(Instant::now() < deadline, "timed out waiting until {what}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn voters(n: &ClusterNode) -> BTreeSet<u64> {
+    n.meta.raft().metrics().borrow().membership_config.membership().voter_ids().collect()
+}
+
+fn learners(n: &ClusterNode) -> BTreeSet<u64> {
+    n.meta.raft().metrics().borrow().membership_config.membership().learner_ids().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nodes_join_get_ids_and_share_the_metadata() {
+    let mut h = Harness::new();
+    h.start(0, &[]).await;
+    assert_eq!(h.nodes[&0].id, 1);
+    let v = h.nodes[&0].meta.view();
+    assert_eq!(v.settings, Some(Settings { shards: 4, replication: 3 }));
+    assert_eq!(v.shards.len(), 4);
+    assert!(v.shards.values().all(|s| s.replicas == vec![1]));
+
+    // Three more join, through different nodes (a learner forwards to the leader).
+    h.start(1, &[0]).await;
+    h.start(2, &[1, 0]).await;
+    h.start(3, &[2]).await;
+    let ids: Vec<u64> = h.nodes.values().map(|n| n.id).collect();
+    assert_eq!(ids, vec![1, 2, 3, 4]);
+    h.wait("every node sees four nodes", |n| n.meta.view().nodes.len() == 4).await;
+    h.wait("the first three vote", |n| voters(n) == BTreeSet::from([1, 2, 3])).await;
+    h.wait("the fourth follows as a learner", |n| learners(n) == BTreeSet::from([4])).await;
+    for i in 0..4 {
+        let stored = std::fs::read_to_string(h.dir.path().join(format!("n{i}")).join(NODE_ID_FILE));
+        assert_eq!(stored.unwrap().trim(), h.nodes[&i].id.to_string());
+    }
+
+    // Losing the metadata leader: the other voters elect one; joins keep working, and a node
+    // that registers again with the same address keeps its id.
+    let leader = h.nodes[&0].meta.leader().unwrap().0;
+    let idx = *h.nodes.iter().find(|(_, n)| n.id == leader).unwrap().0;
+    h.stop(idx).await;
+    h.start(4, &[3]).await;
+    assert_eq!(h.nodes[&4].id, 5);
+    h.wait("every running node sees five nodes", |n| n.meta.view().nodes.len() == 5).await;
+
+    // The stopped node restarts with its stored id, without joining again, and catches up.
+    h.start(idx, &[]).await;
+    assert_eq!(h.nodes[&idx].id, leader);
+    h.wait("the restarted node sees five nodes", |n| n.meta.view().nodes.len() == 5).await;
+    h.wait("the voters stay the first three", |n| voters(n) == BTreeSet::from([1, 2, 3])).await;
+    h.wait("the rest learn", |n| learners(n) == BTreeSet::from([4, 5])).await;
+    let views: Vec<_> = h.nodes.values().map(|n| n.meta.view()).collect();
+    assert!(views.iter().all(|v| *v == views[0]), "views differ");
+    for i in h.nodes.keys().copied().collect::<Vec<_>>() {
+        h.stop(i).await;
+    }
+}
