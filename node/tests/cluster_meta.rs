@@ -120,8 +120,138 @@ async fn nodes_join_get_ids_and_share_the_metadata() {
     h.wait("the restarted node sees five nodes", |n| n.meta.view().nodes.len() == 5).await;
     h.wait("the voters stay the first three", |n| voters(n) == BTreeSet::from([1, 2, 3])).await;
     h.wait("the rest learn", |n| learners(n) == BTreeSet::from([4, 5])).await;
-    let views: Vec<_> = h.nodes.values().map(|n| n.meta.view()).collect();
-    assert!(views.iter().all(|v| *v == views[0]), "views differ");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let views: Vec<_> = h.nodes.values().map(|n| n.meta.view()).collect();
+        if views.iter().all(|v| *v == views[0]) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "views differ");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for i in h.nodes.keys().copied().collect::<Vec<_>>() {
+        h.stop(i).await;
+    }
+}
+
+/// For every shard: its replicas according to the metadata, and the voters of its group on
+/// every node that holds it, which must agree.
+fn placement(h: &Harness) -> BTreeMap<u64, BTreeSet<u64>> {
+    let view = h.nodes.values().next().unwrap().meta.view();
+    view.shards.values().map(|s| (s.id, s.replicas.iter().copied().collect())).collect()
+}
+
+fn settled(h: &Harness, want_rf: usize) -> bool {
+    let p = placement(h);
+    let view = h.nodes.values().next().unwrap().meta.view();
+    if view.nodes.len() != h.nodes.len() || view.shards.values().any(|s| s.target.is_some()) {
+        return false;
+    }
+    // Where the placement wants every shard.
+    let balanced = ebb_node::cluster::placement::target(&view)
+        .iter()
+        .all(|(id, want)| p.get(id) == Some(&want.iter().copied().collect::<BTreeSet<u64>>()));
+    if !balanced {
+        return false;
+    }
+    for (shard, replicas) in &p {
+        if replicas.len() != want_rf {
+            return false;
+        }
+        for n in h.nodes.values() {
+            let holds = n.shards.get(*shard);
+            if replicas.contains(&n.id) != holds.is_some() {
+                return false;
+            }
+            if let Some(s) = holds {
+                let voters: BTreeSet<u64> = s
+                    .group
+                    .raft
+                    .metrics()
+                    .borrow()
+                    .membership_config
+                    .membership()
+                    .voter_ids()
+                    .collect();
+                if &voters != replicas {
+                    return false;
+                }
+            }
+        }
+    }
+    true
+}
+
+async fn wait_settled(h: &Harness, rf: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !settled(h, rf) {
+        assert!(Instant::now() < deadline, "shards did not settle: {:?}", placement(h));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Rows of `cpu` on every replica of every shard, by shard: all replicas of a shard agree.
+async fn rows_per_shard(h: &Harness) -> BTreeMap<u64, usize> {
+    let mut out = BTreeMap::new();
+    for n in h.nodes.values() {
+        for s in n.shards.all() {
+            let session = ebb_query::SqlSession::new(s.db.clone(), "db");
+            let rows = match session.query("SELECT count(*) AS n FROM cpu").await {
+                Ok(b) => datafusion::arrow::util::pretty::pretty_format_batches(&b)
+                    .unwrap()
+                    .to_string()
+                    .lines()
+                    .nth(3)
+                    .unwrap()
+                    .trim_matches(|c: char| c == '|' || c.is_whitespace())
+                    .parse::<usize>()
+                    .unwrap(),
+                Err(_) => 0, // the table never reached this shard
+            };
+            if let Some(prev) = out.insert(s.id, rows) {
+                assert_eq!(prev, rows, "replicas of shard {} differ", s.id);
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shards_spread_over_nodes_as_they_join_and_keep_their_data() {
+    let mut h = Harness::new();
+    h.start(0, &[]).await;
+    wait_settled(&h, 1).await;
+    // Data in every shard before anyone joins.
+    for s in h.nodes[&0].shards.all() {
+        let db = s.db.clone();
+        let body: String =
+            (0..100).map(|t| format!("cpu,host=s{} v={t} {}\n", s.id, 1_000 + t)).collect();
+        tokio::task::spawn_blocking(move || {
+            db.write_lines("db", &body, ebb_query::lp::Precision::Seconds, 0).unwrap()
+        })
+        .await
+        .unwrap();
+    }
+    h.start(1, &[0]).await;
+    h.start(2, &[0]).await;
+    wait_settled(&h, 3).await;
+    let before = rows_per_shard(&h).await;
+    assert_eq!(before.len(), 4);
+    assert!(before.values().all(|&n| n == 100), "{before:?}");
+
+    // Two more nodes: shards rebalance so each node holds a fair share, and nothing is lost.
+    h.start(3, &[0]).await;
+    h.start(4, &[1]).await;
+    wait_settled(&h, 3).await;
+    let mut load: BTreeMap<u64, usize> = BTreeMap::new();
+    for replicas in placement(&h).values() {
+        for n in replicas {
+            *load.entry(*n).or_default() += 1;
+        }
+    }
+    assert_eq!(load.len(), 5, "every node should hold replicas: {load:?}");
+    assert!(load.values().max().unwrap() - load.values().min().unwrap() <= 1, "{load:?}");
+    assert_eq!(rows_per_shard(&h).await, before);
     for i in h.nodes.keys().copied().collect::<Vec<_>>() {
         h.stop(i).await;
     }

@@ -147,7 +147,7 @@ impl Meta {
         view::put_settings(&mut b, &settings);
         view::put_node(&mut b, &me, me.id + 1);
         for s in 1..=settings.shards as u64 {
-            view::put_shard(&mut b, &ShardInfo { id: s, replicas: vec![me.id] });
+            view::put_shard(&mut b, &ShardInfo { id: s, replicas: vec![me.id], target: None });
         }
         self.propose(b).await.map_err(|e| NodeError::Cluster(e.to_string()))
     }

@@ -3,14 +3,18 @@
 
 mod meta;
 mod node;
+pub mod placement;
+mod rebalance;
 mod service;
 mod shard;
+mod shards;
 pub mod view;
 
 pub use meta::{Meta, MetaError, META_GROUP, META_VOTERS};
 pub use node::{ClusterConfig, ClusterNode, NODE_ID_FILE};
-pub use service::{join, ClusterService};
+pub use service::{join, set_shard_members, ClusterService, MOVE_TIMEOUT};
 pub use shard::{RaftReplicator, Shard, PROPOSE_TIMEOUT};
+pub use shards::{ShardEnv, Shards};
 
 /// The generated gRPC code of the cluster services.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]

@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use super::meta::Meta;
 use super::proto::JoinRequest;
 use super::service::{join, ClusterService};
+use super::shards::{self, ShardEnv, Shards};
 use super::view::{NodeInfo, NodeState, Settings};
 use crate::error::{NodeError, Result};
 
@@ -52,6 +53,8 @@ pub struct ClusterNode {
     pub groups: Arc<Groups>,
     /// Its connections to other nodes.
     pub conns: Arc<Connections>,
+    /// Its shard replicas.
+    pub shards: Arc<Shards>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -122,7 +125,8 @@ impl ClusterNode {
         let (stop, rx) = watch::channel(false);
         let mut tasks = Vec::new();
         let raft_svc = RaftService::new(id, groups.clone()).into_server();
-        let cluster_svc = ClusterService::new(meta.clone()).into_server();
+        let shards = Arc::new(Shards::default());
+        let cluster_svc = ClusterService::new(meta.clone(), shards.clone()).into_server();
         let shutdown = stopped(rx.clone());
         tasks.push(tokio::spawn(async move {
             let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
@@ -145,14 +149,26 @@ impl ClusterNode {
             };
             meta.bootstrap(me, cfg.settings).await?;
         }
+        let env = ShardEnv {
+            node: id,
+            dir: cfg.data_dir.clone(),
+            opts: cfg.groups.clone(),
+            conns: conns.clone(),
+            groups: groups.clone(),
+        };
+        shards::sync(&env, &meta.view(), &shards).await?;
+        tasks.push(tokio::spawn(shard_loop(env, meta.clone(), shards.clone(), rx.clone())));
         tasks.push(tokio::spawn(reconcile_loop(meta.clone(), rx)));
-        Ok(ClusterNode { id, meta, groups, conns, stop, tasks })
+        Ok(ClusterNode { id, meta, groups, conns, shards, stop, tasks })
     }
 
     /// Stops serving and shuts every group down (without flushing engines: their logs hold
     /// everything acknowledged).
     pub async fn stop(self) {
         let _ = self.stop.send(true);
+        for t in &self.tasks {
+            t.abort();
+        }
         for id in self.groups.ids() {
             if let Some(g) = self.groups.remove(id) {
                 let _ = g.raft.shutdown().await;
@@ -165,7 +181,30 @@ impl ClusterNode {
     }
 }
 
-/// On the metadata leader, keeps the group's members in step with the registered nodes.
+/// Opens and closes this node's shard replicas as the metadata changes.
+async fn shard_loop(
+    env: ShardEnv,
+    meta: Arc<Meta>,
+    shards: Arc<Shards>,
+    stop: watch::Receiver<bool>,
+) {
+    let mut changes = meta.subscribe();
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        if let Err(e) = shards::sync(&env, &meta.view(), &shards).await {
+            tracing::warn!(%e, "opening or closing shard replicas");
+        }
+        tokio::select! {
+            _ = changes.changed() => {}
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+    }
+}
+
+/// On the metadata leader: keeps the group's members in step with the registered nodes, and
+/// moves shard replicas where the placement wants them.
 async fn reconcile_loop(meta: Arc<Meta>, stop: watch::Receiver<bool>) {
     let mut changes = meta.subscribe();
     loop {
@@ -174,6 +213,9 @@ async fn reconcile_loop(meta: Arc<Meta>, stop: watch::Receiver<bool>) {
         }
         if let Err(e) = meta.reconcile_members().await {
             tracing::warn!(%e, "reconciling metadata group members");
+        }
+        if super::rebalance::step(&meta).await {
+            continue;
         }
         tokio::select! {
             _ = changes.changed() => {}

@@ -5,22 +5,32 @@ use std::time::{Duration, Instant};
 
 use tonic::{Request, Response, Status};
 
+use std::collections::BTreeSet;
+
+use openraft::{BasicNode, ChangeMembers};
+
 use super::meta::{Meta, MetaError};
 use super::proto::cluster_client::ClusterClient;
 use super::proto::cluster_server::{Cluster, ClusterServer};
-use super::proto::{JoinReply, JoinRequest};
+use super::proto::{JoinReply, JoinRequest, Member, SetShardMembersReply, SetShardMembersRequest};
+use super::shards::Shards;
+use super::view::MetaView;
 use crate::error::{NodeError, Result};
+
+/// How long adding a replica may take (the new replica catches up first).
+pub const MOVE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The cluster service of one node.
 #[derive(Debug, Clone)]
 pub struct ClusterService {
     meta: Arc<Meta>,
+    shards: Arc<Shards>,
 }
 
 impl ClusterService {
-    /// The service over this node's metadata member.
-    pub fn new(meta: Arc<Meta>) -> ClusterService {
-        ClusterService { meta }
+    /// The service over this node's metadata member and shard replicas.
+    pub fn new(meta: Arc<Meta>, shards: Arc<Shards>) -> ClusterService {
+        ClusterService { meta, shards }
     }
 
     /// The tonic server for it.
@@ -63,6 +73,67 @@ impl Cluster for ClusterService {
             Err(MetaError::Failed(e)) => Err(Status::unavailable(e)),
         }
     }
+
+    async fn set_shard_members(
+        &self,
+        req: Request<SetShardMembersRequest>,
+    ) -> std::result::Result<Response<SetShardMembersReply>, Status> {
+        let r = req.into_inner();
+        let shard = self
+            .shards
+            .get(r.shard)
+            .ok_or_else(|| Status::not_found(format!("shard {} is not on this node", r.shard)))?;
+        let raft = shard.group.raft.clone();
+        if !shard.is_leader() {
+            let m = raft.metrics().borrow().clone();
+            let leader = m
+                .current_leader
+                .and_then(|l| m.membership_config.membership().get_node(&l).cloned())
+                .ok_or_else(|| Status::unavailable(format!("shard {} has no leader", r.shard)))?;
+            let mut c = connect(&leader.addr).await.map_err(Status::unavailable)?;
+            return c.set_shard_members(r).await;
+        }
+        let membership = raft.metrics().borrow().membership_config.membership().clone();
+        let known: BTreeSet<u64> = membership.nodes().map(|(id, _)| *id).collect();
+        for m in &r.members {
+            if !known.contains(&m.id) {
+                raft.add_learner(m.id, BasicNode::new(m.addr.clone()), true)
+                    .await
+                    .map_err(|e| Status::unavailable(e.to_string()))?;
+            }
+        }
+        let want: BTreeSet<u64> = r.members.iter().map(|m| m.id).collect();
+        let voters: BTreeSet<u64> = membership.voter_ids().collect();
+        if want != voters {
+            raft.change_membership(ChangeMembers::ReplaceAllVoters(want), false)
+                .await
+                .map_err(|e| Status::unavailable(e.to_string()))?;
+        }
+        Ok(Response::new(SetShardMembersReply {}))
+    }
+}
+
+/// Makes `members` the voters of `shard`, through a node that holds it (it forwards to the
+/// shard's leader). Returns once the membership change is committed.
+pub async fn set_shard_members(view: &MetaView, shard: u64, members: &[u64]) -> Result<()> {
+    let info =
+        view.shards.get(&shard).ok_or_else(|| NodeError::Cluster(format!("no shard {shard}")))?;
+    let addr = |id: &u64| view.nodes.get(id).map(|n| n.grpc_addr.clone()).unwrap_or_default();
+    let req = SetShardMembersRequest {
+        shard,
+        members: members.iter().map(|id| Member { id: *id, addr: addr(id) }).collect(),
+    };
+    let mut last = String::from("no node holds it");
+    for holder in &info.replicas {
+        match connect(&addr(holder)).await {
+            Ok(mut c) => match c.set_shard_members(req.clone()).await {
+                Ok(_) => return Ok(()),
+                Err(s) => last = s.message().to_string(),
+            },
+            Err(e) => last = e,
+        }
+    }
+    Err(NodeError::Cluster(format!("moving shard {shard}: {last}")))
 }
 
 /// Registers this node with the cluster through any of `seeds` (gRPC addresses), retrying

@@ -55,8 +55,18 @@ pub struct NodeInfo {
 pub struct ShardInfo {
     /// Shard id (its Raft group id; the metadata group is 0).
     pub id: u64,
-    /// Nodes that should hold a replica.
+    /// Nodes that hold a replica (the group's voters).
     pub replicas: Vec<u64>,
+    /// While the shard moves: the voters it is moving to. Nodes in either list hold a replica.
+    #[serde(default)]
+    pub target: Option<Vec<u64>>,
+}
+
+impl ShardInfo {
+    /// True if `node` holds (or is about to hold) a replica.
+    pub fn involves(&self, node: u64) -> bool {
+        self.replicas.contains(&node) || self.target.as_ref().is_some_and(|t| t.contains(&node))
+    }
 }
 
 /// The metadata, in memory.
@@ -175,7 +185,7 @@ mod tests {
             state: NodeState::Active,
         };
         put_node(&mut b, &n, 4);
-        put_shard(&mut b, &ShardInfo { id: 2, replicas: vec![3] });
+        put_shard(&mut b, &ShardInfo { id: 2, replicas: vec![3], target: None });
         let mut v = MetaView::default();
         v.apply(&b).unwrap();
         assert_eq!(v.settings, Some(Settings { shards: 4, replication: 3 }));

@@ -1,0 +1,144 @@
+//! Where shard replicas should live: every shard on `min(replication, active nodes)` nodes,
+//! replicas spread so no node holds more than one above another, reached by as few moves as
+//! possible (existing replicas stay where they are unless a node is over its share).
+
+use std::collections::BTreeMap;
+
+use super::view::MetaView;
+
+/// The voters each shard should have, for the active nodes of `view`.
+pub fn target(view: &MetaView) -> BTreeMap<u64, Vec<u64>> {
+    let active: Vec<u64> = view.active().map(|n| n.id).collect();
+    let mut out = BTreeMap::new();
+    if active.is_empty() {
+        return out;
+    }
+    let rf = view.settings.map(|s| s.replication as usize).unwrap_or(1).clamp(1, active.len());
+    let mut load: BTreeMap<u64, usize> = active.iter().map(|&n| (n, 0)).collect();
+    for s in view.shards.values() {
+        let mut keep: Vec<u64> =
+            s.replicas.iter().copied().filter(|n| load.contains_key(n)).collect();
+        keep.truncate(rf);
+        for n in &keep {
+            *load.entry(*n).or_default() += 1;
+        }
+        out.insert(s.id, keep);
+    }
+    // Fill shards short of replicas from the least loaded nodes.
+    for replicas in out.values_mut() {
+        while replicas.len() < rf {
+            let Some((&n, _)) =
+                load.iter().filter(|(n, _)| !replicas.contains(n)).min_by_key(|(n, l)| (**l, **n))
+            else {
+                break;
+            };
+            replicas.push(n);
+            *load.entry(n).or_default() += 1;
+        }
+    }
+    // Even out: move a replica from the most to the least loaded node while they differ by
+    // more than one.
+    loop {
+        let (&hi, &hi_load) =
+            load.iter().max_by_key(|(n, l)| (**l, std::cmp::Reverse(**n))).unwrap_or((&0, &0));
+        let (&lo, &lo_load) = load.iter().min_by_key(|(n, l)| (**l, **n)).unwrap_or((&0, &0));
+        if hi_load <= lo_load + 1 {
+            break;
+        }
+        let Some(replicas) = out.values_mut().find(|r| r.contains(&hi) && !r.contains(&lo)) else {
+            break;
+        };
+        for r in replicas.iter_mut() {
+            if *r == hi {
+                *r = lo;
+            }
+        }
+        *load.entry(hi).or_default() -= 1;
+        *load.entry(lo).or_default() += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::view::{NodeInfo, NodeState, Settings, ShardInfo};
+
+    fn view(nodes: &[u64], shards: &[&[u64]], rf: u32) -> MetaView {
+        let mut v = MetaView {
+            settings: Some(Settings { shards: shards.len() as u32, replication: rf }),
+            ..Default::default()
+        };
+        for &n in nodes {
+            v.nodes.insert(
+                n,
+                NodeInfo {
+                    id: n,
+                    grpc_addr: String::new(),
+                    http_addr: String::new(),
+                    pg_addr: String::new(),
+                    state: NodeState::Active,
+                },
+            );
+        }
+        for (i, r) in shards.iter().enumerate() {
+            let id = i as u64 + 1;
+            v.shards.insert(id, ShardInfo { id, replicas: r.to_vec(), target: None });
+        }
+        v
+    }
+
+    fn loads(t: &BTreeMap<u64, Vec<u64>>) -> BTreeMap<u64, usize> {
+        let mut l = BTreeMap::new();
+        for r in t.values() {
+            for n in r {
+                *l.entry(*n).or_default() += 1;
+            }
+        }
+        l
+    }
+
+    #[test]
+    fn one_node_holds_everything_then_three_share_it() {
+        let v = view(&[1], &[&[1], &[1], &[1], &[1]], 3);
+        assert!(target(&v).values().all(|r| r == &vec![1]));
+        let v = view(&[1, 2, 3], &[&[1], &[1], &[1], &[1]], 3);
+        let t = target(&v);
+        assert!(t.values().all(|r| {
+            let mut r = r.clone();
+            r.sort();
+            r == vec![1, 2, 3]
+        }));
+    }
+
+    #[test]
+    fn scale_out_moves_a_fair_share_and_keeps_the_rest() {
+        let three: &[u64] = &[1, 2, 3];
+        let v = view(&[1, 2, 3, 4, 5], &[three; 8], 3);
+        let t = target(&v);
+        let l = loads(&t);
+        assert_eq!(l.values().sum::<usize>(), 24);
+        assert!(l.values().max().unwrap() - l.values().min().unwrap() <= 1, "{l:?}");
+        for r in t.values() {
+            assert_eq!(r.len(), 3);
+            let mut d = r.clone();
+            d.sort();
+            d.dedup();
+            assert_eq!(d.len(), 3, "a shard placed twice on a node: {r:?}");
+            assert!(r.iter().filter(|n| three.contains(n)).count() >= 1);
+        }
+        // Already balanced: nothing moves.
+        let again =
+            view(&[1, 2, 3, 4, 5], &t.values().map(|r| r.as_slice()).collect::<Vec<_>>(), 3);
+        assert_eq!(target(&again), t);
+    }
+
+    #[test]
+    fn a_drained_node_loses_its_replicas() {
+        let three: &[u64] = &[1, 2, 3];
+        let mut v = view(&[1, 2, 3, 4], &[three; 4], 3);
+        v.nodes.get_mut(&2).unwrap().state = NodeState::Draining;
+        let t = target(&v);
+        assert!(t.values().all(|r| !r.contains(&2) && r.len() == 3));
+    }
+}
