@@ -5,6 +5,7 @@ mod meta;
 mod node;
 pub mod placement;
 mod rebalance;
+pub mod router;
 mod service;
 mod shard;
 mod shards;
@@ -15,6 +16,11 @@ pub use node::{ClusterConfig, ClusterNode, NODE_ID_FILE};
 pub use service::{join, set_shard_members, ClusterService, MOVE_TIMEOUT};
 pub use shard::{RaftReplicator, Shard, PROPOSE_TIMEOUT};
 pub use shards::{ShardEnv, Shards};
+
+/// Largest cluster gRPC message (a forwarded write).
+pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
+
+pub use router::{RouteError, Router};
 
 /// The generated gRPC code of the cluster services.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]

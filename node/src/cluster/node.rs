@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 
 use super::meta::Meta;
 use super::proto::JoinRequest;
+use super::router::Router;
 use super::service::{join, ClusterService};
 use super::shards::{self, ShardEnv, Shards};
 use super::view::{NodeInfo, NodeState, Settings};
@@ -55,6 +56,8 @@ pub struct ClusterNode {
     pub conns: Arc<Connections>,
     /// Its shard replicas.
     pub shards: Arc<Shards>,
+    /// Routes writes to shard leaders.
+    pub router: Arc<Router>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -126,7 +129,9 @@ impl ClusterNode {
         let mut tasks = Vec::new();
         let raft_svc = RaftService::new(id, groups.clone()).into_server();
         let shards = Arc::new(Shards::default());
-        let cluster_svc = ClusterService::new(meta.clone(), shards.clone()).into_server();
+        let router = Arc::new(Router::new(meta.clone(), shards.clone()));
+        let cluster_svc =
+            ClusterService::new(meta.clone(), shards.clone(), router.clone()).into_server();
         let shutdown = stopped(rx.clone());
         tasks.push(tokio::spawn(async move {
             let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
@@ -159,7 +164,7 @@ impl ClusterNode {
         shards::sync(&env, &meta.view(), &shards).await?;
         tasks.push(tokio::spawn(shard_loop(env, meta.clone(), shards.clone(), rx.clone())));
         tasks.push(tokio::spawn(reconcile_loop(meta.clone(), rx)));
-        Ok(ClusterNode { id, meta, groups, conns, shards, stop, tasks })
+        Ok(ClusterNode { id, meta, groups, conns, shards, router, stop, tasks })
     }
 
     /// Stops serving and shuts every group down (without flushing engines: their logs hold

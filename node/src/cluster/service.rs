@@ -1,18 +1,20 @@
 //! The cluster gRPC service nodes call on each other, and its client side.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tonic::{Request, Response, Status};
-
-use std::collections::BTreeSet;
-
 use openraft::{BasicNode, ChangeMembers};
+use tonic::{Request, Response, Status};
 
 use super::meta::{Meta, MetaError};
 use super::proto::cluster_client::ClusterClient;
 use super::proto::cluster_server::{Cluster, ClusterServer};
-use super::proto::{JoinReply, JoinRequest, Member, SetShardMembersReply, SetShardMembersRequest};
+use super::proto::{
+    JoinReply, JoinRequest, Member, SetShardMembersReply, SetShardMembersRequest, WriteLinesReply,
+    WriteLinesRequest,
+};
+use super::router::{RouteError, Router};
 use super::shards::Shards;
 use super::view::MetaView;
 use crate::error::{NodeError, Result};
@@ -25,17 +27,20 @@ pub const MOVE_TIMEOUT: Duration = Duration::from_secs(600);
 pub struct ClusterService {
     meta: Arc<Meta>,
     shards: Arc<Shards>,
+    router: Arc<Router>,
 }
 
 impl ClusterService {
-    /// The service over this node's metadata member and shard replicas.
-    pub fn new(meta: Arc<Meta>, shards: Arc<Shards>) -> ClusterService {
-        ClusterService { meta, shards }
+    /// The service over this node's metadata member, shard replicas and write router.
+    pub fn new(meta: Arc<Meta>, shards: Arc<Shards>, router: Arc<Router>) -> ClusterService {
+        ClusterService { meta, shards, router }
     }
 
     /// The tonic server for it.
     pub fn into_server(self) -> ClusterServer<ClusterService> {
         ClusterServer::new(self)
+            .max_decoding_message_size(super::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(super::MAX_MESSAGE_BYTES)
     }
 }
 
@@ -71,6 +76,25 @@ impl Cluster for ClusterService {
                 Err(Status::unavailable("the cluster has no metadata leader right now"))
             }
             Err(MetaError::Failed(e)) => Err(Status::unavailable(e)),
+        }
+    }
+
+    async fn write_lines(
+        &self,
+        req: Request<WriteLinesRequest>,
+    ) -> std::result::Result<Response<WriteLinesReply>, Status> {
+        match self.router.write_shard(req.into_inner()).await {
+            Ok(s) => Ok(Response::new(WriteLinesReply {
+                lines: s.lines as u64,
+                rows: s.rows as u64,
+                tables_created: s.tables_created as u64,
+                series_created: s.series_created as u64,
+                rejected: String::new(),
+            })),
+            Err(RouteError::Rejected(why)) => {
+                Ok(Response::new(WriteLinesReply { rejected: why, ..Default::default() }))
+            }
+            Err(RouteError::Unavailable(why)) => Err(Status::unavailable(why)),
         }
     }
 

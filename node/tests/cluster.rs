@@ -1,7 +1,8 @@
-//! Cluster membership in one process: a node creates the cluster, others join through any
-//! node and get ids from the cluster (kept in their data directories), the first three vote
-//! in the metadata group and the rest follow it as learners, and the metadata survives losing
-//! its leader and restarts.
+//! A cluster in one process (nodes on loopback gRPC): nodes join through any node and get ids
+//! from the cluster (kept in their data directories); the first three vote in the metadata
+//! group and the rest follow it as learners; the metadata survives losing its leader; shards
+//! spread over the nodes as they join and keep their rows; writes through any node reach their
+//! shard's leader and survive losing a node.
 
 #![allow(clippy::unwrap_used)]
 
@@ -252,6 +253,90 @@ async fn shards_spread_over_nodes_as_they_join_and_keep_their_data() {
     assert_eq!(load.len(), 5, "every node should hold replicas: {load:?}");
     assert!(load.values().max().unwrap() - load.values().min().unwrap() <= 1, "{load:?}");
     assert_eq!(rows_per_shard(&h).await, before);
+    for i in h.nodes.keys().copied().collect::<Vec<_>>() {
+        h.stop(i).await;
+    }
+}
+
+fn cpu_lines(series: u32, from: u32, to: u32) -> String {
+    let mut s = String::new();
+    for t in from..to {
+        for h in 0..series {
+            s.push_str(&format!("cpu,host=h{h},dc=d{} v={t} {}\n", h % 3, 1_000 + t));
+        }
+    }
+    s
+}
+
+/// Rows each shard should hold after `points` points of each of `series` series.
+fn expected(series: u32, points: usize, shards: u32) -> BTreeMap<u64, usize> {
+    let mut out: BTreeMap<u64, usize> = (1..=shards as u64).map(|s| (s, 0)).collect();
+    for h in 0..series {
+        let tags =
+            [("host".to_string(), format!("h{h}")), ("dc".to_string(), format!("d{}", h % 3))];
+        *out.entry(ebb_node::cluster::router::shard_of("cpu", &tags, shards)).or_default() +=
+            points;
+    }
+    out
+}
+
+async fn wait_rows(h: &Harness, want: &BTreeMap<u64, usize>) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        // Every running replica of every shard, once caught up, holds exactly its rows.
+        let mut all_match = true;
+        for n in h.nodes.values() {
+            for s in n.shards.all() {
+                let session = ebb_query::SqlSession::new(s.db.clone(), "db");
+                let got = match session.query("SELECT count(*) AS n FROM cpu").await {
+                    Ok(b) => datafusion::arrow::util::pretty::pretty_format_batches(&b)
+                        .unwrap()
+                        .to_string()
+                        .lines()
+                        .nth(3)
+                        .unwrap()
+                        .trim_matches(|c: char| c == '|' || c.is_whitespace())
+                        .parse::<usize>()
+                        .unwrap(),
+                    Err(_) => 0,
+                };
+                all_match &= got == want[&s.id];
+            }
+        }
+        if all_match {
+            return;
+        }
+        assert!(Instant::now() < deadline, "replicas did not reach {want:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_through_any_node_reach_their_shards_and_survive_losing_a_node() {
+    let mut h = Harness::new();
+    h.start(0, &[]).await;
+    h.start(1, &[0]).await;
+    h.start(2, &[0]).await;
+    wait_settled(&h, 3).await;
+    let p = ebb_query::lp::Precision::Seconds;
+    // Through a node that may lead nothing: every shard's part goes to its leader.
+    let s = h.nodes[&1].router.write_lines("db", &cpu_lines(60, 0, 10), p, 0).await.unwrap();
+    assert_eq!((s.lines, s.rows), (600, 600));
+    wait_rows(&h, &expected(60, 10, 4)).await;
+
+    // A bad line rejects the request before anything is written.
+    let bad = format!("{}cpu,host=x v=\n", cpu_lines(60, 10, 11));
+    let err = h.nodes[&2].router.write_lines("db", &bad, p, 0).await.unwrap_err();
+    assert!(matches!(err, ebb_node::cluster::RouteError::Rejected(_)), "{err}");
+
+    // Kill a node: every shard keeps a quorum (2 of 3), writes go on through the others.
+    h.stop(2).await;
+    let s = h.nodes[&0].router.write_lines("db", &cpu_lines(60, 10, 20), p, 0).await.unwrap();
+    assert_eq!(s.rows, 600);
+    wait_rows(&h, &expected(60, 20, 4)).await;
+    // It comes back and catches up.
+    h.start(2, &[]).await;
+    wait_rows(&h, &expected(60, 20, 4)).await;
     for i in h.nodes.keys().copied().collect::<Vec<_>>() {
         h.stop(i).await;
     }

@@ -1,0 +1,247 @@
+//! Routing writes: each series belongs to shard `hash(series key) mod shards`; a node that
+//! receives a write splits it by shard and hands each part to the shard's leader, here or on
+//! another node, acknowledging only what every leader committed.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ebb_query::lp::{LineError, Lines, Precision};
+use ebb_query::{QueryError, WriteSummary};
+use xxhash_rust::xxh3::xxh3_64;
+
+use super::meta::Meta;
+use super::proto::cluster_client::ClusterClient;
+use super::proto::WriteLinesRequest;
+use super::shard::PROPOSE_TIMEOUT;
+use super::shards::Shards;
+
+/// How many times a write may be forwarded between nodes looking for a shard's leader.
+pub const MAX_HOPS: u32 = 3;
+
+/// The shard (1-based) of the series of `measurement` with `tags`, among `shards`. The series
+/// key is the measurement and the tags sorted by key, so tag order in a line does not matter.
+pub fn shard_of<K: AsRef<str>, V: AsRef<str>>(
+    measurement: &str,
+    tags: &[(K, V)],
+    shards: u32,
+) -> u64 {
+    let mut sorted: Vec<(&str, &str)> =
+        tags.iter().map(|(k, v)| (k.as_ref(), v.as_ref())).collect();
+    sorted.sort_unstable();
+    let mut key = Vec::with_capacity(64);
+    key.extend_from_slice(measurement.as_bytes());
+    for (k, v) in sorted {
+        key.push(0);
+        key.extend_from_slice(k.as_bytes());
+        key.push(0);
+        key.extend_from_slice(v.as_bytes());
+    }
+    xxh3_64(&key) % u64::from(shards.max(1)) + 1
+}
+
+/// The wire name of a precision.
+pub fn precision_name(p: Precision) -> &'static str {
+    match p {
+        Precision::Nanoseconds => "ns",
+        Precision::Microseconds => "us",
+        Precision::Milliseconds => "ms",
+        Precision::Seconds => "s",
+        Precision::Minutes => "m",
+        Precision::Hours => "h",
+    }
+}
+
+/// Why a routed write failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RouteError {
+    /// The request is at fault (bad line, schema conflict); nothing of it was written.
+    #[error("{0}")]
+    Rejected(String),
+    /// A shard could not commit its part in time (no leader, no quorum, unreachable). Parts
+    /// for other shards may have been written.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// Routes this node's writes to shard leaders.
+#[derive(Debug)]
+pub struct Router {
+    meta: Arc<Meta>,
+    shards: Arc<Shards>,
+}
+
+fn add(a: &mut WriteSummary, b: &WriteSummary) {
+    a.lines += b.lines;
+    a.rows += b.rows;
+    a.tables_created += b.tables_created;
+    a.series_created += b.series_created;
+}
+
+impl Router {
+    /// The router over this node's metadata and shard replicas.
+    pub fn new(meta: Arc<Meta>, shards: Arc<Shards>) -> Router {
+        Router { meta, shards }
+    }
+
+    /// Writes a line-protocol request: every line is checked first (a bad line rejects the
+    /// whole request), then each shard's lines go to its leader, all shards at once.
+    pub async fn write_lines(
+        &self,
+        db: &str,
+        body: &str,
+        precision: Precision,
+        now_ns: i64,
+    ) -> Result<WriteSummary, RouteError> {
+        let shards = self
+            .meta
+            .view()
+            .settings
+            .map(|s| s.shards)
+            .ok_or_else(|| RouteError::Unavailable("the cluster is not created yet".into()))?;
+        let raw: Vec<&str> = body.split('\n').collect();
+        let mut parts: BTreeMap<u64, String> = BTreeMap::new();
+        for item in Lines::new(body) {
+            let (no, line) = item.map_err(|e: LineError| RouteError::Rejected(e.to_string()))?;
+            let shard = shard_of(&line.measurement, &line.tags, shards);
+            let part = parts.entry(shard).or_default();
+            part.push_str(raw.get(no - 1).copied().unwrap_or_default());
+            part.push('\n');
+        }
+        let writes = parts.into_iter().map(|(shard, text)| {
+            let req = WriteLinesRequest {
+                shard,
+                database: db.to_string(),
+                body: text,
+                precision: precision_name(precision).to_string(),
+                now_ns,
+                hops: MAX_HOPS,
+            };
+            self.write_shard(req)
+        });
+        let mut total = WriteSummary::default();
+        let mut failed = None;
+        for r in futures::future::join_all(writes).await {
+            match r {
+                Ok(s) => add(&mut total, &s),
+                Err(e @ RouteError::Rejected(_)) => return Err(e),
+                Err(e) => failed = Some(e),
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(total),
+        }
+    }
+
+    /// Writes one shard's lines on its leader: here if this node leads it, else forwarded.
+    /// Retries through elections until [`PROPOSE_TIMEOUT`].
+    pub async fn write_shard(&self, req: WriteLinesRequest) -> Result<WriteSummary, RouteError> {
+        let deadline = Instant::now() + PROPOSE_TIMEOUT;
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            match self.try_write_shard(&req).await {
+                Ok(s) => return Ok(s),
+                Err(e @ RouteError::Rejected(_)) => return Err(e),
+                Err(RouteError::Unavailable(why)) => last = why,
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(RouteError::Unavailable(format!("shard {}: {last}", req.shard)))
+    }
+
+    async fn try_write_shard(&self, req: &WriteLinesRequest) -> Result<WriteSummary, RouteError> {
+        let precision = Precision::parse(&req.precision)
+            .ok_or_else(|| RouteError::Rejected(format!("bad precision {:?}", req.precision)))?;
+        if let Some(shard) = self.shards.get(req.shard).filter(|s| s.is_leader()) {
+            let (db, name, body, now) =
+                (shard.db.clone(), req.database.clone(), req.body.clone(), req.now_ns);
+            let res =
+                tokio::task::spawn_blocking(move || db.write_lines(&name, &body, precision, now))
+                    .await
+                    .map_err(|e| RouteError::Unavailable(e.to_string()))?;
+            return res.map_err(|e| match e {
+                QueryError::NotLeader(_) | QueryError::Replication(_) => {
+                    RouteError::Unavailable(e.to_string())
+                }
+                e if e.is_client_error() => RouteError::Rejected(e.to_string()),
+                e => RouteError::Unavailable(e.to_string()),
+            });
+        }
+        if req.hops == 0 {
+            return Err(RouteError::Unavailable("too many forwards looking for the leader".into()));
+        }
+        let addr = self.leader_addr(req.shard)?;
+        let ep = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| RouteError::Unavailable(e.to_string()))?
+            .connect_timeout(Duration::from_secs(1))
+            .timeout(PROPOSE_TIMEOUT);
+        let ch = ep.connect().await.map_err(|e| RouteError::Unavailable(format!("{addr}: {e}")))?;
+        let mut fwd = req.clone();
+        fwd.hops -= 1;
+        let r = ClusterClient::new(ch)
+            .max_decoding_message_size(crate::cluster::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(crate::cluster::MAX_MESSAGE_BYTES)
+            .write_lines(fwd)
+            .await
+            .map_err(|s| RouteError::Unavailable(format!("{addr}: {}", s.message())))?
+            .into_inner();
+        if !r.rejected.is_empty() {
+            return Err(RouteError::Rejected(r.rejected));
+        }
+        Ok(WriteSummary {
+            lines: r.lines as usize,
+            rows: r.rows as usize,
+            tables_created: r.tables_created as usize,
+            series_created: r.series_created as usize,
+        })
+    }
+
+    /// Where to send a shard's write: its leader if this node knows it, else a node holding
+    /// a replica (which forwards it on).
+    fn leader_addr(&self, shard: u64) -> Result<String, RouteError> {
+        if let Some(s) = self.shards.get(shard) {
+            let m = s.group.raft.metrics().borrow().clone();
+            if let Some(node) = m
+                .current_leader
+                .and_then(|l| m.membership_config.membership().get_node(&l).cloned())
+            {
+                return Ok(node.addr);
+            }
+        }
+        let v = self.meta.view();
+        let info = v
+            .shards
+            .get(&shard)
+            .ok_or_else(|| RouteError::Unavailable(format!("no shard {shard}")))?;
+        let me = self.shards.get(shard).map(|s| s.group.raft.metrics().borrow().id);
+        info.replicas
+            .iter()
+            .filter(|n| Some(**n) != me)
+            .filter_map(|n| v.nodes.get(n))
+            .map(|n| n.grpc_addr.clone())
+            .next()
+            .ok_or_else(|| {
+                RouteError::Unavailable(format!("shard {shard} has no reachable replica"))
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn series_hash_ignores_tag_order_and_spreads() {
+        let a = shard_of("cpu", &[("host", "a"), ("dc", "x")], 8);
+        let b = shard_of("cpu", &[("dc", "x"), ("host", "a")], 8);
+        assert_eq!(a, b);
+        let mut seen = std::collections::BTreeSet::new();
+        for h in 0..200 {
+            let s = shard_of("cpu", &[("host", format!("h{h}"))], 8);
+            assert!((1..=8).contains(&s));
+            seen.insert(s);
+        }
+        assert_eq!(seen.len(), 8, "200 series should reach all 8 shards");
+    }
+}
