@@ -2,7 +2,8 @@
 //! from the cluster (kept in their data directories); the first three vote in the metadata
 //! group and the rest follow it as learners; the metadata survives losing its leader; shards
 //! spread over the nodes as they join and keep their rows; writes through any node reach their
-//! shard's leader and survive losing a node.
+//! shard's leader and survive losing a node; SQL on any node reads and deletes across every
+//! shard.
 
 #![allow(clippy::unwrap_used)]
 
@@ -337,6 +338,78 @@ async fn writes_through_any_node_reach_their_shards_and_survive_losing_a_node() 
     // It comes back and catches up.
     h.start(2, &[]).await;
     wait_rows(&h, &expected(60, 20, 4)).await;
+    for i in h.nodes.keys().copied().collect::<Vec<_>>() {
+        h.stop(i).await;
+    }
+}
+
+async fn sql(h: &Harness, i: usize, q: &str) -> String {
+    let s = ebb_node::cluster::ClusterSql::new(h.nodes[&i].router.clone(), "db");
+    let b = s.query(q).await.unwrap_or_else(|e| panic!("{q}: {e}"));
+    datafusion::arrow::util::pretty::pretty_format_batches(&b).unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sql_on_any_node_reads_and_deletes_across_every_shard() {
+    let mut h = Harness::new();
+    h.start(0, &[]).await;
+    h.start(1, &[0]).await;
+    h.start(2, &[0]).await;
+    wait_settled(&h, 3).await;
+    let p = ebb_query::lp::Precision::Seconds;
+    h.nodes[&0].router.write_lines("db", &cpu_lines(60, 0, 10), p, 0).await.unwrap();
+
+    let all = sql(&h, 1, "SELECT count(*) AS n FROM cpu").await;
+    assert!(all.contains("| 600 |"), "{all}");
+    let by_dc =
+        sql(&h, 2, "SELECT dc, count(*) AS n, sum(v) AS s FROM cpu GROUP BY dc ORDER BY dc").await;
+    assert!(
+        by_dc.contains("| d0 | 200 | 900.0 |") && by_dc.contains("| d2 | 200 | 900.0 |"),
+        "{by_dc}"
+    );
+    let one = sql(
+        &h,
+        0,
+        "SELECT count(*) AS n FROM cpu WHERE host = 'h5' AND time >= '1970-01-01T00:16:45Z'",
+    )
+    .await;
+    assert!(one.contains("| 5 |"), "{one}");
+
+    // A delete runs on every shard (one log entry each) and reports, per shard, the rows it
+    // removed and its ledger id there.
+    let s = ebb_node::cluster::ClusterSql::new(h.nodes[&2].router.clone(), "db");
+    let del = s.query("DELETE FROM cpu WHERE time < '1970-01-01T00:16:45Z'").await.unwrap();
+    let removed: u64 = del
+        .iter()
+        .map(|b| {
+            let i = b.schema().index_of("rows_deleted").unwrap();
+            datafusion::arrow::compute::sum(
+                b.column(i)
+                    .as_any()
+                    .downcast_ref::<datafusion::arrow::array::UInt64Array>()
+                    .unwrap(),
+            )
+            .unwrap_or(0)
+        })
+        .sum();
+    assert_eq!(removed, 300);
+    assert_eq!(del.iter().map(|b| b.num_rows()).sum::<usize>(), 4, "one row per shard");
+    let left = sql(&h, 0, "SELECT count(*) AS n, min(v) AS lo FROM cpu").await;
+    assert!(left.contains("| 300 | 5.0 |"), "{left}");
+
+    // A column only some shards have reads as NULL elsewhere.
+    h.nodes[&1]
+        .router
+        .write_lines("db", "cpu,host=h1,dc=d1 v=1,extra=7i 3000\n", p, 0)
+        .await
+        .unwrap();
+    let extra = sql(&h, 2, "SELECT host, extra FROM cpu WHERE extra IS NOT NULL").await;
+    assert!(extra.contains("| h1   | 7     |"), "{extra}");
+
+    // With a node down, every shard still has a leader and a quorum.
+    h.stop(1).await;
+    let n = sql(&h, 0, "SELECT count(*) AS n FROM cpu").await;
+    assert!(n.contains("| 301 |"), "{n}");
     for i in h.nodes.keys().copied().collect::<Vec<_>>() {
         h.stop(i).await;
     }

@@ -1,14 +1,18 @@
 //! The cluster: the metadata group, shard replicas as Raft groups on each node, and the
 //! services nodes call on each other.
 
+mod ipc;
 mod meta;
 mod node;
 pub mod placement;
 mod rebalance;
+mod remote;
 pub mod router;
 mod service;
+mod session;
 mod shard;
 mod shards;
+mod table;
 pub mod view;
 
 pub use meta::{Meta, MetaError, META_GROUP, META_VOTERS};
@@ -20,7 +24,10 @@ pub use shards::{ShardEnv, Shards};
 /// Largest cluster gRPC message (a forwarded write).
 pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 
+pub use remote::{query_shard, ShardQueryError};
 pub use router::{RouteError, Router};
+pub use session::{ClusterSql, ClusterSqlError};
+pub use table::ClusterTable;
 
 /// The generated gRPC code of the cluster services.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]

@@ -84,6 +84,11 @@ impl Router {
         Router { meta, shards }
     }
 
+    /// Every shard id of the cluster.
+    pub fn shard_ids(&self) -> Vec<u64> {
+        self.meta.view().shards.keys().copied().collect()
+    }
+
     /// Writes a line-protocol request: every line is checked first (a bad line rejects the
     /// whole request), then each shard's lines go to its leader, all shards at once.
     pub async fn write_lines(
@@ -199,7 +204,7 @@ impl Router {
 
     /// Where to send a shard's write: its leader if this node knows it, else a node holding
     /// a replica (which forwards it on).
-    fn leader_addr(&self, shard: u64) -> Result<String, RouteError> {
+    pub fn leader_addr(&self, shard: u64) -> Result<String, RouteError> {
         if let Some(s) = self.shards.get(shard) {
             let m = s.group.raft.metrics().borrow().clone();
             if let Some(node) = m

@@ -11,8 +11,8 @@ use super::meta::{Meta, MetaError};
 use super::proto::cluster_client::ClusterClient;
 use super::proto::cluster_server::{Cluster, ClusterServer};
 use super::proto::{
-    JoinReply, JoinRequest, Member, SetShardMembersReply, SetShardMembersRequest, WriteLinesReply,
-    WriteLinesRequest,
+    JoinReply, JoinRequest, Member, QueryChunk, QueryRequest, SetShardMembersReply,
+    SetShardMembersRequest, WriteLinesReply, WriteLinesRequest,
 };
 use super::router::{RouteError, Router};
 use super::shards::Shards;
@@ -55,8 +55,88 @@ async fn connect(
     Ok(ClusterClient::new(ch))
 }
 
+/// A stream of query result chunks.
+pub type QueryStream =
+    std::pin::Pin<Box<dyn futures::Stream<Item = std::result::Result<QueryChunk, Status>> + Send>>;
+
+fn query_status(e: ebb_query::QueryError) -> Status {
+    match e {
+        ebb_query::QueryError::UnknownTable(t) => Status::not_found(t),
+        e if e.is_client_error() => Status::invalid_argument(e.to_string()),
+        e => Status::unavailable(e.to_string()),
+    }
+}
+
+impl ClusterService {
+    /// Where to send a request for `shard` this node cannot serve: its leader if known here,
+    /// else another node holding it.
+    fn shard_target(&self, shard: u64) -> Option<String> {
+        if let Some(s) = self.shards.get(shard) {
+            let m = s.group.raft.metrics().borrow().clone();
+            if let Some(n) = m
+                .current_leader
+                .and_then(|l| m.membership_config.membership().get_node(&l).cloned())
+            {
+                if m.current_leader != Some(m.id) {
+                    return Some(n.addr);
+                }
+            }
+        }
+        let v = self.meta.view();
+        let me = self.meta.raft().metrics().borrow().id;
+        let info = v.shards.get(&shard)?;
+        info.replicas
+            .iter()
+            .filter(|n| **n != me)
+            .find_map(|n| v.nodes.get(n))
+            .map(|n| n.grpc_addr.clone())
+    }
+}
+
 #[tonic::async_trait]
 impl Cluster for ClusterService {
+    type QueryStream = QueryStream;
+
+    async fn query(
+        &self,
+        req: Request<QueryRequest>,
+    ) -> std::result::Result<Response<QueryStream>, Status> {
+        use futures::StreamExt;
+        let r = req.into_inner();
+        let local = self.shards.get(r.shard).filter(|s| s.is_leader());
+        let Some(shard) = local else {
+            if r.hops == 0 {
+                return Err(Status::unavailable("too many forwards looking for the shard leader"));
+            }
+            let addr = self
+                .shard_target(r.shard)
+                .ok_or_else(|| Status::unavailable(format!("shard {} has no leader", r.shard)))?;
+            let mut c = connect(&addr).await.map_err(Status::unavailable)?;
+            let fwd = QueryRequest { hops: r.hops - 1, ..r };
+            let stream = c.query(fwd).await?.into_inner();
+            return Ok(Response::new(Box::pin(stream)));
+        };
+        shard
+            .group
+            .raft
+            .ensure_linearizable()
+            .await
+            .map_err(|e| Status::unavailable(format!("read barrier: {e}")))?;
+        let session = ebb_query::SqlSession::new(shard.db.clone(), &r.database);
+        let out = session.execute(&r.sql).await.map_err(query_status)?;
+        let schema = out.schema.clone();
+        let head =
+            super::ipc::encode(&schema, None).map_err(|e| Status::internal(e.to_string()))?;
+        let rows = out.stream.map(move |b| {
+            let b = b.map_err(|e| Status::internal(e.to_string()))?;
+            let ipc = super::ipc::encode(&schema, Some(&b))
+                .map_err(|e| Status::internal(e.to_string()))?;
+            Ok(QueryChunk { ipc })
+        });
+        let stream = futures::stream::once(async move { Ok(QueryChunk { ipc: head }) }).chain(rows);
+        Ok(Response::new(Box::pin(stream)))
+    }
+
     async fn join(
         &self,
         req: Request<JoinRequest>,

@@ -1,0 +1,225 @@
+//! SQL over the cluster: a table is the union of its rows on every shard. Its schema is the
+//! union of the shards' schemas (a shard that never saw a column reads it as NULL), and a scan
+//! runs one partition per shard: the projection and the filters that can be written back as
+//! SQL go to each shard's leader, which applies them with its own pushdown and streams Arrow
+//! batches back. Filters are re-applied here (`Inexact`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{new_null_array, ArrayRef};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+use datafusion::physical_plan::ExecutionPlan;
+use futures::StreamExt;
+
+use super::remote::{query_shard, ShardQueryError};
+use super::router::Router;
+
+/// A table of the cluster.
+#[derive(Debug)]
+pub struct ClusterTable {
+    router: Arc<Router>,
+    database: String,
+    name: String,
+    schema: SchemaRef,
+    /// The schema each shard holding the table has.
+    shards: BTreeMap<u64, SchemaRef>,
+}
+
+fn quote(ident: &str) -> String {
+    format!("\"{}\"", ident.replace('"', "\"\""))
+}
+
+fn external(e: impl std::fmt::Display) -> DataFusionError {
+    DataFusionError::External(e.to_string().into())
+}
+
+impl ClusterTable {
+    /// Loads table `name` of `database` from every shard; `None` if no shard has it.
+    pub async fn load(
+        router: Arc<Router>,
+        database: &str,
+        name: &str,
+    ) -> DfResult<Option<ClusterTable>> {
+        let sql = format!("SELECT * FROM {} LIMIT 0", quote(name));
+        let mut shards = BTreeMap::new();
+        let mut fields: Vec<Field> = Vec::new();
+        for shard in router.shard_ids() {
+            match query_shard(&router, shard, database, &sql).await {
+                Ok((schema, _)) => {
+                    for f in schema.fields() {
+                        if !fields.iter().any(|g| g.name() == f.name()) {
+                            fields.push(f.as_ref().clone().with_nullable(true));
+                        }
+                    }
+                    shards.insert(shard, schema);
+                }
+                Err(ShardQueryError::NotFound(_)) => {}
+                Err(e) => return Err(external(e)),
+            }
+        }
+        if shards.is_empty() {
+            return Ok(None);
+        }
+        // `time` first and never null, as on a single node.
+        if let Some(i) = fields.iter().position(|f| f.name() == "time") {
+            let t = fields.remove(i).with_nullable(false);
+            fields.insert(0, t);
+        }
+        Ok(Some(ClusterTable {
+            router,
+            database: database.to_string(),
+            name: name.to_string(),
+            schema: Arc::new(Schema::new(fields)),
+            shards,
+        }))
+    }
+}
+
+#[async_trait]
+impl TableProvider for ClusterTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let schema = match projection {
+            Some(p) => Arc::new(self.schema.project(p)?),
+            None => self.schema.clone(),
+        };
+        let conditions: Vec<String> = filters
+            .iter()
+            .filter_map(|f| datafusion::sql::unparser::expr_to_sql(f).ok())
+            .map(|e| format!("({e})"))
+            .collect();
+        let mut partitions: Vec<Arc<dyn PartitionStream>> = Vec::new();
+        for (shard, shard_schema) in &self.shards {
+            // Only filters on columns the shard has can be sent to it; the rest apply here.
+            let usable: Vec<&String> = conditions
+                .iter()
+                .zip(filters)
+                .filter(|(_, f)| {
+                    f.column_refs().iter().all(|c| shard_schema.field_with_name(&c.name).is_ok())
+                })
+                .map(|(c, _)| c)
+                .collect();
+            let cols: Vec<String> = schema
+                .fields()
+                .iter()
+                .filter(|f| shard_schema.field_with_name(f.name()).is_ok())
+                .map(|f| quote(f.name()))
+                .collect();
+            let select =
+                if cols.is_empty() { "1 AS \"_row\"".to_string() } else { cols.join(", ") };
+            let mut sql = format!("SELECT {select} FROM {}", quote(&self.name));
+            if !usable.is_empty() {
+                sql.push_str(" WHERE ");
+                sql.push_str(&usable.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" AND "));
+            }
+            if let (Some(n), true) = (limit, usable.len() == filters.len()) {
+                sql.push_str(&format!(" LIMIT {n}"));
+            }
+            partitions.push(Arc::new(ShardPartition {
+                router: self.router.clone(),
+                shard: *shard,
+                database: self.database.clone(),
+                sql,
+                schema: schema.clone(),
+            }));
+        }
+        Ok(Arc::new(StreamingTableExec::try_new(
+            schema,
+            partitions,
+            None,
+            Vec::new(),
+            false,
+            None,
+        )?))
+    }
+}
+
+/// One shard's part of a scan.
+#[derive(Debug)]
+struct ShardPartition {
+    router: Arc<Router>,
+    shard: u64,
+    database: String,
+    sql: String,
+    schema: SchemaRef,
+}
+
+/// Reshapes a shard's batch to `schema`: columns by name, cast where types differ, NULL for
+/// columns the shard does not have.
+fn conform(batch: &RecordBatch, schema: &SchemaRef) -> DfResult<RecordBatch> {
+    let rows = batch.num_rows();
+    let mut cols: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+    for f in schema.fields() {
+        match batch.schema().index_of(f.name()) {
+            Ok(i) => {
+                let c = batch.column(i);
+                cols.push(if c.data_type() == f.data_type() {
+                    c.clone()
+                } else {
+                    cast(c, f.data_type())?
+                });
+            }
+            Err(_) => cols.push(new_null_array(f.data_type(), rows)),
+        }
+    }
+    let opts = RecordBatchOptions::new().with_row_count(Some(rows));
+    Ok(RecordBatch::try_new_with_options(schema.clone(), cols, &opts)?)
+}
+
+impl PartitionStream for ShardPartition {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let (router, shard, db, sql, schema) = (
+            self.router.clone(),
+            self.shard,
+            self.database.clone(),
+            self.sql.clone(),
+            self.schema.clone(),
+        );
+        let target = schema.clone();
+        let stream = futures::stream::once(async move {
+            match query_shard(&router, shard, &db, &sql).await {
+                Ok((_, batches)) => {
+                    batches.map(move |b| conform(&b.map_err(external)?, &target)).boxed()
+                }
+                Err(ShardQueryError::NotFound(_)) => futures::stream::empty().boxed(),
+                Err(e) => futures::stream::once(async move { Err(external(e)) }).boxed(),
+            }
+        })
+        .flatten();
+        Box::pin(RecordBatchStreamAdapter::new(schema, stream))
+    }
+}
