@@ -406,6 +406,17 @@ async fn sql_on_any_node_reads_and_deletes_across_every_shard() {
     let extra = sql(&h, 2, "SELECT host, extra FROM cpu WHERE extra IS NOT NULL").await;
     assert!(extra.contains("| h1   | 7     |"), "{extra}");
 
+    // Placement as SQL.
+    let nodes =
+        sql(&h, 0, "SELECT id, state, metadata_role, replicas FROM system.nodes ORDER BY id").await;
+    assert!(nodes.contains("| 3  | active |") && nodes.contains("| 4        |"), "{nodes}");
+    let shards =
+        sql(&h, 1, "SELECT shard, replicas, moving FROM system.shards ORDER BY shard").await;
+    assert!(shards.contains("| 4     | 1,2,3    | false  |"), "{shards}");
+    let leaders =
+        sql(&h, 2, "SELECT count(*) AS n FROM system.shards WHERE leader IS NOT NULL").await;
+    assert!(leaders.contains("| 4 |"), "{leaders}");
+
     // With a node down, every shard still has a leader and a quorum.
     h.stop(1).await;
     let n = sql(&h, 0, "SELECT count(*) AS n FROM cpu").await;

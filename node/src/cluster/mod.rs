@@ -12,6 +12,7 @@ mod service;
 mod session;
 mod shard;
 mod shards;
+mod system;
 mod table;
 pub mod view;
 

@@ -84,6 +84,16 @@ impl Router {
         Router { meta, shards }
     }
 
+    /// This node's member of the metadata group.
+    pub fn meta(&self) -> &Arc<Meta> {
+        &self.meta
+    }
+
+    /// This node's shard replicas.
+    pub fn shards(&self) -> &Arc<Shards> {
+        &self.shards
+    }
+
     /// Every shard id of the cluster.
     pub fn shard_ids(&self) -> Vec<u64> {
         self.meta.view().shards.keys().copied().collect()

@@ -56,6 +56,9 @@ impl CatalogProvider for Catalog {
     }
 
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        if name == "system" {
+            return Some(Arc::new(System { router: self.router.clone() }));
+        }
         Some(Arc::new(Schema { router: self.router.clone(), database: name.to_string() }))
     }
 }
@@ -80,6 +83,27 @@ impl SchemaProvider for Schema {
 
     fn table_exist(&self, _name: &str) -> bool {
         true
+    }
+}
+
+/// `system.nodes`, `system.shards`.
+#[derive(Debug)]
+struct System {
+    router: Arc<Router>,
+}
+
+#[async_trait]
+impl SchemaProvider for System {
+    fn table_names(&self) -> Vec<String> {
+        super::system::NAMES.iter().map(|s| s.to_string()).collect()
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        super::system::table(&self.router, name)
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        super::system::NAMES.contains(&name)
     }
 }
 

@@ -1,0 +1,100 @@
+//! `system.nodes` and `system.shards` of cluster SQL: the nodes with their state and role in
+//! the metadata group, and every shard's placement, leader and move in progress.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, BooleanArray, StringArray, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::TableProvider;
+use datafusion::datasource::MemTable;
+use datafusion::error::Result as DfResult;
+
+use super::router::Router;
+
+/// Names of the cluster's system tables.
+pub const NAMES: [&str; 2] = ["nodes", "shards"];
+
+fn join(ids: &[u64]) -> String {
+    ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")
+}
+
+/// System table `name`, as of now.
+pub fn table(router: &Router, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+    let view = router.meta().view();
+    let batch = match name {
+        "nodes" => {
+            let m = router.meta().raft().metrics().borrow().clone();
+            let membership = m.membership_config.membership().clone();
+            let voters: BTreeSet<u64> = membership.voter_ids().collect();
+            let learners: BTreeSet<u64> = membership.learner_ids().collect();
+            let nodes: Vec<_> = view.nodes.values().collect();
+            let role = |id: u64| {
+                if m.current_leader == Some(id) {
+                    "leader"
+                } else if voters.contains(&id) {
+                    "voter"
+                } else if learners.contains(&id) {
+                    "learner"
+                } else {
+                    "none"
+                }
+            };
+            let schema = Arc::new(Schema::new(vec![
+                Field::new("id", DataType::UInt64, false),
+                Field::new("state", DataType::Utf8, false),
+                Field::new("metadata_role", DataType::Utf8, false),
+                Field::new("grpc_addr", DataType::Utf8, false),
+                Field::new("http_addr", DataType::Utf8, false),
+                Field::new("pg_addr", DataType::Utf8, false),
+                Field::new("replicas", DataType::UInt64, false),
+            ]));
+            let replicas =
+                |id: u64| view.shards.values().filter(|s| s.replicas.contains(&id)).count() as u64;
+            let cols: Vec<ArrayRef> = vec![
+                Arc::new(UInt64Array::from_iter_values(nodes.iter().map(|n| n.id))),
+                Arc::new(StringArray::from_iter_values(
+                    nodes.iter().map(|n| format!("{:?}", n.state).to_lowercase()),
+                )),
+                Arc::new(StringArray::from_iter_values(nodes.iter().map(|n| role(n.id)))),
+                Arc::new(StringArray::from_iter_values(nodes.iter().map(|n| n.grpc_addr.clone()))),
+                Arc::new(StringArray::from_iter_values(nodes.iter().map(|n| n.http_addr.clone()))),
+                Arc::new(StringArray::from_iter_values(nodes.iter().map(|n| n.pg_addr.clone()))),
+                Arc::new(UInt64Array::from_iter_values(nodes.iter().map(|n| replicas(n.id)))),
+            ];
+            RecordBatch::try_new(schema, cols)?
+        }
+        "shards" => {
+            let shards: Vec<_> = view.shards.values().collect();
+            // The leader as this node knows it: from its own replica of the shard.
+            let leader = |id: u64| {
+                router.shards().get(id).and_then(|s| s.group.raft.metrics().borrow().current_leader)
+            };
+            let schema = Arc::new(Schema::new(vec![
+                Field::new("shard", DataType::UInt64, false),
+                Field::new("replicas", DataType::Utf8, false),
+                Field::new("leader", DataType::UInt64, true),
+                Field::new("moving", DataType::Boolean, false),
+                Field::new("moving_to", DataType::Utf8, true),
+            ]));
+            let cols: Vec<ArrayRef> = vec![
+                Arc::new(UInt64Array::from_iter_values(shards.iter().map(|s| s.id))),
+                Arc::new(StringArray::from_iter_values(shards.iter().map(|s| join(&s.replicas)))),
+                Arc::new(UInt64Array::from(
+                    shards.iter().map(|s| leader(s.id)).collect::<Vec<_>>(),
+                )),
+                Arc::new(BooleanArray::from(
+                    shards.iter().map(|s| s.target.is_some()).collect::<Vec<_>>(),
+                )),
+                Arc::new(StringArray::from(
+                    shards.iter().map(|s| s.target.as_deref().map(join)).collect::<Vec<_>>(),
+                )),
+            ];
+            RecordBatch::try_new(schema, cols)?
+        }
+        _ => return Ok(None),
+    };
+    let t = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
+    Ok(Some(Arc::new(t)))
+}
