@@ -10,6 +10,12 @@
 //! retention_check_interval = "60s"
 //! max_body_bytes = 67108864      # largest accepted HTTP request body (after decompression)
 //! log_format = "text"            # or "json"
+//! # Cluster mode (any of these turns it on):
+//! cluster = false                # create a new cluster with this node as its first member
+//! join = "10.0.0.1:7090,10.0.0.2:7090"  # gRPC addresses of nodes of a cluster to join
+//! advertise_grpc = "10.0.0.3:7090" # the gRPC address other nodes reach this one at
+//! shards = 4                     # shards of a new cluster (fixed for its life)
+//! replication = 3                # replicas per shard of a new cluster
 //! ```
 
 use std::net::SocketAddr;
@@ -39,6 +45,39 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// `text` or `json` logs.
     pub log_format: LogFormat,
+    /// Run as a cluster node (also implied by `join` or a stored node id).
+    pub cluster: bool,
+    /// gRPC addresses of nodes of an existing cluster to join.
+    pub join: Vec<String>,
+    /// The gRPC address other nodes reach this one at (default: `grpc_addr`).
+    pub advertise_grpc: Option<String>,
+    /// Shards of a new cluster.
+    pub shards: u32,
+    /// Replicas per shard of a new cluster.
+    pub replication: u32,
+}
+
+impl Config {
+    /// True if the server runs as a cluster node.
+    pub fn cluster_mode(&self) -> bool {
+        self.cluster
+            || !self.join.is_empty()
+            || self.data_dir.join(crate::cluster::NODE_ID_FILE).exists()
+    }
+
+    /// The gRPC address other nodes reach this one at.
+    pub fn advertised_grpc(&self) -> Result<String> {
+        if let Some(a) = &self.advertise_grpc {
+            return Ok(a.clone());
+        }
+        if self.grpc_addr.ip().is_unspecified() {
+            return Err(bad(
+                "grpc_addr listens on every interface: set advertise_grpc to the address other \
+                 nodes reach this one at",
+            ));
+        }
+        Ok(self.grpc_addr.to_string())
+    }
 }
 
 /// Log output format.
@@ -61,6 +100,11 @@ impl Default for Config {
             retention_check_interval: Duration::from_secs(60),
             max_body_bytes: 64 << 20,
             log_format: LogFormat::Text,
+            cluster: false,
+            join: Vec::new(),
+            advertise_grpc: None,
+            shards: 4,
+            replication: 3,
         }
     }
 }
@@ -85,6 +129,16 @@ pub struct Overrides {
     pub max_body_bytes: Option<usize>,
     /// See [`Config::log_format`].
     pub log_format: Option<String>,
+    /// See [`Config::cluster`].
+    pub cluster: Option<bool>,
+    /// See [`Config::join`] (comma-separated `host:port` list).
+    pub join: Option<String>,
+    /// See [`Config::advertise_grpc`].
+    pub advertise_grpc: Option<String>,
+    /// See [`Config::shards`].
+    pub shards: Option<u32>,
+    /// See [`Config::replication`].
+    pub replication: Option<u32>,
 }
 
 /// Environment variables read, and the setting each sets.
@@ -97,6 +151,11 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("EBB_RETENTION_CHECK_INTERVAL", "retention_check_interval"),
     ("EBB_MAX_BODY_BYTES", "max_body_bytes"),
     ("EBB_LOG_FORMAT", "log_format"),
+    ("EBB_CLUSTER", "cluster"),
+    ("EBB_JOIN", "join"),
+    ("EBB_ADVERTISE_GRPC", "advertise_grpc"),
+    ("EBB_SHARDS", "shards"),
+    ("EBB_REPLICATION", "replication"),
 ];
 
 fn bad(message: impl Into<String>) -> NodeError {
@@ -128,6 +187,24 @@ impl Overrides {
                         Some(v.parse().map_err(|_| bad(format!("{var}: not a number: {v:?}")))?)
                 }
                 "EBB_LOG_FORMAT" => o.log_format = Some(v),
+                "EBB_CLUSTER" => {
+                    o.cluster = Some(match v.as_str() {
+                        "1" | "true" | "yes" => true,
+                        "0" | "false" | "no" | "" => false,
+                        _ => return Err(bad(format!("{var}: not a boolean: {v:?}"))),
+                    })
+                }
+                "EBB_JOIN" => o.join = Some(v),
+                "EBB_ADVERTISE_GRPC" => o.advertise_grpc = Some(v),
+                "EBB_SHARDS" | "EBB_REPLICATION" => {
+                    let n =
+                        Some(v.parse().map_err(|_| bad(format!("{var}: not a number: {v:?}")))?);
+                    if *var == "EBB_SHARDS" {
+                        o.shards = n;
+                    } else {
+                        o.replication = n;
+                    }
+                }
                 _ => {}
             }
         }
@@ -165,6 +242,33 @@ impl Overrides {
                 return Err(bad("max_body_bytes must be positive"));
             }
             c.max_body_bytes = n;
+        }
+        if let Some(b) = self.cluster {
+            c.cluster = b;
+        }
+        if let Some(j) = &self.join {
+            c.join =
+                j.split(',').map(str::trim).filter(|a| !a.is_empty()).map(String::from).collect();
+            for a in &c.join {
+                if !a.contains(':') {
+                    return Err(bad(format!("join: {a:?} is not host:port")));
+                }
+            }
+        }
+        if let Some(a) = &self.advertise_grpc {
+            c.advertise_grpc = Some(a.clone());
+        }
+        if let Some(n) = self.shards {
+            if !(1..=4096).contains(&n) {
+                return Err(bad("shards must be between 1 and 4096"));
+            }
+            c.shards = n;
+        }
+        if let Some(n) = self.replication {
+            if !(1..=7).contains(&n) {
+                return Err(bad("replication must be between 1 and 7"));
+            }
+            c.replication = n;
         }
         if let Some(f) = &self.log_format {
             c.log_format = match f.as_str() {

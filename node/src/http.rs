@@ -31,7 +31,9 @@ use crate::metrics::Metrics;
 #[derive(Clone)]
 pub struct AppState {
     /// The database.
-    pub db: Arc<Database>,
+    pub db: Option<Arc<Database>>,
+    /// In cluster mode: routes writes and SQL over the cluster (then `db` is `None`).
+    pub cluster: Option<Arc<crate::cluster::Router>>,
     /// Counters for `/metrics`.
     pub metrics: Arc<Metrics>,
     /// Largest body accepted (after decompression).
@@ -157,7 +159,26 @@ async fn write(
             return error(status, reason);
         }
     };
-    let database = state.db.clone();
+    if let Some(router) = &state.cluster {
+        return match router.write_lines(&db, &text, precision, ebb_query::now_ns()).await {
+            Ok(s) => {
+                m.lines_written.add(s.lines as u64);
+                m.rows_written.add(s.rows as u64);
+                StatusCode::NO_CONTENT.into_response()
+            }
+            Err(e) => {
+                m.write_errors.inc();
+                let status = match e {
+                    crate::cluster::RouteError::Rejected(_) => StatusCode::BAD_REQUEST,
+                    crate::cluster::RouteError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+                };
+                error(status, e.to_string())
+            }
+        };
+    }
+    let Some(database) = state.db.clone() else {
+        return error(StatusCode::INTERNAL_SERVER_ERROR, "no database");
+    };
     let res = tokio::task::spawn_blocking(move || {
         database.write_lines(&db, &text, precision, ebb_query::now_ns())
     })
@@ -236,7 +257,13 @@ async fn sql(
         }
     };
     let database = q.get("db").cloned().unwrap_or_else(|| ebb_query::DEFAULT_DATABASE.into());
-    let session = state.sessions.session(&state.db, &database, &text);
+    if let Some(router) = &state.cluster {
+        return cluster_sql(&state, router.clone(), &database, &text, &headers).await;
+    }
+    let Some(db) = state.db.as_ref() else {
+        return error(StatusCode::INTERNAL_SERVER_ERROR, "no database");
+    };
+    let session = state.sessions.session(db, &database, &text);
     let result = async {
         let mut outputs = session.execute_all(&text).await?;
         let Some(last) = outputs.pop() else {
@@ -281,6 +308,40 @@ async fn sql(
         Err(e) => {
             m.sql_errors.inc();
             error(StatusCode::INTERNAL_SERVER_ERROR, e)
+        }
+    }
+}
+
+/// `/v1/sql` in cluster mode: one statement over every shard.
+async fn cluster_sql(
+    state: &AppState,
+    router: Arc<crate::cluster::Router>,
+    database: &str,
+    text: &str,
+    headers: &HeaderMap,
+) -> Response {
+    let session = crate::cluster::ClusterSql::new(router, database);
+    match session.query(text).await {
+        Ok(batches) => {
+            let schema = batches
+                .first()
+                .map(|b| b.schema())
+                .unwrap_or_else(|| Arc::new(datafusion::arrow::datatypes::Schema::empty()));
+            match encode(format_of(headers), &schema, &batches) {
+                Ok((ctype, body)) => ([(header::CONTENT_TYPE, ctype)], body).into_response(),
+                Err(e) => {
+                    state.metrics.sql_errors.inc();
+                    error(StatusCode::INTERNAL_SERVER_ERROR, e)
+                }
+            }
+        }
+        Err(e) => {
+            state.metrics.sql_errors.inc();
+            let status = match e {
+                crate::cluster::ClusterSqlError::Invalid(_) => StatusCode::BAD_REQUEST,
+                crate::cluster::ClusterSqlError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            };
+            error(status, e.to_string())
         }
     }
 }
@@ -337,6 +398,6 @@ fn encode(
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
-    let text = state.metrics.render(&state.db);
+    let text = state.metrics.render(state.db.as_deref());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }

@@ -38,6 +38,21 @@ enum Command {
         /// [default: 24h; env EBB_DELETE_DEADLINE].
         #[arg(long)]
         delete_deadline: Option<String>,
+        /// Create a new cluster with this node as its first member [env EBB_CLUSTER].
+        #[arg(long)]
+        cluster: bool,
+        /// Join the cluster of these nodes (gRPC addresses, comma-separated) [env EBB_JOIN].
+        #[arg(long)]
+        join: Option<String>,
+        /// gRPC address other nodes reach this one at [default: grpc_addr; env EBB_ADVERTISE_GRPC].
+        #[arg(long)]
+        advertise_grpc: Option<String>,
+        /// Shards of a new cluster [default: 4; env EBB_SHARDS].
+        #[arg(long)]
+        shards: Option<u32>,
+        /// Replicas per shard of a new cluster [default: 3; env EBB_REPLICATION].
+        #[arg(long)]
+        replication: Option<u32>,
     },
     /// Runs SQL on a server: `-c` for one command, else an interactive prompt.
     Sql {
@@ -86,13 +101,30 @@ fn init_logs(format: LogFormat) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Server { config, data_dir, http_addr, pg_addr, grpc_addr, delete_deadline } => {
+        Command::Server {
+            config,
+            data_dir,
+            http_addr,
+            pg_addr,
+            grpc_addr,
+            delete_deadline,
+            cluster,
+            join,
+            advertise_grpc,
+            shards,
+            replication,
+        } => {
             let flags = Overrides {
                 data_dir,
                 http_addr,
                 pg_addr,
                 grpc_addr,
                 delete_deadline,
+                cluster: cluster.then_some(true),
+                join,
+                advertise_grpc,
+                shards,
+                replication,
                 ..Overrides::default()
             };
             run_server(config, flags)

@@ -52,8 +52,9 @@ fn line(out: &mut String, name: &str, kind: &str, help: &str, value: impl std::f
 }
 
 impl Metrics {
-    /// The Prometheus text exposition of the counters and the engine's state.
-    pub fn render(&self, db: &Database) -> String {
+    /// The Prometheus text exposition of the counters and, on a single node, the engine's
+    /// state.
+    pub fn render(&self, db: Option<&Database>) -> String {
         let mut o = String::new();
         let c = |o: &mut String, name: &str, help: &str, v: &Counter| {
             line(o, name, "counter", help, v.get())
@@ -81,6 +82,7 @@ impl Metrics {
             "Retention purges written.",
             &self.retention_purges,
         );
+        let Some(db) = db else { return o };
         let e = db.engine();
         let s = e.stats();
         let _ = writeln!(

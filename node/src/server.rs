@@ -24,7 +24,8 @@ pub struct Server {
     pub pg_addr: SocketAddr,
     /// Bound gRPC address.
     pub grpc_addr: SocketAddr,
-    db: Arc<Database>,
+    db: Option<Arc<Database>>,
+    cluster: Option<crate::cluster::ClusterNode>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -45,6 +46,9 @@ async fn stopped(mut rx: watch::Receiver<bool>) {
 impl Server {
     /// Opens the data directory and starts serving (ports 0 pick free ones).
     pub async fn start(config: &Config) -> Result<Server> {
+        if config.cluster_mode() {
+            return Self::start_cluster(config).await;
+        }
         let opts = Options { delete_deadline: config.delete_deadline, ..Options::default() };
         let dir = config.data_dir.clone();
         std::fs::create_dir_all(&dir)
@@ -63,7 +67,8 @@ impl Server {
         let mut tasks = Vec::new();
 
         let app = router(AppState {
-            db: db.clone(),
+            db: Some(db.clone()),
+            cluster: None,
             metrics: metrics.clone(),
             max_body_bytes: config.max_body_bytes,
             sessions: Default::default(),
@@ -95,12 +100,83 @@ impl Server {
             stopped(rx),
         )));
         tracing::info!(%http_addr, %pg_addr, %grpc_addr, data_dir = %config.data_dir.display(), "EbbDB serving");
-        Ok(Server { http_addr, pg_addr, grpc_addr, db, stop, tasks })
+        Ok(Server { http_addr, pg_addr, grpc_addr, db: Some(db), cluster: None, stop, tasks })
     }
 
-    /// The database.
-    pub fn database(&self) -> &Arc<Database> {
-        &self.db
+    /// Starts a cluster node: creates a cluster, joins one, or rejoins with its stored id.
+    /// HTTP serves writes and SQL over the whole cluster; gRPC carries Raft and cluster
+    /// traffic. The PostgreSQL wire protocol is not served in cluster mode yet.
+    async fn start_cluster(config: &Config) -> Result<Server> {
+        use crate::cluster::view::Settings;
+        use crate::cluster::{ClusterConfig, ClusterNode};
+        let dir = config.data_dir.clone();
+        std::fs::create_dir_all(&dir)
+            .map_err(|source| NodeError::DataDir { dir: dir.clone(), source })?;
+        let http = bind("HTTP", config.http_addr).await?;
+        let grpc = bind("gRPC", config.grpc_addr).await?;
+        let (http_addr, grpc_addr) = (http.local_addr()?, grpc.local_addr()?);
+        let advertise = match &config.advertise_grpc {
+            Some(a) => a.clone(),
+            None if config.grpc_addr.port() == 0 => grpc_addr.to_string(),
+            None => config.advertised_grpc()?,
+        };
+        let engine = Options { delete_deadline: config.delete_deadline, ..Options::default() };
+        let groups = ebb_raft::GroupOptions::new(Duration::from_millis(100), 10_000, engine)
+            .map_err(|e| NodeError::Cluster(e.to_string()))?;
+        let cc = ClusterConfig {
+            data_dir: dir,
+            advertise_grpc: advertise,
+            http_addr: http_addr.to_string(),
+            pg_addr: String::new(),
+            join: config.join.clone(),
+            settings: Settings { shards: config.shards, replication: config.replication },
+            groups,
+        };
+        let node =
+            ClusterNode::start(&cc, grpc, Arc::new(ebb_raft::transport::Faults::new())).await?;
+        let (stop, rx) = watch::channel(false);
+        let metrics = Arc::new(Metrics::default());
+        let app = router(AppState {
+            db: None,
+            cluster: Some(node.router.clone()),
+            metrics: metrics.clone(),
+            max_body_bytes: config.max_body_bytes,
+            sessions: Default::default(),
+        });
+        let mut tasks = Vec::new();
+        let shutdown = stopped(rx.clone());
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = axum::serve(http, app).with_graceful_shutdown(shutdown).await {
+                tracing::error!(error = %e, "HTTP server failed");
+            }
+        }));
+        tasks.push(tokio::spawn(cluster_purge_loop(
+            node.shards.clone(),
+            metrics,
+            config.retention_check_interval,
+            stopped(rx),
+        )));
+        tracing::warn!("the PostgreSQL wire protocol is not served in cluster mode yet");
+        tracing::info!(node = node.id, %http_addr, %grpc_addr, data_dir = %config.data_dir.display(), "EbbDB cluster node serving");
+        Ok(Server {
+            http_addr,
+            pg_addr: config.pg_addr,
+            grpc_addr,
+            db: None,
+            cluster: Some(node),
+            stop,
+            tasks,
+        })
+    }
+
+    /// The database, on a single node.
+    pub fn database(&self) -> Option<&Arc<Database>> {
+        self.db.as_ref()
+    }
+
+    /// The cluster node, in cluster mode.
+    pub fn cluster(&self) -> Option<&crate::cluster::ClusterNode> {
+        self.cluster.as_ref()
     }
 
     /// Stops accepting, waits for the front ends to finish, and flushes.
@@ -109,10 +185,42 @@ impl Server {
         for t in self.tasks {
             let _ = t.await;
         }
-        let db = self.db;
-        tokio::task::spawn_blocking(move || db.flush()).await?.map_err(NodeError::Flush)?;
+        if let Some(node) = self.cluster {
+            node.stop().await;
+            tracing::info!("EbbDB cluster node stopped");
+            return Ok(());
+        }
+        if let Some(db) = self.db {
+            tokio::task::spawn_blocking(move || db.flush()).await?.map_err(NodeError::Flush)?;
+        }
         tracing::info!("EbbDB stopped; memtables flushed");
         Ok(())
+    }
+}
+
+/// On every shard this node leads, writes retention purges every `every` until stopped.
+async fn cluster_purge_loop(
+    shards: Arc<crate::cluster::Shards>,
+    metrics: Arc<Metrics>,
+    every: Duration,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(stop);
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = tick.tick() => {}
+        }
+        for shard in shards.all().into_iter().filter(|s| s.is_leader()) {
+            let db = shard.db.clone();
+            match tokio::task::spawn_blocking(move || db.purge_expired()).await {
+                Ok(Ok(n)) => metrics.retention_purges.add(n),
+                Ok(Err(e)) => tracing::warn!(shard = shard.id, error = %e, "retention purge"),
+                Err(e) => tracing::warn!(shard = shard.id, error = %e, "retention purge task"),
+            }
+        }
     }
 }
 

@@ -425,3 +425,19 @@ async fn sql_on_any_node_reads_and_deletes_across_every_shard() {
         h.stop(i).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_table_on_some_shards_only_reads_from_those() {
+    let mut h = Harness::new();
+    h.start(0, &[]).await;
+    wait_settled(&h, 1).await;
+    let p = ebb_query::lp::Precision::Seconds;
+    // One series: one shard has the table, the other three never heard of it.
+    h.nodes[&0].router.write_lines("db", "solo,host=a v=1 1000\n", p, 0).await.unwrap();
+    let one = sql(&h, 0, "SELECT host, v FROM solo").await;
+    assert!(one.contains("| a    | 1.0 |"), "{one}");
+    let s = ebb_node::cluster::ClusterSql::new(h.nodes[&0].router.clone(), "db");
+    let err = s.query("SELECT * FROM nowhere").await.unwrap_err().to_string();
+    assert!(err.contains("nowhere") && err.contains("not found"), "{err}");
+    h.stop(0).await;
+}

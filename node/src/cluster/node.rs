@@ -133,9 +133,12 @@ impl ClusterNode {
         let cluster_svc =
             ClusterService::new(meta.clone(), shards.clone(), router.clone()).into_server();
         let shutdown = stopped(rx.clone());
+        let (health_reporter, health) = tonic_health::server::health_reporter();
+        health_reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
         tasks.push(tokio::spawn(async move {
             let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
             let res = tonic::transport::Server::builder()
+                .add_service(health)
                 .add_service(raft_svc)
                 .add_service(cluster_svc)
                 .serve_with_incoming_shutdown(incoming, shutdown)

@@ -60,8 +60,13 @@ pub type QueryStream =
     std::pin::Pin<Box<dyn futures::Stream<Item = std::result::Result<QueryChunk, Status>> + Send>>;
 
 fn query_status(e: ebb_query::QueryError) -> Status {
+    // DataFusion's planner reports a missing table as a plan error.
+    let missing = |m: &str| m.contains("table '") && m.contains("not found");
     match e {
         ebb_query::QueryError::UnknownTable(t) => Status::not_found(t),
+        e @ ebb_query::QueryError::DataFusion(_) if missing(&e.to_string()) => {
+            Status::not_found(e.to_string())
+        }
         e if e.is_client_error() => Status::invalid_argument(e.to_string()),
         e => Status::unavailable(e.to_string()),
     }
