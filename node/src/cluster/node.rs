@@ -167,6 +167,16 @@ impl ClusterNode {
         shards::sync(&env, &meta.view(), &shards).await?;
         tasks.push(tokio::spawn(shard_loop(env, meta.clone(), shards.clone(), rx.clone())));
         tasks.push(tokio::spawn(reconcile_loop(meta.clone(), rx)));
+        // A joining node serves once it holds the metadata (the leader adds it as a learner).
+        let mut changes = meta.subscribe();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        while meta.view().settings.is_none() {
+            if tokio::time::timeout_at(deadline, changes.changed()).await.is_err() {
+                return Err(NodeError::Cluster(
+                    "joined, but the cluster metadata did not arrive within 120 s".into(),
+                ));
+            }
+        }
         Ok(ClusterNode { id, meta, groups, conns, shards, router, stop, tasks })
     }
 

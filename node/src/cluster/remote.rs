@@ -61,7 +61,8 @@ async fn try_query(
     let addr = router.leader_addr(shard).map_err(|e| unavailable(e.to_string()))?;
     let ep = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .map_err(|e| unavailable(e.to_string()))?
-        .connect_timeout(Duration::from_secs(1));
+        .connect_timeout(Duration::from_secs(1))
+        .timeout(Duration::from_secs(20));
     let ch = ep.connect().await.map_err(|e| unavailable(format!("{addr}: {e}")))?;
     let req = QueryRequest {
         shard,

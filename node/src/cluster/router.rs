@@ -19,6 +19,11 @@ use super::shards::Shards;
 /// How many times a write may be forwarded between nodes looking for a shard's leader.
 pub const MAX_HOPS: u32 = 3;
 
+/// How long one attempt at a shard write may take before it is retried (on the leader of the
+/// moment: a leader that steps down mid-write may never answer). Retrying is safe: a row
+/// written twice is the same row.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The shard (1-based) of the series of `measurement` with `tags`, among `shards`. The series
 /// key is the measurement and the tags sorted by key, so tag order in a line does not matter.
 pub fn shard_of<K: AsRef<str>, V: AsRef<str>>(
@@ -155,17 +160,23 @@ impl Router {
         let deadline = Instant::now() + PROPOSE_TIMEOUT;
         let mut last = String::new();
         while Instant::now() < deadline {
-            match self.try_write_shard(&req).await {
-                Ok(s) => return Ok(s),
-                Err(e @ RouteError::Rejected(_)) => return Err(e),
-                Err(RouteError::Unavailable(why)) => last = why,
+            match tokio::time::timeout(ATTEMPT_TIMEOUT, self.try_write_shard(&req)).await {
+                Ok(Ok(s)) => return Ok(s),
+                Ok(Err(e @ RouteError::Rejected(_))) => return Err(e),
+                Ok(Err(RouteError::Unavailable(why))) => last = why,
+                Err(_) => last = format!("no answer within {ATTEMPT_TIMEOUT:?}"),
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         Err(RouteError::Unavailable(format!("shard {}: {last}", req.shard)))
     }
 
-    async fn try_write_shard(&self, req: &WriteLinesRequest) -> Result<WriteSummary, RouteError> {
+    /// One attempt at a shard write (what a node does for a forwarded write: the node that
+    /// received the request retries).
+    pub async fn try_write_shard(
+        &self,
+        req: &WriteLinesRequest,
+    ) -> Result<WriteSummary, RouteError> {
         let precision = Precision::parse(&req.precision)
             .ok_or_else(|| RouteError::Rejected(format!("bad precision {:?}", req.precision)))?;
         if let Some(shard) = self.shards.get(req.shard).filter(|s| s.is_leader()) {
@@ -190,7 +201,7 @@ impl Router {
         let ep = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
             .map_err(|e| RouteError::Unavailable(e.to_string()))?
             .connect_timeout(Duration::from_secs(1))
-            .timeout(PROPOSE_TIMEOUT);
+            .timeout(ATTEMPT_TIMEOUT);
         let ch = ep.connect().await.map_err(|e| RouteError::Unavailable(format!("{addr}: {e}")))?;
         let mut fwd = req.clone();
         fwd.hops -= 1;

@@ -19,6 +19,9 @@ use super::shards::Shards;
 use super::view::MetaView;
 use crate::error::{NodeError, Result};
 
+/// How long a read waits to confirm this node still leads its shard.
+pub const READ_BARRIER_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// How long adding a replica may take (the new replica catches up first).
 pub const MOVE_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -121,12 +124,15 @@ impl Cluster for ClusterService {
             let stream = c.query(fwd).await?.into_inner();
             return Ok(Response::new(Box::pin(stream)));
         };
-        shard
-            .group
-            .raft
-            .ensure_linearizable()
-            .await
-            .map_err(|e| Status::unavailable(format!("read barrier: {e}")))?;
+        // A leader that lost its term (a restarted old leader) cannot pass the barrier; it
+        // fails in time so the caller retries on the real leader.
+        let barrier =
+            tokio::time::timeout(READ_BARRIER_TIMEOUT, shard.group.raft.ensure_linearizable());
+        match barrier.await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(Status::unavailable(format!("read barrier: {e}"))),
+            Err(_) => return Err(Status::unavailable("read barrier timed out")),
+        }
         let session = ebb_query::SqlSession::new(shard.db.clone(), &r.database);
         let out = session.execute(&r.sql).await.map_err(query_status)?;
         let schema = out.schema.clone();
@@ -168,7 +174,7 @@ impl Cluster for ClusterService {
         &self,
         req: Request<WriteLinesRequest>,
     ) -> std::result::Result<Response<WriteLinesReply>, Status> {
-        match self.router.write_shard(req.into_inner()).await {
+        match self.router.try_write_shard(&req.into_inner()).await {
             Ok(s) => Ok(Response::new(WriteLinesReply {
                 lines: s.lines as u64,
                 rows: s.rows as u64,

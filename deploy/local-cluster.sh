@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Runs an EbbDB cluster on this machine: every node on loopback ports with its own data
+# directory.
+#
+#   deploy/local-cluster.sh N         start N nodes (the first creates the cluster)
+#   deploy/local-cluster.sh add       start one more node; it joins and gets a share of shards
+#   deploy/local-cluster.sh kill I    stop node I with SIGKILL (as a crash would)
+#   deploy/local-cluster.sh start I   start node I again (it rejoins with its stored id)
+#   deploy/local-cluster.sh stop      stop every node (SIGTERM: they shut down cleanly)
+#   deploy/local-cluster.sh status    list the nodes
+#
+# Environment: EBB_BIN (the ebb binary; default: the newer of target/release/ebb and
+# target/debug/ebb, else ebb on PATH), EBB_CLUSTER_DIR (default ./ebb-cluster), EBB_PORT_BASE (default 7100:
+# node I serves HTTP on base+I and gRPC on base+100+I), EBB_SHARDS, EBB_REPLICATION.
+set -euo pipefail
+
+dir=${EBB_CLUSTER_DIR:-./ebb-cluster}
+base=${EBB_PORT_BASE:-7100}
+root=$(cd "$(dirname "$0")/.." && pwd)
+if [[ -n ${EBB_BIN:-} ]]; then
+  bin=$EBB_BIN
+elif [[ -x $root/target/release/ebb && ! $root/target/debug/ebb -nt $root/target/release/ebb ]]; then
+  bin=$root/target/release/ebb
+elif [[ -x $root/target/debug/ebb ]]; then
+  bin=$root/target/debug/ebb
+else
+  bin=$(command -v ebb || true)
+fi
+[[ -n $bin && -x $bin ]] || { echo "no ebb binary: build it (cargo build --release -p ebb-node) or set EBB_BIN" >&2; exit 1; }
+
+http() { echo "127.0.0.1:$((base + $1))"; }
+grpc() { echo "127.0.0.1:$((base + 100 + $1))"; }
+count() { ls -d "$dir"/n*/ 2>/dev/null | wc -l; }
+running() { [[ -f $dir/n$1.pid ]] && kill -0 "$(cat "$dir/n$1.pid")" 2>/dev/null; }
+
+wait_ready() {
+  for _ in $(seq 1 300); do
+    if curl -sf "http://$(http "$1")/health" >/dev/null 2>&1; then return 0; fi
+    running "$1" || { echo "node $1 exited; see $dir/n$1.log" >&2; tail -5 "$dir/n$1.log" >&2; return 1; }
+    sleep 0.1
+  done
+  echo "node $1 did not become ready; see $dir/n$1.log" >&2
+  return 1
+}
+
+start_node() {
+  local i=$1 args=()
+  if running "$i"; then echo "node $i is already running"; return 0; fi
+  mkdir -p "$dir/n$i"
+  if [[ ! -f $dir/n$i/node_id ]]; then
+    if [[ $i == 1 ]]; then
+      args+=(--cluster)
+    else
+      args+=(--join "$(grpc 1),$(grpc $((i - 1)))")
+    fi
+  fi
+  "$bin" server --data-dir "$dir/n$i" --http-addr "$(http "$i")" --grpc-addr "$(grpc "$i")" \
+    --pg-addr "127.0.0.1:$((base + 200 + i))" ${args[@]+"${args[@]}"} >>"$dir/n$i.log" 2>&1 &
+  echo $! >"$dir/n$i.pid"
+  wait_ready "$i"
+  echo "node $i: HTTP http://$(http "$i")  gRPC $(grpc "$i")  data $dir/n$i  log $dir/n$i.log"
+}
+
+case ${1:-} in
+  add)
+    start_node $(($(count) + 1))
+    ;;
+  kill)
+    i=${2:?node number}
+    running "$i" || { echo "node $i is not running" >&2; exit 1; }
+    kill -9 "$(cat "$dir/n$i.pid")"
+    echo "node $i killed"
+    ;;
+  start)
+    start_node "${2:?node number}"
+    ;;
+  stop)
+    for p in "$dir"/n*.pid; do
+      [[ -f $p ]] && kill "$(cat "$p")" 2>/dev/null || true
+    done
+    echo "stopped"
+    ;;
+  status)
+    for d in "$dir"/n*/; do
+      i=${d%/}; i=${i##*/n}
+      state=stopped; running "$i" && state=running
+      echo "node $i: $state  HTTP http://$(http "$i")  id $(cat "$d/node_id" 2>/dev/null || echo '?')"
+    done
+    ;;
+  ''|-h|--help)
+    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+    ;;
+  *)
+    n=$1
+    [[ $n =~ ^[0-9]+$ && $n -ge 1 ]] || { echo "usage: $0 N|add|kill I|start I|stop|status" >&2; exit 2; }
+    for i in $(seq 1 "$n"); do start_node "$i"; done
+    cat <<MSG
+
+$n nodes running. Write and query through any of them, e.g.:
+  curl -XPOST 'http://$(http 1)/write?db=demo' --data-binary 'cpu,host=a usage=0.5'
+  curl -XPOST 'http://$(http "$n")/v1/sql?db=demo' -H 'Accept: text/plain' --data 'SELECT * FROM cpu'
+  curl -XPOST 'http://$(http 1)/v1/sql' -H 'Accept: text/plain' --data 'SELECT * FROM system.shards'
+Add a node: $0 add    Stop all: $0 stop
+MSG
+    ;;
+esac

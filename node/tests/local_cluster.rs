@@ -1,0 +1,137 @@
+//! Three `ebb server` processes started by `deploy/local-cluster.sh`: a node killed with
+//! SIGKILL loses nothing acknowledged, the others go on serving writes and SQL, and the node
+//! restarts from its data directory and catches up. Then a fourth node joins.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+struct LocalCluster {
+    dir: tempfile::TempDir,
+    base: u16,
+}
+
+impl LocalCluster {
+    fn script(&self, args: &[&str]) -> String {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/local-cluster.sh");
+        let out = Command::new("bash")
+            .arg(script)
+            .args(args)
+            .env("EBB_BIN", env!("CARGO_BIN_EXE_ebb"))
+            .env("EBB_CLUSTER_DIR", self.dir.path())
+            .env("EBB_PORT_BASE", self.base.to_string())
+            .env("EBB_LOG", "warn")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{args:?}: {text}{}", String::from_utf8_lossy(&out.stderr));
+        text
+    }
+
+    fn url(&self, node: u16) -> String {
+        format!("http://127.0.0.1:{}", self.base + node)
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.script(&["stop"])));
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .into()
+}
+
+fn write(c: &LocalCluster, node: u16, body: &str) {
+    let url = format!("{}/write?db=demo&precision=s", c.url(node));
+    let mut r = agent().post(&url).send(body).unwrap();
+    let status = r.status().as_u16();
+    let text = r.body_mut().read_to_string().unwrap_or_default();
+    assert_eq!(status, 204, "write through node {node}: {text}");
+}
+
+/// `SELECT count(*) FROM cpu` through `node`, retried while the cluster settles.
+fn count(c: &LocalCluster, node: u16, want: u64) {
+    until(c, node, "SELECT count(*) AS n FROM cpu", want);
+}
+
+/// Waits until every shard has three replicas and none is moving.
+fn settled(c: &LocalCluster, node: u16) {
+    let q = "SELECT count(*) AS n FROM system.shards \
+             WHERE NOT moving AND length(replicas) - length(replace(replicas, ',', '')) = 2";
+    until(c, node, q, 4);
+}
+
+/// Runs `sql` (one number) through `node` until it answers `want`.
+fn until(c: &LocalCluster, node: u16, sql: &str, want: u64) {
+    let url = format!("{}/v1/sql?db=demo", c.url(node));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        if let Ok(mut r) = agent().post(&url).header("Accept", "text/csv").send(sql) {
+            last = r.body_mut().read_to_string().unwrap_or_default();
+            if last.lines().nth(1).map(str::trim) == Some(&want.to_string()) {
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("node {node}: {sql}: expected {want}, last answer {last:?}");
+}
+
+fn lines(from: u32, to: u32) -> String {
+    (from..to).map(|i| format!("cpu,host=h{} v={i} {}\n", i % 40, 1_000_000 + i)).collect()
+}
+
+#[test]
+fn a_sigkilled_node_loses_nothing_and_a_new_node_joins() {
+    let base = 20_000 + (std::process::id() % 900) as u16 * 10;
+    let c = LocalCluster { dir: tempfile::tempdir().unwrap(), base };
+    let started = c.script(&["3"]);
+    assert!(started.contains("3 nodes running"), "{started}");
+    write(&c, 1, &lines(0, 400));
+    count(&c, 3, 400);
+    // Every shard replicated on all three before a node is lost.
+    settled(&c, 2);
+
+    // SIGKILL node 1 (it created the cluster and leads at first): writes and reads go on.
+    c.script(&["kill", "1"]);
+    write(&c, 2, &lines(400, 800));
+    count(&c, 3, 800);
+    // It restarts from disk with its stored id and catches up.
+    c.script(&["start", "1"]);
+    count(&c, 1, 800);
+
+    // A fourth node joins; shards rebalance onto it while the data stays whole.
+    c.script(&["add"]);
+    write(&c, 4, &lines(800, 1000));
+    count(&c, 4, 1000);
+    let q = "SELECT replicas AS n FROM system.nodes WHERE id = 4";
+    let url = format!("{}/v1/sql?db=demo", c.url(1));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        // The rebalancer gives the new node a share: 12 replicas over 4 nodes.
+        let body = agent()
+            .post(&url)
+            .header("Accept", "text/csv")
+            .send(q)
+            .unwrap()
+            .body_mut()
+            .read_to_string()
+            .unwrap();
+        if body.lines().nth(1).map(str::trim) == Some("3") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node 4 got no fair share: {body}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    settled(&c, 3);
+    count(&c, 2, 1000);
+}
