@@ -69,6 +69,11 @@ enum Command {
         #[arg(long, value_enum, default_value = "table")]
         format: OutputFormat,
     },
+    /// Cluster administration.
+    Node {
+        #[command(subcommand)]
+        command: NodeCommand,
+    },
     /// Imports a line-protocol file (`-` for standard input) into a server.
     Import {
         /// The file.
@@ -85,6 +90,19 @@ enum Command {
         /// Lines per request.
         #[arg(long, default_value_t = 5000)]
         batch: usize,
+    },
+}
+
+#[derive(Subcommand)]
+enum NodeCommand {
+    /// Drains node ID: its shard replicas move to the other nodes, then it leaves the cluster.
+    /// Follow the moves in `system.shards`.
+    Decommission {
+        /// The node id (see `system.nodes`).
+        id: u64,
+        /// gRPC address of any node of the cluster.
+        #[arg(long, default_value = "127.0.0.1:7090", env = "EBB_GRPC")]
+        grpc: String,
     },
 }
 
@@ -135,6 +153,14 @@ fn main() -> ExitCode {
             }
             None => ebb_node::cli::sql::repl(&url, &db, format),
         },
+        Command::Node { command: NodeCommand::Decommission { id, grpc } } => {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(NodeError::from)
+                .and_then(|rt| rt.block_on(ebb_node::cluster::decommission(&grpc, id)))
+                .map(|()| println!("node {id} is draining; it leaves once its replicas have moved"))
+        }
         Command::Import { file, url, db, precision, batch } => {
             ebb_node::cli::import::import(&url, &db, &file, &precision, batch.max(1)).map(|_| ())
         }

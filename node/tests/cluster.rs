@@ -146,7 +146,7 @@ fn placement(h: &Harness) -> BTreeMap<u64, BTreeSet<u64>> {
 fn settled(h: &Harness, want_rf: usize) -> bool {
     let p = placement(h);
     let view = h.nodes.values().next().unwrap().meta.view();
-    if view.nodes.len() != h.nodes.len() || view.shards.values().any(|s| s.target.is_some()) {
+    if view.active().count() != h.nodes.len() || view.shards.values().any(|s| s.target.is_some()) {
         return false;
     }
     // Where the placement wants every shard.
@@ -440,4 +440,49 @@ async fn a_table_on_some_shards_only_reads_from_those() {
     let err = s.query("SELECT * FROM nowhere").await.unwrap_err().to_string();
     assert!(err.contains("nowhere") && err.contains("not found"), "{err}");
     h.stop(0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_decommissioned_node_is_drained_and_leaves() {
+    let mut h = Harness::new();
+    h.start(0, &[]).await;
+    for i in 1..4 {
+        h.start(i, &[0]).await;
+    }
+    wait_settled(&h, 3).await;
+    let p = ebb_query::lp::Precision::Seconds;
+    h.nodes[&2].router.write_lines("db", &cpu_lines(60, 0, 5), p, 0).await.unwrap();
+    let victim = h.nodes[&3].id;
+    let addr = h.addrs[&1].clone();
+    ebb_node::cluster::decommission(&addr, victim).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let v = h.nodes[&0].meta.view();
+        let gone = v.nodes[&victim].state == ebb_node::cluster::view::NodeState::Removed
+            && !v.shards.values().any(|s| s.involves(victim));
+        if gone && h.nodes[&3].shards.ids().is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node {victim} was not drained: {:?}", v.shards);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Every shard is back on three nodes, none of them the drained one, with all its rows.
+    h.wait("the drained node left the metadata group", |n| {
+        !n.meta
+            .raft()
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .nodes()
+            .any(|(id, _)| *id == victim)
+            || n.id == victim
+    })
+    .await;
+    h.stop(3).await;
+    wait_settled(&h, 3).await;
+    wait_rows(&h, &expected(60, 5, 4)).await;
+    for i in h.nodes.keys().copied().collect::<Vec<_>>() {
+        h.stop(i).await;
+    }
 }

@@ -199,6 +199,55 @@ impl Meta {
         Ok(id)
     }
 
+    /// Starts draining node `id` (on the leader): placement stops counting it, the rebalancer
+    /// moves its replicas away, and once it holds none it leaves the cluster.
+    pub async fn decommission(&self, id: u64) -> std::result::Result<(), MetaError> {
+        if !self.is_leader() {
+            return Err(MetaError::NotLeader(self.leader()));
+        }
+        let _g = self.write_lock.lock().await;
+        let v = self.view();
+        let Some(n) = v.nodes.get(&id) else {
+            return Err(MetaError::Failed(format!("no node {id}")));
+        };
+        if n.state != NodeState::Active {
+            return Ok(());
+        }
+        if v.active().count() <= 1 {
+            return Err(MetaError::Failed("the last active node cannot be decommissioned".into()));
+        }
+        let mut b = WriteBatch::new();
+        view::put_node(
+            &mut b,
+            &NodeInfo { state: NodeState::Draining, ..n.clone() },
+            v.next_node_id,
+        );
+        self.propose(b).await
+    }
+
+    /// On the leader: marks drained nodes (draining, holding no replica) as removed.
+    async fn retire_drained(&self) -> std::result::Result<bool, MetaError> {
+        let _g = self.write_lock.lock().await;
+        let v = self.view();
+        let drained: Vec<NodeInfo> = v
+            .nodes
+            .values()
+            .filter(|n| n.state == NodeState::Draining)
+            .filter(|n| !v.shards.values().any(|s| s.involves(n.id)))
+            .cloned()
+            .collect();
+        if drained.is_empty() {
+            return Ok(false);
+        }
+        let mut b = WriteBatch::new();
+        for n in drained {
+            tracing::info!(node = n.id, "node drained; it leaves the cluster");
+            view::put_node(&mut b, &NodeInfo { state: NodeState::Removed, ..n }, v.next_node_id);
+        }
+        self.propose(b).await?;
+        Ok(true)
+    }
+
     /// On the leader: makes every registered node a member of the metadata group, the first
     /// [`META_VOTERS`] active nodes voters and the rest learners. Returns true if it changed
     /// anything.
@@ -212,7 +261,8 @@ impl Meta {
         let members: BTreeSet<u64> = membership.nodes().map(|(id, _)| *id).collect();
         let voters: BTreeSet<u64> = membership.voter_ids().collect();
         let want: BTreeSet<u64> = v.active().map(|n| n.id).take(META_VOTERS).collect();
-        let mut changed = false;
+        let mut changed = self.retire_drained().await?;
+        let v = if changed { self.view() } else { v };
         for n in v.active() {
             if !members.contains(&n.id) {
                 let blocking = want.contains(&n.id);
@@ -228,6 +278,33 @@ impl Meta {
             self.group
                 .raft
                 .change_membership(ChangeMembers::ReplaceAllVoters(want), true)
+                .await
+                .map_err(|e| MetaError::Failed(e.to_string()))?;
+            changed = true;
+        }
+        // Nodes that left stop following the metadata.
+        let gone: BTreeSet<u64> = v
+            .nodes
+            .values()
+            .filter(|n| n.state == NodeState::Removed && members.contains(&n.id))
+            .map(|n| n.id)
+            .collect();
+        if !gone.is_empty()
+            && gone.is_disjoint(
+                &self
+                    .group
+                    .raft
+                    .metrics()
+                    .borrow()
+                    .membership_config
+                    .membership()
+                    .voter_ids()
+                    .collect(),
+            )
+        {
+            self.group
+                .raft
+                .change_membership(ChangeMembers::RemoveNodes(gone), false)
                 .await
                 .map_err(|e| MetaError::Failed(e.to_string()))?;
             changed = true;

@@ -11,8 +11,8 @@ use super::meta::{Meta, MetaError};
 use super::proto::cluster_client::ClusterClient;
 use super::proto::cluster_server::{Cluster, ClusterServer};
 use super::proto::{
-    JoinReply, JoinRequest, Member, QueryChunk, QueryRequest, SetShardMembersReply,
-    SetShardMembersRequest, WriteLinesReply, WriteLinesRequest,
+    DecommissionReply, DecommissionRequest, JoinReply, JoinRequest, Member, QueryChunk,
+    QueryRequest, SetShardMembersReply, SetShardMembersRequest, WriteLinesReply, WriteLinesRequest,
 };
 use super::router::{RouteError, Router};
 use super::shards::Shards;
@@ -170,6 +170,24 @@ impl Cluster for ClusterService {
         }
     }
 
+    async fn decommission(
+        &self,
+        req: Request<DecommissionRequest>,
+    ) -> std::result::Result<Response<DecommissionReply>, Status> {
+        let r = req.into_inner();
+        match self.meta.decommission(r.node_id).await {
+            Ok(()) => Ok(Response::new(DecommissionReply {})),
+            Err(MetaError::NotLeader(Some((_, addr)))) => {
+                let mut leader = connect(&addr).await.map_err(Status::unavailable)?;
+                leader.decommission(r).await
+            }
+            Err(MetaError::NotLeader(None)) => {
+                Err(Status::unavailable("the cluster has no metadata leader right now"))
+            }
+            Err(MetaError::Failed(e)) => Err(Status::failed_precondition(e)),
+        }
+    }
+
     async fn write_lines(
         &self,
         req: Request<WriteLinesRequest>,
@@ -249,6 +267,15 @@ pub async fn set_shard_members(view: &MetaView, shard: u64, members: &[u64]) -> 
         }
     }
     Err(NodeError::Cluster(format!("moving shard {shard}: {last}")))
+}
+
+/// Starts draining node `id` through the node at `addr` (gRPC).
+pub async fn decommission(addr: &str, id: u64) -> Result<()> {
+    let mut c = connect(addr).await.map_err(NodeError::Cluster)?;
+    c.decommission(DecommissionRequest { node_id: id })
+        .await
+        .map_err(|s| NodeError::Cluster(s.message().to_string()))?;
+    Ok(())
 }
 
 /// Registers this node with the cluster through any of `seeds` (gRPC addresses), retrying
