@@ -543,6 +543,15 @@ async fn scale_out_from_three_to_five_under_writes_and_deletes_loses_nothing() {
     }
     let total = sql(&h, 4, "SELECT count(*) AS n FROM cpu").await;
     assert!(total.contains(&format!("| {want} ")), "{total}, want {want}");
+
+    // Lose a node: a node that holds only some shards still reaches every shard's leader,
+    // whichever replica it asks first.
+    h.stop(1).await;
+    let p = ebb_query::lp::Precision::Seconds;
+    let s = h.nodes[&4].router.write_lines("db", &cpu_lines(60, 500, 502), p, 0).await.unwrap();
+    assert_eq!(s.rows, 120);
+    let total = sql(&h, 3, "SELECT count(*) AS n FROM cpu").await;
+    assert!(total.contains(&format!("| {} ", want + 120)), "{total}");
     for i in h.nodes.keys().copied().collect::<Vec<_>>() {
         h.stop(i).await;
     }

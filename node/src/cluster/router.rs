@@ -74,6 +74,9 @@ pub enum RouteError {
 pub struct Router {
     meta: Arc<Meta>,
     shards: Arc<Shards>,
+    /// Turns through a shard's replicas when this node does not know the leader, so a dead
+    /// replica is not asked forever.
+    rotation: std::sync::atomic::AtomicUsize,
 }
 
 fn add(a: &mut WriteSummary, b: &WriteSummary) {
@@ -86,7 +89,7 @@ fn add(a: &mut WriteSummary, b: &WriteSummary) {
 impl Router {
     /// The router over this node's metadata and shard replicas.
     pub fn new(meta: Arc<Meta>, shards: Arc<Shards>) -> Router {
-        Router { meta, shards }
+        Router { meta, shards, rotation: Default::default() }
     }
 
     /// This node's member of the metadata group.
@@ -240,16 +243,19 @@ impl Router {
             .shards
             .get(&shard)
             .ok_or_else(|| RouteError::Unavailable(format!("no shard {shard}")))?;
-        let me = self.shards.get(shard).map(|s| s.group.raft.metrics().borrow().id);
-        info.replicas
+        let me = self.meta.raft().metrics().borrow().id;
+        let holders: Vec<String> = info
+            .replicas
             .iter()
-            .filter(|n| Some(**n) != me)
+            .filter(|n| **n != me)
             .filter_map(|n| v.nodes.get(n))
             .map(|n| n.grpc_addr.clone())
-            .next()
-            .ok_or_else(|| {
-                RouteError::Unavailable(format!("shard {shard} has no reachable replica"))
-            })
+            .collect();
+        if holders.is_empty() {
+            return Err(RouteError::Unavailable(format!("shard {shard} has no reachable replica")));
+        }
+        let turn = self.rotation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(holders[turn % holders.len()].clone())
     }
 }
 
