@@ -181,13 +181,22 @@ fn run_server(file: Option<PathBuf>, flags: Overrides) -> Result<(), NodeError> 
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("ebb").build()?;
     rt.block_on(async {
         let server = ebb_node::server::Server::start(&config).await?;
-        eprintln!(
-            "EbbDB ready: HTTP http://{}  PostgreSQL {}  gRPC {}  data {}",
-            server.http_addr,
-            server.pg_addr,
-            server.grpc_addr,
-            config.data_dir.display()
-        );
+        match server.cluster() {
+            Some(node) => eprintln!(
+                "EbbDB cluster node {} ready: HTTP http://{}  gRPC {}  data {}",
+                node.id,
+                server.http_addr,
+                server.grpc_addr,
+                config.data_dir.display()
+            ),
+            None => eprintln!(
+                "EbbDB ready: HTTP http://{}  PostgreSQL {}  gRPC {}  data {}",
+                server.http_addr,
+                server.pg_addr,
+                server.grpc_addr,
+                config.data_dir.display()
+            ),
+        }
         ebb_node::server::termination().await;
         tracing::info!("shutting down");
         server.shutdown().await
