@@ -93,8 +93,9 @@ impl Server {
                 tracing::error!(error = %e, "gRPC server failed");
             }
         }));
+        let single = db.clone();
         tasks.push(tokio::spawn(purge_loop(
-            db.clone(),
+            move || vec![single.clone()],
             metrics,
             config.retention_check_interval,
             stopped(rx),
@@ -150,8 +151,12 @@ impl Server {
                 tracing::error!(error = %e, "HTTP server failed");
             }
         }));
-        tasks.push(tokio::spawn(cluster_purge_loop(
-            node.shards.clone(),
+        let shards = node.shards.clone();
+        let led = move || {
+            shards.all().into_iter().filter(|s| s.is_leader()).map(|s| s.db).collect::<Vec<_>>()
+        };
+        tasks.push(tokio::spawn(purge_loop(
+            led,
             metrics,
             config.retention_check_interval,
             stopped(rx),
@@ -198,9 +203,10 @@ impl Server {
     }
 }
 
-/// On every shard this node leads, writes retention purges every `every` until stopped.
-async fn cluster_purge_loop(
-    shards: Arc<crate::cluster::Shards>,
+/// Writes retention purges every `every` until stopped, on each database `dbs` lists then
+/// (the single database, or the shards this node leads).
+async fn purge_loop(
+    dbs: impl Fn() -> Vec<Arc<Database>>,
     metrics: Arc<Metrics>,
     every: Duration,
     stop: impl std::future::Future<Output = ()>,
@@ -213,37 +219,11 @@ async fn cluster_purge_loop(
             _ = &mut stop => return,
             _ = tick.tick() => {}
         }
-        for shard in shards.all().into_iter().filter(|s| s.is_leader()) {
-            let db = shard.db.clone();
+        for db in dbs() {
             match tokio::task::spawn_blocking(move || db.purge_expired()).await {
                 Ok(Ok(n)) => metrics.retention_purges.add(n),
-                Ok(Err(e)) => tracing::warn!(shard = shard.id, error = %e, "retention purge"),
-                Err(e) => tracing::warn!(shard = shard.id, error = %e, "retention purge task"),
-            }
-        }
-    }
-}
-
-/// Writes retention purges every `every` until stopped.
-async fn purge_loop(
-    db: Arc<Database>,
-    metrics: Arc<Metrics>,
-    every: Duration,
-    stop: impl std::future::Future<Output = ()>,
-) {
-    tokio::pin!(stop);
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = &mut stop => return,
-            _ = tick.tick() => {
-                let db = db.clone();
-                match tokio::task::spawn_blocking(move || db.purge_expired()).await {
-                    Ok(Ok(n)) => metrics.retention_purges.add(n),
-                    Ok(Err(e)) => tracing::warn!(error = %e, "retention purge failed"),
-                    Err(e) => tracing::warn!(error = %e, "retention purge task failed"),
-                }
+                Ok(Err(e)) => tracing::warn!(error = %e, "retention purge failed"),
+                Err(e) => tracing::warn!(error = %e, "retention purge task failed"),
             }
         }
     }

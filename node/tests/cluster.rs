@@ -193,6 +193,17 @@ async fn wait_settled(h: &Harness, rf: usize) {
     }
 }
 
+/// Rows of `cpu` in one shard replica (0 if the table never reached that shard).
+async fn replica_rows(s: &ebb_node::cluster::Shard) -> usize {
+    if s.db.catalog().table("db", "cpu").is_none() {
+        return 0;
+    }
+    let session = ebb_query::SqlSession::new(s.db.clone(), "db");
+    let b = session.query("SELECT count(*) AS n FROM cpu").await.unwrap();
+    let n = b[0].column(0).as_any().downcast_ref::<datafusion::arrow::array::Int64Array>().unwrap();
+    n.value(0) as usize
+}
+
 /// Rows of `cpu` on every replica of every shard, by shard: all replicas of a shard agree.
 async fn rows_per_shard(h: &Harness) -> BTreeMap<u64, usize> {
     try_rows_per_shard(h).await.unwrap_or_else(|e| panic!("{e}"))
@@ -203,19 +214,7 @@ async fn try_rows_per_shard(h: &Harness) -> Result<BTreeMap<u64, usize>, String>
     let mut out = BTreeMap::new();
     for n in h.nodes.values() {
         for s in n.shards.all() {
-            let session = ebb_query::SqlSession::new(s.db.clone(), "db");
-            let rows = match session.query("SELECT count(*) AS n FROM cpu").await {
-                Ok(b) => datafusion::arrow::util::pretty::pretty_format_batches(&b)
-                    .unwrap()
-                    .to_string()
-                    .lines()
-                    .nth(3)
-                    .unwrap()
-                    .trim_matches(|c: char| c == '|' || c.is_whitespace())
-                    .parse::<usize>()
-                    .unwrap(),
-                Err(_) => 0, // the table never reached this shard
-            };
+            let rows = replica_rows(&s).await;
             if let Some(prev) = out.insert(s.id, rows) {
                 if prev != rows {
                     return Err(format!("replicas of shard {} differ: {prev} vs {rows}", s.id));
@@ -296,19 +295,7 @@ async fn wait_rows(h: &Harness, want: &BTreeMap<u64, usize>) {
         let mut all_match = true;
         for n in h.nodes.values() {
             for s in n.shards.all() {
-                let session = ebb_query::SqlSession::new(s.db.clone(), "db");
-                let got = match session.query("SELECT count(*) AS n FROM cpu").await {
-                    Ok(b) => datafusion::arrow::util::pretty::pretty_format_batches(&b)
-                        .unwrap()
-                        .to_string()
-                        .lines()
-                        .nth(3)
-                        .unwrap()
-                        .trim_matches(|c: char| c == '|' || c.is_whitespace())
-                        .parse::<usize>()
-                        .unwrap(),
-                    Err(_) => 0,
-                };
+                let got = replica_rows(&s).await;
                 all_match &= got == want[&s.id];
             }
         }

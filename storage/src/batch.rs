@@ -191,8 +191,13 @@ impl WriteBatch {
     /// Encodes the batch with its issue time, for shipping it elsewhere (a Raft log entry);
     /// [`WriteBatch::from_bytes`] reads it back.
     pub fn to_bytes(&self) -> Vec<u8> {
+        self.to_bytes_issued(0)
+    }
+
+    /// [`WriteBatch::to_bytes`], with `issued_at_ms` as the issue time if the batch has none.
+    pub fn to_bytes_issued(&self, issued_at_ms: u64) -> Vec<u8> {
         let mut out = Vec::new();
-        self.encode(0, self.issued_at_ms.unwrap_or(0), &mut out);
+        self.encode(0, self.issued_at_ms.unwrap_or(issued_at_ms), &mut out);
         out
     }
 

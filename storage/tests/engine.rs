@@ -148,6 +148,9 @@ fn batches_round_trip_through_bytes() {
     let mut unset = WriteBatch::new();
     unset.put(key(1), "a");
     assert_eq!(WriteBatch::from_bytes(&unset.to_bytes()).unwrap().issued_at(), None);
+    // A fallback issue time applies only to a batch without one.
+    assert_eq!(WriteBatch::from_bytes(&unset.to_bytes_issued(99)).unwrap().issued_at(), Some(99));
+    assert_eq!(WriteBatch::from_bytes(&b.to_bytes_issued(99)).unwrap().issued_at(), Some(77));
     let bytes = b.to_bytes();
     assert!(WriteBatch::from_bytes(&bytes[..bytes.len() - 1]).is_none());
     assert!(WriteBatch::from_bytes(b"").is_none());

@@ -60,7 +60,11 @@ impl RaftReplicator {
 }
 
 impl Replicator for RaftReplicator {
-    fn propose(&self, batch: WriteBatch) -> std::result::Result<u64, QueryError> {
+    fn propose(
+        &self,
+        batch: &WriteBatch,
+        issued_at_ms: u64,
+    ) -> std::result::Result<u64, QueryError> {
         if batch.len() > MAX_BATCH_OPS {
             return Err(QueryError::invalid(format!(
                 "a request of {} operations exceeds the {MAX_BATCH_OPS} one shard write may hold; \
@@ -68,7 +72,7 @@ impl Replicator for RaftReplicator {
                 batch.len()
             )));
         }
-        Ok(self.write(Command::Batch(batch.to_bytes()))?.seq)
+        Ok(self.write(Command::Batch(batch.to_bytes_issued(issued_at_ms)))?.seq)
     }
 
     fn propose_retention(

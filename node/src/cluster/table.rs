@@ -113,21 +113,21 @@ impl TableProvider for ClusterTable {
             Some(p) => Arc::new(self.schema.project(p)?),
             None => self.schema.clone(),
         };
-        let conditions: Vec<String> = filters
+        // Each filter as SQL, if it can be written back (the others apply only here).
+        let conditions: Vec<Option<String>> = filters
             .iter()
-            .filter_map(|f| datafusion::sql::unparser::expr_to_sql(f).ok())
-            .map(|e| format!("({e})"))
+            .map(|f| datafusion::sql::unparser::expr_to_sql(f).ok().map(|e| format!("({e})")))
             .collect();
         let mut partitions: Vec<Arc<dyn PartitionStream>> = Vec::new();
         for (shard, shard_schema) in &self.shards {
-            // Only filters on columns the shard has can be sent to it; the rest apply here.
-            let usable: Vec<&String> = conditions
+            // Only filters on columns the shard has can be sent to it.
+            let usable: Vec<&str> = conditions
                 .iter()
                 .zip(filters)
                 .filter(|(_, f)| {
                     f.column_refs().iter().all(|c| shard_schema.field_with_name(&c.name).is_ok())
                 })
-                .map(|(c, _)| c)
+                .filter_map(|(c, _)| c.as_deref())
                 .collect();
             let cols: Vec<String> = schema
                 .fields()
@@ -140,7 +140,7 @@ impl TableProvider for ClusterTable {
             let mut sql = format!("SELECT {select} FROM {}", quote(&self.name));
             if !usable.is_empty() {
                 sql.push_str(" WHERE ");
-                sql.push_str(&usable.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" AND "));
+                sql.push_str(&usable.join(" AND "));
             }
             if let (Some(n), true) = (limit, usable.len() == filters.len()) {
                 sql.push_str(&format!(" LIMIT {n}"));

@@ -17,10 +17,11 @@ use crate::model::keys::{parse_row_key, CATALOG_TABLE};
 /// Where a replicated database's changes go: a Raft group. Calls block until the change is
 /// committed and applied on this replica, so callers run off the async executor.
 pub trait Replicator: Send + Sync + std::fmt::Debug {
-    /// Proposes `batch` (its issue time set) and waits until it is applied here. Returns the
-    /// engine sequence number of its first operation. A batch the group applied as a no-op
-    /// (refused alike by every replica) is an error.
-    fn propose(&self, batch: WriteBatch) -> Result<u64>;
+    /// Proposes `batch`, issued at `issued_at_ms` unless it carries its own issue time, and
+    /// waits until it is applied here. Returns the engine sequence number of its first
+    /// operation. A batch the group applied as a no-op (refused alike by every replica) is an
+    /// error.
+    fn propose(&self, batch: &WriteBatch, issued_at_ms: u64) -> Result<u64>;
 
     /// Proposes a retention change for keys starting with `prefix` and waits until it is
     /// applied here.
@@ -59,11 +60,7 @@ impl Database {
         if batch.is_empty() {
             return Ok(0);
         }
-        let mut b = batch.clone();
-        if b.issued_at().is_none() {
-            b.set_issued_at(now_ms());
-        }
-        rep.propose(b)
+        rep.propose(batch, now_ms())
     }
 
     /// Sets a retention rule: on the engine, or through the group.

@@ -177,8 +177,11 @@ impl Database {
             *t = (*t).max(time);
         }
         self.commit_write(&mut w, &batch, plan.delta)?;
-        for ((table, series), t) in touched {
-            self.catalog.with_series_mut(table, |idx| idx.note_time(series, t));
+        // A replicated database noted them when the batch was applied (`on_applied`).
+        if !self.is_replicated() {
+            for ((table, series), t) in touched {
+                self.catalog.with_series_mut(table, |idx| idx.note_time(series, t));
+            }
         }
         Ok(summary)
     }
