@@ -31,7 +31,15 @@ fi
 http() { echo "127.0.0.1:$((base + $1))"; }
 grpc() { echo "127.0.0.1:$((base + 100 + $1))"; }
 count() { ls -d "$dir"/n*/ 2>/dev/null | wc -l; }
-running() { [[ -f $dir/n$1.pid ]] && kill -0 "$(cat "$dir/n$1.pid")" 2>/dev/null; }
+# A killed node may linger as a zombie (nothing reaps it), which `kill -0` counts as alive:
+# read its state from /proc instead.
+running() {
+  [[ -f $dir/n$1.pid ]] || return 1
+  local stat
+  stat=$(cat "/proc/$(cat "$dir/n$1.pid")/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [[ ${stat:0:1} != Z && ${stat:0:1} != X ]]
+}
 
 wait_ready() {
   for _ in $(seq 1 300); do
@@ -69,6 +77,7 @@ case ${1:-} in
     i=${2:?node number}
     running "$i" || { echo "node $i is not running" >&2; exit 1; }
     kill -9 "$(cat "$dir/n$i.pid")"
+    for _ in $(seq 1 100); do running "$i" || break; sleep 0.05; done
     echo "node $i killed"
     ;;
   start)

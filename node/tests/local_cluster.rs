@@ -102,11 +102,12 @@ fn a_sigkilled_node_loses_nothing_and_a_new_node_joins() {
     settled(&c, 2);
 
     // SIGKILL node 1 (it created the cluster and leads at first): writes and reads go on.
-    c.script(&["kill", "1"]);
+    assert!(c.script(&["kill", "1"]).contains("node 1 killed"));
     write(&c, 2, &lines(400, 800));
     count(&c, 3, 800);
     // It restarts from disk with its stored id and catches up.
-    c.script(&["start", "1"]);
+    let restarted = c.script(&["start", "1"]);
+    assert!(restarted.contains("node 1: HTTP"), "node 1 did not start again: {restarted}");
     count(&c, 1, 800);
 
     // A fourth node joins; shards rebalance onto it while the data stays whole.
