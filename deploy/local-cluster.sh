@@ -11,7 +11,8 @@
 #
 # Environment: EBB_BIN (the ebb binary; default: the newer of target/release/ebb and
 # target/debug/ebb, else ebb on PATH), EBB_CLUSTER_DIR (default ./ebb-cluster), EBB_PORT_BASE (default 7100:
-# node I serves HTTP on base+I and gRPC on base+100+I), EBB_SHARDS, EBB_REPLICATION.
+# node I serves HTTP on base+I, gRPC on base+100+I and PostgreSQL on base+200+I), EBB_SHARDS,
+# EBB_REPLICATION.
 set -euo pipefail
 
 dir=${EBB_CLUSTER_DIR:-./ebb-cluster}
@@ -66,7 +67,7 @@ start_node() {
     --pg-addr "127.0.0.1:$((base + 200 + i))" ${args[@]+"${args[@]}"} >>"$dir/n$i.log" 2>&1 &
   echo $! >"$dir/n$i.pid"
   wait_ready "$i"
-  echo "node $i: HTTP http://$(http "$i")  gRPC $(grpc "$i")  data $dir/n$i  log $dir/n$i.log"
+  echo "node $i: HTTP http://$(http "$i")  PostgreSQL 127.0.0.1:$((base + 200 + i))  gRPC $(grpc "$i")  data $dir/n$i  log $dir/n$i.log"
 }
 
 case ${1:-} in

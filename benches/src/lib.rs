@@ -7,6 +7,8 @@
 //! where `ratio` is how many times better EbbDB is (throughput: ebb / baseline; latency or bytes:
 //! baseline / ebb), so above 1 means EbbDB wins.
 
+pub mod cluster;
+pub mod cluster_nodes;
 pub mod deletes;
 pub mod engine;
 pub mod peers;

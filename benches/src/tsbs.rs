@@ -117,19 +117,31 @@ pub fn generate(ds: Dataset, batch: usize) -> Vec<String> {
     out
 }
 
-fn agent() -> ureq::Agent {
+pub(crate) fn agent() -> ureq::Agent {
     ureq::Agent::config_builder().http_status_as_error(false).build().into()
 }
 
 /// Sends every batch with `clients` concurrent connections; returns seconds taken.
 pub fn load(s: &Running, batches: &[String], clients: usize) -> Result<f64, String> {
-    let url = format!("{}/write?db=bench", s.url);
+    load_spread(std::slice::from_ref(&s.url), s.system.name(), batches, clients)
+}
+
+/// Sends every batch to database `bench` with `clients` concurrent connections, client `i`
+/// writing to `urls[i % urls.len()]`; returns seconds taken.
+pub fn load_spread(
+    urls: &[String],
+    name: &str,
+    batches: &[String],
+    clients: usize,
+) -> Result<f64, String> {
     let next = AtomicUsize::new(0);
     let start = Instant::now();
     let res: Vec<Result<(), String>> = std::thread::scope(|sc| {
         let handles: Vec<_> = (0..clients)
-            .map(|_| {
-                sc.spawn(|| {
+            .map(|c| {
+                let url = format!("{}/write?db=bench", urls[c % urls.len()]);
+                let next = &next;
+                sc.spawn(move || {
                     let a = agent();
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
@@ -139,8 +151,7 @@ pub fn load(s: &Running, batches: &[String], clients: usize) -> Result<f64, Stri
                         if !resp.status().is_success() {
                             let body = resp.body_mut().read_to_string().unwrap_or_default();
                             return Err(format!(
-                                "{} rejected batch {i}: {} {body}",
-                                s.system.name(),
+                                "{name} rejected batch {i}: {} {body}",
                                 resp.status()
                             ));
                         }

@@ -16,6 +16,7 @@
 //! advertise_grpc = "10.0.0.3:7090" # the gRPC address other nodes reach this one at
 //! shards = 4                     # shards of a new cluster (fixed for its life)
 //! replication = 3                # replicas per shard of a new cluster
+//! raft_snapshot_every = 10000    # Raft log entries between snapshots of a shard
 //! ```
 
 use std::net::SocketAddr;
@@ -55,6 +56,9 @@ pub struct Config {
     pub shards: u32,
     /// Replicas per shard of a new cluster.
     pub replication: u32,
+    /// Raft log entries between two snapshots of a shard (the log before a snapshot is purged,
+    /// so a replica that falls further behind, or a new one, is sent the snapshot).
+    pub raft_snapshot_every: u64,
 }
 
 impl Config {
@@ -105,6 +109,7 @@ impl Default for Config {
             advertise_grpc: None,
             shards: 4,
             replication: 3,
+            raft_snapshot_every: 10_000,
         }
     }
 }
@@ -139,6 +144,8 @@ pub struct Overrides {
     pub shards: Option<u32>,
     /// See [`Config::replication`].
     pub replication: Option<u32>,
+    /// See [`Config::raft_snapshot_every`].
+    pub raft_snapshot_every: Option<u64>,
 }
 
 /// Environment variables read, and the setting each sets.
@@ -156,6 +163,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("EBB_ADVERTISE_GRPC", "advertise_grpc"),
     ("EBB_SHARDS", "shards"),
     ("EBB_REPLICATION", "replication"),
+    ("EBB_RAFT_SNAPSHOT_EVERY", "raft_snapshot_every"),
 ];
 
 fn bad(message: impl Into<String>) -> NodeError {
@@ -196,6 +204,10 @@ impl Overrides {
                 }
                 "EBB_JOIN" => o.join = Some(v),
                 "EBB_ADVERTISE_GRPC" => o.advertise_grpc = Some(v),
+                "EBB_RAFT_SNAPSHOT_EVERY" => {
+                    o.raft_snapshot_every =
+                        Some(v.parse().map_err(|_| bad(format!("{var}: not a number: {v:?}")))?)
+                }
                 "EBB_SHARDS" | "EBB_REPLICATION" => {
                     let n =
                         Some(v.parse().map_err(|_| bad(format!("{var}: not a number: {v:?}")))?);
@@ -269,6 +281,12 @@ impl Overrides {
                 return Err(bad("replication must be between 1 and 7"));
             }
             c.replication = n;
+        }
+        if let Some(n) = self.raft_snapshot_every {
+            if !(16..=10_000_000).contains(&n) {
+                return Err(bad("raft_snapshot_every must be between 16 and 10000000"));
+            }
+            c.raft_snapshot_every = n;
         }
         if let Some(f) = &self.log_format {
             c.log_format = match f.as_str() {

@@ -398,6 +398,16 @@ fn encode(
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
-    let text = state.metrics.render(state.db.as_deref());
+    let engines: Vec<_> = match (&state.db, &state.cluster) {
+        (Some(db), _) => vec![(None, db.clone())],
+        (None, Some(router)) => {
+            router.shards().all().into_iter().map(|s| (Some(s.id), s.db.clone())).collect()
+        }
+        (None, None) => Vec::new(),
+    };
+    let mut text = state.metrics.render(&engines);
+    if let Some(router) = &state.cluster {
+        crate::cluster::metrics::render(router, &mut text);
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }

@@ -53,6 +53,10 @@ enum Command {
         /// Replicas per shard of a new cluster [default: 3; env EBB_REPLICATION].
         #[arg(long)]
         replication: Option<u32>,
+        /// Raft log entries between snapshots of a shard [default: 10000; env
+        /// EBB_RAFT_SNAPSHOT_EVERY]. Smaller: shorter logs on disk, more snapshots.
+        #[arg(long)]
+        raft_snapshot_every: Option<u64>,
     },
     /// Runs SQL on a server: `-c` for one command, else an interactive prompt.
     Sql {
@@ -131,6 +135,7 @@ fn main() -> ExitCode {
             advertise_grpc,
             shards,
             replication,
+            raft_snapshot_every,
         } => {
             let flags = Overrides {
                 data_dir,
@@ -143,6 +148,7 @@ fn main() -> ExitCode {
                 advertise_grpc,
                 shards,
                 replication,
+                raft_snapshot_every,
                 ..Overrides::default()
             };
             run_server(config, flags)
@@ -183,9 +189,10 @@ fn run_server(file: Option<PathBuf>, flags: Overrides) -> Result<(), NodeError> 
         let server = ebb_node::server::Server::start(&config).await?;
         match server.cluster() {
             Some(node) => eprintln!(
-                "EbbDB cluster node {} ready: HTTP http://{}  gRPC {}  data {}",
+                "EbbDB cluster node {} ready: HTTP http://{}  PostgreSQL {}  gRPC {}  data {}",
                 node.id,
                 server.http_addr,
+                server.pg_addr,
                 server.grpc_addr,
                 config.data_dir.display()
             ),

@@ -2,6 +2,7 @@
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use ebb_query::Database;
 
@@ -52,9 +53,10 @@ fn line(out: &mut String, name: &str, kind: &str, help: &str, value: impl std::f
 }
 
 impl Metrics {
-    /// The Prometheus text exposition of the counters and, on a single node, the engine's
-    /// state.
-    pub fn render(&self, db: Option<&Database>) -> String {
+    /// The Prometheus text exposition of the counters and the state of `engines`: the single
+    /// node's database (shard `None`), or every shard replica a cluster node holds. Sizes and
+    /// counts are summed over them; sequence numbers are given per shard.
+    pub fn render(&self, engines: &[(Option<u64>, Arc<Database>)]) -> String {
         let mut o = String::new();
         let c = |o: &mut String, name: &str, help: &str, v: &Counter| {
             line(o, name, "counter", help, v.get())
@@ -82,73 +84,88 @@ impl Metrics {
             "Retention purges written.",
             &self.retention_purges,
         );
-        let Some(db) = db else { return o };
-        let e = db.engine();
-        let s = e.stats();
-        let _ = writeln!(
-            o,
-            "# HELP ebb_level_bytes Bytes of SSTs per level.\n# TYPE ebb_level_bytes gauge"
+        let stats: Vec<_> = engines.iter().map(|(_, db)| db.engine().stats()).collect();
+        let levels = stats.iter().map(|s| s.levels.len()).max().unwrap_or(0);
+        let level_sum = |f: &dyn Fn(&ebb_storage::LevelStats) -> u64| -> Vec<u64> {
+            (0..levels).map(|i| stats.iter().filter_map(|s| s.levels.get(i)).map(f).sum()).collect()
+        };
+        let labelled = |o: &mut String, name: &str, help: &str, values: &[u64]| {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for (i, v) in values.iter().enumerate() {
+                let _ = writeln!(o, "{name}{{level=\"{i}\"}} {v}");
+            }
+        };
+        labelled(&mut o, "ebb_level_bytes", "Bytes of SSTs per level.", &level_sum(&|l| l.bytes));
+        labelled(
+            &mut o,
+            "ebb_level_files",
+            "SST files per level.",
+            &level_sum(&|l| l.files as u64),
         );
-        for (i, l) in s.levels.iter().enumerate() {
-            let _ = writeln!(o, "ebb_level_bytes{{level=\"{i}\"}} {}", l.bytes);
-        }
-        let _ = writeln!(
-            o,
-            "# HELP ebb_level_files SST files per level.\n# TYPE ebb_level_files gauge"
-        );
-        for (i, l) in s.levels.iter().enumerate() {
-            let _ = writeln!(o, "ebb_level_files{{level=\"{i}\"}} {}", l.files);
-        }
+        let sum =
+            |f: &dyn Fn(&ebb_storage::EngineStats) -> u64| -> u64 { stats.iter().map(f).sum() };
         line(
             &mut o,
             "ebb_memtable_bytes",
             "gauge",
             "Bytes in the active memtable.",
-            s.memtable_bytes,
+            sum(&|s| s.memtable_bytes as u64),
         );
-        line(&mut o, "ebb_flushes_total", "counter", "Memtable flushes.", s.flushes);
-        line(&mut o, "ebb_compactions_total", "counter", "Compactions.", s.compactions);
+        line(&mut o, "ebb_flushes_total", "counter", "Memtable flushes.", sum(&|s| s.flushes));
+        line(&mut o, "ebb_compactions_total", "counter", "Compactions.", sum(&|s| s.compactions));
         line(
             &mut o,
             "ebb_bytes_compacted_total",
             "counter",
             "Bytes written by compactions.",
-            s.bytes_compacted,
+            sum(&|s| s.bytes_compacted),
         );
         line(
             &mut o,
             "ebb_write_stalls_total",
             "counter",
             "Writes stalled behind flushes.",
-            s.write_stalls,
+            sum(&|s| s.write_stalls),
         );
         line(
             &mut o,
             "ebb_window_pages_dropped_total",
             "counter",
             "Pages dropped unread by time-window deletes.",
-            s.window_pages_dropped,
+            sum(&|s| s.window_pages_dropped),
         );
-        let deletions = e.deletions();
         let now_ms = (ebb_query::now_ns().max(0) / 1_000_000) as u64;
         let (mut pending, mut late) = (0u64, 0u64);
-        for d in &deletions {
-            match d.status(now_ms) {
-                ebb_storage::DeletionStatus::Pending => pending += 1,
-                ebb_storage::DeletionStatus::Late => late += 1,
-                ebb_storage::DeletionStatus::Persisted => {}
+        for (_, db) in engines {
+            for d in &db.engine().deletions() {
+                match d.status(now_ms) {
+                    ebb_storage::DeletionStatus::Pending => pending += 1,
+                    ebb_storage::DeletionStatus::Late => late += 1,
+                    ebb_storage::DeletionStatus::Persisted => {}
+                }
             }
         }
         line(&mut o, "ebb_deletions_pending", "gauge", "Deletes not yet physically gone.", pending);
         line(&mut o, "ebb_deletions_late", "gauge", "Deletes past their deadline.", late);
-        line(
-            &mut o,
-            "ebb_persisted_seq",
-            "gauge",
-            "Highest sequence number durably in SSTs.",
-            e.persisted_seq(),
-        );
-        line(&mut o, "ebb_last_seq", "gauge", "Highest sequence number applied.", e.last_seq());
+        let per_shard = |o: &mut String, name: &str, help: &str, f: &dyn Fn(&Database) -> u64| {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for (shard, db) in engines {
+                match shard {
+                    Some(id) => {
+                        let _ = writeln!(o, "{name}{{shard=\"{id}\"}} {}", f(db));
+                    }
+                    None => {
+                        let _ = writeln!(o, "{name} {}", f(db));
+                    }
+                }
+            }
+        };
+        per_shard(&mut o, "ebb_persisted_seq", "Highest sequence number durably in SSTs.", &|db| {
+            db.engine().persisted_seq()
+        });
+        per_shard(&mut o, "ebb_last_seq", "Highest sequence number applied.", &|db| {
+            db.engine().last_seq()
+        });
         o
     }
 }

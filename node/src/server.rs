@@ -83,7 +83,8 @@ impl Server {
         let shutdown = stopped(rx.clone());
         let pg_metrics = metrics.clone();
         tasks.push(tokio::spawn(async move {
-            if let Err(e) = crate::pg::serve(pg, pg_db, pg_metrics, shutdown).await {
+            let target = crate::pg::SqlTarget::Local(pg_db);
+            if let Err(e) = crate::pg::serve(pg, target, pg_metrics, shutdown).await {
                 tracing::error!(error = %e, "PostgreSQL server failed");
             }
         }));
@@ -114,21 +115,27 @@ impl Server {
         std::fs::create_dir_all(&dir)
             .map_err(|source| NodeError::DataDir { dir: dir.clone(), source })?;
         let http = bind("HTTP", config.http_addr).await?;
+        let pg = bind("PostgreSQL", config.pg_addr).await?;
         let grpc = bind("gRPC", config.grpc_addr).await?;
-        let (http_addr, grpc_addr) = (http.local_addr()?, grpc.local_addr()?);
+        let (http_addr, pg_addr, grpc_addr) =
+            (http.local_addr()?, pg.local_addr()?, grpc.local_addr()?);
         let advertise = match &config.advertise_grpc {
             Some(a) => a.clone(),
             None if config.grpc_addr.port() == 0 => grpc_addr.to_string(),
             None => config.advertised_grpc()?,
         };
         let engine = Options { delete_deadline: config.delete_deadline, ..Options::default() };
-        let groups = ebb_raft::GroupOptions::new(Duration::from_millis(100), 10_000, engine)
-            .map_err(|e| NodeError::Cluster(e.to_string()))?;
+        let groups = ebb_raft::GroupOptions::new(
+            Duration::from_millis(100),
+            config.raft_snapshot_every,
+            engine,
+        )
+        .map_err(|e| NodeError::Cluster(e.to_string()))?;
         let cc = ClusterConfig {
             data_dir: dir,
             advertise_grpc: advertise,
             http_addr: http_addr.to_string(),
-            pg_addr: String::new(),
+            pg_addr: pg_addr.to_string(),
             join: config.join.clone(),
             settings: Settings { shards: config.shards, replication: config.replication },
             groups,
@@ -151,6 +158,13 @@ impl Server {
                 tracing::error!(error = %e, "HTTP server failed");
             }
         }));
+        let target = crate::pg::SqlTarget::Cluster(node.router.clone());
+        let (pg_metrics, shutdown) = (metrics.clone(), stopped(rx.clone()));
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = crate::pg::serve(pg, target, pg_metrics, shutdown).await {
+                tracing::error!(error = %e, "PostgreSQL server failed");
+            }
+        }));
         let shards = node.shards.clone();
         let led = move || {
             shards.all().into_iter().filter(|s| s.is_leader()).map(|s| s.db).collect::<Vec<_>>()
@@ -161,17 +175,8 @@ impl Server {
             config.retention_check_interval,
             stopped(rx),
         )));
-        tracing::warn!("the PostgreSQL wire protocol is not served in cluster mode yet");
-        tracing::info!(node = node.id, %http_addr, %grpc_addr, data_dir = %config.data_dir.display(), "EbbDB cluster node serving");
-        Ok(Server {
-            http_addr,
-            pg_addr: config.pg_addr,
-            grpc_addr,
-            db: None,
-            cluster: Some(node),
-            stop,
-            tasks,
-        })
+        tracing::info!(node = node.id, %http_addr, %pg_addr, %grpc_addr, data_dir = %config.data_dir.display(), "EbbDB cluster node serving");
+        Ok(Server { http_addr, pg_addr, grpc_addr, db: None, cluster: Some(node), stop, tasks })
     }
 
     /// The database, on a single node.

@@ -122,6 +122,25 @@ enum Cmd {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Cluster ingest (single node vs 1 node RF=1 vs 3 nodes RF=3, all on this machine) and
+    /// the time and bytes to move shard replicas onto a new node, by log replay and by snapshot.
+    Cluster {
+        /// Data set as HOSTSxHOURS.
+        #[arg(long, default_value = "1000x2")]
+        set: String,
+        /// Concurrent client connections (spread over the nodes).
+        #[arg(long, default_value_t = 4)]
+        clients: usize,
+        /// Shards of the clusters.
+        #[arg(long, default_value_t = 4)]
+        shards: u32,
+        /// Raft log entries between snapshots in the snapshot-move run.
+        #[arg(long, default_value_t = 16)]
+        snapshot_every: u64,
+        /// Working directory (default: a temporary directory, removed afterwards).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Query latency on TSBS devops cpu data, EbbDB (SQL) against InfluxDB (InfluxQL).
     Query {
         /// Data set as HOSTSxHOURS.
@@ -241,6 +260,20 @@ fn main() {
             let mut tmp = None;
             let work = work_dir(dir, &mut tmp);
             if let Err(e) = ebb_benches::tsbs::ingest(&work, &sets, clients.max(1)) {
+                eprintln!("error: {e}");
+                std::process::exit(1);
+            }
+        }
+        Cmd::Cluster { set, clients, shards, snapshot_every, dir } => {
+            let s = ebb_benches::cluster::Settings {
+                dataset: dataset(&set),
+                clients: clients.max(1),
+                shards: shards.max(1),
+                snapshot_every: snapshot_every.max(16),
+            };
+            let mut tmp = None;
+            let work = work_dir(dir, &mut tmp);
+            if let Err(e) = ebb_benches::cluster::run(&work, &s) {
                 eprintln!("error: {e}");
                 std::process::exit(1);
             }

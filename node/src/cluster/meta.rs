@@ -103,7 +103,12 @@ impl Meta {
         self.changed.clone()
     }
 
-    /// The group's Raft.
+    /// This node's id.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// The metadata group's Raft.
     pub fn raft(&self) -> &Raft<TypeConfig> {
         &self.group.raft
     }

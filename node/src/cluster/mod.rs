@@ -1,8 +1,10 @@
 //! The cluster: the metadata group, shard replicas as Raft groups on each node, and the
 //! services nodes call on each other.
 
+mod insert;
 mod ipc;
 mod meta;
+pub mod metrics;
 mod node;
 pub mod placement;
 mod rebalance;

@@ -129,7 +129,8 @@ impl ClusterNode {
         let mut tasks = Vec::new();
         let raft_svc = RaftService::new(id, groups.clone()).into_server();
         let shards = Arc::new(Shards::default());
-        let router = Arc::new(Router::new(meta.clone(), shards.clone()));
+        let router =
+            Arc::new(Router::new(meta.clone(), shards.clone(), conns.clone(), groups.clone()));
         let cluster_svc =
             ClusterService::new(meta.clone(), shards.clone(), router.clone()).into_server();
         let shutdown = stopped(rx.clone());

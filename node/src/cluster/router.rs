@@ -10,9 +10,11 @@ use ebb_query::lp::{LineError, Lines, Precision};
 use ebb_query::{QueryError, WriteSummary};
 use xxhash_rust::xxh3::xxh3_64;
 
+use ebb_raft::transport::{Connections, Groups};
+
 use super::meta::Meta;
 use super::proto::cluster_client::ClusterClient;
-use super::proto::WriteLinesRequest;
+use super::proto::{LeadersRequest, WriteLinesRequest};
 use super::shard::PROPOSE_TIMEOUT;
 use super::shards::Shards;
 
@@ -74,6 +76,8 @@ pub enum RouteError {
 pub struct Router {
     meta: Arc<Meta>,
     shards: Arc<Shards>,
+    conns: Arc<Connections>,
+    groups: Arc<Groups>,
     /// Turns through a shard's replicas when this node does not know the leader, so a dead
     /// replica is not asked forever.
     rotation: std::sync::atomic::AtomicUsize,
@@ -87,9 +91,24 @@ fn add(a: &mut WriteSummary, b: &WriteSummary) {
 }
 
 impl Router {
-    /// The router over this node's metadata and shard replicas.
-    pub fn new(meta: Arc<Meta>, shards: Arc<Shards>) -> Router {
-        Router { meta, shards, rotation: Default::default() }
+    /// The router over this node's metadata, shard replicas, connections and Raft groups.
+    pub fn new(
+        meta: Arc<Meta>,
+        shards: Arc<Shards>,
+        conns: Arc<Connections>,
+        groups: Arc<Groups>,
+    ) -> Router {
+        Router { meta, shards, conns, groups, rotation: Default::default() }
+    }
+
+    /// This node's connections to the others.
+    pub fn conns(&self) -> &Arc<Connections> {
+        &self.conns
+    }
+
+    /// This node's Raft groups.
+    pub fn groups(&self) -> &Arc<Groups> {
+        &self.groups
     }
 
     /// This node's member of the metadata group.
@@ -224,6 +243,48 @@ impl Router {
             tables_created: r.tables_created as usize,
             series_created: r.series_created as usize,
         })
+    }
+
+    /// The leader of every shard: from this node's replica where it holds one, else asked of
+    /// the nodes holding replicas (the answer from the highest term wins). Shards whose leader
+    /// nobody could tell within a second are left out.
+    pub async fn leaders(&self) -> BTreeMap<u64, u64> {
+        let mut best: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+        let mut note = |shard: u64, leader: u64, term: u64| {
+            if leader != 0 && best.get(&shard).is_none_or(|(_, t)| term > *t) {
+                best.insert(shard, (leader, term));
+            }
+        };
+        for s in self.shards.all() {
+            let m = s.group.raft.metrics().borrow().clone();
+            note(s.id, m.current_leader.unwrap_or(0), m.current_term);
+        }
+        let v = self.meta.view();
+        let held = self.shards.ids();
+        let me = self.meta.node();
+        let mut ask: Vec<String> = v
+            .shards
+            .values()
+            .filter(|s| !held.contains(&s.id))
+            .flat_map(|s| s.replicas.iter().filter(|n| **n != me))
+            .filter_map(|n| v.nodes.get(n).map(|i| i.grpc_addr.clone()))
+            .collect();
+        ask.sort();
+        ask.dedup();
+        let calls = ask.iter().map(|addr| async move {
+            let ch = self.conns.channel(addr).ok()?;
+            let mut c = ClusterClient::new(ch);
+            let r = tokio::time::timeout(Duration::from_secs(1), c.leaders(LeadersRequest {}));
+            Some(r.await.ok()?.ok()?.into_inner().leaders)
+        });
+        for answer in futures::future::join_all(calls).await.into_iter().flatten() {
+            for l in answer {
+                if !held.contains(&l.shard) {
+                    note(l.shard, l.leader, l.term);
+                }
+            }
+        }
+        best.into_iter().map(|(shard, (leader, _))| (shard, leader)).collect()
     }
 
     /// Where to send a shard's write: its leader if this node knows it, else a node holding

@@ -11,8 +11,9 @@ use super::meta::{Meta, MetaError};
 use super::proto::cluster_client::ClusterClient;
 use super::proto::cluster_server::{Cluster, ClusterServer};
 use super::proto::{
-    DecommissionReply, DecommissionRequest, JoinReply, JoinRequest, Member, QueryChunk,
-    QueryRequest, SetShardMembersReply, SetShardMembersRequest, WriteLinesReply, WriteLinesRequest,
+    DecommissionReply, DecommissionRequest, JoinReply, JoinRequest, LeadersReply, LeadersRequest,
+    Member, QueryChunk, QueryRequest, SetShardMembersReply, SetShardMembersRequest, ShardLeader,
+    WriteLinesReply, WriteLinesRequest,
 };
 use super::router::{RouteError, Router};
 use super::shards::Shards;
@@ -186,6 +187,26 @@ impl Cluster for ClusterService {
             }
             Err(MetaError::Failed(e)) => Err(Status::failed_precondition(e)),
         }
+    }
+
+    async fn leaders(
+        &self,
+        _req: Request<LeadersRequest>,
+    ) -> std::result::Result<Response<LeadersReply>, Status> {
+        let leaders = self
+            .shards
+            .all()
+            .iter()
+            .map(|s| {
+                let m = s.group.raft.metrics().borrow().clone();
+                ShardLeader {
+                    shard: s.id,
+                    leader: m.current_leader.unwrap_or(0),
+                    term: m.current_term,
+                }
+            })
+            .collect();
+        Ok(Response::new(LeadersReply { leaders }))
     }
 
     async fn write_lines(

@@ -1,6 +1,7 @@
 //! SQL sessions over the whole cluster. Queries plan here over [`ClusterTable`]s (one scan
-//! partition per shard); statements that change data or schema (DELETE, CREATE/ALTER/DROP
-//! TABLE) run on every shard's leader, each becoming that shard's own log entry.
+//! partition per shard); `INSERT` rows are routed to their series' shards like line-protocol
+//! writes; statements that change data or schema (DELETE, CREATE/ALTER/DROP TABLE) run on
+//! every shard's leader, each becoming that shard's own log entry.
 
 use std::sync::Arc;
 
@@ -10,9 +11,12 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
 use datafusion::error::Result as DfResult;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::{DFParser, Statement as DfStatement};
 use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use ebb_query::{QueryOutput, StatementKind};
 use futures::TryStreamExt;
 
 use super::remote::{query_shard, ShardQueryError};
@@ -99,7 +103,7 @@ impl SchemaProvider for System {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        super::system::table(&self.router, name)
+        super::system::table(&self.router, name).await
     }
 
     fn table_exist(&self, name: &str) -> bool {
@@ -118,29 +122,52 @@ impl ClusterSql {
         ClusterSql { router, database: database.to_string(), ctx }
     }
 
+    /// The DataFusion context statements plan in.
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
     /// Runs one statement and collects its rows.
     pub async fn query(&self, sql: &str) -> Result<Vec<RecordBatch>, ClusterSqlError> {
-        let mut stmts =
-            DFParser::parse_sql(sql).map_err(|e| ClusterSqlError::Invalid(e.to_string()))?;
+        let out = self.execute(sql).await?;
+        Ok(out.stream.try_collect::<Vec<_>>().await?)
+    }
+
+    /// Runs one statement. Queries plan here over the shards; `INSERT` rows go through the
+    /// router to their series' shards; other statements run on every shard, answered per shard
+    /// with a leading `shard` column.
+    pub async fn execute(&self, sql: &str) -> Result<QueryOutput, ClusterSqlError> {
+        let mut stmts = DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {})
+            .map_err(|e| ClusterSqlError::Invalid(format!("SQL syntax: {e}")))?;
         if stmts.len() != 1 {
             return Err(ClusterSqlError::Invalid("give exactly one statement".into()));
         }
-        let broadcast = match stmts.pop_front() {
-            Some(DfStatement::Statement(s)) => {
-                !matches!(*s, SqlStatement::Query(_) | SqlStatement::Explain { .. })
-            }
-            _ => false,
+        let kind = match stmts.pop_front() {
+            Some(DfStatement::Statement(s)) => match *s {
+                SqlStatement::Query(_) | SqlStatement::Explain { .. } => StatementKind::Query,
+                SqlStatement::Insert(_) => StatementKind::Insert,
+                SqlStatement::Delete(_) => {
+                    return self.on_every_shard(sql, StatementKind::Delete).await
+                }
+                other => {
+                    return self.on_every_shard(sql, StatementKind::Command(tag(&other))).await
+                }
+            },
+            _ => StatementKind::Query,
         };
-        if broadcast {
-            return self.on_every_shard(sql).await;
-        }
         let df = self.ctx.sql(sql).await?;
-        Ok(df.collect().await?)
+        let schema = Arc::new(df.schema().as_arrow().clone());
+        let stream = df.execute_stream().await?;
+        Ok(QueryOutput { schema, stream, kind })
     }
 
     /// Runs a statement on every shard's leader. Each shard's answer comes back with a
     /// leading `shard` column (a DELETE's row count and ledger id are per shard).
-    async fn on_every_shard(&self, sql: &str) -> Result<Vec<RecordBatch>, ClusterSqlError> {
+    async fn on_every_shard(
+        &self,
+        sql: &str,
+        kind: StatementKind,
+    ) -> Result<QueryOutput, ClusterSqlError> {
         let mut out = Vec::new();
         let mut reached = false;
         for shard in self.router.shard_ids() {
@@ -163,7 +190,32 @@ impl ClusterSql {
         if !reached {
             return Err(ClusterSqlError::Invalid("no shard has that table".into()));
         }
-        Ok(out)
+        let schema = match out.first() {
+            Some(b) => b.schema(),
+            None => Arc::new(ArrowSchema::empty()),
+        };
+        let stream = futures::stream::iter(out.into_iter().map(Ok));
+        Ok(QueryOutput {
+            schema: schema.clone(),
+            stream: Box::pin(RecordBatchStreamAdapter::new(schema, stream)),
+            kind,
+        })
+    }
+}
+
+/// The command tag of a statement run on every shard.
+fn tag(s: &SqlStatement) -> String {
+    match s {
+        SqlStatement::CreateTable(_) => "CREATE TABLE".into(),
+        SqlStatement::AlterTable(_) => "ALTER TABLE".into(),
+        SqlStatement::Drop { .. } => "DROP TABLE".into(),
+        SqlStatement::CreateDatabase { .. } | SqlStatement::CreateSchema { .. } => {
+            "CREATE DATABASE".into()
+        }
+        other => {
+            let text = other.to_string();
+            text.split_whitespace().next().unwrap_or_default().to_ascii_uppercase()
+        }
     }
 }
 

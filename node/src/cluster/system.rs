@@ -21,7 +21,7 @@ fn join(ids: &[u64]) -> String {
 }
 
 /// System table `name`, as of now.
-pub fn table(router: &Router, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+pub async fn table(router: &Router, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
     let view = router.meta().view();
     let batch = match name {
         "nodes" => {
@@ -67,10 +67,8 @@ pub fn table(router: &Router, name: &str) -> DfResult<Option<Arc<dyn TableProvid
         }
         "shards" => {
             let shards: Vec<_> = view.shards.values().collect();
-            // The leader as this node knows it: from its own replica of the shard.
-            let leader = |id: u64| {
-                router.shards().get(id).and_then(|s| s.group.raft.metrics().borrow().current_leader)
-            };
+            let leaders = router.leaders().await;
+            let leader = |id: u64| leaders.get(&id).copied();
             let schema = Arc::new(Schema::new(vec![
                 Field::new("shard", DataType::UInt64, false),
                 Field::new("replicas", DataType::Utf8, false),

@@ -4,23 +4,26 @@
 //! SQL go to each shard's leader, which applies them with its own pushdown and streams Arrow
 //! batches back. Filters are re-applied here (`Inexact`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{new_null_array, ArrayRef};
+use datafusion::arrow::array::{new_null_array, ArrayRef, AsArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::catalog::{Session, TableProvider};
+use datafusion::datasource::sink::DataSinkExec;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::ExecutionPlan;
 use futures::StreamExt;
 
+use super::insert::ClusterInsert;
 use super::remote::{query_shard, ShardQueryError};
 use super::router::Router;
 
@@ -85,6 +88,33 @@ impl ClusterTable {
     }
 }
 
+impl ClusterTable {
+    /// The table's tag columns, as the shards holding it know them.
+    async fn tags(&self) -> DfResult<BTreeSet<String>> {
+        let lit = |s: &str| format!("'{}'", s.replace('\'', "''"));
+        let sql = format!(
+            "SELECT tags FROM system.tables WHERE database = {} AND name = {}",
+            lit(&self.database),
+            lit(&self.name)
+        );
+        let mut tags = BTreeSet::new();
+        for shard in self.shards.keys() {
+            let (_, mut batches) =
+                query_shard(&self.router, *shard, &self.database, &sql).await.map_err(external)?;
+            while let Some(b) = batches.next().await {
+                let b = b.map_err(external)?;
+                let Some(col) = b.column(0).as_string_opt::<i32>() else {
+                    return Err(DataFusionError::Internal("system.tables.tags is not text".into()));
+                };
+                for v in col.iter().flatten() {
+                    tags.extend(v.split(',').filter(|t| !t.is_empty()).map(String::from));
+                }
+            }
+        }
+        Ok(tags)
+    }
+}
+
 #[async_trait]
 impl TableProvider for ClusterTable {
     fn schema(&self) -> SchemaRef {
@@ -100,6 +130,27 @@ impl TableProvider for ClusterTable {
         filters: &[&Expr],
     ) -> DfResult<Vec<TableProviderFilterPushDown>> {
         Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        insert_op: InsertOp,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if insert_op != InsertOp::Append {
+            return Err(DataFusionError::NotImplemented(format!(
+                "{insert_op} is not supported; use INSERT INTO"
+            )));
+        }
+        let sink = ClusterInsert {
+            router: self.router.clone(),
+            database: self.database.clone(),
+            name: self.name.clone(),
+            schema: self.schema.clone(),
+            tags: self.tags().await?,
+        };
+        Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
     }
 
     async fn scan(

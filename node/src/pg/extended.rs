@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::parser::DFParser;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use ebb_query::{QueryError, SqlSession};
+use ebb_query::QueryError;
 use futures::{Sink, SinkExt};
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{send_describe_response, ExtendedQueryHandler};
@@ -25,6 +25,7 @@ use pgwire::messages::extendedquery::{Describe, TARGET_TYPE_BYTE_STATEMENT};
 use pgwire::messages::PgWireBackendMessage;
 use tracing::debug;
 
+use super::backend::SqlBackend;
 use super::{
     first_word, lexer, params, query_error, returns_rows, run, setting_schema, special, types,
     user_error, Backend, Outcome, Special,
@@ -41,7 +42,7 @@ pub(super) struct Prepared {
 
 impl Prepared {
     /// Parameter types by position, as far as the planner could infer them.
-    async fn inferred_types(&self, session: &SqlSession) -> Vec<Option<Type>> {
+    async fn inferred_types(&self, session: &dyn SqlBackend) -> Vec<Option<Type>> {
         if let Some(types) = self.inferred.get() {
             return types.clone();
         }
@@ -146,7 +147,7 @@ impl ExtendedQueryHandler for Backend {
     {
         let session = self.session(&*client);
         let stmt = &target.statement;
-        let description = describe(&session, &stmt.sql, stmt.params, None).await?;
+        let description = describe(&*session, &stmt.sql, stmt.params, None).await?;
         let _ = stmt.inferred.set(description.params.clone());
         let count = stmt.params.max(target.parameter_types.len());
         let params = resolve_types(&target.parameter_types, &description.params, count);
@@ -165,9 +166,9 @@ impl ExtendedQueryHandler for Backend {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let session = self.session(&*client);
-        let sql = bound_sql(&session, portal).await?;
+        let sql = bound_sql(&*session, portal).await?;
         let formats = Some(&portal.result_column_format);
-        Ok(DescribePortalResponse::new(describe(&session, &sql, 0, formats).await?.fields))
+        Ok(DescribePortalResponse::new(describe(&*session, &sql, 0, formats).await?.fields))
     }
 
     async fn do_query<C>(
@@ -183,9 +184,9 @@ impl ExtendedQueryHandler for Backend {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let session = self.session(&*client);
-        let sql = bound_sql(&session, portal).await?;
+        let sql = bound_sql(&*session, portal).await?;
         debug!(sql = %sql, "extended query");
-        Ok(match run(client, &session, &sql, Some(&portal.result_column_format)).await? {
+        Ok(match run(client, &*session, &sql, Some(&portal.result_column_format)).await? {
             Outcome::Rows(rows) => Response::Query(rows),
             Outcome::Tag(tag) => Response::Execution(tag),
             Outcome::Begin(tag) => Response::TransactionStart(tag),
@@ -211,7 +212,7 @@ fn resolve_types(declared: &[Option<Type>], inferred: &[Option<Type>], count: us
 }
 
 /// The portal's SQL with its bound parameters substituted.
-async fn bound_sql(session: &SqlSession, portal: &Portal<Prepared>) -> PgWireResult<String> {
+async fn bound_sql(session: &dyn SqlBackend, portal: &Portal<Prepared>) -> PgWireResult<String> {
     let stmt = &portal.statement.statement;
     let values = &portal.parameters;
     if values.is_empty() && stmt.params == 0 {
@@ -249,7 +250,7 @@ struct Description {
 
 /// Describes `sql` (with `params` placeholders) by planning it, without running it.
 async fn describe(
-    session: &SqlSession,
+    session: &dyn SqlBackend,
     sql: &str,
     params: usize,
     formats: Option<&Format>,
@@ -298,7 +299,7 @@ async fn describe(
 }
 
 /// Plans one statement the way `SqlSession` runs it, without running it.
-async fn plan_statement(session: &SqlSession, sql: &str) -> Result<LogicalPlan, QueryError> {
+async fn plan_statement(session: &dyn SqlBackend, sql: &str) -> Result<LogicalPlan, QueryError> {
     let mut statements = DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {})?;
     let statement = statements.pop_front().ok_or_else(|| QueryError::invalid("empty query"))?;
     Ok(session.context().state().statement_to_plan(statement).await?)

@@ -1,7 +1,8 @@
 //! PostgreSQL wire-protocol front end.
 //!
 //! [`serve`] speaks protocol 3 over plain TCP (no TLS) and trusts every client (no password).
-//! Each connection gets one [`SqlSession`], created at its first statement. Its default database
+//! Each connection gets one session ([`SqlBackend`]: the single node's database, or the whole
+//! cluster), created at its first statement. Its default database
 //! is the startup packet's `database`, or [`DEFAULT_DATABASE`] when that is missing, `postgres`, or
 //! the user name (what libpq and most drivers send when no database is given).
 //!
@@ -21,6 +22,7 @@
 //!   queries against `pg_catalog` tables EbbDB does not have fail the same way.
 //! - A cancel request (Ctrl-C in psql) interrupts the connection's running statement.
 
+mod backend;
 mod extended;
 mod lexer;
 mod params;
@@ -39,7 +41,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Typ
 use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use ebb_query::{Database, QueryError, QueryOutput, SqlSession, StatementKind, DEFAULT_DATABASE};
+use ebb_query::{QueryError, QueryOutput, StatementKind, DEFAULT_DATABASE};
 use futures::{stream, Sink, SinkExt, StreamExt};
 use pgwire::api::auth::noop::NoopStartupHandler;
 use pgwire::api::auth::StartupHandler;
@@ -63,22 +65,24 @@ use tokio::net::TcpListener;
 use tracing::{debug, info, warn};
 
 use crate::metrics::Metrics;
+use backend::ConnSession;
+pub use backend::{SqlBackend, SqlTarget};
 use extended::Parser;
 
 /// Serves the PostgreSQL wire protocol on `listener` until `shutdown` resolves.
 ///
-/// Each connection runs on its own task with its own [`SqlSession`] on `db`, and is counted in
+/// Each connection runs on its own task with its own session on `target`, and is counted in
 /// `metrics.pg_connections`. When `shutdown` resolves the listener stops accepting; connections
 /// already open keep running until their clients disconnect or the runtime shuts down. Failed
 /// accepts (such as running out of file descriptors) are logged and retried, so this only returns
 /// once `shutdown` has resolved.
 pub async fn serve(
     listener: TcpListener,
-    db: Arc<Database>,
+    target: SqlTarget,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let handlers = Arc::new(Handlers::new(db));
+    let handlers = Arc::new(Handlers::new(target));
     match listener.local_addr() {
         Ok(addr) => info!(%addr, "PostgreSQL endpoint listening"),
         Err(_) => info!("PostgreSQL endpoint listening"),
@@ -118,10 +122,10 @@ struct Handlers {
 }
 
 impl Handlers {
-    fn new(db: Arc<Database>) -> Handlers {
+    fn new(target: SqlTarget) -> Handlers {
         let connections = Arc::new(ConnectionManager::new());
         let backend =
-            Backend { db, parser: Arc::new(Parser), connections: Arc::clone(&connections) };
+            Backend { target, parser: Arc::new(Parser), connections: Arc::clone(&connections) };
         Handlers {
             backend: Arc::new(backend),
             cancel: Arc::new(DefaultCancelHandler::new(connections)),
@@ -149,7 +153,7 @@ impl PgWireServerHandlers for Handlers {
 
 /// Startup, simple and extended query handling, shared by all connections.
 struct Backend {
-    db: Arc<Database>,
+    target: SqlTarget,
     parser: Arc<Parser>,
     /// Running statements by (pid, secret key), for cancel requests.
     connections: Arc<ConnectionManager>,
@@ -157,12 +161,13 @@ struct Backend {
 
 impl Backend {
     /// The connection's SQL session, created at its first use.
-    fn session<C: ClientInfo + ?Sized>(&self, client: &C) -> Arc<SqlSession> {
-        client.session_extensions().get_or_insert_with(|| {
+    fn session<C: ClientInfo + ?Sized>(&self, client: &C) -> Arc<dyn SqlBackend> {
+        let s = client.session_extensions().get_or_insert_with(|| {
             let database = database_name(client);
             debug!(%database, "opening SQL session");
-            SqlSession::new(Arc::clone(&self.db), &database)
-        })
+            ConnSession(self.target.open(&database))
+        });
+        s.0.clone()
     }
 }
 
@@ -218,7 +223,7 @@ impl SimpleQueryHandler for Backend {
         // trailing BEGIN/COMMIT/ROLLBACK is returned rather than sent.
         for (idx, sql) in statements.into_iter().enumerate() {
             debug!(sql, "simple query");
-            match run(client, &session, sql, None).await? {
+            match run(client, &*session, sql, None).await? {
                 Outcome::Rows(rows) => send_query_response(client, rows, true).await?,
                 Outcome::Tag(tag) => send_execution_response(client, tag).await?,
                 Outcome::Begin(tag) if idx == last => {
@@ -317,7 +322,7 @@ fn returns_rows(word: &str) -> bool {
 /// Runs one statement. `formats` are the result formats the client asked for (text if `None`).
 async fn run<C>(
     client: &mut C,
-    session: &SqlSession,
+    session: &dyn SqlBackend,
     sql: &str,
     formats: Option<&Format>,
 ) -> PgWireResult<Outcome>
@@ -356,18 +361,33 @@ where
             Outcome::Tag(Tag::new("INSERT").with_oid(0).with_rows(to_usize(rows)))
         }
         StatementKind::Delete => {
-            // One row: rows_deleted, delete_id (null if nothing matched), deletes.
+            // One row (per shard in a cluster): rows_deleted, delete_id (null if nothing
+            // matched), deletes.
             let batches = collect(batches).await?;
-            let first = |column| column_u64(&batches, column).first().copied().flatten();
-            if let Some(id) = first(1) {
-                let deletes = first(2).unwrap_or(0);
-                let plural = if deletes == 1 { "" } else { "s" };
-                let message = format!(
+            let column = |name: &str| -> Vec<u64> {
+                match schema.index_of(name) {
+                    Ok(i) => column_u64(&batches, i).into_iter().flatten().collect(),
+                    Err(_) => Vec::new(),
+                }
+            };
+            let rows: u64 = column("rows_deleted").iter().sum();
+            let ids = column("delete_id");
+            let deletes: u64 = column("deletes").iter().sum();
+            let plural = if deletes == 1 { "" } else { "s" };
+            let message = match ids.as_slice() {
+                [] => None,
+                [id] => Some(format!(
                     "delete id {id} ({deletes} engine delete{plural}); see system.deletions"
-                );
+                )),
+                ids => Some(format!(
+                    "delete ids {} (one per shard; {deletes} engine delete{plural})",
+                    ids.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+                )),
+            };
+            if let Some(message) = message {
                 client.feed(notice(message)).await?;
             }
-            Outcome::Tag(Tag::new("DELETE").with_rows(to_usize(first(0).unwrap_or(0))))
+            Outcome::Tag(Tag::new("DELETE").with_rows(to_usize(rows)))
         }
         StatementKind::Command(tag) => Outcome::Tag(Tag::new(&tag)),
     })
@@ -453,6 +473,8 @@ fn sqlstate(err: &QueryError) -> &'static str {
         QueryError::BeyondRetention(_) => return "22008",
         QueryError::Corrupt(_) => return "XX001",
         QueryError::Internal(_) => return "XX000",
+        // Try again: no leader or quorum just now.
+        QueryError::NotLeader(_) | QueryError::Replication(_) => return "57P03",
         QueryError::Storage(_) => return if err.is_client_error() { "22023" } else { "XX000" },
         _ => {}
     }

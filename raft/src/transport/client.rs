@@ -179,7 +179,7 @@ impl RaftNetwork<TypeConfig> for GroupClient {
             return Err(to_streaming(unreachable("snapshot dropped (fault injection)")));
         }
         let mut client = self.client().map_err(|e| to_streaming(unreachable(e)))?;
-        let chunks = super::stream::send(self.group, self.target, &vote, &snapshot)
+        let (chunks, bytes) = super::stream::send(self.group, self.target, &vote, &snapshot)
             .await
             .map_err(|e| to_streaming(network(e)))?;
         let call = client.install_snapshot(chunks);
@@ -197,7 +197,9 @@ impl RaftNetwork<TypeConfig> for GroupClient {
         }
         let res: Result<SnapshotResponse<NodeId>, Fatal<NodeId>> =
             postcard::from_bytes(&reply.payload).map_err(|e| to_streaming(network(e)))?;
-        res.map_err(|e| StreamingError::RemoteError(RemoteError::new(self.target, e)))
+        let res = res.map_err(|e| StreamingError::RemoteError(RemoteError::new(self.target, e)))?;
+        self.conns.snapshots_sent().add(bytes);
+        Ok(res)
     }
 
     fn backoff(&self) -> openraft::network::Backoff {

@@ -6,6 +6,7 @@
 mod client;
 mod faults;
 mod server;
+mod stats;
 mod stream;
 
 use std::collections::HashMap;
@@ -18,6 +19,7 @@ use tonic::transport::{Channel, Endpoint};
 pub use client::{GroupClient, GroupNetwork};
 pub use faults::{Fate, Faults};
 pub use server::{GroupHandle, Groups, RaftService};
+pub use stats::Traffic;
 
 use crate::types::NodeId;
 
@@ -41,6 +43,7 @@ pub struct Connections {
     channels: Mutex<HashMap<String, Channel>>,
     faults: Arc<Faults>,
     connect_timeout: Duration,
+    snapshots_sent: Traffic,
 }
 
 impl Connections {
@@ -51,6 +54,7 @@ impl Connections {
             channels: Mutex::new(HashMap::new()),
             faults,
             connect_timeout: Duration::from_secs(1),
+            snapshots_sent: Traffic::default(),
         })
     }
 
@@ -62,6 +66,11 @@ impl Connections {
     /// The fault rules.
     pub fn faults(&self) -> &Arc<Faults> {
         &self.faults
+    }
+
+    /// Snapshots this node sent and the receiver installed.
+    pub fn snapshots_sent(&self) -> &Traffic {
+        &self.snapshots_sent
     }
 
     /// The channel to `addr` (`host:port`), created on first use and reconnected as needed.

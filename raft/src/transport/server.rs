@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::proto::raft_server::{Raft as RaftRpc, RaftServer};
 use super::proto::snapshot_chunk::Kind;
 use super::proto::{RaftReply, RaftRequest, SnapshotChunk};
-use super::{encode, MAX_MESSAGE_BYTES};
+use super::{encode, Traffic, MAX_MESSAGE_BYTES};
 use crate::sm::Replica;
 use crate::types::{NodeId, TypeConfig};
 
@@ -28,6 +28,8 @@ pub struct GroupHandle {
 #[derive(Default)]
 pub struct Groups {
     map: RwLock<HashMap<u64, GroupHandle>>,
+    appends_received: Traffic,
+    snapshots_received: Traffic,
 }
 
 impl std::fmt::Debug for Groups {
@@ -55,6 +57,17 @@ impl Groups {
     /// Group `id`.
     pub fn get(&self, id: u64) -> Option<GroupHandle> {
         self.map.read().get(&id).cloned()
+    }
+
+    /// AppendEntries requests delivered to this node's groups (entries and heartbeats; bytes
+    /// as encoded on the wire).
+    pub fn appends_received(&self) -> &Traffic {
+        &self.appends_received
+    }
+
+    /// Snapshots received in full and validated by this node's groups (bytes of their files).
+    pub fn snapshots_received(&self) -> &Traffic {
+        &self.snapshots_received
     }
 
     /// Every group id, sorted.
@@ -115,6 +128,7 @@ impl RaftRpc for RaftService {
         };
         let rpc: AppendEntriesRequest<TypeConfig> = postcard::from_bytes(&r.payload)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        self.groups.appends_received.add(r.payload.len() as u64);
         reply(&g.raft.append_entries(rpc).await)
     }
 
@@ -146,6 +160,7 @@ impl RaftRpc for RaftService {
             Ok(r) => r,
             Err(why) => return Ok(undeliverable(format!("snapshot refused: {why}"))),
         };
+        self.groups.snapshots_received.add(received.descriptor.total_bytes());
         tracing::info!(
             group = g.replica.root().display().to_string(),
             snapshot = %received.descriptor.meta.snapshot_id,

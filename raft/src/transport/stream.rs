@@ -16,13 +16,14 @@ use crate::sm::snapshot::{write_atomic, Descriptor, DESCRIPTOR};
 use crate::sm::{Replica, ShardSnapshot};
 use crate::types::{NodeId, TypeConfig};
 
-/// The chunks of `snapshot` for `target`, read by a background task as the stream is consumed.
+/// The chunks of `snapshot` for `target`, read by a background task as the stream is consumed,
+/// and the bytes of its files.
 pub(crate) async fn send(
     group: u64,
     target: NodeId,
     vote: &Vote<NodeId>,
     snapshot: &Snapshot<TypeConfig>,
-) -> Result<ReceiverStream<SnapshotChunk>, String> {
+) -> Result<(ReceiverStream<SnapshotChunk>, u64), String> {
     let snap = (*snapshot.snapshot).clone();
     let d = tokio::task::spawn_blocking(move || snap.descriptor())
         .await
@@ -34,6 +35,7 @@ pub(crate) async fn send(
         vote: encode(vote).map_err(|e| e.to_string())?,
         descriptor: d.encode().map_err(|e| e.to_string())?.into(),
     };
+    let bytes = d.total_bytes();
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     let dir = snapshot.snapshot.dir().to_path_buf();
     tokio::spawn(async move {
@@ -45,7 +47,7 @@ pub(crate) async fn send(
             tracing::warn!(dir = %dir.display(), %e, "reading a snapshot to send");
         }
     });
-    Ok(ReceiverStream::new(rx))
+    Ok((ReceiverStream::new(rx), bytes))
 }
 
 async fn send_files(

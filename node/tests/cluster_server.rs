@@ -1,0 +1,193 @@
+//! Three `ebb server`s in cluster mode in one process, on loopback: the PostgreSQL wire protocol
+//! (the `psql` binary and a driver) over the cluster, `INSERT` routed by series, `system.shards`
+//! naming the leader of shards a node does not hold, and cluster metrics.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use ebb_node::config::Config;
+use ebb_node::server::Server;
+
+const BASE: i64 = 1_700_000_000_000_000_000;
+
+fn config(dir: &std::path::Path) -> Config {
+    Config {
+        data_dir: dir.to_path_buf(),
+        http_addr: "127.0.0.1:0".parse().expect("addr"),
+        pg_addr: "127.0.0.1:0".parse().expect("addr"),
+        grpc_addr: "127.0.0.1:0".parse().expect("addr"),
+        shards: 4,
+        replication: 2,
+        ..Config::default()
+    }
+}
+
+fn http_sql(s: &Server, sql: &str) -> (u16, String) {
+    let agent: ureq::Agent =
+        ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let mut r = agent
+        .post(&format!("http://{}/v1/sql?db=public", s.http_addr))
+        .header("Accept", "text/csv")
+        .send(sql)
+        .expect("request");
+    (r.status().as_u16(), r.body_mut().read_to_string().unwrap_or_default())
+}
+
+fn psql(s: &Server, sql: &str) -> (bool, String, String) {
+    let out = Command::new("psql")
+        .args(["-h", "127.0.0.1", "-p", &s.pg_addr.port().to_string(), "-U", "ebb"])
+        .args(["-d", "public", "-At", "-c", sql])
+        .env("PGCONNECT_TIMEOUT", "10")
+        .output()
+        .expect("psql must be installed (postgresql-client)");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        String::from_utf8_lossy(&out.stderr).trim().to_string(),
+    )
+}
+
+/// Rows of `cpu` in each shard, read on its leader.
+async fn per_shard_rows(servers: &[Server]) -> std::collections::BTreeMap<u64, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    for s in servers {
+        for shard in s.cluster().expect("cluster").shards.all() {
+            if out.contains_key(&shard.id) || !shard.is_leader() {
+                continue;
+            }
+            let session = ebb_query::SqlSession::new(shard.db.clone(), "public");
+            let n = match session.query("SELECT count(*) FROM cpu").await {
+                Ok(b) => datafusion::arrow::array::AsArray::as_primitive::<
+                    datafusion::arrow::datatypes::Int64Type,
+                >(b[0].column(0))
+                .value(0) as u64,
+                Err(ebb_query::QueryError::UnknownTable(_)) => 0,
+                Err(e) if e.to_string().contains("not found") => 0,
+                Err(e) => panic!("shard {}: {e}", shard.id),
+            };
+            out.insert(shard.id, n);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_protocol_insert_and_leaders_over_the_cluster() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().expect("tempdir")).collect();
+    let first = Server::start(&Config { cluster: true, ..config(dirs[0].path()) })
+        .await
+        .expect("start node 1");
+    let seed = first.grpc_addr.to_string();
+    let mut servers = vec![first];
+    for d in &dirs[1..] {
+        let cfg = Config { join: vec![seed.clone()], ..config(d.path()) };
+        servers.push(Server::start(&cfg).await.expect("join"));
+    }
+
+    // Every node names a leader for every shard, held here or not, once placement settles
+    // (4 shards x 2 replicas on 3 nodes: each node lacks at least one shard).
+    let start = Instant::now();
+    loop {
+        let answers: Vec<_> = servers
+            .iter()
+            .map(|s| http_sql(s, "SELECT shard, leader FROM system.shards WHERE NOT moving"))
+            .collect();
+        let settled = answers.iter().all(|(status, body)| {
+            *status == 200
+                && body.lines().skip(1).count() == 4
+                && body.lines().skip(1).all(|l| l.split(',').nth(1).is_some_and(|v| !v.is_empty()))
+        });
+        if settled {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "leaders never settled: {answers:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let held: Vec<usize> =
+        servers.iter().map(|s| s.cluster().expect("cluster").shards.ids().len()).collect();
+    assert!(held.iter().any(|n| *n < 4), "some node must lack a shard: {held:?}");
+
+    // The table comes from a line-protocol write; INSERT then adds rows through PostgreSQL.
+    let agent: ureq::Agent =
+        ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let mut lp = String::new();
+    for h in 0..8 {
+        lp.push_str(&format!("cpu,host=w{h} usage=1.5,note=\"lp\" {BASE}\n"));
+    }
+    let r = agent
+        .post(&format!("http://{}/write?db=public", servers[0].http_addr))
+        .send(lp.as_bytes())
+        .expect("write");
+    assert_eq!(r.status().as_u16(), 204);
+
+    let (client, conn) = tokio_postgres::connect(
+        &format!("host=127.0.0.1 port={} user=ebb dbname=public", servers[1].pg_addr.port()),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .expect("connect to node 2");
+    tokio::spawn(conn);
+    let values: Vec<String> = (0..40)
+        .map(|h| format!("(to_timestamp_nanos({}), 'i{h}', {h}.25, 'a\"b')", BASE + h))
+        .collect();
+    let inserted = client
+        .execute(
+            &format!("INSERT INTO cpu (time, host, usage, note) VALUES {}", values.join(", ")),
+            &[],
+        )
+        .await
+        .expect("INSERT over the cluster");
+    assert_eq!(inserted, 40);
+
+    // Rows are routed by series, not copied to every shard.
+    let rows = per_shard_rows(&servers).await;
+    assert_eq!(rows.len(), 4, "a leader for every shard: {rows:?}");
+    assert_eq!(rows.values().sum::<u64>(), 48, "per shard: {rows:?}");
+    assert!(rows.values().filter(|n| **n > 0).count() >= 2, "one shard took every row: {rows:?}");
+
+    // Extended protocol with a parameter, on node 2.
+    let row = client
+        .query_one("SELECT count(*), max(usage) FROM cpu WHERE host = $1", &[&"i7"])
+        .await
+        .expect("parameterized query");
+    assert_eq!(row.get::<_, i64>(0), 1);
+    assert_eq!(row.get::<_, f64>(1), 7.25);
+    // `host` was written as a tag: the string survived with its quote.
+    let note: String =
+        client.query_one("SELECT note FROM cpu WHERE host = 'i3'", &[]).await.expect("note").get(0);
+    assert_eq!(note, "a\"b");
+
+    // The psql binary (simple protocol) on node 3: count, DELETE with its tag, count again.
+    let s3 = &servers[2];
+    assert_eq!(psql(s3, "SELECT count(*) FROM cpu"), (true, "48".into(), String::new()));
+    let hosts: Vec<String> = (0..8).map(|h| format!("'w{h}'")).collect();
+    let (ok, out, err) = psql(s3, &format!("DELETE FROM cpu WHERE host IN ({})", hosts.join(", ")));
+    assert!(ok, "{err}");
+    assert!(out.contains("DELETE 8"), "{out} / {err}");
+    assert_eq!(psql(s3, "SELECT count(*) FROM cpu").1, "40");
+    let (ok, _, err) = psql(s3, "SELECT * FROM nowhere");
+    assert!(!ok && err.contains("nowhere"), "{err}");
+    // INSERT of a row without a field value is refused and writes nothing.
+    let e = client
+        .execute(
+            &format!("INSERT INTO cpu (time, host) VALUES (to_timestamp_nanos({BASE}), 'x')"),
+            &[],
+        )
+        .await
+        .expect_err("a row without fields");
+    let message = e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default();
+    assert!(message.contains("at least one field"), "{e:?}");
+    assert_eq!(psql(s3, "SELECT count(*) FROM cpu").1, "40");
+
+    // Cluster metrics: replicas held, and engine figures summed over them.
+    let mut m = agent.get(&format!("http://{}/metrics", s3.http_addr)).call().expect("metrics");
+    let text = m.body_mut().read_to_string().expect("body");
+    let held_here = s3.cluster().expect("cluster").shards.ids().len();
+    assert!(text.contains(&format!("ebb_shard_replicas {held_here}\n")), "{text}");
+    assert!(text.contains("ebb_raft_append_bytes_received_total"), "{text}");
+    assert!(text.contains("ebb_last_seq{shard="), "{text}");
+
+    for s in servers {
+        s.shutdown().await.expect("shutdown");
+    }
+}
