@@ -17,6 +17,9 @@
 //! shards = 4                     # shards of a new cluster (fixed for its life)
 //! replication = 3                # replicas per shard of a new cluster
 //! raft_snapshot_every = 10000    # Raft log entries between snapshots of a shard
+//! node_name = "ebb-0"            # this node's name (a pod's name; default: none)
+//! init_node = "ebb-0"            # the node that creates the cluster if no `join` seed answers
+//! default_retention = "30d"      # retention of tables created without one (default: none)
 //! ```
 
 use std::net::SocketAddr;
@@ -59,13 +62,26 @@ pub struct Config {
     /// Raft log entries between two snapshots of a shard (the log before a snapshot is purged,
     /// so a replica that falls further behind, or a new one, is sent the snapshot).
     pub raft_snapshot_every: u64,
+    /// This node's name (in Kubernetes, the pod's name).
+    pub node_name: Option<String>,
+    /// The node that creates the cluster when its data directory is new and no node of `join`
+    /// answers; the others only join.
+    pub init_node: Option<String>,
+    /// Retention of tables created without one (`None`: kept until deleted).
+    pub default_retention: Option<Duration>,
 }
 
 impl Config {
+    /// Whether this node is `init_node`.
+    pub fn is_init_node(&self) -> bool {
+        self.init_node.is_some() && self.init_node == self.node_name
+    }
+
     /// True if the server runs as a cluster node.
     pub fn cluster_mode(&self) -> bool {
         self.cluster
             || !self.join.is_empty()
+            || self.is_init_node()
             || self.data_dir.join(crate::cluster::NODE_ID_FILE).exists()
     }
 
@@ -110,6 +126,9 @@ impl Default for Config {
             shards: 4,
             replication: 3,
             raft_snapshot_every: 10_000,
+            node_name: None,
+            init_node: None,
+            default_retention: None,
         }
     }
 }
@@ -146,6 +165,12 @@ pub struct Overrides {
     pub replication: Option<u32>,
     /// See [`Config::raft_snapshot_every`].
     pub raft_snapshot_every: Option<u64>,
+    /// See [`Config::node_name`].
+    pub node_name: Option<String>,
+    /// See [`Config::init_node`].
+    pub init_node: Option<String>,
+    /// See [`Config::default_retention`] (`"30d"`, or `"none"`).
+    pub default_retention: Option<String>,
 }
 
 /// Environment variables read, and the setting each sets.
@@ -164,6 +189,9 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("EBB_SHARDS", "shards"),
     ("EBB_REPLICATION", "replication"),
     ("EBB_RAFT_SNAPSHOT_EVERY", "raft_snapshot_every"),
+    ("EBB_NODE_NAME", "node_name"),
+    ("EBB_INIT_NODE", "init_node"),
+    ("EBB_DEFAULT_RETENTION", "default_retention"),
 ];
 
 fn bad(message: impl Into<String>) -> NodeError {
@@ -204,6 +232,9 @@ impl Overrides {
                 }
                 "EBB_JOIN" => o.join = Some(v),
                 "EBB_ADVERTISE_GRPC" => o.advertise_grpc = Some(v),
+                "EBB_NODE_NAME" => o.node_name = Some(v),
+                "EBB_INIT_NODE" => o.init_node = Some(v),
+                "EBB_DEFAULT_RETENTION" => o.default_retention = Some(v),
                 "EBB_RAFT_SNAPSHOT_EVERY" => {
                     o.raft_snapshot_every =
                         Some(v.parse().map_err(|_| bad(format!("{var}: not a number: {v:?}")))?)
@@ -287,6 +318,16 @@ impl Overrides {
                 return Err(bad("raft_snapshot_every must be between 16 and 10000000"));
             }
             c.raft_snapshot_every = n;
+        }
+        if let Some(n) = &self.node_name {
+            c.node_name = (!n.is_empty()).then(|| n.clone());
+        }
+        if let Some(n) = &self.init_node {
+            c.init_node = (!n.is_empty()).then(|| n.clone());
+        }
+        if let Some(r) = &self.default_retention {
+            c.default_retention = ebb_query::sql::ddl::parse_retention(r)
+                .map_err(|e| bad(format!("default_retention: {e}")))?;
         }
         if let Some(f) = &self.log_format {
             c.log_format = match f.as_str() {

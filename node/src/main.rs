@@ -57,6 +57,20 @@ enum Command {
         /// EBB_RAFT_SNAPSHOT_EVERY]. Smaller: shorter logs on disk, more snapshots.
         #[arg(long)]
         raft_snapshot_every: Option<u64>,
+        /// This node's name, e.g. a pod's name [env EBB_NODE_NAME].
+        #[arg(long)]
+        node_name: Option<String>,
+        /// The node (by name) that creates the cluster if no `join` seed answers; the others
+        /// only join [env EBB_INIT_NODE].
+        #[arg(long)]
+        init_node: Option<String>,
+        /// Retention of tables created without one, e.g. 30d [default: none; env
+        /// EBB_DEFAULT_RETENTION].
+        #[arg(long)]
+        default_retention: Option<String>,
+        /// Checks the configuration (file, environment, flags), prints it and exits.
+        #[arg(long)]
+        check_config: bool,
     },
     /// Runs SQL on a server: `-c` for one command, else an interactive prompt.
     Sql {
@@ -136,6 +150,10 @@ fn main() -> ExitCode {
             shards,
             replication,
             raft_snapshot_every,
+            node_name,
+            init_node,
+            default_retention,
+            check_config,
         } => {
             let flags = Overrides {
                 data_dir,
@@ -149,9 +167,16 @@ fn main() -> ExitCode {
                 shards,
                 replication,
                 raft_snapshot_every,
+                node_name,
+                init_node,
+                default_retention,
                 ..Overrides::default()
             };
-            run_server(config, flags)
+            if check_config {
+                check(config, flags)
+            } else {
+                run_server(config, flags)
+            }
         }
         Command::Sql { url, db, command, format } => match command {
             Some(sql) => {
@@ -178,6 +203,47 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `ebb server --check-config`: resolves the configuration as the server would and prints it.
+fn check(file: Option<PathBuf>, flags: Overrides) -> Result<(), NodeError> {
+    let env = Overrides::from_env(|k| std::env::var(k).ok())?;
+    let c = config::resolve(file.as_deref(), &env, &flags)?;
+    let mode = if c.cluster_mode() {
+        let advertise = c.advertised_grpc()?;
+        let role = if c.is_init_node() {
+            "creates the cluster unless a seed answers"
+        } else if c.cluster {
+            "creates the cluster"
+        } else {
+            "joins through the seeds"
+        };
+        format!(
+            "cluster node {} ({role}); advertises {advertise}; seeds {:?}; {} shards, replication {}",
+            c.node_name.as_deref().unwrap_or("(unnamed)"),
+            c.join,
+            c.shards,
+            c.replication
+        )
+    } else {
+        "single node".to_string()
+    };
+    let d = |v: Option<std::time::Duration>| v.map_or("none".to_string(), |d| format!("{d:?}"));
+    println!("configuration ok: {mode}");
+    println!(
+        "  data {}  HTTP {}  PostgreSQL {}  gRPC {}",
+        c.data_dir.display(),
+        c.http_addr,
+        c.pg_addr,
+        c.grpc_addr
+    );
+    println!(
+        "  delete deadline {}  default retention {}  retention checks every {:?}",
+        d(c.delete_deadline),
+        d(c.default_retention),
+        c.retention_check_interval
+    );
+    Ok(())
 }
 
 fn run_server(file: Option<PathBuf>, flags: Overrides) -> Result<(), NodeError> {

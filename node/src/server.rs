@@ -34,6 +34,18 @@ async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener> {
     TcpListener::bind(addr).await.map_err(|source| NodeError::Listen { what, addr, source })
 }
 
+/// `addr` as other nodes and clients reach it: on the advertised gRPC host when it listens on
+/// every interface (as in a container).
+fn reachable(addr: SocketAddr, advertise_grpc: &str) -> String {
+    if !addr.ip().is_unspecified() {
+        return addr.to_string();
+    }
+    match advertise_grpc.rsplit_once(':') {
+        Some((host, _)) => format!("{host}:{}", addr.port()),
+        None => addr.to_string(),
+    }
+}
+
 /// Resolves when `stop` turns true.
 async fn stopped(mut rx: watch::Receiver<bool>) {
     while !*rx.borrow() {
@@ -56,6 +68,7 @@ impl Server {
         let db = tokio::task::spawn_blocking(move || Database::open(&dir, opts))
             .await?
             .map_err(|source| NodeError::Open { dir: config.data_dir.clone(), source })?;
+        db.set_default_retention(config.default_retention);
         let db = Arc::new(db);
         let http = bind("HTTP", config.http_addr).await?;
         let pg = bind("PostgreSQL", config.pg_addr).await?;
@@ -133,10 +146,12 @@ impl Server {
         .map_err(|e| NodeError::Cluster(e.to_string()))?;
         let cc = ClusterConfig {
             data_dir: dir,
-            advertise_grpc: advertise,
-            http_addr: http_addr.to_string(),
-            pg_addr: pg_addr.to_string(),
+            advertise_grpc: advertise.clone(),
+            http_addr: reachable(http_addr, &advertise),
+            pg_addr: reachable(pg_addr, &advertise),
             join: config.join.clone(),
+            init_here: config.is_init_node(),
+            default_retention: config.default_retention,
             settings: Settings { shards: config.shards, replication: config.replication },
             groups,
         };

@@ -54,6 +54,8 @@ impl Harness {
             http_addr: format!("127.0.0.1:{}", 8000 + i),
             pg_addr: format!("127.0.0.1:{}", 9000 + i),
             join: join.iter().map(|j| self.addrs[j].clone()).collect(),
+            init_here: false,
+            default_retention: None,
             settings: Settings { shards: 4, replication: 3 },
             groups: GroupOptions::new(Duration::from_millis(50), 1000, engine).unwrap(),
         };
@@ -108,8 +110,7 @@ async fn nodes_join_get_ids_and_share_the_metadata() {
         assert_eq!(stored.unwrap().trim(), h.nodes[&i].id.to_string());
     }
 
-    // Losing the metadata leader: the other voters elect one; joins keep working, and a node
-    // that registers again with the same address keeps its id.
+    // Losing the metadata leader: the other voters elect one; joins keep working.
     let leader = h.nodes[&0].meta.leader().unwrap().0;
     let idx = *h.nodes.iter().find(|(_, n)| n.id == leader).unwrap().0;
     h.stop(idx).await;

@@ -185,10 +185,18 @@ impl Meta {
         }
         let _g = self.write_lock.lock().await;
         let v = self.view();
-        let (id, next) = match v.node_at(grpc_addr) {
-            Some(n) => (n.id, v.next_node_id),
-            None => (v.next_node_id, v.next_node_id + 1),
-        };
+        let (id, next) = (v.next_node_id, v.next_node_id + 1);
+        let mut b = WriteBatch::new();
+        // Nodes join only while their data directory holds no node id. One registered at the
+        // same address has lost its data (or never stored its id): it gets a new id, and the
+        // old one, whose replicas are gone, is drained like a decommissioned node.
+        let stale = v.nodes.values().filter(|n| n.grpc_addr == grpc_addr && n.state == NodeState::Active);
+        for old in stale {
+            tracing::warn!(old = old.id, new = id, grpc_addr, "a node rejoined without its data: draining its old id");
+            let mut drained = old.clone();
+            drained.state = NodeState::Draining;
+            view::put_node(&mut b, &drained, next);
+        }
         let node = NodeInfo {
             id,
             grpc_addr: grpc_addr.to_string(),
@@ -196,11 +204,8 @@ impl Meta {
             pg_addr: pg_addr.to_string(),
             state: NodeState::Active,
         };
-        if v.nodes.get(&id) != Some(&node) {
-            let mut b = WriteBatch::new();
-            view::put_node(&mut b, &node, next);
-            self.propose(b).await?;
-        }
+        view::put_node(&mut b, &node, next);
+        self.propose(b).await?;
         Ok(id)
     }
 

@@ -24,6 +24,12 @@ use crate::error::{NodeError, Result};
 /// Name of the file holding the node id in the data directory.
 pub const NODE_ID_FILE: &str = "node_id";
 
+/// How long the initial node tries its seeds before it creates the cluster itself.
+pub const INIT_PROBE: Duration = Duration::from_secs(10);
+
+/// How long a new node tries to join before it gives up (and, in Kubernetes, is restarted).
+pub const JOIN_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// How a cluster node starts.
 #[derive(Debug, Clone)]
 pub struct ClusterConfig {
@@ -38,6 +44,11 @@ pub struct ClusterConfig {
     /// gRPC addresses of nodes of an existing cluster to join; empty to create a new cluster
     /// (on first start; later starts use the stored node id).
     pub join: Vec<String>,
+    /// Whether this node creates the cluster when its data directory is new and no node of
+    /// `join` answers (the first pod of a StatefulSet, whose seeds include itself).
+    pub init_here: bool,
+    /// Retention of tables created without one.
+    pub default_retention: Option<Duration>,
     /// Settings of a new cluster.
     pub settings: Settings,
     /// How the node's Raft groups run.
@@ -104,18 +115,27 @@ impl ClusterNode {
         std::fs::create_dir_all(&cfg.data_dir)
             .map_err(|source| NodeError::DataDir { dir: cfg.data_dir.clone(), source })?;
         let stored = read_node_id(&cfg.data_dir)?;
-        let bootstrap = stored.is_none() && cfg.join.is_empty();
+        // A node is never its own seed.
+        let seeds: Vec<String> =
+            cfg.join.iter().filter(|s| **s != cfg.advertise_grpc).cloned().collect();
+        let req = JoinRequest {
+            grpc_addr: cfg.advertise_grpc.clone(),
+            http_addr: cfg.http_addr.clone(),
+            pg_addr: cfg.pg_addr.clone(),
+        };
+        let mut bootstrap = stored.is_none() && seeds.is_empty();
         let id = match stored {
             Some(id) => id,
             None if bootstrap => 1,
-            None => {
-                let req = JoinRequest {
-                    grpc_addr: cfg.advertise_grpc.clone(),
-                    http_addr: cfg.http_addr.clone(),
-                    pg_addr: cfg.pg_addr.clone(),
-                };
-                join(&cfg.join, req, Duration::from_secs(120)).await?
-            }
+            None if cfg.init_here => match join(&seeds, req, INIT_PROBE).await {
+                Ok(id) => id,
+                Err(e) => {
+                    tracing::info!(%e, "no seed answers as a cluster member: creating the cluster");
+                    bootstrap = true;
+                    1
+                }
+            },
+            None => join(&seeds, req, JOIN_TIMEOUT).await?,
         };
         if stored.is_none() {
             write_node_id(&cfg.data_dir, id)?;
@@ -164,6 +184,7 @@ impl ClusterNode {
             opts: cfg.groups.clone(),
             conns: conns.clone(),
             groups: groups.clone(),
+            default_retention: cfg.default_retention,
         };
         shards::sync(&env, &meta.view(), &shards).await?;
         tasks.push(tokio::spawn(shard_loop(env, meta.clone(), shards.clone(), rx.clone())));

@@ -50,6 +50,8 @@ pub struct ShardEnv {
     pub conns: Arc<Connections>,
     /// The node's Raft groups.
     pub groups: Arc<Groups>,
+    /// Retention of tables created without one.
+    pub default_retention: Option<std::time::Duration>,
 }
 
 fn shard_dir(dir: &Path, id: u64) -> PathBuf {
@@ -66,6 +68,7 @@ pub async fn sync(env: &ShardEnv, view: &MetaView, shards: &Shards) -> Result<()
         let dir = shard_dir(&env.dir, s.id);
         let shard =
             Shard::open(env.node, s.id, &dir, &env.opts, env.conns.clone(), &env.groups).await?;
+        shard.db.set_default_retention(env.default_retention);
         let fresh = !shard
             .group
             .raft

@@ -40,9 +40,21 @@ pub struct Database {
     catalog: Catalog,
     writer: Mutex<Writer>,
     replicator: Option<Arc<dyn Replicator>>,
+    default_retention: RwLock<Option<Duration>>,
 }
 
 impl Database {
+    /// Sets the retention that tables get when they are created without one (by a write or by
+    /// `CREATE TABLE`); `None` keeps their rows until deleted.
+    pub fn set_default_retention(&self, retention: Option<Duration>) {
+        *self.default_retention.write() = retention;
+    }
+
+    /// The retention tables get when they are created without one.
+    pub fn default_retention(&self) -> Option<Duration> {
+        *self.default_retention.read()
+    }
+
     /// Opens (or creates) the data directory `dir` with engine options `opts`.
     pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Database> {
         let engine = Engine::open(dir.as_ref(), opts)?;
@@ -53,6 +65,7 @@ impl Database {
             catalog,
             writer: Mutex::new(Writer { next_seq }),
             replicator: None,
+            default_retention: RwLock::new(None),
         })
     }
 
@@ -120,6 +133,7 @@ impl Database {
     ) -> Result<Arc<TableDef>> {
         check_name("database", db)?;
         check_name("table", name)?;
+        let retention = retention.or(self.default_retention());
         let mut w = self.writer.lock();
         if self.catalog.table(db, name).is_some() {
             return Err(QueryError::invalid(format!("table {db}.{name} already exists")));

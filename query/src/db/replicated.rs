@@ -48,6 +48,7 @@ impl Database {
             catalog,
             writer: Mutex::new(Writer { next_seq }),
             replicator: Some(replicator),
+            default_retention: RwLock::new(None),
         })
     }
 

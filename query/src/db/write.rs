@@ -160,6 +160,13 @@ impl Database {
                 plan.delta.tables.insert(def.id, def.clone());
             }
         }
+        let created: Vec<String> = plan
+            .delta
+            .tables
+            .values()
+            .filter(|d| d.id >= next_table)
+            .map(|d| d.name.clone())
+            .collect();
         let existing = self.existing_rows(&plan)?;
         let mut batch = WriteBatch::new();
         plan.delta.write_to(&mut batch)?;
@@ -181,6 +188,15 @@ impl Database {
         if !self.is_replicated() {
             for ((table, series), t) in touched {
                 self.catalog.with_series_mut(table, |idx| idx.note_time(series, t));
+            }
+        }
+        drop(w);
+        // Tables this write created get the default retention.
+        if let Some(d) = self.default_retention() {
+            for name in created {
+                if let Err(e) = self.set_retention(db, &name, Some(d)) {
+                    tracing::warn!(table = %name, %e, "setting the default retention");
+                }
             }
         }
         Ok(summary)

@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Checks a rendered EbbDB chart (a `helm template --output-dir` tree).
+
+Every manifest of a built-in kind is validated with kubernetes-validate (offline schemas,
+strict: unknown fields are errors); the ServiceMonitor (a CRD) is checked for the fields the
+Prometheus Operator needs. The StatefulSet's container is then run as the kubelet would start it,
+with `--check-config` added: its args, its environment (`$(VAR)` references expanded, the pod
+name from the downward API) and the rendered config file; `ebb` must accept them.
+"""
+
+import argparse
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+BUILT_IN = {"StatefulSet", "Service", "ConfigMap", "PodDisruptionBudget"}
+
+
+def fail(msg):
+    print(f"chart check failed: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def load(tree):
+    docs = []
+    for path in sorted(pathlib.Path(tree).rglob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                docs.append((path, doc))
+    return docs
+
+
+def expand(value, env):
+    """Kubernetes' $(VAR) expansion of an env value or arg."""
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)), value)
+
+
+def check_container(sts, configmaps, ebb, pod_index=0):
+    name = sts["metadata"]["name"]
+    pod = f"{name}-{pod_index}"
+    spec = sts["spec"]["template"]["spec"]
+    (c,) = [c for c in spec["containers"] if c["name"] == "ebb"]
+    for probe, path in (("livenessProbe", "/health"), ("readinessProbe", "/ready")):
+        if c[probe]["httpGet"]["path"] != path:
+            fail(f"{probe} checks {c[probe]['httpGet']['path']}, not {path}")
+    if not spec["securityContext"].get("runAsNonRoot"):
+        fail("the pod may run as root")
+    env = {}
+    for e in c.get("env", []):
+        if "value" in e:
+            env[e["name"]] = expand(e["value"], env)
+        elif e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.name":
+            env[e["name"]] = pod
+        else:
+            fail(f"env {e['name']}: unsupported source {e}")
+    mounts = {m["name"]: m["mountPath"] for m in c.get("volumeMounts", [])}
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    with tempfile.TemporaryDirectory() as tmp:
+        args = [expand(a, env) for a in c.get("args", [])]
+        for vname, mpath in mounts.items():
+            cm = volumes.get(vname, {}).get("configMap")
+            if not cm:
+                continue
+            data = configmaps.get(cm["name"])
+            if data is None:
+                fail(f"volume {vname} mounts missing ConfigMap {cm['name']}")
+            local = pathlib.Path(tmp) / vname
+            local.mkdir()
+            for key, text in data.items():
+                (local / key).write_text(text)
+            args = [a.replace(mpath, str(local)) for a in args]
+        run_env = {k: v for k, v in os.environ.items() if not k.startswith("EBB_")}
+        run_env.update(env)
+        r = subprocess.run([ebb, *args, "--check-config"], env=run_env, capture_output=True, text=True)
+        if r.returncode != 0:
+            fail(f"ebb {' '.join(args)} --check-config: {r.stderr.strip() or r.stdout.strip()}")
+        return r.stdout
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kubernetes-validate", default="kubernetes-validate")
+    ap.add_argument("--k8s-version", default="1.34.0")
+    ap.add_argument("--ebb", required=True)
+    ap.add_argument("tree")
+    a = ap.parse_args()
+    docs = load(a.tree)
+    kinds = sorted({d["kind"] for _, d in docs})
+    files = sorted({str(p) for p, d in docs if d["kind"] in BUILT_IN})
+    r = subprocess.run(
+        [a.kubernetes_validate, "--strict", "--quiet", "-k", a.k8s_version, *files],
+        capture_output=True,
+        text=True,
+    )
+    if r.returncode != 0:
+        fail(f"kubernetes-validate: {r.stdout.strip()} {r.stderr.strip()}")
+    for _, d in docs:
+        if d["kind"] == "ServiceMonitor":
+            eps = d["spec"].get("endpoints") or fail("ServiceMonitor without endpoints")
+            if not d["spec"].get("selector", {}).get("matchLabels"):
+                fail("ServiceMonitor selects nothing")
+            if eps[0].get("port") != "http" or eps[0].get("path") != "/metrics":
+                fail(f"ServiceMonitor scrapes {eps[0]}")
+        elif d["kind"] not in BUILT_IN:
+            fail(f"unexpected kind {d['kind']}")
+    configmaps = {d["metadata"]["name"]: d.get("data", {}) for _, d in docs if d["kind"] == "ConfigMap"}
+    (sts,) = [d for _, d in docs if d["kind"] == "StatefulSet"]
+    replicas = sts["spec"]["replicas"]
+    for i in sorted({0, replicas - 1}):
+        check_container(sts, configmaps, a.ebb, i)
+    print(f"  {len(docs)} manifests ({', '.join(kinds)}): valid; {replicas} pod(s); config accepted")
+
+
+if __name__ == "__main__":
+    main()

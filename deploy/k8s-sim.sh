@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Simulates the Helm chart's StatefulSet on this machine with the real `ebb` binary: renders
+# the chart, runs each pod as a process with the rendered args, environment and config file,
+# a loopback address of its own and a directory per volume, then scales 3 -> 5 under writes
+# and deletes a pod (see deploy/k8s_sim.py). Runs in new user, mount and network namespaces:
+# the pods' DNS names resolve through a private /etc/hosts and nothing touches the host's
+# network.
+#
+#   deploy/k8s-sim.sh [WORK_DIR]
+#
+# Environment: EBB_BIN (default target/debug/ebb), HELM (default helm on PATH or ~/go/bin/helm).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+ebb=${EBB_BIN:-$root/target/debug/ebb}
+helm=${HELM:-$(command -v helm || echo "$HOME/go/bin/helm")}
+work=${1:-$(mktemp -d)}
+mkdir -p "$work"
+[[ -x $ebb ]] || { echo "no ebb binary at $ebb (cargo build -p ebb-node, or set EBB_BIN)" >&2; exit 1; }
+[[ -x $helm ]] || { echo "no helm at $helm (go install helm.sh/helm/v3/cmd/helm@v3.22.0)" >&2; exit 1; }
+touch "$work/hosts"
+echo "k8s-sim: work directory $work (pod logs and volumes)"
+exec unshare --user --map-root-user --mount --net -- bash -c '
+  set -euo pipefail
+  mount --bind "$1/hosts" /etc/hosts
+  exec python3 "$2/deploy/k8s_sim.py" --ebb "$3" --helm "$4" --chart "$2/helm/ebb" --work "$1"
+' k8s-sim "$work" "$root" "$ebb" "$helm"

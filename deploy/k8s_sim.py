@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""Runs the Helm chart's StatefulSet as local processes, the way Kubernetes would run the pods.
+
+`deploy/k8s-sim.sh` starts this inside new user, mount and network namespaces, so that:
+- each pod gets its own loopback address (127.0.10.<ordinal + 1>) and binds its ports there
+  (in Kubernetes each pod has its own IP; the rendered config binds 0.0.0.0);
+- the pods' DNS names on the headless Service resolve through a private /etc/hosts;
+- nothing is reachable from, or collides with, the host's network.
+
+Each pod runs the real `ebb` binary with the container args and environment rendered by
+`helm template`, the ConfigMap mounted as a file, and a directory per PersistentVolumeClaim.
+The simulation then does what an operator would: install with 3 replicas, write, `helm upgrade
+--set replicas=5` (new pods start in order and the cluster rebalances onto them while writes
+continue), delete a pod (SIGKILL; the StatefulSet controller recreates it on the same volume),
+and checks that no acknowledged row is lost and every node holds its share of shard replicas.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import yaml
+
+NAMESPACE = "sim"
+RELEASE = "ebb"
+
+
+def log(msg):
+    print(f"[k8s-sim {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def fail(msg):
+    log(f"FAILED: {msg}")
+    sys.exit(1)
+
+
+def render(helm, chart, replicas, out):
+    shutil.rmtree(out, ignore_errors=True)
+    subprocess.run(
+        [helm, "template", RELEASE, chart, "--namespace", NAMESPACE, "--set", f"replicas={replicas}",
+         "--output-dir", str(out)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    docs = []
+    for p in sorted(pathlib.Path(out).rglob("*.yaml")):
+        docs.extend(d for d in yaml.safe_load_all(p.read_text()) if d)
+    return docs
+
+
+def expand(value, env):
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)), value)
+
+
+class Pod:
+    def __init__(self, sim, ordinal):
+        self.sim = sim
+        self.ordinal = ordinal
+        self.name = f"{sim.sts_name}-{ordinal}"
+        self.ip = f"127.0.10.{ordinal + 1}"
+        self.pvc = sim.work / "pvc" / f"data-{self.name}"
+        self.proc = None
+
+    def url(self):
+        return f"http://{self.ip}:{self.sim.ports['http']}"
+
+    def start(self):
+        self.pvc.mkdir(parents=True, exist_ok=True)
+        spec = self.sim.sts["spec"]["template"]["spec"]
+        (c,) = [c for c in spec["containers"] if c["name"] == "ebb"]
+        env = {}
+        for e in c.get("env", []):
+            if "value" in e:
+                env[e["name"]] = expand(e["value"], env)
+            elif e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.name":
+                env[e["name"]] = self.name
+        args = [expand(a, env) for a in c["args"]]
+        args = [a.replace("/etc/ebb", str(self.sim.config_dir)) for a in args]
+        run_env = {k: v for k, v in os.environ.items() if not k.startswith("EBB_")}
+        run_env.update(env)
+        # The pod's own IP instead of 0.0.0.0, and its volume.
+        run_env["EBB_HTTP_ADDR"] = f"{self.ip}:{self.sim.ports['http']}"
+        run_env["EBB_PG_ADDR"] = f"{self.ip}:{self.sim.ports['postgres']}"
+        run_env["EBB_GRPC_ADDR"] = f"{self.ip}:{self.sim.ports['grpc']}"
+        run_env["EBB_DATA_DIR"] = str(self.pvc)
+        run_env.setdefault("EBB_LOG", "info")
+        logf = open(self.sim.work / f"{self.name}.log", "ab")
+        self.proc = subprocess.Popen([self.sim.ebb, *args], env=run_env, stdout=logf, stderr=logf)
+        log(f"pod {self.name} started ({self.ip}, volume {self.pvc.name})")
+
+    def wait_ready(self, timeout=180):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                fail(f"pod {self.name} exited with {self.proc.returncode}; see {self.name}.log")
+            try:
+                with urllib.request.urlopen(self.url() + "/ready", timeout=2) as r:
+                    if r.status == 200:
+                        log(f"pod {self.name} ready")
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.2)
+        fail(f"pod {self.name} not ready within {timeout} s")
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        log(f"pod {self.name} deleted (SIGKILL)")
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+class Sim:
+    def __init__(self, args):
+        self.ebb = args.ebb
+        self.helm = args.helm
+        self.chart = args.chart
+        self.work = pathlib.Path(args.work)
+        self.pods = []
+        self.written = 0
+        self.lock = threading.Lock()
+
+    def apply(self, replicas):
+        """helm install/upgrade: renders, checks the manifests, and reconciles the pods."""
+        docs = render(self.helm, self.chart, replicas, self.work / f"rendered-{replicas}")
+        (sts,) = [d for d in docs if d["kind"] == "StatefulSet"]
+        (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
+        (headless,) = [
+            d for d in docs if d["kind"] == "Service" and d["spec"].get("clusterIP") == "None"
+        ]
+        if not headless["spec"].get("publishNotReadyAddresses"):
+            fail("the headless Service does not publish starting pods")
+        if sts["spec"].get("podManagementPolicy") != "OrderedReady":
+            fail("pods do not start in order")
+        old_template = getattr(self, "sts", None)
+        self.sts = sts
+        self.sts_name = sts["metadata"]["name"]
+        (c,) = sts["spec"]["template"]["spec"]["containers"]
+        self.ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        self.config_dir = self.work / "configmap"
+        self.config_dir.mkdir(parents=True, exist_ok=True)
+        for key, text in cm["data"].items():
+            (self.config_dir / key).write_text(text)
+        self.write_hosts(max(replicas, len(self.pods)))
+        if old_template is not None and old_template["spec"]["template"] != sts["spec"]["template"]:
+            fail("scaling changed the pod template: Kubernetes would restart every pod")
+        # OrderedReady: pods start one at a time, each once the previous is ready.
+        while len(self.pods) < replicas:
+            pod = Pod(self, len(self.pods))
+            pod.start()
+            pod.wait_ready()
+            self.pods.append(pod)
+
+    def write_hosts(self, n):
+        headless = f"{self.sts_name}-peers"
+        lines = ["127.0.0.1 localhost"]
+        for i in range(n):
+            lines.append(
+                f"127.0.10.{i + 1} {self.sts_name}-{i}.{headless}.{NAMESPACE}.svc.cluster.local "
+                f"{self.sts_name}-{i}.{headless}"
+            )
+        pathlib.Path("/etc/hosts").write_text("\n".join(lines) + "\n")
+
+    def sql(self, pod, query):
+        req = urllib.request.Request(
+            pod.url() + "/v1/sql?db=public", data=query.encode(), method="POST",
+            headers={"Accept": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read())
+
+    def write(self, pod, batch):
+        lines = "".join(
+            f"cpu,host=h{(batch * 7 + i) % 50} usage={i}.5 {1_700_000_000_000_000_000 + batch * 1000 + i}\n"
+            for i in range(500)
+        )
+        req = urllib.request.Request(pod.url() + "/write?db=public", data=lines.encode(), method="POST")
+        with urllib.request.urlopen(req, timeout=30) as r:
+            if r.status != 204:
+                raise RuntimeError(f"write answered {r.status}")
+        with self.lock:
+            self.written += 500
+
+    def count(self, pod):
+        return self.sql(pod, "SELECT count(*) AS n FROM cpu")[0]["n"]
+
+    def shards(self, pod):
+        return self.sql(pod, "SELECT shard, replicas, moving FROM system.shards ORDER BY shard")
+
+    def wait_balanced(self, timeout=300):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                rows = self.shards(self.pods[0])
+                nodes = self.sql(self.pods[0], "SELECT id, replicas FROM system.nodes")
+            except (urllib.error.URLError, OSError, ValueError):
+                time.sleep(0.5)
+                continue
+            total = sum(len(r["replicas"].split(",")) for r in rows)
+            share = total // len(self.pods)
+            if (
+                not any(r["moving"] for r in rows)
+                and len(nodes) == len(self.pods)
+                and all(n["replicas"] >= share for n in nodes)
+            ):
+                log(f"balanced: {[(n['id'], n['replicas']) for n in nodes]}")
+                return
+            time.sleep(0.5)
+        fail(f"shards did not rebalance within {timeout} s: {rows} {nodes}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ebb", required=True)
+    ap.add_argument("--helm", required=True)
+    ap.add_argument("--chart", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--from-replicas", type=int, default=3)
+    ap.add_argument("--to-replicas", type=int, default=5)
+    a = ap.parse_args()
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    sim = Sim(a)
+    try:
+        log(f"helm install --set replicas={a.from_replicas}")
+        sim.apply(a.from_replicas)
+        for b in range(20):
+            sim.write(sim.pods[b % len(sim.pods)], b)
+        if sim.count(sim.pods[-1]) != sim.written:
+            fail(f"{sim.count(sim.pods[-1])} rows readable, {sim.written} written")
+        ids = {p.name: (p.pvc / "node_id").read_text().strip() for p in sim.pods}
+        log(f"{sim.written} rows written; node ids {ids}")
+
+        # Scale out while a writer keeps going.
+        stop = threading.Event()
+        errors = []
+
+        def writer():
+            b = 1000
+            while not stop.is_set():
+                try:
+                    sim.write(sim.pods[b % a.from_replicas], b)
+                except Exception as e:  # noqa: BLE001 - any failure is reported below
+                    errors.append(repr(e))
+                b += 1
+
+        t = threading.Thread(target=writer)
+        t.start()
+        log(f"helm upgrade --set replicas={a.to_replicas}")
+        sim.apply(a.to_replicas)
+        sim.wait_balanced()
+        stop.set()
+        t.join()
+        if errors:
+            fail(f"writes failed during scale-out: {errors[:3]}")
+        for p in sim.pods:
+            n = sim.count(p)
+            if n != sim.written:
+                fail(f"{p.name} reads {n} rows, {sim.written} were acknowledged")
+        log(f"scale-out {a.from_replicas} -> {a.to_replicas}: {sim.written} rows on every pod")
+
+        # Pod deletion: the controller recreates it on the same volume; it keeps its id.
+        victim = sim.pods[1]
+        victim.kill()
+        for b in range(5):
+            sim.write(sim.pods[0], 5000 + b)
+        victim.start()
+        victim.wait_ready()
+        if (victim.pvc / "node_id").read_text().strip() != ids[victim.name]:
+            fail(f"{victim.name} came back with another node id")
+        sim.wait_balanced()
+        for p in sim.pods:
+            n = sim.count(p)
+            if n != sim.written:
+                fail(f"after the pod deletion {p.name} reads {n} rows, {sim.written} were acknowledged")
+        log(f"pod deletion: {victim.name} rejoined as node {ids[victim.name]}; {sim.written} rows")
+        log("PASSED")
+    finally:
+        for p in sim.pods:
+            p.stop()
+
+
+if __name__ == "__main__":
+    main()

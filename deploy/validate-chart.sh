@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Static checks of the Helm chart, run by CI (no Kubernetes cluster needed):
+#   1. helm lint, with the defaults and with every value set below;
+#   2. helm template of each value set, every rendered manifest validated offline against the
+#      Kubernetes schemas (kubernetes-validate, --strict); the ServiceMonitor is a CRD without a
+#      bundled schema and is checked for its required fields instead;
+#   3. the rendered container args, environment and config file accepted by
+#      `ebb server --check-config`.
+#
+# Environment: HELM (default: helm on PATH or ~/go/bin/helm), EBB_BIN (default: target/debug/ebb),
+# KUBERNETES_VALIDATE (default: kubernetes-validate on PATH), K8S_VERSION (default 1.34.0).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+chart=$root/helm/ebb
+helm=${HELM:-$(command -v helm || echo "$HOME/go/bin/helm")}
+ebb=${EBB_BIN:-$root/target/debug/ebb}
+kv=${KUBERNETES_VALIDATE:-kubernetes-validate}
+k8s=${K8S_VERSION:-1.34.0}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+value_sets=(
+  ""
+  "--set replicas=1"
+  "--set replicas=5 --set cluster.shards=16 --set cluster.replication=3"
+  "--set persistence.storageClass=fast-ssd --set persistence.size=500Gi --set deleteDeadline=1h"
+  "--set serviceMonitor.enabled=true --set podDisruptionBudget.enabled=false --set service.type=LoadBalancer"
+  "--set defaultRetention=30d --set logFormat=text --set image.tag=0.1.0-test"
+)
+
+n=0
+for set in "${value_sets[@]}"; do
+  n=$((n + 1))
+  echo "== value set $n: ${set:-defaults}"
+  # shellcheck disable=SC2086
+  "$helm" lint --strict "$chart" $set >/dev/null
+  out=$work/set$n
+  mkdir -p "$out"
+  # shellcheck disable=SC2086
+  "$helm" template ebb "$chart" --namespace ebb-test $set --output-dir "$out" >/dev/null
+  python3 "$root/deploy/chart_check.py" --kubernetes-validate "$kv" --k8s-version "$k8s" \
+    --ebb "$ebb" "$out"
+done
+echo "chart: $n value sets linted, rendered, validated and checked with ebb server --check-config"
