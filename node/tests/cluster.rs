@@ -484,6 +484,41 @@ async fn a_decommissioned_node_is_drained_and_leaves() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_that_lost_its_data_rejoins_under_a_new_id() {
+    let mut h = Harness::new();
+    h.start(0, &[]).await;
+    for i in 1..4 {
+        h.start(i, &[0]).await;
+    }
+    wait_settled(&h, 3).await;
+    let p = ebb_query::lp::Precision::Seconds;
+    h.nodes[&1].router.write_lines("db", &cpu_lines(60, 0, 5), p, 0).await.unwrap();
+    // A node loses its volume and comes back at the same address (a rescheduled pod).
+    let old = h.nodes[&3].id;
+    h.stop(3).await;
+    std::fs::remove_dir_all(h.dir.path().join("n3")).unwrap();
+    h.start(3, &[0]).await;
+    let new = h.nodes[&3].id;
+    assert_ne!(new, old, "an empty node must not take over the id whose replicas it lost");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let v = h.nodes[&0].meta.view();
+        let gone = v.nodes[&old].state == ebb_node::cluster::view::NodeState::Removed
+            && !v.shards.values().any(|s| s.involves(old));
+        if gone {
+            break;
+        }
+        assert!(Instant::now() < deadline, "old id {old} was not drained: {:?}", v.shards);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_settled(&h, 3).await;
+    wait_rows(&h, &expected(60, 5, 4)).await;
+    for i in h.nodes.keys().copied().collect::<Vec<_>>() {
+        h.stop(i).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn scale_out_from_three_to_five_under_writes_and_deletes_loses_nothing() {
     let mut h = Harness::new();
     h.start(0, &[]).await;

@@ -190,9 +190,15 @@ impl Meta {
         // Nodes join only while their data directory holds no node id. One registered at the
         // same address has lost its data (or never stored its id): it gets a new id, and the
         // old one, whose replicas are gone, is drained like a decommissioned node.
-        let stale = v.nodes.values().filter(|n| n.grpc_addr == grpc_addr && n.state == NodeState::Active);
+        let stale =
+            v.nodes.values().filter(|n| n.grpc_addr == grpc_addr && n.state == NodeState::Active);
         for old in stale {
-            tracing::warn!(old = old.id, new = id, grpc_addr, "a node rejoined without its data: draining its old id");
+            tracing::warn!(
+                old = old.id,
+                new = id,
+                grpc_addr,
+                "a node rejoined without its data: draining its old id"
+            );
             let mut drained = old.clone();
             drained.state = NodeState::Draining;
             view::put_node(&mut b, &drained, next);
