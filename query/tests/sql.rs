@@ -270,3 +270,28 @@ async fn partitioned_scans_read_every_row_once() {
     );
     assert_eq!(one_u64(&four, "SELECT count(DISTINCT host) FROM cpu").await, 40);
 }
+
+#[tokio::test]
+async fn tables_created_without_retention_get_the_default() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = open(dir.path());
+    db.set_default_retention(Some(std::time::Duration::from_secs(2 * 3600)));
+    let s = SqlSession::new(db.clone(), "public");
+    let now = ebb_query::now_ns();
+    // Created by a write: the rows older than two hours are gone at once.
+    let lines = format!("m,host=a v=1 {}\nm,host=a v=2 {}\n", now - 3 * H, now - H / 2);
+    db.write_lines("public", &lines, Precision::Nanoseconds, now).expect("write");
+    assert_eq!(one_u64(&s, "SELECT count(*) FROM m").await, 1);
+    // Created by DDL without a retention, and with one.
+    s.query("CREATE TABLE d (city TAG, t DOUBLE, time TIMESTAMP)").await.expect("create");
+    s.query("CREATE TABLE e (city TAG, t DOUBLE, time TIMESTAMP) WITH (retention = '7d')")
+        .await
+        .expect("create with retention");
+    let t = text(
+        &s.query("SELECT name, retention FROM system.tables ORDER BY name").await.expect("tables"),
+    );
+    assert!(
+        t.contains("| d | 2h |") && t.contains("| e | 7d |") && t.contains("| m | 2h |"),
+        "{t}"
+    );
+}
