@@ -44,8 +44,8 @@ pub struct Database {
 }
 
 impl Database {
-    /// Sets the retention that tables get when they are created without one (by a write or by
-    /// `CREATE TABLE`); `None` keeps their rows until deleted.
+    /// Sets the retention that tables get when they are created without one (by a write, or by
+    /// `CREATE TABLE` without a `retention` option); `None` keeps their rows until deleted.
     pub fn set_default_retention(&self, retention: Option<Duration>) {
         *self.default_retention.write() = retention;
     }
@@ -133,7 +133,6 @@ impl Database {
     ) -> Result<Arc<TableDef>> {
         check_name("database", db)?;
         check_name("table", name)?;
-        let retention = retention.or(self.default_retention());
         let mut w = self.writer.lock();
         if self.catalog.table(db, name).is_some() {
             return Err(QueryError::invalid(format!("table {db}.{name} already exists")));

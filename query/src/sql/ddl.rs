@@ -113,8 +113,8 @@ pub struct CreateSpec {
     pub tags: Vec<String>,
     /// Field columns.
     pub fields: Vec<(String, FieldType)>,
-    /// Retention.
-    pub retention: Option<Duration>,
+    /// Retention, if the statement gives one (`Some(None)`: explicitly none).
+    pub retention: Option<Option<Duration>>,
     /// `IF NOT EXISTS`.
     pub if_not_exists: bool,
 }
@@ -173,7 +173,7 @@ pub fn create_spec(ct: &CreateTable, db: &str) -> Result<CreateSpec> {
     let retention = match &ct.table_options {
         CreateTableOptions::None => None,
         CreateTableOptions::With(opts) | CreateTableOptions::Options(opts) => {
-            retention_option(opts)?.flatten()
+            retention_option(opts)?
         }
         other => {
             return Err(QueryError::Unsupported(format!("table options {other}; use WITH (...)")))

@@ -168,7 +168,7 @@ impl SqlSession {
                         &spec.name,
                         spec.tags,
                         spec.fields,
-                        spec.retention,
+                        spec.retention.unwrap_or_else(|| db.default_retention()),
                     )
                 })
                 .await?;
