@@ -5,7 +5,7 @@
 #      Kubernetes schemas (kubernetes-validate, --strict); the ServiceMonitor is a CRD without a
 #      bundled schema and is checked for its required fields instead;
 #   3. the rendered container args, environment and config file accepted by
-#      `ebb server --check-config`.
+#      `ebb server --check-config` (and the image's default config file, deploy/docker/).
 #
 # Environment: HELM (default: helm on PATH or ~/go/bin/helm), EBB_BIN (default: target/debug/ebb),
 # KUBERNETES_VALIDATE (default: kubernetes-validate on PATH), K8S_VERSION (default 1.34.0).
@@ -27,6 +27,9 @@ value_sets=(
   "--set serviceMonitor.enabled=true --set podDisruptionBudget.enabled=false --set service.type=LoadBalancer"
   "--set defaultRetention=30d --set logFormat=text --set image.tag=0.1.0-test"
 )
+
+# The container image's own default configuration.
+"$ebb" server --config "$root/deploy/docker/config.toml" --check-config >/dev/null
 
 n=0
 for set in "${value_sets[@]}"; do
