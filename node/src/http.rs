@@ -82,6 +82,7 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(|| async { "ok\n" }))
         .route("/ready", get(|| async { "ready\n" }))
         .route("/metrics", get(metrics))
+        .route("/v1/audit/verify", get(audit_verify))
         // Bodies are limited by `LimitedBody`, which answers oversized ones reliably.
         .layer(DefaultBodyLimit::disable())
         .with_state(state)
@@ -94,7 +95,7 @@ fn error(status: StatusCode, msg: impl std::fmt::Display) -> Response {
 
 fn query_error(e: &QueryError) -> Response {
     let status = match e {
-        QueryError::UnknownTable(_) => StatusCode::NOT_FOUND,
+        QueryError::UnknownTable(_) | QueryError::UnknownDatabase(_) => StatusCode::NOT_FOUND,
         e if e.is_client_error() => StatusCode::BAD_REQUEST,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
@@ -294,6 +295,7 @@ async fn sql(
         StatementKind::Command(t) => t.clone(),
         StatementKind::Insert => "INSERT".into(),
         StatementKind::Delete => "DELETE".into(),
+        StatementKind::Erase => "ERASE".into(),
         StatementKind::Query => "SELECT".into(),
     };
     match encode(format_of(&headers), &schema, &batches) {
@@ -410,4 +412,31 @@ async fn metrics(State(state): State<AppState>) -> Response {
         crate::cluster::metrics::render(router, &mut text);
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// Query of `/v1/audit/verify`.
+#[derive(Debug, serde::Deserialize)]
+struct VerifyQuery {
+    id: u64,
+}
+
+/// `GET /v1/audit/verify?id=N`: scans every replica for values delete request `N` covers
+/// (a JSON [`crate::audit::VerifyReport`]; `pass` is the verdict).
+async fn audit_verify(State(state): State<AppState>, Query(q): Query<VerifyQuery>) -> Response {
+    let report = match (&state.db, &state.cluster) {
+        (Some(db), _) => {
+            let db = db.clone();
+            let scan =
+                tokio::task::spawn_blocking(move || crate::audit::audit_database(&db, q.id, 0, 0));
+            match scan.await {
+                Ok(r) => crate::audit::VerifyReport::new(q.id, vec![r]),
+                Err(e) => {
+                    return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
+                }
+            }
+        }
+        (None, Some(router)) => crate::cluster::deletions::verify(router, q.id).await,
+        (None, None) => return StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    };
+    axum::Json(report).into_response()
 }

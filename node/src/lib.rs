@@ -8,6 +8,7 @@
 //! - [`body`]: request bodies with a size limit.
 //! - [`cli`]: `ebb sql` and `ebb import`, HTTP clients of a running server.
 
+pub mod audit;
 pub mod body;
 pub mod cli;
 pub mod cluster;

@@ -1,4 +1,4 @@
-//! The `ebb` command: `ebb server`, `ebb sql`, `ebb import`.
+//! The `ebb` command: `ebb server`, `ebb sql`, `ebb import`, `ebb erase`, `ebb audit`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -87,6 +87,28 @@ enum Command {
         #[arg(long, value_enum, default_value = "table")]
         format: OutputFormat,
     },
+    /// Erases everything one tag value identifies (a user's data): every series with it, in
+    /// every table of the database, is deleted and removed from the series index.
+    Erase {
+        /// The tag and value, e.g. user=alice.
+        #[arg(long)]
+        tag: String,
+        /// The database.
+        #[arg(long, default_value = "public")]
+        db: String,
+        /// Deadline for the data to be physically gone, shorter than the server's delete
+        /// deadline, e.g. 1h [default: the server's].
+        #[arg(long)]
+        deadline: Option<String>,
+        /// Server HTTP URL.
+        #[arg(long, default_value = "http://127.0.0.1:7080", env = "EBB_URL")]
+        url: String,
+    },
+    /// Proves deletes: verification on every replica, and the audit report.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
     /// Cluster administration.
     Node {
         #[command(subcommand)]
@@ -108,6 +130,41 @@ enum Command {
         /// Lines per request.
         #[arg(long, default_value_t = 5000)]
         batch: usize,
+    },
+}
+
+#[derive(Subcommand)]
+enum AuditCommand {
+    /// Scans every replica (files, memtables, WAL, Raft log, snapshots) for values delete
+    /// request ID covers; exits non-zero unless none is found.
+    Verify {
+        /// The request id (`system.deletions.id`, or what DELETE and ERASE print).
+        id: u64,
+        /// Print the full verification as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Server HTTP URL.
+        #[arg(long, default_value = "http://127.0.0.1:7080", env = "EBB_URL")]
+        url: String,
+    },
+    /// Every delete request of a period: deadline, persistence on every replica, slack,
+    /// verification, and a chart of persistence latency against the deadline.
+    Report {
+        /// The period, ending now, e.g. 30d.
+        #[arg(long, default_value = "30d")]
+        since: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "html")]
+        format: ebb_node::cli::audit::ReportFormat,
+        /// Which persisted requests to verify on every replica.
+        #[arg(long, value_enum, default_value = "deletes")]
+        verify: ebb_node::cli::audit::VerifyScope,
+        /// Write the report to this file instead of standard output.
+        #[arg(long, short = 'o')]
+        output: Option<PathBuf>,
+        /// Server HTTP URL.
+        #[arg(long, default_value = "http://127.0.0.1:7080", env = "EBB_URL")]
+        url: String,
     },
 }
 
@@ -191,6 +248,32 @@ fn main() -> ExitCode {
                 .map_err(NodeError::from)
                 .and_then(|rt| rt.block_on(ebb_node::cluster::decommission(&grpc, id)))
                 .map(|()| println!("node {id} is draining; it leaves once its replicas have moved"))
+        }
+        Command::Erase { tag, db, deadline, url } => {
+            ebb_node::cli::audit::erase(&url, &db, &tag, deadline.as_deref()).map(|o| print!("{o}"))
+        }
+        Command::Audit { command: AuditCommand::Verify { id, json, url } } => {
+            match ebb_node::cli::audit::verify(&url, id, json) {
+                Ok((out, pass)) => {
+                    print!("{out}");
+                    if !pass {
+                        return ExitCode::from(2);
+                    }
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
+        }
+        Command::Audit { command: AuditCommand::Report { since, format, verify, output, url } } => {
+            ebb_node::cli::audit::report(&url, &since, format, verify).and_then(|text| match output
+            {
+                Some(path) => std::fs::write(&path, text)
+                    .map_err(|e| NodeError::Client(format!("writing {}: {e}", path.display()))),
+                None => {
+                    print!("{text}");
+                    Ok(())
+                }
+            })
         }
         Command::Import { file, url, db, precision, batch } => {
             ebb_node::cli::import::import(&url, &db, &file, &precision, batch.max(1)).map(|_| ())

@@ -1,5 +1,6 @@
 //! Prometheus metrics: request counters kept here, engine figures read when scraped.
 
+use std::collections::HashSet;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -46,6 +47,8 @@ pub struct Metrics {
     pub pg_connections: Counter,
     /// Retention purges written.
     pub retention_purges: Counter,
+    /// Delete requests seen late (by this process), for `ebb_deletions_late_total`.
+    pub late_seen: parking_lot::Mutex<std::collections::HashSet<u64>>,
 }
 
 fn line(out: &mut String, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
@@ -134,19 +137,7 @@ impl Metrics {
             "Pages dropped unread by time-window deletes.",
             sum(&|s| s.window_pages_dropped),
         );
-        let now_ms = (ebb_query::now_ns().max(0) / 1_000_000) as u64;
-        let (mut pending, mut late) = (0u64, 0u64);
-        for (_, db) in engines {
-            for d in &db.engine().deletions() {
-                match d.status(now_ms) {
-                    ebb_storage::DeletionStatus::Pending => pending += 1,
-                    ebb_storage::DeletionStatus::Late => late += 1,
-                    ebb_storage::DeletionStatus::Persisted => {}
-                }
-            }
-        }
-        line(&mut o, "ebb_deletions_pending", "gauge", "Deletes not yet physically gone.", pending);
-        line(&mut o, "ebb_deletions_late", "gauge", "Deletes past their deadline.", late);
+        self.render_deletions(engines, &mut o);
         let per_shard = |o: &mut String, name: &str, help: &str, f: &dyn Fn(&Database) -> u64| {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
             for (shard, db) in engines {
@@ -167,5 +158,53 @@ impl Metrics {
             db.engine().last_seq()
         });
         o
+    }
+
+    /// Delete requests on the replicas here: pending (not yet persisted on some replica),
+    /// the age of the oldest of them, at risk, and late ones seen so far.
+    fn render_deletions(&self, engines: &[(Option<u64>, Arc<Database>)], o: &mut String) {
+        use ebb_query::deletions::{local_deletions, DeletionState};
+        let now_ms = ebb_query::now_ms();
+        let (mut pending, mut at_risk) = (HashSet::new(), HashSet::new());
+        let mut oldest: Option<u64> = None;
+        let mut late = self.late_seen.lock();
+        for (shard, db) in engines {
+            for r in local_deletions(db, shard.unwrap_or(0), 0) {
+                let state = r.state(now_ms);
+                if state == DeletionState::Late {
+                    late.insert(r.id);
+                }
+                if r.persisted_at_ms.is_none() {
+                    pending.insert(r.id);
+                    oldest = Some(oldest.map_or(r.issued_at_ms, |o| o.min(r.issued_at_ms)));
+                    if state == DeletionState::AtRisk {
+                        at_risk.insert(r.id);
+                    }
+                }
+            }
+        }
+        let age = oldest.map_or(0.0, |t| now_ms.saturating_sub(t) as f64 / 1000.0);
+        line(
+            o,
+            "ebb_deletions_pending",
+            "gauge",
+            "Delete requests whose data is not yet physically gone from every replica here.",
+            pending.len(),
+        );
+        line(
+            o,
+            "ebb_deletion_oldest_pending_seconds",
+            "gauge",
+            "Age of the oldest pending delete request (0 if none).",
+            age,
+        );
+        line(
+            o,
+            "ebb_deletions_at_risk",
+            "gauge",
+            "Pending delete requests with less than a quarter of their time left.",
+            at_risk.len(),
+        );
+        line(o, "ebb_deletions_late_total", "counter", "Delete requests seen past their deadline (persisted late, or still pending after it) since start.", late.len());
     }
 }

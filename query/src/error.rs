@@ -30,6 +30,9 @@ pub enum QueryError {
     /// The table (or database) does not exist.
     #[error("table {0} does not exist")]
     UnknownTable(String),
+    /// The database does not exist.
+    #[error("database {0} does not exist")]
+    UnknownDatabase(String),
     /// Bad SQL, bad arguments or an invalid name.
     #[error("{0}")]
     Invalid(String),
@@ -71,6 +74,7 @@ impl QueryError {
             QueryError::Line(_)
             | QueryError::TypeConflict { .. }
             | QueryError::UnknownTable(_)
+            | QueryError::UnknownDatabase(_)
             | QueryError::Invalid(_)
             | QueryError::Unsupported(_)
             | QueryError::BeyondRetention(_) => true,

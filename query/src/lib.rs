@@ -9,12 +9,16 @@
 //!   filter pushdown, `INSERT`, `DELETE`, DDL and the system tables.
 
 pub mod db;
+pub mod deletions;
 pub mod error;
 pub mod lp;
 pub mod model;
 pub mod sql;
 
-pub use db::{Database, DeleteOutcome, DeleteTarget, Replicator, WriteSummary, DEFAULT_DATABASE};
+pub use db::{
+    Database, DeleteOutcome, DeleteTarget, EraseOutcome, Replicator, RequestSpec, WriteSummary,
+    DEFAULT_DATABASE,
+};
 pub use error::{QueryError, Result};
 pub use sql::{QueryOutput, SqlSession, StatementKind};
 
@@ -22,4 +26,10 @@ pub use sql::{QueryOutput, SqlSession, StatementKind};
 pub fn now_ns() -> i64 {
     let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     d.as_nanos().min(i64::MAX as u128) as i64
+}
+
+/// Now, in milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    d.as_millis().min(u64::MAX as u128) as u64
 }

@@ -103,10 +103,10 @@ pub async fn run_group(
 ) -> Result<GroupHandle, StartError> {
     let network = GroupNetwork::new(group, conns);
     let sm = ShardStateMachine::new(replica.clone());
-    let raft = Raft::new(node, opts.raft.clone(), network, log, sm)
+    let raft = Raft::new(node, opts.raft.clone(), network, log.clone(), sm)
         .await
         .map_err(|e| StartError::Fatal(Box::new(e)))?;
-    let handle = GroupHandle { raft, replica };
+    let handle = GroupHandle { raft, replica, log };
     groups.insert(group, handle.clone());
     Ok(handle)
 }

@@ -11,6 +11,7 @@
 pub mod error;
 pub mod group;
 pub mod log;
+pub mod purge;
 pub mod sm;
 pub mod transport;
 pub mod types;
@@ -18,5 +19,6 @@ pub mod types;
 pub use error::{LogError, ShardError};
 pub use group::{open_group, run_group, start_group, GroupOptions, StartError};
 pub use log::{LogOptions, LogStore};
+pub use purge::{LogPurger, PurgeOutcome};
 pub use sm::{ApplyHook, Replica, ShardSnapshot, ShardStateMachine};
 pub use types::{Command, NodeId, Response, TypeConfig};

@@ -2,6 +2,8 @@
 
 use bytes::Bytes;
 
+use crate::ledger::DeleteRequest;
+
 /// Kind of a stored entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -67,6 +69,7 @@ pub enum BatchOp {
 pub struct WriteBatch {
     ops: Vec<BatchOp>,
     issued_at_ms: Option<u64>,
+    request: Option<Box<DeleteRequest>>,
 }
 
 /// Longest key the engine accepts.
@@ -124,6 +127,18 @@ impl WriteBatch {
     /// When the batch was issued, if set.
     pub fn issued_at(&self) -> Option<u64> {
         self.issued_at_ms
+    }
+
+    /// Marks the batch's deletes as (part of) `request`: the ledger records it, and its
+    /// deadline applies to them.
+    pub fn set_request(&mut self, request: DeleteRequest) -> &mut Self {
+        self.request = Some(Box::new(request));
+        self
+    }
+
+    /// The request the batch's deletes belong to, if any.
+    pub fn request(&self) -> Option<&DeleteRequest> {
+        self.request.as_deref()
     }
 
     /// True if the batch holds a delete of any kind.
@@ -241,6 +256,10 @@ impl WriteBatch {
                 }
             }
         }
+        if let Some(r) = &self.request {
+            out.push(REQUEST_TRAILER);
+            put_bytes(out, &postcard::to_allocvec(r.as_ref()).unwrap_or_default());
+        }
     }
 
     /// Decodes a payload written by [`WriteBatch::encode`]; `None` if malformed.
@@ -271,10 +290,15 @@ impl WriteBatch {
                 },
             });
         }
+        let mut request = None;
+        if let Some((&REQUEST_TRAILER, mut rest)) = buf.split_first() {
+            request = Some(Box::new(postcard::from_bytes(get_bytes(&mut rest)?).ok()?));
+            buf = rest;
+        }
         if !buf.is_empty() {
             return None;
         }
-        Some((seq, WriteBatch { ops, issued_at_ms: Some(issued) }))
+        Some((seq, WriteBatch { ops, issued_at_ms: Some(issued), request }))
     }
 }
 
@@ -282,6 +306,8 @@ impl WriteBatch {
 const OP_DELETE_RANGE: u8 = 2;
 /// WAL tag of a time-range delete.
 const OP_DELETE_TIME_RANGE: u8 = 3;
+/// Tag of the optional trailer after the operations: the batch's [`DeleteRequest`].
+const REQUEST_TRAILER: u8 = 0xD1;
 
 fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(&(b.len() as u32).to_le_bytes());
@@ -315,7 +341,14 @@ mod tests {
             .delete_range("d", "")
             .delete_range("", "z")
             .delete_time_range(5, 9, "a", "")
-            .set_issued_at(1_700_000_000_123);
+            .set_issued_at(1_700_000_000_123)
+            .set_request(DeleteRequest {
+                id: 77,
+                kind: "erase".into(),
+                text: "user = 'x'".into(),
+                rows: 3,
+                deadline_ms: Some(1_700_000_100_000),
+            });
         let mut buf = Vec::new();
         b.encode(42, 1_700_000_000_123, &mut buf);
         let (seq, d) = WriteBatch::decode(&buf).unwrap();
@@ -323,7 +356,10 @@ mod tests {
         assert_eq!(d, b);
         assert!(d.has_deletes());
         for cut in 0..buf.len() {
-            assert!(WriteBatch::decode(&buf[..cut]).is_none(), "truncated at {cut} decoded");
+            // Cutting the whole trailer off leaves a valid batch without a request.
+            if let Some((_, d)) = WriteBatch::decode(&buf[..cut]) {
+                assert!(d.request().is_none() && d.ops() == b.ops(), "truncated at {cut}");
+            }
         }
     }
 

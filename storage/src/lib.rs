@@ -31,6 +31,7 @@
 //! # Ok::<(), ebb_storage::Error>(())
 //! ```
 
+pub mod audit;
 mod batch;
 mod cache;
 mod clock;
@@ -56,12 +57,14 @@ mod wal;
 pub use batch::{BatchOp, EntryKind, WriteBatch, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use clock::{Clock, ManualClock};
 pub use engine::{
-    CompactionRecord, DeletionCheck, Engine, EngineStats, LevelStats, RemainingEntry,
+    CompactionRecord, DeletionCheck, Engine, EngineStats, LevelStats, LogClearance, RemainingEntry,
 };
 pub use error::{Error, Result};
 pub use failpoint::FailPoints;
 pub use iter::EngineIter;
-pub use ledger::{Deletion, DeletionKind, DeletionStatus};
+pub use ledger::{
+    DeleteRequest, Deletion, DeletionKind, DeletionStatus, RequestRecord, RequestStatus,
+};
 pub use options::{
     Compression, DeleteKeyExtractor, Options, RangeDeleteMode, RangeIndexOptions, TimeToDeleteKey,
 };

@@ -151,6 +151,10 @@ pub struct Options {
     pub delete_deadline: Option<Duration>,
     /// How long the deletion ledger keeps a delete after it became persistent.
     pub ledger_retention: Duration,
+    /// The caller keeps the writes in a log of its own as well (a Raft log, usually with
+    /// `wal` off): a delete is persisted only once that log no longer holds data it covers,
+    /// which the caller reports with [`crate::Engine::set_log_clearance`].
+    pub external_log: bool,
     /// Wall clock for deadlines and the ledger (a manual clock in tests).
     pub clock: Clock,
     /// Run flushes and compactions on background threads (the default). Off, they run inline:
@@ -238,6 +242,7 @@ impl Default for Options {
             range_index: RangeIndexOptions::default(),
             delete_deadline: Some(Duration::from_secs(24 * 3600)),
             ledger_retention: Duration::from_secs(30 * 24 * 3600),
+            external_log: false,
             clock: Clock::system(),
             background_threads: true,
             fail_points: FailPoints::default(),

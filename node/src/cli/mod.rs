@@ -1,5 +1,6 @@
 //! Command-line clients of a running server (over its HTTP API).
 
+pub mod audit;
 pub mod import;
 pub mod sql;
 

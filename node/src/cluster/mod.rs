@@ -1,6 +1,7 @@
 //! The cluster: the metadata group, shard replicas as Raft groups on each node, and the
 //! services nodes call on each other.
 
+pub mod deletions;
 mod insert;
 mod ipc;
 mod meta;

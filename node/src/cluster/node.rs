@@ -188,6 +188,12 @@ impl ClusterNode {
         };
         shards::sync(&env, &meta.view(), &shards).await?;
         tasks.push(tokio::spawn(shard_loop(env, meta.clone(), shards.clone(), rx.clone())));
+        let interval = super::deletions::purge_interval(cfg.groups.engine.delete_deadline);
+        tasks.push(tokio::spawn(super::deletions::purge_loop(
+            shards.clone(),
+            interval,
+            rx.clone(),
+        )));
         tasks.push(tokio::spawn(reconcile_loop(meta.clone(), rx)));
         // A joining node serves once it holds the metadata (the leader adds it as a learner).
         let mut changes = meta.subscribe();

@@ -39,9 +39,21 @@ pub async fn query_shard(
     database: &str,
     sql: &str,
 ) -> Result<(SchemaRef, Batches), ShardQueryError> {
+    query_shard_as(router, shard, database, sql, None).await
+}
+
+/// [`query_shard`] for a `DELETE` or `ERASE` issued as request `(id, deadline_ms)` on every
+/// shard.
+pub async fn query_shard_as(
+    router: &Router,
+    shard: u64,
+    database: &str,
+    sql: &str,
+    request: Option<(u64, Option<u64>)>,
+) -> Result<(SchemaRef, Batches), ShardQueryError> {
     let deadline = Instant::now() + QUERY_RETRY;
     loop {
-        match try_query(router, shard, database, sql).await {
+        match try_query(router, shard, database, sql, request).await {
             Err(ShardQueryError::Unavailable(why)) if Instant::now() < deadline => {
                 tracing::debug!(shard, %why, "retrying a shard query");
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -56,6 +68,7 @@ async fn try_query(
     shard: u64,
     database: &str,
     sql: &str,
+    request: Option<(u64, Option<u64>)>,
 ) -> Result<(SchemaRef, Batches), ShardQueryError> {
     let unavailable = |e: String| ShardQueryError::Unavailable(e);
     let addr = router.leader_addr(shard).map_err(|e| unavailable(e.to_string()))?;
@@ -69,6 +82,8 @@ async fn try_query(
         database: database.to_string(),
         sql: sql.to_string(),
         hops: MAX_HOPS,
+        request_id: request.map_or(0, |r| r.0),
+        deadline_ms: request.and_then(|r| r.1).unwrap_or(0),
     };
     let mut stream = ClusterClient::new(ch)
         .max_decoding_message_size(super::MAX_MESSAGE_BYTES)

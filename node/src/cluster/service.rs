@@ -68,6 +68,7 @@ fn query_status(e: ebb_query::QueryError) -> Status {
     let missing = |m: &str| m.contains("table '") && m.contains("not found");
     match e {
         ebb_query::QueryError::UnknownTable(t) => Status::not_found(t),
+        e @ ebb_query::QueryError::UnknownDatabase(_) => Status::not_found(e.to_string()),
         e @ ebb_query::QueryError::DataFusion(_) if missing(&e.to_string()) => {
             Status::not_found(e.to_string())
         }
@@ -134,7 +135,11 @@ impl Cluster for ClusterService {
             Ok(Err(e)) => return Err(Status::unavailable(format!("read barrier: {e}"))),
             Err(_) => return Err(Status::unavailable("read barrier timed out")),
         }
-        let session = ebb_query::SqlSession::new(shard.db.clone(), &r.database);
+        let mut session = ebb_query::SqlSession::new(shard.db.clone(), &r.database);
+        if r.request_id != 0 {
+            session =
+                session.with_request(r.request_id, (r.deadline_ms != 0).then_some(r.deadline_ms));
+        }
         let out = session.execute(&r.sql).await.map_err(query_status)?;
         let schema = out.schema.clone();
         let head =
@@ -207,6 +212,33 @@ impl Cluster for ClusterService {
             })
             .collect();
         Ok(Response::new(LeadersReply { leaders }))
+    }
+
+    async fn deletions(
+        &self,
+        _req: Request<super::proto::DeletionsRequest>,
+    ) -> std::result::Result<Response<super::proto::DeletionsReply>, Status> {
+        let node = self.meta.node();
+        let rows = super::deletions::local_rows(&self.shards, node);
+        Ok(Response::new(super::proto::DeletionsReply {
+            deletions: rows.iter().map(super::deletions::row_to_proto).collect(),
+            shards: self.shards.ids(),
+        }))
+    }
+
+    async fn audit(
+        &self,
+        req: Request<super::proto::AuditRequest>,
+    ) -> std::result::Result<Response<super::proto::AuditReply>, Status> {
+        let (id, node, shards) =
+            (req.into_inner().request_id, self.meta.node(), self.shards.clone());
+        let reports =
+            tokio::task::spawn_blocking(move || super::deletions::local_audit(&shards, id, node))
+                .await
+                .map_err(|e| Status::internal(e.to_string()))?;
+        Ok(Response::new(super::proto::AuditReply {
+            replicas: reports.iter().map(super::deletions::report_to_proto).collect(),
+        }))
     }
 
     async fn write_lines(

@@ -16,10 +16,12 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::{DFParser, Statement as DfStatement};
 use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use ebb_query::db::new_request_id;
+use ebb_query::sql::erase::{is_erase, parse_erase};
 use ebb_query::{QueryOutput, StatementKind};
 use futures::TryStreamExt;
 
-use super::remote::{query_shard, ShardQueryError};
+use super::remote::{query_shard_as, ShardQueryError};
 use super::router::Router;
 use super::table::ClusterTable;
 
@@ -137,6 +139,14 @@ impl ClusterSql {
     /// router to their series' shards; other statements run on every shard, answered per shard
     /// with a leading `shard` column.
     pub async fn execute(&self, sql: &str) -> Result<QueryOutput, ClusterSqlError> {
+        if is_erase(sql) {
+            // One request id and one deadline for every shard.
+            let stmt = parse_erase(sql).map_err(|e| ClusterSqlError::Invalid(e.to_string()))?;
+            let now_ms = ebb_query::now_ms();
+            let deadline = stmt.deadline.map(|d| now_ms.saturating_add(d.as_millis() as u64));
+            let request = Some((new_request_id(), deadline));
+            return self.on_every_shard(sql, StatementKind::Erase, request).await;
+        }
         let mut stmts = DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {})
             .map_err(|e| ClusterSqlError::Invalid(format!("SQL syntax: {e}")))?;
         if stmts.len() != 1 {
@@ -147,10 +157,12 @@ impl ClusterSql {
                 SqlStatement::Query(_) | SqlStatement::Explain { .. } => StatementKind::Query,
                 SqlStatement::Insert(_) => StatementKind::Insert,
                 SqlStatement::Delete(_) => {
-                    return self.on_every_shard(sql, StatementKind::Delete).await
+                    let request = Some((new_request_id(), None));
+                    return self.on_every_shard(sql, StatementKind::Delete, request).await;
                 }
                 other => {
-                    return self.on_every_shard(sql, StatementKind::Command(tag(&other))).await
+                    let kind = StatementKind::Command(tag(&other));
+                    return self.on_every_shard(sql, kind, None).await;
                 }
             },
             _ => StatementKind::Query,
@@ -167,11 +179,12 @@ impl ClusterSql {
         &self,
         sql: &str,
         kind: StatementKind,
+        request: Option<(u64, Option<u64>)>,
     ) -> Result<QueryOutput, ClusterSqlError> {
         let mut out = Vec::new();
         let mut reached = false;
         for shard in self.router.shard_ids() {
-            let res = query_shard(&self.router, shard, &self.database, sql).await;
+            let res = query_shard_as(&self.router, shard, &self.database, sql, request).await;
             let batches: Vec<RecordBatch> = match res {
                 Ok((_, stream)) => {
                     stream.try_collect().await.map_err(ClusterSqlError::Unavailable)?
@@ -188,7 +201,8 @@ impl ClusterSql {
             }
         }
         if !reached {
-            return Err(ClusterSqlError::Invalid("no shard has that table".into()));
+            let what = if kind == StatementKind::Erase { "database" } else { "table" };
+            return Err(ClusterSqlError::Invalid(format!("no shard has that {what}")));
         }
         let schema = match out.first() {
             Some(b) => b.schema(),

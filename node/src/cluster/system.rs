@@ -1,5 +1,6 @@
-//! `system.nodes` and `system.shards` of cluster SQL: the nodes with their state and role in
-//! the metadata group, and every shard's placement, leader and move in progress.
+//! `system.nodes`, `system.shards` and `system.deletions` of cluster SQL: the nodes with their
+//! state and role in the metadata group, every shard's placement, leader and move in progress,
+//! and every delete request on every replica (gathered from every node).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use datafusion::error::Result as DfResult;
 use super::router::Router;
 
 /// Names of the cluster's system tables.
-pub const NAMES: [&str; 2] = ["nodes", "shards"];
+pub const NAMES: [&str; 3] = ["deletions", "nodes", "shards"];
 
 fn join(ids: &[u64]) -> String {
     ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")
@@ -24,6 +25,12 @@ fn join(ids: &[u64]) -> String {
 pub async fn table(router: &Router, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
     let view = router.meta().view();
     let batch = match name {
+        "deletions" => {
+            let rows = super::deletions::gather(router).await;
+            let now_ms = ebb_query::now_ms();
+            ebb_query::deletions::batch(&rows, now_ms)
+                .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?
+        }
         "nodes" => {
             let m = router.meta().raft().metrics().borrow().clone();
             let membership = m.membership_config.membership().clone();

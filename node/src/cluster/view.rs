@@ -63,6 +63,13 @@ pub struct ShardInfo {
 }
 
 impl ShardInfo {
+    /// Every node that holds (or is about to hold) a replica.
+    pub fn holders(&self) -> Vec<u64> {
+        let mut all = self.replicas.clone();
+        all.extend(self.target.iter().flatten().filter(|n| !self.replicas.contains(n)));
+        all
+    }
+
     /// True if `node` holds (or is about to hold) a replica.
     pub fn involves(&self, node: u64) -> bool {
         self.replicas.contains(&node) || self.target.as_ref().is_some_and(|t| t.contains(&node))

@@ -376,18 +376,34 @@ where
             let plural = if deletes == 1 { "" } else { "s" };
             let message = match ids.as_slice() {
                 [] => None,
-                [id] => Some(format!(
+                [id, ..] => Some(format!(
                     "delete id {id} ({deletes} engine delete{plural}); see system.deletions"
-                )),
-                ids => Some(format!(
-                    "delete ids {} (one per shard; {deletes} engine delete{plural})",
-                    ids.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
                 )),
             };
             if let Some(message) = message {
                 client.feed(notice(message)).await?;
             }
             Outcome::Tag(Tag::new("DELETE").with_rows(to_usize(rows)))
+        }
+        StatementKind::Erase => {
+            // One row (per shard in a cluster): rows_erased, erasure_id, series, tables.
+            let batches = collect(batches).await?;
+            let column = |name: &str| -> Vec<u64> {
+                match schema.index_of(name) {
+                    Ok(i) => column_u64(&batches, i).into_iter().flatten().collect(),
+                    Err(_) => Vec::new(),
+                }
+            };
+            let rows: u64 = column("rows_erased").iter().sum();
+            let series: u64 = column("series").iter().sum();
+            if let Some(id) = column("erasure_id").first() {
+                client
+                    .feed(notice(format!(
+                        "erasure id {id} ({series} series); see system.deletions, and                          `ebb audit verify {id}` once it is persisted"
+                    )))
+                    .await?;
+            }
+            Outcome::Tag(Tag::new("ERASE").with_rows(to_usize(rows)))
         }
         StatementKind::Command(tag) => Outcome::Tag(Tag::new(&tag)),
     })
@@ -468,6 +484,7 @@ fn sqlstate(err: &QueryError) -> &'static str {
     match err {
         QueryError::Unsupported(_) => return "0A000",
         QueryError::UnknownTable(_) => return "42P01",
+        QueryError::UnknownDatabase(_) => return "3D000",
         QueryError::TypeConflict { .. } => return "42804",
         QueryError::Line(_) => return "22P02",
         QueryError::BeyondRetention(_) => return "22008",

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use ebb_storage::WriteBatch;
 
-use super::Database;
+use super::{Database, RequestSpec};
 use crate::error::{QueryError, Result};
 use crate::model::catalog::CatalogDelta;
 use crate::model::keys::{series_range, table_range, time_to_u64};
@@ -37,8 +37,10 @@ pub enum DeleteTarget {
 pub struct DeleteOutcome {
     /// Rows that matched (and are now invisible).
     pub rows: u64,
-    /// Ledger ids of the engine deletes written (see `system.deletions`).
+    /// Ledger ids of the engine deletes written.
     pub ids: Vec<u64>,
+    /// The request they were issued under (see `system.deletions`).
+    pub request: u64,
 }
 
 /// Tables with at most this many series read a time window series by series (one seek each)
@@ -61,9 +63,15 @@ impl Database {
         })
     }
 
-    /// Deletes the rows of `table` that any of `targets` selects. Counts them first (under the
-    /// writer lock, so the count is exact), then writes every engine delete in one batch.
-    pub fn delete(&self, table: &TableDef, targets: &[DeleteTarget]) -> Result<DeleteOutcome> {
+    /// Deletes the rows of `table` that any of `targets` selects, as request `spec`. Counts
+    /// them first (under the writer lock, so the count is exact), then writes every engine
+    /// delete in one batch.
+    pub fn delete(
+        &self,
+        table: &TableDef,
+        targets: &[DeleteTarget],
+        spec: &RequestSpec,
+    ) -> Result<DeleteOutcome> {
         if targets.is_empty() {
             return Err(QueryError::Internal("delete without targets".into()));
         }
@@ -134,7 +142,12 @@ impl Database {
         }
         drop(snap);
         let n = batch.len() as u64;
+        batch.set_request(spec.request(rows));
         let seq = self.commit(&mut w, &batch, CatalogDelta::default())?;
-        Ok(DeleteOutcome { rows, ids: (seq..seq + n).filter(|_| n > 0).collect() })
+        Ok(DeleteOutcome {
+            rows,
+            ids: (seq..seq + n).filter(|_| n > 0).collect(),
+            request: spec.id,
+        })
     }
 }

@@ -3,7 +3,9 @@
 //! assigns the engine's sequence numbers.
 
 mod delete;
+mod erase;
 mod replicated;
+mod request;
 mod write;
 
 use std::path::Path;
@@ -14,7 +16,9 @@ use ebb_storage::{Engine, Options, WriteBatch};
 use parking_lot::{Mutex, RwLock};
 
 pub use delete::{DeleteOutcome, DeleteTarget};
+pub use erase::EraseOutcome;
 pub use replicated::Replicator;
+pub use request::{human_duration, new_request_id, request_id_ms, RequestSpec};
 pub use write::WriteSummary;
 
 use crate::error::{QueryError, Result};
@@ -195,6 +199,8 @@ impl Database {
         let (lo, hi) = table_range(def.id);
         batch.delete_range(lo, hi);
         delta.write_to(&mut batch)?;
+        // Rows are not counted: that would read the whole table under the writer lock.
+        batch.set_request(RequestSpec::new("drop", format!("DROP TABLE {db}.{name}")).request(0));
         let seq = self.commit(&mut w, &batch, delta)?;
         if def.retention_ns.is_some() {
             self.set_rule(table_prefix(def.id).to_vec(), None)?;
@@ -206,17 +212,28 @@ impl Database {
     /// Returns how many were written.
     pub fn purge_expired(&self) -> Result<u64> {
         let mut w = self.writer.lock();
-        if let Some(rep) = &self.replicator {
-            let batch = self.engine().expired_batch(replicated::now_ms());
-            if batch.is_empty() {
-                return Ok(0);
-            }
-            self.propose(rep.as_ref(), &batch)?;
-            return Ok(batch.len() as u64);
+        let now = self.engine().options().clock.now_ms();
+        let mut batch = self.engine().expired_batch(now);
+        if batch.is_empty() {
+            return Ok(0);
         }
-        let n = self.engine().purge_expired(w.next_seq)?;
-        w.next_seq += n;
-        Ok(n)
+        let tables: Vec<String> = batch
+            .ops()
+            .iter()
+            .filter_map(|op| match op {
+                ebb_storage::BatchOp::DeleteTimeRange { lo, .. } => {
+                    let id = u32::from_be_bytes(lo.get(..4)?.try_into().ok()?);
+                    let t = self.catalog.table_by_id(id)?;
+                    let keep = request::human_duration(t.retention_ns.unwrap_or(0) / 1_000_000_000);
+                    Some(format!("{}.{} ({keep})", t.database, t.name))
+                }
+                _ => None,
+            })
+            .collect();
+        let text = format!("rows past the retention of {}", tables.join(", "));
+        batch.set_request(RequestSpec::new("retention", text).request(0));
+        self.commit(&mut w, &batch, CatalogDelta::default())?;
+        Ok(batch.len() as u64)
     }
 
     /// The table, or [`QueryError::UnknownTable`].

@@ -28,14 +28,6 @@ pub trait Replicator: Send + Sync + std::fmt::Debug {
     fn propose_retention(&self, prefix: Vec<u8>, retention: Option<Duration>) -> Result<()>;
 }
 
-/// Milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or_default()
-}
-
 impl Database {
     /// The database of a shard replica over `engine`, whose changes go through `replicator`.
     /// Install [`Database::on_applied`] and [`Database::on_replaced`] as the replica's apply
@@ -61,7 +53,7 @@ impl Database {
         if batch.is_empty() {
             return Ok(0);
         }
-        rep.propose(batch, now_ms())
+        rep.propose(batch, crate::now_ms())
     }
 
     /// Sets a retention rule: on the engine, or through the group.

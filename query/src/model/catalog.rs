@@ -50,6 +50,8 @@ pub struct CatalogDelta {
     pub series: Vec<(u32, Vec<u8>, u64, TagValues)>,
     /// Tables dropped.
     pub dropped: Vec<u32>,
+    /// Series removed from their table's index (an erasure): `(table, series id)`.
+    pub removed_series: Vec<(u32, u64)>,
 }
 
 impl CatalogDelta {
@@ -59,6 +61,7 @@ impl CatalogDelta {
             && self.tables.is_empty()
             && self.series.is_empty()
             && self.dropped.is_empty()
+            && self.removed_series.is_empty()
     }
 
     /// Adds the delta's records to `batch`.
@@ -73,6 +76,9 @@ impl CatalogDelta {
         }
         for (table, key, id, _) in &self.series {
             batch.put(series_cat_key(*table, *id), key.clone());
+        }
+        for (table, id) in &self.removed_series {
+            batch.delete(series_cat_key(*table, *id));
         }
         for id in &self.dropped {
             batch.delete(cat_key(TABLE, &id.to_be_bytes()));
@@ -119,6 +125,13 @@ impl CatalogDelta {
                 {
                     let id = u32::from_be_bytes(key[5..9].try_into().unwrap_or_default());
                     delta.dropped.push(id);
+                }
+                BatchOp::Delete { key }
+                    if key.len() == 17 && key[..4] == prefix && key[4] == SERIES =>
+                {
+                    let table = u32::from_be_bytes(key[5..9].try_into().unwrap_or_default());
+                    let id = u64::from_be_bytes(key[9..17].try_into().unwrap_or_default());
+                    delta.removed_series.push((table, id));
                 }
                 _ => {}
             }
@@ -218,6 +231,11 @@ impl Catalog {
         for (table, key, id, tags) in delta.series {
             st.next_series = st.next_series.max(id + 1);
             st.series.entry(table).or_default().insert(key, id, tags);
+        }
+        for (table, id) in delta.removed_series {
+            if let Some(idx) = st.series.get_mut(&table) {
+                idx.remove_id(id);
+            }
         }
         for id in delta.dropped {
             if let Some(def) = st.tables.remove(&id) {

@@ -68,6 +68,24 @@ impl SeriesIndex {
         Some(id)
     }
 
+    /// Forgets series `id` (by id: its key is rebuilt from its tag values).
+    pub fn remove_id(&mut self, id: u64) -> bool {
+        let Some(tags) = self.tags_of.get(&id) else { return false };
+        let mut key = Vec::new();
+        encode_series_key(
+            tags.iter().enumerate().filter_map(|(i, v)| v.as_deref().map(|v| (i, v))),
+            &mut key,
+        );
+        if self.by_key.get(&key) == Some(&id) {
+            self.by_key.remove(&key);
+        } else {
+            self.by_key.retain(|_, v| *v != id); // a key stored in another form
+        }
+        self.tags_of.remove(&id);
+        self.max_time.remove(&id);
+        true
+    }
+
     /// Tag values of series `id`, padded to `tag_count` tags (tags added after it was created).
     pub fn tags(&self, id: u64) -> Option<&TagValues> {
         self.tags_of.get(&id)

@@ -4,8 +4,10 @@
 mod catalog;
 pub mod ddl;
 pub mod delete;
+pub mod erase;
 mod provider;
 pub mod pushdown;
+pub mod rows;
 mod scan;
 mod session;
 pub mod system;

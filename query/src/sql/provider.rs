@@ -1,15 +1,12 @@
 //! The DataFusion table provider of an EbbDB table: scans with projection, limit and filter
 //! pushdown, `INSERT` and `DELETE`.
 
-use std::borrow::Cow;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{Array, AsArray, RecordBatch, UInt64Array};
-use datafusion::arrow::datatypes::{
-    DataType, Field, Float64Type, Int64Type, Schema, SchemaRef, TimestampNanosecondType, UInt64Type,
-};
+use datafusion::arrow::array::{RecordBatch, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::Session;
 use datafusion::catalog::TableProvider;
 use datafusion::datasource::sink::{DataSink, DataSinkExec};
@@ -20,14 +17,14 @@ use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::StreamExt;
-use smallvec::SmallVec;
 
 use super::delete::delete_targets;
 use super::pushdown::{classify, ScanFilter};
+use super::rows::batch_lines;
 use super::scan::{SeriesSpan, TableScan};
 use crate::db::Database;
-use crate::lp::{FieldValue, Line, Precision};
-use crate::model::schema::{FieldType, TableDef};
+use crate::lp::{Line, Precision};
+use crate::model::schema::TableDef;
 
 /// An EbbDB table as DataFusion sees it.
 #[derive(Debug)]
@@ -154,7 +151,12 @@ impl TableProvider for EbbTable {
         let predicate = filters.into_iter().reduce(Expr::and);
         let targets =
             delete_targets(&self.db, &self.def, predicate.as_ref()).map_err(Self::df_err)?;
-        let out = self.db.delete(&self.def, &targets).map_err(Self::df_err)?;
+        let text = match &predicate {
+            Some(p) => format!("DELETE FROM {}.{} WHERE {p}", self.def.database, self.def.name),
+            None => format!("DELETE FROM {}.{}", self.def.database, self.def.name),
+        };
+        let spec = crate::db::RequestSpec::new("delete", text);
+        let out = self.db.delete(&self.def, &targets, &spec).map_err(Self::df_err)?;
         let schema = Arc::new(Schema::new(vec![Field::new("count", DataType::UInt64, false)]));
         let batch = RecordBatch::try_new(
             schema.clone(),
@@ -212,72 +214,9 @@ fn insert_batches(db: &Database, def: &TableDef, batches: &[RecordBatch]) -> cra
     let mut lines: Vec<(usize, Line<'_>)> = Vec::new();
     let mut row_no = 0usize;
     for b in batches {
-        let time = b.column(0).as_primitive_opt::<TimestampNanosecondType>().ok_or_else(|| {
-            crate::QueryError::Internal(format!("time column is {}", b.column(0).data_type()))
-        })?;
-        for r in 0..b.num_rows() {
-            row_no += 1;
-            if time.is_null(r) {
-                return Err(crate::QueryError::invalid(format!("row {row_no}: time is NULL")));
-            }
-            let mut tags = SmallVec::new();
-            for (i, t) in def.tags.iter().enumerate() {
-                let col = b.column(1 + i);
-                if col.is_null(r) {
-                    continue;
-                }
-                let v = string_at(col.as_ref(), r)?;
-                tags.push((Cow::Borrowed(t.as_str()), Cow::Owned(v)));
-            }
-            let mut fields = SmallVec::new();
-            for (i, (f, ty)) in def.fields.iter().enumerate() {
-                let col = b.column(1 + def.tags.len() + i);
-                if col.is_null(r) {
-                    continue;
-                }
-                let v = match ty {
-                    FieldType::Float => {
-                        FieldValue::Float(col.as_primitive::<Float64Type>().value(r))
-                    }
-                    FieldType::Integer => {
-                        FieldValue::Integer(col.as_primitive::<Int64Type>().value(r))
-                    }
-                    FieldType::UInteger => {
-                        FieldValue::UInteger(col.as_primitive::<UInt64Type>().value(r))
-                    }
-                    FieldType::Boolean => FieldValue::Boolean(col.as_boolean().value(r)),
-                    FieldType::String => {
-                        FieldValue::String(Cow::Owned(string_at(col.as_ref(), r)?))
-                    }
-                };
-                fields.push((Cow::Borrowed(f.as_str()), v));
-            }
-            if fields.is_empty() {
-                return Err(crate::QueryError::invalid(format!(
-                    "row {row_no}: a row needs at least one field value"
-                )));
-            }
-            lines.push((
-                row_no,
-                Line {
-                    measurement: Cow::Borrowed(def.name.as_str()),
-                    tags,
-                    fields,
-                    timestamp: Some(time.value(r)),
-                },
-            ));
-        }
+        batch_lines(&def.name, b, |c| def.tags.iter().any(|t| t == c), &mut row_no, &mut lines)?;
     }
     let now = crate::now_ns();
     let s = db.write_parsed(&def.database, &lines, Precision::Nanoseconds, now)?;
     Ok(s.lines as u64)
-}
-
-fn string_at(col: &dyn Array, r: usize) -> crate::Result<String> {
-    match col.data_type() {
-        DataType::Utf8 => Ok(col.as_string::<i32>().value(r).to_string()),
-        DataType::LargeUtf8 => Ok(col.as_string::<i64>().value(r).to_string()),
-        DataType::Utf8View => Ok(col.as_string_view().value(r).to_string()),
-        other => Err(crate::QueryError::Internal(format!("string column is {other}"))),
-    }
 }

@@ -19,8 +19,9 @@ use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use super::catalog::EbbCatalog;
 use super::ddl::{create_spec, retention_option, table_name};
 use super::delete::delete_targets;
+use super::erase::{is_erase, parse_erase, EraseStatement};
 use super::CATALOG;
-use crate::db::Database;
+use crate::db::{Database, RequestSpec};
 use crate::error::{QueryError, Result};
 
 /// The result of one statement: its rows (as a stream) and a command tag such as `SELECT 3`,
@@ -43,6 +44,8 @@ pub enum StatementKind {
     Insert,
     /// `DELETE` (one row: rows deleted and the delete id).
     Delete,
+    /// `ERASE` (one row: rows erased, the erasure id, series and tables).
+    Erase,
     /// Anything without rows, with its tag (`CREATE TABLE`, `DROP TABLE`...).
     Command(String),
 }
@@ -52,6 +55,9 @@ pub struct SqlSession {
     db: Arc<Database>,
     ctx: SessionContext,
     database: String,
+    /// Request id and deadline a coordinator chose for the `DELETE` or `ERASE` this session
+    /// runs on one shard of a cluster.
+    request: Option<(u64, Option<u64>)>,
 }
 
 impl SqlSession {
@@ -63,7 +69,14 @@ impl SqlSession {
             .with_create_default_catalog_and_schema(false);
         let ctx = SessionContext::new_with_config(config);
         ctx.register_catalog(CATALOG, Arc::new(EbbCatalog::new(db.clone())));
-        SqlSession { db, ctx, database: database.to_string() }
+        SqlSession { db, ctx, database: database.to_string(), request: None }
+    }
+
+    /// Runs the session's `DELETE` and `ERASE` statements under request id `id` with deadline
+    /// `deadline_ms` (when a coordinator issues one request on every shard).
+    pub fn with_request(mut self, id: u64, deadline_ms: Option<u64>) -> SqlSession {
+        self.request = Some((id, deadline_ms));
+        self
     }
 
     /// The session's default database.
@@ -78,6 +91,9 @@ impl SqlSession {
 
     /// Runs every statement of `sql` in order; returns the output of each.
     pub async fn execute_all(&self, sql: &str) -> Result<Vec<QueryOutput>> {
+        if is_erase(sql) {
+            return Ok(vec![self.erase(parse_erase(sql)?).await?]);
+        }
         let statements = DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {})
             .map_err(|e| QueryError::invalid(format!("SQL syntax: {e}")))?;
         let mut out = Vec::with_capacity(statements.len());
@@ -112,6 +128,11 @@ impl SqlSession {
                 return Ok(out);
             }
         }
+        // The statement as the deletion ledger records it (only a DELETE needs it).
+        let delete_text = match &stmt {
+            DfStatement::Statement(s) if matches!(**s, SqlStatement::Delete(_)) => s.to_string(),
+            _ => String::new(),
+        };
         let kind = match &stmt {
             DfStatement::Statement(s) if matches!(**s, SqlStatement::Insert(_)) => {
                 StatementKind::Insert
@@ -138,7 +159,7 @@ impl SqlSession {
                 let LogicalPlan::Dml(d) = &optimized else {
                     return Err(QueryError::Internal("DELETE plan lost its DML node".into()));
                 };
-                return self.delete(d).await;
+                return self.delete(d, delete_text).await;
             }
         }
         if let LogicalPlan::Ddl(_) = &plan {
@@ -231,7 +252,63 @@ impl SqlSession {
         Ok(Some(out))
     }
 
-    async fn delete(&self, d: &DmlStatement) -> Result<QueryOutput> {
+    /// The request a statement of `kind` described by `text` runs as.
+    fn request_spec(&self, kind: &str, text: String) -> RequestSpec {
+        let spec = RequestSpec::new(kind, text);
+        match self.request {
+            Some((id, deadline)) => spec.with_id(id).with_deadline(deadline),
+            None => spec,
+        }
+    }
+
+    async fn erase(&self, stmt: EraseStatement) -> Result<QueryOutput> {
+        let database = stmt.database.clone().unwrap_or_else(|| self.database.clone());
+        let mut spec = self.request_spec("erase", stmt.text(&database));
+        if let Some(d) = stmt.deadline {
+            let max = self.db.engine().options().delete_deadline;
+            if max.is_some_and(|m| d > m) {
+                return Err(QueryError::invalid(format!(
+                    "DEADLINE '{}' is longer than the configured delete deadline of {}; ask for                      at most that, or leave DEADLINE out",
+                    crate::db::human_duration(d.as_secs()),
+                    crate::db::human_duration(max.map_or(0, |m| m.as_secs())),
+                )));
+            }
+            if spec.deadline_ms.is_none() {
+                let now = self.db.engine().options().clock.now_ms();
+                spec.deadline_ms = Some(now.saturating_add(d.as_millis() as u64));
+            }
+        }
+        let db = self.db.clone();
+        let (tag, value) = (stmt.tag, stmt.value);
+        let out = blocking(move || db.erase(&database, &tag, &value, &spec)).await?;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("rows_erased", DataType::UInt64, false),
+            Field::new("erasure_id", DataType::UInt64, false),
+            Field::new("series", DataType::UInt64, false),
+            Field::new("tables", DataType::UInt64, false),
+            Field::new("deletes", DataType::UInt64, false),
+        ]));
+        let col =
+            |v: u64| Arc::new(UInt64Array::from(vec![v])) as datafusion::arrow::array::ArrayRef;
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                col(out.rows),
+                col(out.request),
+                col(out.series),
+                col(out.tables),
+                col(out.ids.len() as u64),
+            ],
+        )
+        .map_err(|e| QueryError::Internal(e.to_string()))?;
+        Ok(QueryOutput {
+            schema: schema.clone(),
+            stream: once(schema, batch),
+            kind: StatementKind::Erase,
+        })
+    }
+
+    async fn delete(&self, d: &DmlStatement, text: String) -> Result<QueryOutput> {
         let (database, table) = match (d.table_name.schema(), d.table_name.table()) {
             (Some(s), t) => (s.to_string(), t.to_string()),
             (None, t) => (self.database.clone(), t.to_string()),
@@ -239,12 +316,13 @@ impl SqlSession {
         let def = self.db.existing(&database, &table)?;
         let predicate = filter_of(&d.input);
         let db = self.db.clone();
+        let spec = self.request_spec("delete", text);
         let outcome = blocking(move || {
             let targets = delete_targets(&db, &def, predicate.as_ref())?;
             if targets.is_empty() {
-                return Ok(crate::DeleteOutcome { rows: 0, ids: Vec::new() });
+                return Ok(crate::DeleteOutcome { rows: 0, ids: Vec::new(), request: spec.id });
             }
-            db.delete(&def, &targets)
+            db.delete(&def, &targets, &spec)
         })
         .await?;
         let schema = Arc::new(Schema::new(vec![
@@ -256,7 +334,9 @@ impl SqlSession {
             schema.clone(),
             vec![
                 Arc::new(UInt64Array::from(vec![outcome.rows])),
-                Arc::new(UInt64Array::from(vec![outcome.ids.first().copied()])),
+                Arc::new(UInt64Array::from(vec![
+                    (!outcome.ids.is_empty()).then_some(outcome.request)
+                ])),
                 Arc::new(UInt64Array::from(vec![outcome.ids.len() as u64])),
             ],
         )

@@ -1,7 +1,9 @@
 //! System tables, built from the engine and catalog when queried:
 //!
-//! - `system.deletions`: the engine's deletion ledger (every delete, its deadline and when it
-//!   was persisted), with what each delete covered in table terms.
+//! - `system.deletions`: every delete request (`DELETE`, `ERASE`, `DROP TABLE`, retention
+//!   purge), its deadline, and when it was applied and persisted ([`crate::deletions`]).
+//! - `system.engine_deletes`: the engine's deletion ledger itself, one row per engine delete,
+//!   with what each covered in table terms.
 //! - `system.tables`: tables, their columns, retention and series count.
 //! - `system.compactions`: recent flushes, compactions and time-window executions.
 
@@ -20,6 +22,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use ebb_storage::{DeletionKind, DeletionStatus};
 
 use crate::db::Database;
+use crate::deletions::ms_to_ns;
 use crate::model::keys::{parse_row_key, u64_to_time, CATALOG_TABLE};
 
 /// Name of the system schema.
@@ -37,19 +40,20 @@ fn ts(name: &str, nullable: bool) -> Field {
     Field::new(name, DataType::Timestamp(TimeUnit::Nanosecond, None), nullable)
 }
 
-fn ms_to_ns(ms: u64) -> i64 {
-    (ms.min(i64::MAX as u64 / 1_000_000) * 1_000_000) as i64
-}
-
 impl SystemTable {
     /// Names of the system tables.
-    pub const NAMES: &'static [&'static str] = &["compactions", "deletions", "tables"];
+    pub const NAMES: &'static [&'static str] =
+        &["compactions", "deletions", "engine_deletes", "tables"];
 
     /// The system table `name`, if there is one.
     pub fn new(db: Arc<Database>, name: &str) -> Option<SystemTable> {
         let (name, fields): (&'static str, Vec<Field>) = match name {
             "deletions" => (
                 "deletions",
+                crate::deletions::schema().fields().iter().map(|f| f.as_ref().clone()).collect(),
+            ),
+            "engine_deletes" => (
+                "engine_deletes",
                 vec![
                     Field::new("id", DataType::UInt64, false),
                     Field::new("kind", DataType::Utf8, false),
@@ -97,7 +101,13 @@ impl SystemTable {
 
     fn batch(&self) -> DfResult<RecordBatch> {
         let cols = match self.name {
-            "deletions" => self.deletions(),
+            "deletions" => {
+                let now_ms = crate::now_ms();
+                let rows = crate::deletions::local_deletions(&self.db, 0, 0);
+                return crate::deletions::batch(&rows, now_ms)
+                    .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)));
+            }
+            "engine_deletes" => self.deletions(),
             "tables" => self.tables(),
             _ => self.compactions(),
         };
@@ -106,7 +116,7 @@ impl SystemTable {
 
     fn deletions(&self) -> Vec<ArrayRef> {
         let list = self.db.engine().deletions();
-        let now_ms = crate::now_ns().max(0) as u64 / 1_000_000;
+        let now_ms = crate::now_ms();
         let cat = self.db.catalog();
         let table_of = |key: &[u8]| -> Option<String> {
             let id = u32::from_be_bytes(key.get(..4)?.try_into().ok()?);
@@ -186,16 +196,7 @@ impl SystemTable {
         let cat = self.db.catalog();
         let mut rows = cat.tables();
         rows.sort_by(|a, b| (&a.database, &a.name).cmp(&(&b.database, &b.name)));
-        let retention = |ns: Option<u64>| {
-            ns.map(|n| {
-                let s = n / 1_000_000_000;
-                match s {
-                    s if s % 86_400 == 0 => format!("{}d", s / 86_400),
-                    s if s % 3600 == 0 => format!("{}h", s / 3600),
-                    s => format!("{s}s"),
-                }
-            })
-        };
+        let retention = |ns: Option<u64>| ns.map(|n| crate::db::human_duration(n / 1_000_000_000));
         vec![
             Arc::new(StringArray::from_iter_values(rows.iter().map(|t| t.database.clone()))),
             Arc::new(StringArray::from_iter_values(rows.iter().map(|t| t.name.clone()))),

@@ -6,6 +6,7 @@
 //! ([`flusher`]) that syncs once for every append queued meanwhile. Truncation cuts the newest
 //! segments back; purging records the purged id first and then deletes whole segments.
 
+mod erasure;
 mod flusher;
 mod meta;
 mod segment;
@@ -62,6 +63,8 @@ struct State {
     meta: Meta,
     /// Id of the newest entry present (`None` if there is none beyond the purged ones).
     last: Option<LogId<NodeId>>,
+    /// The next append starts a new segment.
+    rotate_next: bool,
 }
 
 impl LogStore {
@@ -98,7 +101,7 @@ impl LogStore {
             }
             segments.push(seg);
         }
-        let mut state = State { segments, meta, last: None };
+        let mut state = State { segments, meta, last: None, rotate_next: false };
         state.last = state.newest_id()?;
         let poisoned = Arc::new(AtomicBool::new(false));
         let flusher = Flusher::start(poisoned.clone());
@@ -157,6 +160,7 @@ impl LogStore {
             let pending = lens.len() as u64;
             let rotate = match st.segments.last() {
                 None => true,
+                Some(s) if st.rotate_next && s.count() > 0 && lens.is_empty() => true,
                 Some(s) if s.next_index() + pending > index => {
                     return Err(LogError::Corrupt(format!(
                         "append of entry {index} over existing entries up to {}",
@@ -177,6 +181,7 @@ impl LogStore {
                     }
                 }
                 st.segments.push(Segment::create(&self.shared.dir, index)?);
+                st.rotate_next = false;
                 sync_dir(&self.shared.dir)?;
             }
             let payload =

@@ -3,6 +3,7 @@
 //! in the engine, and snapshots itself as engine checkpoints.
 
 pub mod applied;
+mod erasure;
 mod replica;
 pub mod snapshot;
 

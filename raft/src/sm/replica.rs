@@ -36,14 +36,17 @@ const KEEP_SNAPSHOTS: usize = 2;
 
 /// One shard replica: the engine the Raft state machine applies entries to.
 pub struct Replica {
-    root: PathBuf,
+    pub(super) root: PathBuf,
     opts: Options,
     engine: RwLock<Arc<Engine>>,
-    generation: Mutex<u64>,
+    pub(super) generation: Mutex<u64>,
     /// Serializes applying entries, building snapshots and installing them.
     apply_lock: Mutex<()>,
-    current: Mutex<Option<(Descriptor, ShardSnapshot)>>,
+    pub(super) current: Mutex<Option<(Descriptor, ShardSnapshot)>>,
     hook: RwLock<Option<Arc<dyn ApplyHook>>>,
+    /// Held while the log watermark is recomputed and while files are copied into a snapshot
+    /// (which lowers it first), so neither undoes the other.
+    pub(super) watermark_lock: Mutex<()>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -56,6 +59,8 @@ impl Replica {
     /// Opens (or creates) the replica in `root`, removing what a crash left half done.
     pub fn open(root: impl AsRef<Path>, opts: Options) -> Result<Arc<Replica>, ShardError> {
         let root = root.as_ref().to_path_buf();
+        // The Raft log (and snapshots) hold writes too: deletes wait for them.
+        let opts = Options { external_log: true, ..opts };
         std::fs::create_dir_all(root.join("snapshots")).map_err(ShardError::io(&root))?;
         let gen_file = root.join("ENGINE");
         let generation = match std::fs::read_to_string(&gen_file) {
@@ -87,6 +92,7 @@ impl Replica {
             apply_lock: Mutex::new(()),
             current: Mutex::new(current),
             hook: RwLock::new(None),
+            watermark_lock: Mutex::new(()),
         }))
     }
 
@@ -115,8 +121,13 @@ impl Replica {
         self.current.lock().clone()
     }
 
-    /// A fresh directory to receive snapshot `id` into.
+    /// A fresh directory to receive snapshot `id` into. Until it is installed or removed, the
+    /// engine marks no delete persisted (the leader's files may hold anything).
     pub fn incoming_dir(&self, id: &str) -> Result<PathBuf, ShardError> {
+        {
+            let _w = self.watermark_lock.lock();
+            self.engine().narrow_log_clearance(&ebb_storage::LogClearance::below(0));
+        }
         let dir = self.root.join("incoming").join(sanitize(id));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(ShardError::io(&dir))?;
@@ -191,7 +202,12 @@ impl Replica {
             let id = format!("{index:020}-{term}-{}", unique_suffix());
             let tmp = snaps.join(format!("{id}.tmp"));
             let _ = std::fs::remove_dir_all(&tmp);
+            // Taken first: what the files the checkpoint links are certainly clear of.
+            let _w = self.watermark_lock.lock();
+            let clear = engine.engine_clearance()?;
+            engine.narrow_log_clearance(&clear);
             let seq = engine.checkpoint(&tmp)?;
+            super::erasure::write_clearance(&tmp, &clear)?;
             (tmp, last, membership, seq)
         };
         let id = tmp.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
@@ -266,7 +282,7 @@ impl Replica {
     }
 }
 
-fn engine_dir_name(generation: u64) -> String {
+pub(super) fn engine_dir_name(generation: u64) -> String {
     format!("engine-{generation:08}")
 }
 
@@ -315,6 +331,11 @@ fn newest_snapshot(dir: &Path) -> Result<Option<(Descriptor, ShardSnapshot)>, Sh
 
 /// Removes all snapshots but the newest [`KEEP_SNAPSHOTS`] and `keep`.
 fn prune_snapshots(dir: &Path, keep: Option<&Path>) {
+    prune_snapshots_to(dir, keep, KEEP_SNAPSHOTS);
+}
+
+/// Removes all snapshots but the newest `n` and `keep`.
+pub(super) fn prune_snapshots_to(dir: &Path, keep: Option<&Path>, n_keep: usize) {
     let Ok(rd) = std::fs::read_dir(dir) else { return };
     let mut names: Vec<PathBuf> = rd
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -322,7 +343,7 @@ fn prune_snapshots(dir: &Path, keep: Option<&Path>) {
         .collect();
     names.sort();
     let n = names.len();
-    for p in names.into_iter().take(n.saturating_sub(KEEP_SNAPSHOTS)) {
+    for p in names.into_iter().take(n.saturating_sub(n_keep)) {
         if Some(p.as_path()) != keep {
             let _ = std::fs::remove_dir_all(&p);
         }

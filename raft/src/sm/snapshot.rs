@@ -166,6 +166,9 @@ impl ShardSnapshot {
         std::fs::create_dir_all(target).map_err(ShardError::io(target))?;
         for f in &d.files {
             let (src, dst) = (self.dir.join(&f.name), target.join(&f.name));
+            if f.name == super::erasure::WATERMARK_FILE {
+                continue; // about the snapshot, not part of the engine
+            }
             let immutable = f.name.ends_with(".sst") || f.name.ends_with(".rdi");
             if !immutable || std::fs::hard_link(&src, &dst).is_err() {
                 std::fs::copy(&src, &dst).map_err(ShardError::io(&dst))?;

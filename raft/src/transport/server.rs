@@ -22,6 +22,8 @@ pub struct GroupHandle {
     pub raft: Raft<TypeConfig>,
     /// The group's replica (engine).
     pub replica: Arc<Replica>,
+    /// The group's log (shared with its Raft).
+    pub log: crate::log::LogStore,
 }
 
 /// The Raft groups a node hosts, by group id.

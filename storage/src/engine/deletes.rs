@@ -10,16 +10,15 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
+use super::clearance::LogClearance;
 use super::{Engine, Inner};
-use crate::batch::{BatchOp, EntryKind, WriteBatch};
+use crate::batch::WriteBatch;
 use crate::compaction::policy::CompactionTask;
 use crate::fade::policy::{pick_expired, FadeInput, PendingRange};
 use crate::fade::{Deadlines, DeleteStamp};
-use crate::iter::EntryCursor;
-use crate::ledger::{Deletion, DeletionKind};
-use crate::memtable::MemCursor;
-use crate::sst::{FileMeta, Table, TableCursor};
-use crate::{Error, RangeDeleteMode, Result};
+use crate::ledger::{Deletion, DeletionKind, RequestStatus};
+use crate::sst::{FileMeta, Table};
+use crate::{RangeDeleteMode, Result};
 
 /// An entry a delete covers that is still stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,57 +56,57 @@ impl Engine {
     }
 
     /// The persistence watermark: every point and range delete with a lower id (sequence number)
-    /// is physically gone from the engine's files, memtables and WAL.
+    /// is physically gone from the engine's files, memtables and WAL (the caller's log aside).
     pub fn persistence_watermark(&self) -> u64 {
         self.inner.persistence_watermark()
     }
 
-    /// Scans every memtable and live SST for values delete `id` covers (entries in its key range
-    /// with a lower sequence number), reading every version, shadowed or not.
+    /// Every delete request the ledger holds, with where its deletes stand.
+    pub fn delete_requests(&self) -> Vec<RequestStatus> {
+        self.inner.ledger.lock().requests()
+    }
+
+    /// Scans every memtable, live SST and WAL segment for values delete `id` covers (entries
+    /// in its key range with a lower sequence number), reading every version, shadowed or not.
     pub fn verify_deletion(&self, id: u64) -> Result<DeletionCheck> {
-        let d = self
-            .deletion(id)
-            .ok_or_else(|| Error::InvalidArgument(format!("no deletion with id {id}")))?;
-        let (lo, hi, window) = match &d.kind {
-            DeletionKind::Point { key } => (key.clone(), None, None),
-            DeletionKind::Range { lo, hi } => (lo.clone(), Some(hi.clone()), None),
-            DeletionKind::TimeWindow { t_lo, t_hi, lo, hi } => {
-                (lo.clone(), Some(hi.clone()), Some(*t_lo..*t_hi))
-            }
-        };
-        let dkey = &self.inner.opts.delete_key;
-        let inside = |k: &[u8]| match &hi {
-            None => k == lo.as_slice(),
-            Some(h) => h.is_empty() || k < h.as_slice(),
-        };
-        let covered = |k: &[u8]| window.as_ref().is_none_or(|w| w.contains(&dkey.extract(k)));
-        let sv = self.inner.current();
-        let mut sources: Vec<(String, Box<dyn EntryCursor>)> = Vec::new();
-        for m in std::iter::once(&sv.mem).chain(&sv.imms) {
-            sources.push(("memtable".into(), Box::new(MemCursor::new(m.clone()))));
-        }
-        for t in sv.version.all_tables() {
-            let name = crate::sst::file_name(t.id());
-            sources.push((name, Box::new(TableCursor::new(t.clone(), false))));
-        }
+        let coverage = self.coverage(&[id])?;
+        let scans = self.audit_listing(&coverage, usize::MAX)?;
         let mut check = DeletionCheck {
             id,
-            sources_scanned: sources.len(),
-            entries_scanned: 0,
+            sources_scanned: scans.len(),
+            entries_scanned: scans.iter().map(|s| s.entries).sum(),
             remaining: vec![],
         };
-        for (location, mut c) in sources {
-            c.seek(&lo)?;
-            while c.valid() && inside(c.key()) {
-                check.entries_scanned += 1;
-                if c.seq() < id && c.kind() == EntryKind::Put && covered(c.key()) {
-                    let (key, seq) = (c.key().to_vec(), c.seq());
-                    check.remaining.push(RemainingEntry { location: location.clone(), key, seq });
-                }
-                c.next()?;
+        for s in scans {
+            for f in s.examples {
+                let location = if s.kind == "sst" { s.name.clone() } else { s.kind.clone() };
+                check.remaining.push(RemainingEntry { location, key: f.key, seq: f.seq });
             }
         }
         Ok(check)
+    }
+}
+
+/// The due base of a delete issued at `issued_ms` and due at `deadline_ms` (see
+/// [`DeleteStamp`]).
+pub(super) fn due_base(deadlines: Option<Deadlines>, issued_ms: u64, deadline_ms: u64) -> u64 {
+    match deadlines {
+        Some(d) if deadline_ms != u64::MAX => deadline_ms.saturating_sub(d.total_ms),
+        _ => issued_ms,
+    }
+}
+
+/// The deadline of a batch's deletes issued at `issued_ms`: the engine's delete deadline after
+/// issue, or the batch request's own if that is earlier.
+pub(super) fn batch_deadline(
+    deadlines: Option<Deadlines>,
+    batch: &WriteBatch,
+    issued_ms: u64,
+) -> u64 {
+    let default = deadlines.map_or(u64::MAX, |d| d.final_due(issued_ms));
+    match batch.request().and_then(|r| r.deadline_ms) {
+        Some(r) => r.min(default),
+        None => default,
     }
 }
 
@@ -116,63 +115,49 @@ impl Inner {
         self.opts.delete_deadline.map(Deadlines::new)
     }
 
-    /// The stamp of delete `seq` (its issue time from the ledger; now if unknown).
+    /// The stamp of delete `seq`: its due base (deadline minus `D_th`, which is its issue time
+    /// under the default deadline; see [`DeleteStamp`]); now if unknown.
     pub(crate) fn delete_stamp(&self, seq: u64) -> DeleteStamp {
-        let ms = self.ledger.lock().issued_ms(seq);
+        let ms = self.ledger.lock().get(seq).map(|d| self.due_base(d.issued_at_ms, d.deadline_ms));
         DeleteStamp { seq, ms: ms.unwrap_or_else(|| self.opts.clock.now_ms()) }
     }
 
-    /// Records the deletes of `batch` (first sequence number `seq`) in the ledger.
-    pub(super) fn issue_deletes(&self, batch: &WriteBatch, seq: u64, issued_ms: u64) {
-        if !batch.has_deletes() {
-            return;
-        }
-        let now = self.opts.clock.now_ms();
-        let deadline = self.deadlines().map_or(u64::MAX, |d| d.final_due(issued_ms));
-        let mut ledger = self.ledger.lock();
-        for (i, op) in batch.ops().iter().enumerate() {
-            let kind = match op {
-                BatchOp::Put { .. } => continue,
-                BatchOp::Delete { key } => DeletionKind::Point { key: key.to_vec() },
-                BatchOp::DeleteRange { lo, hi } => {
-                    DeletionKind::Range { lo: lo.to_vec(), hi: hi.to_vec() }
-                }
-                BatchOp::DeleteTimeRange { t_lo, t_hi, lo, hi } => DeletionKind::TimeWindow {
-                    t_lo: *t_lo,
-                    t_hi: *t_hi,
-                    lo: lo.to_vec(),
-                    hi: hi.to_vec(),
-                },
-            };
-            ledger.issue(Deletion {
-                id: seq + i as u64,
-                kind,
-                issued_at_ms: issued_ms,
-                deadline_ms: deadline,
-                applied_at_ms: now,
-                persisted_at_ms: None,
-            });
-        }
+    /// The due base of a delete issued at `issued_ms` and due at `deadline_ms`.
+    fn due_base(&self, issued_ms: u64, deadline_ms: u64) -> u64 {
+        due_base(self.deadlines(), issued_ms, deadline_ms)
     }
 
-    /// Pending range deletes (GLORAN mode; in tombstone mode their fragments carry stamps).
-    ///
-    /// Only those issued at or before `issued_by` (ms): deadlines follow issue order, so the
-    /// scan stops at the first later one and costs nothing while no deadline is near.
-    fn pending_ranges(&self, issued_by: u64) -> Vec<PendingRange> {
+    /// Records the deletes of `batch` (first sequence number `seq`) in the ledger, with the
+    /// request they carry out. Returns their due base (see [`DeleteStamp`]), if it has any.
+    pub(super) fn issue_deletes(
+        &self,
+        batch: &WriteBatch,
+        seq: u64,
+        issued_ms: u64,
+    ) -> Option<u64> {
+        let deadline = batch_deadline(self.deadlines(), batch, issued_ms);
+        let now = self.opts.clock.now_ms();
+        self.ledger
+            .lock()
+            .issue_batch(batch, seq, issued_ms, deadline, now)
+            .then(|| self.due_base(issued_ms, deadline))
+    }
+
+    /// Pending range deletes (GLORAN mode; in tombstone mode their fragments carry stamps)
+    /// whose deadline is at or before `deadline_by` (ms), earliest deadline first.
+    fn pending_ranges(&self, deadline_by: u64) -> Vec<PendingRange> {
         if self.opts.range_delete_mode != RangeDeleteMode::Gloran {
             return Vec::new();
         }
         self.ledger
             .lock()
-            .pending()
-            .take_while(|d| d.issued_at_ms <= issued_by)
+            .pending_ranges_due_by(deadline_by)
             .filter_map(|d| match &d.kind {
                 DeletionKind::Range { lo, hi } => Some(PendingRange {
                     seq: d.id,
                     lo: lo.clone(),
                     hi: hi.clone(),
-                    issued_ms: d.issued_at_ms,
+                    issued_ms: self.due_base(d.issued_at_ms, d.deadline_ms),
                 }),
                 _ => None,
             })
@@ -183,8 +168,8 @@ impl Inner {
     pub(super) fn pick_deadline(&self, metas: &[Vec<&FileMeta>]) -> Option<CompactionTask> {
         let deadlines = self.deadlines()?;
         let now_ms = self.opts.clock.now_ms();
-        // Only range deletes whose deadline has come can make a file due.
-        let pending = self.pending_ranges(now_ms.saturating_sub(deadlines.total_ms));
+        // Only range deletes within a memtable share of their deadline can make a file due.
+        let pending = self.pending_ranges(now_ms.saturating_add(deadlines.memtable_ms));
         let input = FadeInput {
             now_ms,
             deadlines,
@@ -242,19 +227,89 @@ impl Inner {
         w
     }
 
-    /// Marks deletes below the watermark persisted and writes the ledger; forgets old records.
+    /// Marks deletes below the watermark (and the caller's log watermark) persisted and writes
+    /// the ledger; forgets old records.
     pub(super) fn advance_ledger(&self) -> Result<()> {
-        let w = self.persistence_watermark();
+        let clear = self.log_clearance();
+        let w = self.persistence_watermark().min(clear.below);
+        let early = self.cleared_expedited(w, Some(&clear)).map_err(|e| self.poison(e))?;
         let now = self.opts.clock.now_ms();
         let retention = self.opts.ledger_retention.as_millis() as u64;
         let mut ledger = self.ledger.lock();
         let res = (|| {
-            if ledger.persist_below(w, now) > 0 {
+            for &id in &early {
+                ledger.persist_one(id, now);
+            }
+            if ledger.persist_below(w, now) > 0 || !early.is_empty() {
                 ledger.sync()?;
             }
             ledger.prune(now, retention, || self.alloc_file_id())
         })();
         drop(ledger);
         res.and_then(|_| self.advance_windows()).map_err(|e| self.poison(e))
+    }
+
+    /// Expedited deletes at or above the watermark `w` (and clear of the caller's log, if
+    /// `clear` is given) whose covered data is gone from the engine, checked one by one: no
+    /// memtable or file may still hold a value a range delete covers (the test FADE's rewrites
+    /// satisfy), and no older version of a point delete's key is stored anywhere.
+    pub(super) fn cleared_expedited(
+        &self,
+        w: u64,
+        clear: Option<&LogClearance>,
+    ) -> Result<Vec<u64>> {
+        let candidates: Vec<Deletion> = {
+            let ledger = self.ledger.lock();
+            ledger
+                .expedited()
+                .filter(|d| d.id >= w && clear.is_none_or(|c| c.is_clear(d.id)))
+                .cloned()
+                .collect()
+        };
+        if candidates.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sv = self.current();
+        let retired: Vec<Arc<Table>> =
+            self.retired.lock().iter().filter_map(Weak::upgrade).collect();
+        let tables: Vec<&Arc<Table>> = sv.version.all_tables().chain(&retired).collect();
+        let mems: Vec<_> = std::iter::once(&sv.mem).chain(&sv.imms).collect();
+        let gloran = self.opts.range_delete_mode == RangeDeleteMode::Gloran;
+        let mut out = Vec::new();
+        for d in candidates {
+            let clear = match &d.kind {
+                DeletionKind::Range { lo, hi } if gloran => {
+                    let r =
+                        PendingRange { seq: d.id, lo: lo.clone(), hi: hi.clone(), issued_ms: 0 };
+                    !mems.iter().any(|m| m.min_entry_seq() < d.id)
+                        && !tables.iter().any(|t| r.blocked_by(t.meta()))
+                }
+                DeletionKind::Point { key } => {
+                    let older = |c: &mut dyn crate::iter::EntryCursor| -> Result<bool> {
+                        c.seek(key)?;
+                        while c.valid() && c.key() == key.as_slice() {
+                            if c.seq() < d.id && c.kind() == crate::batch::EntryKind::Put {
+                                return Ok(true);
+                            }
+                            c.next()?;
+                        }
+                        Ok(false)
+                    };
+                    let mut held = false;
+                    for m in &mems {
+                        held |= older(&mut crate::memtable::MemCursor::new((*m).clone()))?;
+                    }
+                    for t in tables.iter().filter(|t| t.meta().overlaps(Some(key), Some(key))) {
+                        held |= older(&mut crate::sst::TableCursor::new((*t).clone(), false))?;
+                    }
+                    !held
+                }
+                _ => false,
+            };
+            if clear {
+                out.push(d.id);
+            }
+        }
+        Ok(out)
     }
 }

@@ -1,7 +1,9 @@
 //! The engine of one shard replica.
 
+mod audit;
 mod background;
 mod checkpoint;
+mod clearance;
 mod compact;
 mod deletes;
 mod flush;
@@ -23,6 +25,7 @@ use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
+pub use clearance::LogClearance;
 pub use deletes::{DeletionCheck, RemainingEntry};
 pub use history::CompactionRecord;
 pub(crate) use read::RangeCheck;
@@ -107,6 +110,8 @@ pub(crate) struct Inner {
     counters: Counters,
     /// The deletion ledger.
     ledger: Mutex<crate::ledger::Ledger>,
+    /// What the caller's log no longer holds (`Options::external_log`; everything without one).
+    log_clearance: RwLock<Arc<clearance::LogClearance>>,
     /// Obsolete tables, until their last reader drops them (they still hold data).
     retired: Mutex<Vec<std::sync::Weak<crate::sst::Table>>>,
     history: Mutex<std::collections::VecDeque<history::CompactionRecord>>,

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
+use super::clearance::LogClearance;
 use super::{BgState, Counters, Inner, MetaState, SuperVersion, WriterState};
 use crate::batch::{BatchOp, EntryKind};
 use crate::cache::PageCache;
@@ -25,7 +26,7 @@ use crate::gloran::drtree::{self, DrTree, DrWriter};
 use crate::gloran::eve::Eve;
 use crate::gloran::piece::combine;
 use crate::iter::EntryCursor;
-use crate::ledger::{Deletion, DeletionKind, Ledger};
+use crate::ledger::Ledger;
 use crate::memtable::{MemCursor, Memtable};
 use crate::snapshot::SnapshotList;
 use crate::sst::Table;
@@ -253,34 +254,12 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
                 ));
             }
             let issued = batch.issued_at().unwrap_or_else(|| opts.clock.now_ms());
-            let deadline = deadlines.map_or(u64::MAX, |d| d.final_due(issued));
+            let deadline = super::deletes::batch_deadline(deadlines, &batch, issued);
+            if ledger.issue_batch(&batch, seq, issued, deadline, opts.clock.now_ms()) {
+                mem.note_delete_due(super::deletes::due_base(deadlines, issued, deadline));
+            }
             for (i, op) in batch.ops().iter().enumerate() {
                 let s = seq + i as u64;
-                let kind = match op {
-                    BatchOp::Put { .. } => None,
-                    BatchOp::Delete { key } => Some(DeletionKind::Point { key: key.to_vec() }),
-                    BatchOp::DeleteRange { lo, hi } => {
-                        Some(DeletionKind::Range { lo: lo.to_vec(), hi: hi.to_vec() })
-                    }
-                    BatchOp::DeleteTimeRange { t_lo, t_hi, lo, hi } => {
-                        Some(DeletionKind::TimeWindow {
-                            t_lo: *t_lo,
-                            t_hi: *t_hi,
-                            lo: lo.to_vec(),
-                            hi: hi.to_vec(),
-                        })
-                    }
-                };
-                if let Some(kind) = kind {
-                    ledger.issue(Deletion {
-                        id: s,
-                        kind,
-                        issued_at_ms: issued,
-                        deadline_ms: deadline,
-                        applied_at_ms: opts.clock.now_ms(),
-                        persisted_at_ms: None,
-                    });
-                }
                 match op {
                     BatchOp::Put { key, value } => {
                         mem.insert(key, s, EntryKind::Put, value.clone())
@@ -315,7 +294,10 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             },
             stamp: &|seq| DeleteStamp {
                 seq,
-                ms: ledger.issued_ms(seq).unwrap_or_else(|| opts.clock.now_ms()),
+                ms: ledger.get(seq).map_or_else(
+                    || opts.clock.now_ms(),
+                    |d| super::deletes::due_base(deadlines, d.issued_at_ms, d.deadline_ms),
+                ),
             },
             inherited: Vec::new(),
             expired: None,
@@ -407,6 +389,11 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         windows: RwLock::new(Arc::new(super::windows::pending_windows(&ledger))),
         window_state: Mutex::new(Default::default()),
         ledger: Mutex::new(ledger),
+        log_clearance: RwLock::new(Arc::new(LogClearance::below(if opts.external_log {
+            0
+        } else {
+            u64::MAX
+        }))),
         retired: Mutex::new(Vec::new()),
         history: super::history::new_history(),
         opts,

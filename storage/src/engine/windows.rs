@@ -32,7 +32,7 @@ pub(super) struct PunchJob {
 /// Execution state of the active windows.
 #[derive(Debug, Default)]
 pub(super) struct WindowState {
-    executed: BTreeSet<u64>,
+    pub(super) executed: BTreeSet<u64>,
     punches: Vec<PunchJob>,
     /// Per file id, the superseded table objects (older layouts) still open.
     superseded: HashMap<u64, Vec<Weak<Table>>>,
@@ -239,6 +239,7 @@ impl Inner {
             .iter()
             .copied()
             .filter(|s| !blocked.contains(s) && !retired_open)
+            .filter(|&s| self.log_clearance().is_clear(s))
             .filter(|&s| std::iter::once(&sv.mem).chain(&sv.imms).all(|m| m.min_entry_seq() > s))
             .collect();
         if done.is_empty() {

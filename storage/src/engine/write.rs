@@ -70,8 +70,11 @@ impl Inner {
                 return Err(self.poison(e));
             }
         }
-        self.issue_deletes(batch, seq, issued_ms);
+        let due = self.issue_deletes(batch, seq, issued_ms);
         let mem = self.sv.read().mem.clone();
+        if let Some(ms) = due {
+            mem.note_delete_due(ms);
+        }
         for (i, op) in batch.ops().iter().enumerate() {
             let s = seq + i as u64;
             match op {
@@ -180,10 +183,8 @@ impl Inner {
     pub(super) fn seal_if_old(&self) -> Result<()> {
         let too_old = |mem: &Memtable| {
             let by_age = self.opts.memtable_max_age.is_some_and(|a| mem.created().elapsed() >= a);
-            let by_delete = match (self.deadlines(), mem.oldest_delete()) {
-                (Some(d), Some(seq)) => {
-                    d.memtable_due(self.delete_stamp(seq).ms) <= self.opts.clock.now_ms()
-                }
+            let by_delete = match (self.deadlines(), mem.delete_due()) {
+                (Some(d), Some(ms)) => d.memtable_due(ms) <= self.opts.clock.now_ms(),
                 _ => false,
             };
             !mem.is_empty() && (by_age || by_delete)

@@ -35,6 +35,12 @@ impl Deadlines {
         issued_ms.saturating_add(self.memtable_ms).saturating_add(budget)
     }
 
+    /// When files still holding data of a range delete issued at `issued_ms` are compacted: a
+    /// memtable share before its deadline, so the rewrite finishes in time.
+    pub fn range_due(&self, issued_ms: u64) -> u64 {
+        issued_ms.saturating_add(self.levels_ms)
+    }
+
     /// When a delete issued at `issued_ms` must be persisted.
     pub fn final_due(&self, issued_ms: u64) -> u64 {
         issued_ms.saturating_add(self.total_ms)

@@ -22,20 +22,27 @@ pub use deadline::Deadlines;
 
 use serde::{Deserialize, Serialize};
 
-/// A delete's identity for deadline tracking: its sequence number and issue time.
+/// What a file (or memtable) knows of the deletes it holds, for deadline tracking: the oldest
+/// one's sequence number (a bound for the persistence watermark) and the earliest due base.
+///
+/// A delete's due base is its deadline minus `D_th`: its issue time under the engine's default
+/// deadline, earlier for a delete with a shorter deadline of its own (an erasure with
+/// `DEADLINE '1h'`). Every per-level due time is computed from it, so such a delete moves
+/// through the levels as fast as its deadline needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct DeleteStamp {
-    /// Sequence number of the delete.
+    /// Sequence number of the oldest delete.
     pub seq: u64,
-    /// Issue time, milliseconds since the Unix epoch.
+    /// Earliest due base, milliseconds since the Unix epoch.
     pub ms: u64,
 }
 
 impl DeleteStamp {
-    /// The older of two optional stamps (by sequence number; issue times follow it).
+    /// The stamp of two optional stamps together: the older sequence number and the earlier due
+    /// base (which may come from different deletes).
     pub fn min(a: Option<DeleteStamp>, b: Option<DeleteStamp>) -> Option<DeleteStamp> {
         match (a, b) {
-            (Some(x), Some(y)) => Some(if (x.seq, x.ms) <= (y.seq, y.ms) { x } else { y }),
+            (Some(x), Some(y)) => Some(DeleteStamp { seq: x.seq.min(y.seq), ms: x.ms.min(y.ms) }),
             (x, None) => x,
             (None, y) => y,
         }

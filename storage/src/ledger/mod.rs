@@ -12,6 +12,7 @@
 //! once the file has grown well past its live records it is rewritten compactly into a new one.
 
 mod record;
+mod request;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -19,7 +20,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use record::{Deletion, DeletionKind, DeletionStatus};
+pub use request::{DeleteRequest, RequestRecord, RequestStatus};
 
+use crate::batch::{BatchOp, WriteBatch};
 use crate::log::{read_records, RecordWriter};
 use crate::{Error, Result};
 
@@ -33,6 +36,7 @@ enum Entry {
     Issued(Deletion),
     PersistedBelow { below: u64, at_ms: u64 },
     Persisted { id: u64, at_ms: u64 },
+    Request(RequestRecord),
 }
 
 /// The ledger of one engine.
@@ -42,8 +46,15 @@ pub(crate) struct Ledger {
     number: u64,
     writer: RecordWriter,
     records: BTreeMap<u64, Deletion>,
+    /// Request batches by (request id, first sequence number).
+    requests: BTreeMap<(u64, u64), RequestRecord>,
     /// Pending point and range deletes (persisted by the watermark).
     pending: BTreeSet<u64>,
+    /// Pending range deletes by (deadline, id), for FADE's earliest-deadline-first picks.
+    pending_ranges_by_due: BTreeSet<(u64, u64)>,
+    /// Pending point and range deletes of requests with a deadline of their own: they may be
+    /// due before older deletes, so they are checked one by one rather than by the watermark.
+    expedited: BTreeSet<u64>,
     /// Pending time-window deletes (persisted one by one).
     pending_windows: BTreeSet<u64>,
     /// Persisted deletes in persistence order, for pruning without a scan.
@@ -60,6 +71,7 @@ impl Ledger {
     /// torn tail is cut off, older files removed), or creates file `number` if there is none.
     pub fn open(dir: &Path, existing: &[u64], number: u64) -> Result<Ledger> {
         let mut records = BTreeMap::new();
+        let mut requests = BTreeMap::new();
         let newest = existing.iter().max().copied();
         let mut valid_len = 0;
         if let Some(n) = newest {
@@ -70,7 +82,7 @@ impl Ledger {
                 let entry: Entry = postcard::from_bytes(&r.payload).map_err(|e| {
                     Error::corruption(&path, r.offset, format!("undecodable ledger record: {e}"))
                 })?;
-                apply(&mut records, entry);
+                apply(&mut records, &mut requests, entry);
             }
         }
         let open = |watermark: bool| {
@@ -83,6 +95,17 @@ impl Ledger {
                 .collect::<BTreeSet<u64>>()
         };
         let (pending, pending_windows) = (open(true), open(false));
+        let pending_ranges_by_due = pending
+            .iter()
+            .filter_map(|id| records.get(id))
+            .filter(|d: &&Deletion| matches!(d.kind, DeletionKind::Range { .. }))
+            .map(|d| (d.deadline_ms, d.id))
+            .collect();
+        let expedited = requests
+            .values()
+            .filter(|r: &&RequestRecord| r.request.deadline_ms.is_some())
+            .flat_map(|r| pending.range(r.first_seq..r.end_seq).copied())
+            .collect();
         let mut persisted: Vec<(u64, u64)> =
             records.values().filter_map(|d| d.persisted_at_ms.map(|t| (t, d.id))).collect();
         persisted.sort_unstable();
@@ -95,7 +118,10 @@ impl Ledger {
             number,
             writer,
             records,
+            requests,
             pending,
+            pending_ranges_by_due,
+            expedited,
             pending_windows,
             persisted: persisted.into(),
             buffered: Vec::new(),
@@ -111,9 +137,15 @@ impl Ledger {
         Ok(ledger)
     }
 
+    /// Every record as it stands now, encoded.
+    fn encoded_state(&self) -> Vec<Vec<u8>> {
+        let issued = self.records.values().map(|d| encode(&Entry::Issued(d.clone())));
+        let requests = self.requests.values().map(|r| encode(&Entry::Request(r.clone())));
+        issued.chain(requests).collect()
+    }
+
     fn write_snapshot(&mut self) -> Result<()> {
-        let all: Vec<Vec<u8>> =
-            self.records.values().map(|d| encode(&Entry::Issued(d.clone()))).collect();
+        let all = self.encoded_state();
         self.writer.append_all(&all)?;
         self.writer.sync()?;
         crate::fs::sync_dir(&self.dir)?;
@@ -130,6 +162,9 @@ impl Ledger {
         if !d.is_persisted() {
             if d.kind.follows_watermark() {
                 self.pending.insert(d.id);
+                if matches!(d.kind, DeletionKind::Range { .. }) {
+                    self.pending_ranges_by_due.insert((d.deadline_ms, d.id));
+                }
             } else {
                 self.pending_windows.insert(d.id);
             }
@@ -142,7 +177,9 @@ impl Ledger {
         let rest = self.pending.split_off(&below);
         let done = std::mem::replace(&mut self.pending, rest);
         for id in &done {
+            self.expedited.remove(id);
             if let Some(d) = self.records.get_mut(id) {
+                self.pending_ranges_by_due.remove(&(d.deadline_ms, *id));
                 d.persisted_at_ms = Some(at_ms);
                 self.persisted.push_back((at_ms, *id));
             }
@@ -153,15 +190,134 @@ impl Ledger {
         done.len()
     }
 
-    /// Marks the time-window delete `id` persisted at `at_ms`.
+    /// Marks the pending delete `id` persisted at `at_ms` (a time window whose page drops are
+    /// done, or an expedited delete checked on its own).
     pub fn persist_one(&mut self, id: u64, at_ms: u64) {
-        if self.pending_windows.remove(&id) {
+        let was_pending = self.pending.remove(&id);
+        if self.pending_windows.remove(&id) || was_pending {
+            self.expedited.remove(&id);
             if let Some(d) = self.records.get_mut(&id) {
+                self.pending_ranges_by_due.remove(&(d.deadline_ms, id));
                 d.persisted_at_ms = Some(at_ms);
                 self.persisted.push_back((at_ms, id));
             }
             self.buffered.push(encode(&Entry::Persisted { id, at_ms }));
         }
+    }
+
+    /// Records the deletes of `batch`, written at sequence numbers from `seq`, and the request
+    /// they carry out. Returns true if it has deletes.
+    pub fn issue_batch(
+        &mut self,
+        batch: &WriteBatch,
+        seq: u64,
+        issued_ms: u64,
+        deadline_ms: u64,
+        now_ms: u64,
+    ) -> bool {
+        if !batch.has_deletes() {
+            return false;
+        }
+        for (i, op) in batch.ops().iter().enumerate() {
+            let kind = match op {
+                BatchOp::Put { .. } => continue,
+                BatchOp::Delete { key } => DeletionKind::Point { key: key.to_vec() },
+                BatchOp::DeleteRange { lo, hi } => {
+                    DeletionKind::Range { lo: lo.to_vec(), hi: hi.to_vec() }
+                }
+                BatchOp::DeleteTimeRange { t_lo, t_hi, lo, hi } => DeletionKind::TimeWindow {
+                    t_lo: *t_lo,
+                    t_hi: *t_hi,
+                    lo: lo.to_vec(),
+                    hi: hi.to_vec(),
+                },
+            };
+            self.issue(Deletion {
+                id: seq + i as u64,
+                kind,
+                issued_at_ms: issued_ms,
+                deadline_ms,
+                applied_at_ms: now_ms,
+                persisted_at_ms: None,
+            });
+        }
+        if let Some(r) = batch.request() {
+            if r.deadline_ms.is_some() {
+                let ids = self.pending.range(seq..seq + batch.len() as u64).copied();
+                self.expedited.extend(ids.collect::<Vec<_>>());
+            }
+            self.record_request(RequestRecord {
+                request: r.clone(),
+                first_seq: seq,
+                end_seq: seq + batch.len() as u64,
+                issued_at_ms: issued_ms,
+                applied_at_ms: now_ms,
+                deadline_ms,
+            });
+        }
+        true
+    }
+
+    /// Records one batch of a delete request (ignored if already recorded, as on a replay).
+    pub fn record_request(&mut self, r: RequestRecord) {
+        let key = (r.request.id, r.first_seq);
+        if self.requests.contains_key(&key) {
+            return;
+        }
+        self.buffered.push(encode(&Entry::Request(r.clone())));
+        self.requests.insert(key, r);
+    }
+
+    /// Every request the ledger still holds a batch of, by id, with its batches combined.
+    pub fn requests(&self) -> Vec<RequestStatus> {
+        let mut out: Vec<RequestStatus> = Vec::new();
+        for ((id, _), r) in &self.requests {
+            let ids: Vec<u64> =
+                self.records.range(r.first_seq..r.end_seq).map(|(k, _)| *k).collect();
+            let dels: Vec<&Deletion> = ids.iter().filter_map(|k| self.records.get(k)).collect();
+            let pending = dels.iter().filter(|d| !d.is_persisted()).count() as u64;
+            let persisted = dels.iter().filter_map(|d| d.persisted_at_ms).max();
+            let persisted =
+                if pending > 0 { None } else { Some(persisted.unwrap_or(r.applied_at_ms)) };
+            match out.last_mut() {
+                Some(s) if s.request.id == *id => {
+                    s.request.rows += r.request.rows;
+                    s.issued_at_ms = s.issued_at_ms.min(r.issued_at_ms);
+                    s.applied_at_ms = s.applied_at_ms.max(r.applied_at_ms);
+                    s.deadline_ms = s.deadline_ms.min(r.deadline_ms);
+                    s.deletes += dels.len() as u64;
+                    s.pending += pending;
+                    s.persisted_at_ms = match (s.persisted_at_ms, persisted) {
+                        (Some(a), Some(b)) if s.pending == 0 => Some(a.max(b)),
+                        _ => None,
+                    };
+                    s.delete_ids.extend(ids);
+                }
+                _ => out.push(RequestStatus {
+                    request: r.request.clone(),
+                    issued_at_ms: r.issued_at_ms,
+                    applied_at_ms: r.applied_at_ms,
+                    deadline_ms: r.deadline_ms,
+                    deletes: dels.len() as u64,
+                    pending,
+                    persisted_at_ms: persisted,
+                    delete_ids: ids,
+                }),
+            }
+        }
+        out
+    }
+
+    /// Pending range deletes whose deadline is at or before `due_by`, earliest deadline first.
+    pub fn pending_ranges_due_by(&self, due_by: u64) -> impl Iterator<Item = &Deletion> + '_ {
+        self.pending_ranges_by_due
+            .range(..=(due_by, u64::MAX))
+            .filter_map(|(_, id)| self.records.get(id))
+    }
+
+    /// Pending expedited deletes (see [`Ledger::persist_one`]), oldest first.
+    pub fn expedited(&self) -> impl Iterator<Item = &Deletion> + '_ {
+        self.expedited.iter().filter_map(|id| self.records.get(id))
     }
 
     /// Pending time-window deletes, oldest first.
@@ -197,12 +353,22 @@ impl Ledger {
         retention_ms: u64,
         number: impl FnOnce() -> u64,
     ) -> Result<()> {
+        let mut pruned = false;
         while let Some(&(t, id)) = self.persisted.front() {
             if t.saturating_add(retention_ms) > now_ms {
                 break;
             }
             self.persisted.pop_front();
             self.records.remove(&id);
+            pruned = true;
+        }
+        if pruned {
+            // A request goes with the last of its deletes.
+            let records = &self.records;
+            self.requests.retain(|_, r| {
+                r.applied_at_ms.saturating_add(retention_ms) > now_ms
+                    || records.range(r.first_seq..r.end_seq).next().is_some()
+            });
         }
         if self.writer.len() <= (4 * self.base_len).max(1 << 20) {
             return Ok(());
@@ -220,11 +386,7 @@ impl Ledger {
     /// copy: issue times and persistence times carry over).
     pub fn write_copy(&self, dir: &Path, number: u64) -> Result<()> {
         let mut writer = RecordWriter::create(&dir.join(file_name(number)))?;
-        let mut all = Vec::with_capacity(self.records.len() + 1);
-        for d in self.records.values() {
-            all.push(encode(&Entry::Issued(d.clone())));
-        }
-        writer.append_all(&all)?;
+        writer.append_all(&self.encoded_state())?;
         writer.sync()
     }
 
@@ -238,11 +400,6 @@ impl Ledger {
         self.records.get(&id)
     }
 
-    /// When delete `id` was issued, if recorded.
-    pub fn issued_ms(&self, id: u64) -> Option<u64> {
-        self.records.get(&id).map(|d| d.issued_at_ms)
-    }
-
     /// Point and range deletes not yet persisted, oldest first.
     pub fn pending(&self) -> impl Iterator<Item = &Deletion> + '_ {
         self.pending.iter().filter_map(|id| self.records.get(id))
@@ -253,8 +410,15 @@ fn encode(e: &Entry) -> Vec<u8> {
     postcard::to_allocvec(e).unwrap_or_default()
 }
 
-fn apply(records: &mut BTreeMap<u64, Deletion>, e: Entry) {
+fn apply(
+    records: &mut BTreeMap<u64, Deletion>,
+    requests: &mut BTreeMap<(u64, u64), RequestRecord>,
+    e: Entry,
+) {
     match e {
+        Entry::Request(r) => {
+            requests.entry((r.request.id, r.first_seq)).or_insert(r);
+        }
         Entry::Issued(d) => {
             records.entry(d.id).or_insert(d);
         }

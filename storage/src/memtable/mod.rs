@@ -68,6 +68,8 @@ pub struct Memtable {
     max_seq: AtomicU64,
     min_entry_seq: AtomicU64,
     oldest_delete: AtomicU64,
+    /// Earliest due base of a delete written to it (see [`crate::fade::DeleteStamp`]).
+    delete_due: AtomicU64,
     created: Instant,
     filter: MemFilter,
     /// Range deletes written while this memtable was active.
@@ -86,6 +88,7 @@ impl Memtable {
             max_seq: AtomicU64::new(0),
             min_entry_seq: AtomicU64::new(u64::MAX),
             oldest_delete: AtomicU64::new(u64::MAX),
+            delete_due: AtomicU64::new(u64::MAX),
             created: Instant::now(),
             filter: MemFilter::new(capacity_bytes),
             ranges: RangeBuffer::default(),
@@ -123,6 +126,17 @@ impl Memtable {
     pub fn record_delete(&self, seq: u64) {
         self.max_seq.fetch_max(seq, AtomicOrdering::Relaxed);
         self.oldest_delete.fetch_min(seq, AtomicOrdering::Relaxed);
+    }
+
+    /// Notes that a delete with due base `ms` was written to it.
+    pub fn note_delete_due(&self, ms: u64) {
+        self.delete_due.fetch_min(ms, AtomicOrdering::Relaxed);
+    }
+
+    /// Earliest due base of a delete written to it, if any.
+    pub fn delete_due(&self) -> Option<u64> {
+        let s = self.delete_due.load(AtomicOrdering::Relaxed);
+        (s != u64::MAX).then_some(s)
     }
 
     /// Sequence number of the oldest point or range delete written to it, if any.

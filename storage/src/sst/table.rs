@@ -72,6 +72,19 @@ impl Table {
         Ok(t)
     }
 
+    /// Opens the SST file at `path` on its own, with the properties its index holds (for
+    /// audits of files no manifest describes, such as a snapshot's).
+    pub fn open_file(path: &Path, cache: Arc<PageCache>) -> Result<Table> {
+        let bad = || Error::corruption(path, 0, "not an SST file name");
+        let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(bad)?;
+        let id = name.strip_suffix(".sst").and_then(|n| n.parse().ok()).ok_or_else(bad)?;
+        let file = File::open(path).at(path)?;
+        let size = file.metadata().at(path)?.len();
+        let (index, _, _) = read_layout(&file, path, size)?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        Table::open(dir, FileMeta { id, size, props: index.props }, cache)
+    }
+
     /// Opens and validates the SST described by `meta` in `dir`.
     pub fn open(dir: &Path, meta: FileMeta, cache: Arc<PageCache>) -> Result<Table> {
         let path = dir.join(super::file_name(meta.id));
@@ -81,41 +94,9 @@ impl Table {
         if size != meta.size {
             return Err(corrupt(0, &format!("file size {size} != recorded size {}", meta.size)));
         }
-        if size < FOOTER_LEN as u64 {
-            return Err(corrupt(0, "file shorter than footer"));
-        }
-        let foot_at = size - FOOTER_LEN as u64;
-        let mut footer = [0u8; FOOTER_LEN];
-        file.read_exact_at(&mut footer, foot_at).at(&path)?;
-        let bad_footer = || corrupt(foot_at, "malformed footer");
-        if u32_at(&footer, 36) != Some(crc32fast::hash(&footer[..36])) {
-            return Err(corrupt(foot_at, "footer checksum mismatch"));
-        }
-        if u64_at(&footer, 28) != Some(MAGIC) {
-            return Err(corrupt(foot_at, "bad magic number"));
-        }
-        if u32_at(&footer, 24) != Some(FORMAT_VERSION) {
-            return Err(corrupt(foot_at, "unsupported format version"));
-        }
-        let index_off = u64_at(&footer, 0).ok_or_else(bad_footer)?;
-        let index_len = u32_at(&footer, 8).ok_or_else(bad_footer)?;
-        let filter_off = u64_at(&footer, 12).ok_or_else(bad_footer)?;
-        let filter_len = u32_at(&footer, 20).ok_or_else(bad_footer)?;
-        let read_block = |off: u64, len: u32, what: &str| -> Result<Bytes> {
-            if off.checked_add(len as u64).is_none_or(|end| end > foot_at) {
-                return Err(corrupt(foot_at, &format!("{what} block out of bounds")));
-            }
-            let mut buf = vec![0u8; len as usize];
-            file.read_exact_at(&mut buf, off).at(&path)?;
-            decode_block(buf).map_err(|why| corrupt(off, &format!("{what} block: {why}")))
-        };
-        let filters = read_block(filter_off, filter_len, "filter")?;
-        let raw_index = read_block(index_off, index_len, "index")?;
-        let index: IndexBlock = postcard::from_bytes(&raw_index)
-            .map_err(|e| corrupt(index_off, &format!("index block undecodable: {e}")))?;
-        let blocks = [(filter_off, filter_len), (index_off, index_len)];
-        validate_index(&index, foot_at, &blocks, filters.len())
-            .map_err(|why| corrupt(index_off, &format!("index block: {why}")))?;
+        let (index, filters, blocks) = read_layout(&file, &path, size)?;
+        let corrupt = |off: u64, why: &str| Error::corruption(&path, off, why);
+        let index_off = blocks[1].0;
         if index.props != meta.props {
             return Err(corrupt(index_off, "file properties differ from the manifest"));
         }
@@ -331,4 +312,48 @@ impl Table {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// A file's index block, filter block, and the offset and length of both (filter first).
+type Layout = (IndexBlock, Bytes, [(u64, u32); 2]);
+
+/// Reads and checks the footer, filter block and index block of the SST `file` of `size` bytes.
+fn read_layout(file: &File, path: &Path, size: u64) -> Result<Layout> {
+    let corrupt = |off: u64, why: &str| Error::corruption(path, off, why);
+    if size < FOOTER_LEN as u64 {
+        return Err(corrupt(0, "file shorter than footer"));
+    }
+    let foot_at = size - FOOTER_LEN as u64;
+    let mut footer = [0u8; FOOTER_LEN];
+    file.read_exact_at(&mut footer, foot_at).at(path)?;
+    let bad_footer = || corrupt(foot_at, "malformed footer");
+    if u32_at(&footer, 36) != Some(crc32fast::hash(&footer[..36])) {
+        return Err(corrupt(foot_at, "footer checksum mismatch"));
+    }
+    if u64_at(&footer, 28) != Some(MAGIC) {
+        return Err(corrupt(foot_at, "bad magic number"));
+    }
+    if u32_at(&footer, 24) != Some(FORMAT_VERSION) {
+        return Err(corrupt(foot_at, "unsupported format version"));
+    }
+    let index_off = u64_at(&footer, 0).ok_or_else(bad_footer)?;
+    let index_len = u32_at(&footer, 8).ok_or_else(bad_footer)?;
+    let filter_off = u64_at(&footer, 12).ok_or_else(bad_footer)?;
+    let filter_len = u32_at(&footer, 20).ok_or_else(bad_footer)?;
+    let read_block = |off: u64, len: u32, what: &str| -> Result<Bytes> {
+        if off.checked_add(len as u64).is_none_or(|end| end > foot_at) {
+            return Err(corrupt(foot_at, &format!("{what} block out of bounds")));
+        }
+        let mut buf = vec![0u8; len as usize];
+        file.read_exact_at(&mut buf, off).at(path)?;
+        decode_block(buf).map_err(|why| corrupt(off, &format!("{what} block: {why}")))
+    };
+    let filters = read_block(filter_off, filter_len, "filter")?;
+    let raw_index = read_block(index_off, index_len, "index")?;
+    let index: IndexBlock = postcard::from_bytes(&raw_index)
+        .map_err(|e| corrupt(index_off, &format!("index block undecodable: {e}")))?;
+    let blocks = [(filter_off, filter_len), (index_off, index_len)];
+    validate_index(&index, foot_at, &blocks, filters.len())
+        .map_err(|why| corrupt(index_off, &format!("index block: {why}")))?;
+    Ok((index, filters, blocks))
 }

@@ -5,12 +5,10 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod harness;
-
 use std::time::Duration;
 
+use crate::harness::{key, Cluster, Oracle};
 use ebb_storage::WriteBatch;
-use harness::{key, Cluster, Oracle};
 
 const T: Duration = Duration::from_secs(20);
 

@@ -100,11 +100,15 @@ async fn write_query_delete_restart() {
     let b = s.query("DELETE FROM cpu WHERE host = 'h1'").await.expect("delete tag");
     assert!(text(&b).contains("| 90 "), "{}", text(&b));
     assert_eq!(one_u64(&s, "SELECT count(*) FROM cpu").await, 270);
-    // Deletes show in the ledger.
-    assert!(
-        one_u64(&s, "SELECT count(*) FROM system.deletions WHERE kind = 'time_window'").await >= 1
-    );
-    assert_eq!(one_u64(&s, "SELECT count(*) FROM system.deletions WHERE kind = 'range'").await, 1);
+    // Deletes show in the ledger, engine deletes and requests.
+    let q = "SELECT count(*) FROM system.engine_deletes WHERE kind = 'time_window'";
+    assert!(one_u64(&s, q).await >= 1);
+    let q = "SELECT count(*) FROM system.engine_deletes WHERE kind = 'range'";
+    assert_eq!(one_u64(&s, q).await, 1);
+    let q = "SELECT count(*) FROM system.deletions WHERE kind = 'delete' AND status = 'pending'";
+    assert_eq!(one_u64(&s, q).await, 2);
+    let q = "SELECT rows FROM system.deletions WHERE target LIKE '%h1%'";
+    assert_eq!(one_u64(&s, q).await, 90);
 
     // Refused deletes, with reasons.
     for (sql, why) in [

@@ -159,7 +159,9 @@ async fn http_psql_driver_and_restart() {
         let v = h.json("DELETE FROM cpu WHERE time < to_timestamp_nanos(1700000000000000000) + interval '10 minutes'");
         assert_eq!(v[0]["rows_deleted"], 30, "{v}");
         let id = v[0]["delete_id"].as_u64().expect("delete id");
-        let v = h.json(&format!("SELECT kind, status FROM system.deletions WHERE id = {id}"));
+        let v = h.json(&format!("SELECT kind, rows, status FROM system.deletions WHERE id = {id}"));
+        assert_eq!((&v[0]["kind"], &v[0]["rows"]), (&"delete".into(), &30.into()), "{v}");
+        let v = h.json("SELECT kind FROM system.engine_deletes ORDER BY id DESC LIMIT 1");
         assert_eq!(v[0]["kind"], "time_window", "{v}");
         let v = h.json("DELETE FROM cpu WHERE host = 'h2'");
         assert_eq!(v[0]["rows_deleted"], 50, "{v}");

@@ -438,6 +438,21 @@ async fn a_table_on_some_shards_only_reads_from_those() {
     h.stop(0).await;
 }
 
+/// Waits until node `id` is removed from the metadata and no shard is placed on it.
+async fn wait_removed(h: &Harness, id: u64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let v = h.nodes[&0].meta.view();
+        let gone = v.nodes[&id].state == ebb_node::cluster::view::NodeState::Removed
+            && !v.shards.values().any(|s| s.involves(id));
+        if gone {
+            return;
+        }
+        assert!(Instant::now() < deadline, "node {id} was not drained: {:?}", v.shards);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_decommissioned_node_is_drained_and_leaves() {
     let mut h = Harness::new();
@@ -451,19 +466,12 @@ async fn a_decommissioned_node_is_drained_and_leaves() {
     let victim = h.nodes[&3].id;
     let addr = h.addrs[&1].clone();
     ebb_node::cluster::decommission(&addr, victim).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let v = h.nodes[&0].meta.view();
-        let gone = v.nodes[&victim].state == ebb_node::cluster::view::NodeState::Removed
-            && !v.shards.values().any(|s| s.involves(victim));
-        if gone && h.nodes[&3].shards.ids().is_empty() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "node {victim} was not drained: {:?}", v.shards);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_removed(&h, victim).await;
     // Every shard is back on three nodes, none of them the drained one, with all its rows.
-    h.wait("the drained node left the metadata group", |n| {
+    h.wait("the drained node closed its replicas and left the metadata group", |n| {
+        if n.id == victim {
+            return n.shards.ids().is_empty();
+        }
         !n.meta
             .raft()
             .metrics()
@@ -472,7 +480,6 @@ async fn a_decommissioned_node_is_drained_and_leaves() {
             .membership()
             .nodes()
             .any(|(id, _)| *id == victim)
-            || n.id == victim
     })
     .await;
     h.stop(3).await;
@@ -500,17 +507,7 @@ async fn a_node_that_lost_its_data_rejoins_under_a_new_id() {
     h.start(3, &[0]).await;
     let new = h.nodes[&3].id;
     assert_ne!(new, old, "an empty node must not take over the id whose replicas it lost");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let v = h.nodes[&0].meta.view();
-        let gone = v.nodes[&old].state == ebb_node::cluster::view::NodeState::Removed
-            && !v.shards.values().any(|s| s.involves(old));
-        if gone {
-            break;
-        }
-        assert!(Instant::now() < deadline, "old id {old} was not drained: {:?}", v.shards);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_removed(&h, old).await;
     wait_settled(&h, 3).await;
     wait_rows(&h, &expected(60, 5, 4)).await;
     for i in h.nodes.keys().copied().collect::<Vec<_>>() {

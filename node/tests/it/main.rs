@@ -1,0 +1,12 @@
+//! Integration tests of the server and the cluster, on loopback.
+//!
+//! One test binary per crate: every module links against the same build of the crate, so the
+//! test suite links once instead of once per file.
+
+mod audit;
+mod cluster;
+mod cluster_erasure;
+mod cluster_server;
+mod local_cluster;
+mod replicated_shard;
+mod server;

@@ -1,0 +1,135 @@
+//! Purging a group's Raft log (and replacing its snapshots) so that deleted values leave them
+//! before the deletes' deadlines.
+//!
+//! The log is the group's write-ahead log: it holds every written value until it is purged,
+//! which openraft does only some way behind its snapshots. A replica's engine tells when a
+//! delete it has itself persisted is held back only by the log or a snapshot
+//! ([`ebb_storage::Engine::awaiting_log`]); [`LogPurger::tick`] then compacts the log: it ends
+//! the newest segment, waits for the replica to apply everything in the log, builds a
+//! snapshot (whose files the engine has already cleared), removes the older snapshots, and
+//! purges the log up to the snapshot, which removes every segment before the new one.
+
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::transport::GroupHandle;
+
+/// How long a step of a log compaction may take before the pass gives up (the next retries).
+const STEP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a compaction waits for openraft to purge the log before the pass ends.
+const PURGE_WAIT: Duration = Duration::from_secs(2);
+/// Received snapshots untouched this long are abandoned transfers.
+const STALE_INCOMING: Duration = Duration::from_secs(600);
+
+/// What one [`LogPurger::tick`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PurgeOutcome {
+    /// Nothing was waiting for the log.
+    Idle,
+    /// Something waits, but the last compaction was too recent.
+    Waiting,
+    /// The log was compacted up to this index.
+    Compacted(u64),
+}
+
+/// Decides when a group's log is compacted for deletes, and does it. One per group.
+#[derive(Debug)]
+pub struct LogPurger {
+    interval: Duration,
+    last: Mutex<Option<Instant>>,
+}
+
+impl LogPurger {
+    /// A purger that compacts a log at most once per `interval`, more often only as a
+    /// deadline comes close.
+    pub fn new(interval: Duration) -> LogPurger {
+        LogPurger { interval, last: Mutex::new(None) }
+    }
+
+    /// Refreshes the replica's log watermark and, if a persisted delete waits only for the
+    /// log or a snapshot, compacts the log. `now_ms` is the wall clock in ms.
+    pub async fn tick(&self, g: &GroupHandle, now_ms: u64) -> Result<PurgeOutcome, String> {
+        let deadline = {
+            let g = g.clone();
+            blocking(move || {
+                g.replica.refresh_log_clearance(g.log.first_stored()).map_err(|e| e.to_string())?;
+                g.replica.engine().awaiting_log().map_err(|e| e.to_string())
+            })
+            .await?
+        };
+        let Some(deadline) = deadline else { return Ok(PurgeOutcome::Idle) };
+        // Once per interval; as the deadline nears, up to every quarter of the time left.
+        let left = Duration::from_millis(deadline.saturating_sub(now_ms));
+        let gap = self.interval.min((left / 4).max(Duration::from_secs(1)));
+        if self.last.lock().is_some_and(|t| t.elapsed() < gap) {
+            return Ok(PurgeOutcome::Waiting);
+        }
+        *self.last.lock() = Some(Instant::now());
+        let upto = self.compact(g).await?;
+        let g = g.clone();
+        blocking(move || {
+            g.replica.refresh_log_clearance(g.log.first_stored()).map_err(|e| e.to_string())
+        })
+        .await?;
+        Ok(PurgeOutcome::Compacted(upto))
+    }
+
+    async fn compact(&self, g: &GroupHandle) -> Result<u64, String> {
+        g.log.rotate();
+        let Some(last) = g.log.last_index() else { return Ok(0) };
+        wait(|| {
+            let applied = g.replica.applied_state().ok()?.0?.index;
+            (applied >= last).then_some(())
+        })
+        .await
+        .ok_or("the replica did not apply its log in time")?;
+        let built = |min: u64| {
+            let d = g.replica.current_snapshot()?.0;
+            let index = d.meta.last_log_id?.index;
+            (index >= min).then_some(index)
+        };
+        // Always a fresh snapshot: an existing one may cover the log but predate the engine's
+        // cleanup of the deleted data.
+        let before = g.replica.current_snapshot().map(|(d, _)| d.meta.snapshot_id);
+        g.raft.trigger().snapshot().await.map_err(|e| e.to_string())?;
+        let index = wait(|| {
+            let now = g.replica.current_snapshot().map(|(d, _)| d.meta.snapshot_id);
+            (now != before).then_some(())?;
+            built(last)
+        })
+        .await
+        .ok_or("no snapshot was built in time")?;
+        g.replica.drop_older_snapshots(STALE_INCOMING);
+        g.raft.trigger().purge_log(index).await.map_err(|e| e.to_string())?;
+        // Openraft purges once no replication to a follower still reads the entries; the next
+        // tick sees what it did.
+        wait_for(PURGE_WAIT, || (g.log.first_stored() > last).then_some(())).await;
+        Ok(index)
+    }
+}
+
+/// Polls `f` until it returns `Some`, for up to [`STEP_TIMEOUT`].
+async fn wait<T>(f: impl FnMut() -> Option<T>) -> Option<T> {
+    wait_for(STEP_TIMEOUT, f).await
+}
+
+/// Polls `f` until it returns `Some`, for up to `limit`.
+async fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if start.elapsed() > limit {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| e.to_string())?
+}

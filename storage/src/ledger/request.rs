@@ -1,0 +1,63 @@
+//! Delete requests: the user-level action (a `DELETE` statement, an erasure, a retention purge)
+//! that a batch's deletes carry out, recorded with them so the ledger can answer for the action
+//! as a whole.
+
+use serde::{Deserialize, Serialize};
+
+/// What a batch's deletes were issued for. Carried with the batch (WAL, Raft log), so every
+/// replica and every replay records the same request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteRequest {
+    /// Request id, the same on every shard and replica the request reaches. One request may
+    /// span several batches.
+    pub id: u64,
+    /// What kind of action it is (`delete`, `erase`, `retention`, `drop`).
+    pub kind: String,
+    /// What it deletes, as the user stated it (a predicate, a statement).
+    pub text: String,
+    /// Rows the batch's deletes hid when it was issued.
+    pub rows: u64,
+    /// When the deleted data must be physically gone (ms since the Unix epoch); `None`: the
+    /// engine's `delete_deadline` after issue. A later deadline than that is capped to it.
+    pub deadline_ms: Option<u64>,
+}
+
+/// One batch of a request as the ledger records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    /// The request.
+    pub request: DeleteRequest,
+    /// Sequence number of the batch's first operation.
+    pub first_seq: u64,
+    /// One past the sequence number of its last operation.
+    pub end_seq: u64,
+    /// When the batch was issued (ms).
+    pub issued_at_ms: u64,
+    /// When this engine applied it (ms).
+    pub applied_at_ms: u64,
+    /// Its deadline (ms; `u64::MAX`: none).
+    pub deadline_ms: u64,
+}
+
+/// Where one request stands in one engine: its batches together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestStatus {
+    /// The request (`rows` summed over its batches here).
+    pub request: DeleteRequest,
+    /// Earliest issue time of its batches (ms).
+    pub issued_at_ms: u64,
+    /// When the engine applied its last batch (ms), after which reads no longer return data
+    /// it deletes.
+    pub applied_at_ms: u64,
+    /// Its deadline (ms; `u64::MAX`: none).
+    pub deadline_ms: u64,
+    /// Engine deletes (ledger entries) it consists of.
+    pub deletes: u64,
+    /// Of those, how many are not yet persisted.
+    pub pending: u64,
+    /// When its last delete was persisted (`None` while any is pending, or if the ledger has
+    /// already forgotten some of them).
+    pub persisted_at_ms: Option<u64>,
+    /// Ids (sequence numbers) of its engine deletes.
+    pub delete_ids: Vec<u64>,
+}

@@ -1,0 +1,13 @@
+//! Integration tests of the storage engine.
+//!
+//! One test binary per crate: every module links against the same build of the crate, so the
+//! test suite links once instead of once per file.
+
+mod corruption;
+mod deadlines;
+mod engine;
+mod model;
+mod range_delete;
+mod requests;
+mod retention;
+mod time_window;
