@@ -4,23 +4,15 @@
 //! headless Chromium with every request, status and verification.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use crate::common::{loopback, until, Http, BASE};
 use ebb_node::cli::audit::{report, verify, ReportFormat, VerifyScope};
 use ebb_node::config::Config;
 use ebb_node::server::Server;
 
-const BASE: i64 = 1_700_000_000_000_000_000;
-
 fn config(dir: &std::path::Path) -> Config {
-    Config {
-        data_dir: dir.to_path_buf(),
-        http_addr: "127.0.0.1:0".parse().expect("addr"),
-        pg_addr: "127.0.0.1:0".parse().expect("addr"),
-        grpc_addr: "127.0.0.1:0".parse().expect("addr"),
-        delete_deadline: Some(Duration::from_secs(3600)),
-        ..Config::default()
-    }
+    Config { delete_deadline: Some(Duration::from_secs(3600)), ..loopback(dir) }
 }
 
 fn lines() -> String {
@@ -34,48 +26,10 @@ fn lines() -> String {
     s
 }
 
-struct Http {
-    base: String,
-    agent: ureq::Agent,
-}
-
-impl Http {
-    fn post(&self, path: &str, body: &str) -> (u16, String) {
-        let mut resp =
-            self.agent.post(&format!("{}{path}", self.base)).send(body).expect("request");
-        (resp.status().as_u16(), resp.body_mut().read_to_string().unwrap_or_default())
-    }
-
-    fn get(&self, path: &str) -> String {
-        let mut resp = self.agent.get(&format!("{}{path}", self.base)).call().expect("request");
-        resp.body_mut().read_to_string().unwrap_or_default()
-    }
-
-    fn json(&self, sql: &str) -> serde_json::Value {
-        let (status, body) = self.post("/v1/sql?db=public", sql);
-        assert_eq!(status, 200, "{sql}: {body}");
-        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{sql}: {e}: {body}"))
-    }
-
-    fn status(&self, id: u64) -> String {
-        let v = self.json(&format!("SELECT status FROM system.deletions WHERE id = {id}"));
-        v[0]["status"].as_str().unwrap_or_default().to_string()
-    }
-
-    fn metric(&self, name: &str) -> f64 {
-        let text = self.get("/metrics");
-        let line = text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or("");
-        line.split(' ').nth(1).and_then(|v| v.parse().ok()).unwrap_or(-1.0)
-    }
-}
-
-/// Polls until `f` holds, for up to `secs` seconds.
-fn until(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < Duration::from_secs(secs), "timed out: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+/// The overall status of request `id` in `system.deletions`.
+fn status(h: &Http, id: u64) -> String {
+    let v = h.json(&format!("SELECT status FROM system.deletions WHERE id = {id}"));
+    v[0]["status"].as_str().unwrap_or_default().to_string()
 }
 
 #[test]
@@ -84,10 +38,7 @@ fn erasures_are_verified_go_late_when_held_back_and_report_renders() {
     let rt = rt.expect("runtime");
     let dir = tempfile::tempdir().expect("tempdir");
     let server = rt.block_on(Server::start(&config(dir.path()))).expect("start");
-    let h = Http {
-        base: format!("http://{}", server.http_addr),
-        agent: ureq::Agent::config_builder().http_status_as_error(false).build().into(),
-    };
+    let h = Http::new(server.http_addr);
     assert_eq!(h.post("/write?db=public", &lines()).0, 204);
     let db = server.database().expect("single node").clone();
     db.flush().expect("flush"); // the data is in SSTs, as it would be after a while
@@ -96,7 +47,7 @@ fn erasures_are_verified_go_late_when_held_back_and_report_renders() {
     let v = h.json("ERASE WHERE user = 'carol' DEADLINE '3s'");
     assert_eq!(v[0]["rows_erased"], 200, "{v}");
     let carol = v[0]["erasure_id"].as_u64().expect("id");
-    until(30, "carol persisted", || h.status(carol) == "persisted");
+    until(30, "carol persisted", || status(&h, carol) == "persisted");
     let (out, pass) = verify(&h.base, carol, false).expect("verify");
     assert!(pass && out.contains("PASS"), "{out}");
     assert_eq!(h.metric("ebb_deletions_late_total"), 0.0);
@@ -106,11 +57,11 @@ fn erasures_are_verified_go_late_when_held_back_and_report_renders() {
     let v = h.json("ERASE WHERE user = 'alice' DEADLINE '4s'");
     let alice = v[0]["erasure_id"].as_u64().expect("id");
     assert_eq!(h.json("SELECT count(*) AS c FROM temp WHERE user = 'alice'")[0]["c"], 0);
-    assert_eq!(h.status(alice), "pending");
+    assert_eq!(status(&h, alice), "pending");
     assert!(h.metric("ebb_deletions_pending") >= 1.0);
-    until(10, "alice at risk", || h.status(alice) == "at risk");
+    until(10, "alice at risk", || status(&h, alice) == "at risk");
     assert_eq!(h.metric("ebb_deletions_at_risk"), 1.0);
-    until(10, "alice late", || h.status(alice) == "late");
+    until(10, "alice late", || status(&h, alice) == "late");
     assert_eq!(h.metric("ebb_deletions_late_total"), 1.0);
     assert!(h.metric("ebb_deletion_oldest_pending_seconds") >= 4.0);
     // Still stored: the verification finds it (the check can fail).
@@ -122,7 +73,7 @@ fn erasures_are_verified_go_late_when_held_back_and_report_renders() {
         let v = h.json(&format!("SELECT persisted_at FROM system.deletions WHERE id = {alice}"));
         !v[0]["persisted_at"].is_null()
     });
-    assert_eq!(h.status(alice), "late", "persisted after the deadline stays late");
+    assert_eq!(status(&h, alice), "late", "persisted after the deadline stays late");
     assert!(verify(&h.base, alice, false).expect("verify").1);
     assert_eq!(h.metric("ebb_deletions_pending"), 0.0);
 

@@ -9,42 +9,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::{loopback, start_cluster, Http, BASE};
 use ebb_node::cli::audit::verify;
 use ebb_node::config::Config;
-use ebb_node::server::Server;
-
-const BASE: i64 = 1_700_000_000_000_000_000;
 
 fn config(dir: &Path) -> Config {
     Config {
-        data_dir: dir.to_path_buf(),
-        http_addr: "127.0.0.1:0".parse().expect("addr"),
-        pg_addr: "127.0.0.1:0".parse().expect("addr"),
-        grpc_addr: "127.0.0.1:0".parse().expect("addr"),
         shards: 4,
         replication: 3,
         delete_deadline: Some(Duration::from_secs(3600)),
-        ..Config::default()
+        ..loopback(dir)
     }
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder().http_status_as_error(false).build().into()
-}
-
-fn post(base: &str, path: &str, body: &str) -> (u16, String) {
-    let mut r = agent().post(&format!("{base}{path}")).send(body).expect("request");
-    (r.status().as_u16(), r.body_mut().read_to_string().unwrap_or_default())
-}
-
-fn json(base: &str, sql: &str) -> serde_json::Value {
-    let (status, body) = post(base, "/v1/sql?db=public", sql);
-    assert_eq!(status, 200, "{sql}: {body}");
-    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{sql}: {e}: {body}"))
-}
-
-fn count(base: &str, sql: &str) -> u64 {
-    json(base, sql)[0]["c"].as_u64().unwrap_or_else(|| panic!("{sql}"))
 }
 
 /// Lines for `user`, points `from..to`, each with a marker value naming the user and point.
@@ -100,25 +75,14 @@ fn files_with(dir: &Path, needle: &[u8]) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn erasure_under_writes_is_persisted_everywhere_and_proven() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().expect("tempdir")).collect();
-    let first = Server::start(&Config { cluster: true, ..config(dirs[0].path()) })
-        .await
-        .expect("start node 1");
-    let seed = first.grpc_addr.to_string();
-    let mut servers = vec![first];
-    for d in &dirs[1..] {
-        let cfg = Config { join: vec![seed.clone()], ..config(d.path()) };
-        servers.push(Server::start(&cfg).await.expect("join"));
-    }
-    let urls: Vec<String> = servers.iter().map(|s| format!("http://{}", s.http_addr)).collect();
+    let servers = start_cluster(&dirs, config).await;
+    let hs: Vec<Http> = servers.iter().map(|s| Http::new(s.http_addr)).collect();
     // Every node holds every shard, each with a leader.
     let start = Instant::now();
     loop {
         let held = servers.iter().all(|s| s.cluster().expect("cluster").shards.ids().len() == 4);
-        let (status, body) = post(
-            &urls[0],
-            "/v1/sql?db=public",
-            "SELECT count(*) AS c FROM system.shards WHERE leader IS NOT NULL AND NOT moving",
-        );
+        let (status, body) = hs[0]
+            .sql("SELECT count(*) AS c FROM system.shards WHERE leader IS NOT NULL AND NOT moving");
         if held && status == 200 && body.contains("\"c\":4") {
             break;
         }
@@ -131,7 +95,7 @@ async fn erasure_under_writes_is_persisted_everywhere_and_proven() {
     for u in 0..10 {
         let body = lines(&format!("u{u}"), 0, 100);
         expected += body.lines().count() as u64 * u64::from(u == 0);
-        let (status, b) = post(&urls[u as usize % 3], "/write?db=public", &body);
+        let (status, b) = hs[u as usize % 3].post("/write?db=public", &body);
         assert_eq!(status, 204, "{b}");
     }
     let marker = b"secret-u0-";
@@ -140,12 +104,13 @@ async fn erasure_under_writes_is_persisted_everywhere_and_proven() {
     let stop = Arc::new(AtomicBool::new(false));
     let written = Arc::new(AtomicU64::new(0));
     let writer = {
-        let (stop, written, url) = (stop.clone(), written.clone(), urls[1].clone());
+        let (stop, written, addr) = (stop.clone(), written.clone(), servers[1].http_addr);
         std::thread::spawn(move || {
+            let h = Http::new(addr);
             let mut p = 100;
             while !stop.load(Ordering::Relaxed) {
                 let body = lines(&format!("u{}", 1 + p % 9), p, p + 5);
-                let (status, b) = post(&url, "/write?db=public", &body);
+                let (status, b) = h.post("/write?db=public", &body);
                 assert_eq!(status, 204, "{b}");
                 written.fetch_add(1, Ordering::Relaxed);
                 p += 5;
@@ -155,14 +120,14 @@ async fn erasure_under_writes_is_persisted_everywhere_and_proven() {
     };
 
     // The erasure, through another node, with a deadline far shorter than the configured one.
-    let v = json(&urls[2], "ERASE WHERE user = 'u0' DEADLINE '30s'");
+    let v = hs[2].json("ERASE WHERE user = 'u0' DEADLINE '30s'");
     let rows: u64 =
         v.as_array().expect("rows").iter().map(|r| r["rows_erased"].as_u64().unwrap_or(0)).sum();
     assert_eq!(rows, expected, "{v}");
     let id = v[0]["erasure_id"].as_u64().expect("erasure id");
     assert!(v.as_array().expect("rows").iter().all(|r| r["erasure_id"] == id), "one id: {v}");
-    for url in &urls {
-        assert_eq!(count(url, "SELECT count(*) AS c FROM temp WHERE user = 'u0'"), 0);
+    for h in &hs {
+        assert_eq!(h.count("SELECT count(*) AS c FROM temp WHERE user = 'u0'"), 0);
     }
     // Persisted on every replica of every shard that held the user, before the deadline.
     let q = format!(
@@ -172,7 +137,7 @@ async fn erasure_under_writes_is_persisted_everywhere_and_proven() {
     );
     let start = Instant::now();
     let rows = loop {
-        let rows = json(&urls[0], &q);
+        let rows = hs[0].json(&q);
         let rows = rows.as_array().expect("rows").clone();
         if !rows.is_empty() && rows.iter().all(|r| r["status"] == "persisted") {
             break rows;
@@ -193,7 +158,7 @@ async fn erasure_under_writes_is_persisted_everywhere_and_proven() {
     assert!(written.load(Ordering::Relaxed) > 0, "writes went on meanwhile");
 
     // The audit: every replica scanned, nothing found.
-    let url = urls[1].clone();
+    let url = hs[1].base.clone();
     let (out, pass) = tokio::task::spawn_blocking(move || verify(&url, id, false))
         .await
         .expect("task")
@@ -209,7 +174,7 @@ async fn erasure_under_writes_is_persisted_everywhere_and_proven() {
         assert!(left.is_empty(), "erased values still in {left:?}");
     }
     // Others are all there.
-    assert_eq!(count(&urls[0], "SELECT count(*) AS c FROM temp WHERE user = 'u1' AND time < to_timestamp_nanos(1700000100000000000)"), 300);
+    assert_eq!(hs[0].count("SELECT count(*) AS c FROM temp WHERE user = 'u1' AND time < to_timestamp_nanos(1700000100000000000)"), 300);
     for s in servers {
         s.shutdown().await.expect("shutdown");
     }

@@ -2,49 +2,22 @@
 //! (the `psql` binary and a driver) over the cluster, `INSERT` routed by series, `system.shards`
 //! naming the leader of shards a node does not hold, and cluster metrics.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::common::{self, loopback, start_cluster, Http, BASE};
 use ebb_node::config::Config;
 use ebb_node::server::Server;
 
-const BASE: i64 = 1_700_000_000_000_000_000;
-
 fn config(dir: &std::path::Path) -> Config {
-    Config {
-        data_dir: dir.to_path_buf(),
-        http_addr: "127.0.0.1:0".parse().expect("addr"),
-        pg_addr: "127.0.0.1:0".parse().expect("addr"),
-        grpc_addr: "127.0.0.1:0".parse().expect("addr"),
-        shards: 4,
-        replication: 2,
-        ..Config::default()
-    }
+    Config { shards: 4, replication: 2, ..loopback(dir) }
 }
 
 fn http_sql(s: &Server, sql: &str) -> (u16, String) {
-    let agent: ureq::Agent =
-        ureq::Agent::config_builder().http_status_as_error(false).build().into();
-    let mut r = agent
-        .post(&format!("http://{}/v1/sql?db=public", s.http_addr))
-        .header("Accept", "text/csv")
-        .send(sql)
-        .expect("request");
-    (r.status().as_u16(), r.body_mut().read_to_string().unwrap_or_default())
+    Http::new(s.http_addr).post_with("/v1/sql?db=public", sql.as_bytes(), &[("Accept", "text/csv")])
 }
 
 fn psql(s: &Server, sql: &str) -> (bool, String, String) {
-    let out = Command::new("psql")
-        .args(["-h", "127.0.0.1", "-p", &s.pg_addr.port().to_string(), "-U", "ebb"])
-        .args(["-d", "public", "-At", "-c", sql])
-        .env("PGCONNECT_TIMEOUT", "10")
-        .output()
-        .expect("psql must be installed (postgresql-client)");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).trim().to_string(),
-        String::from_utf8_lossy(&out.stderr).trim().to_string(),
-    )
+    common::psql(s.pg_addr.port(), sql)
 }
 
 /// Rows of `cpu` in each shard, read on its leader.
@@ -74,15 +47,7 @@ async fn per_shard_rows(servers: &[Server]) -> std::collections::BTreeMap<u64, u
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_protocol_insert_and_leaders_over_the_cluster() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().expect("tempdir")).collect();
-    let first = Server::start(&Config { cluster: true, ..config(dirs[0].path()) })
-        .await
-        .expect("start node 1");
-    let seed = first.grpc_addr.to_string();
-    let mut servers = vec![first];
-    for d in &dirs[1..] {
-        let cfg = Config { join: vec![seed.clone()], ..config(d.path()) };
-        servers.push(Server::start(&cfg).await.expect("join"));
-    }
+    let servers = start_cluster(&dirs, config).await;
 
     // Every node names a leader for every shard, held here or not, once placement settles
     // (4 shards x 2 replicas on 3 nodes: each node lacks at least one shard).

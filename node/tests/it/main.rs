@@ -7,6 +7,7 @@ mod audit;
 mod cluster;
 mod cluster_erasure;
 mod cluster_server;
+mod common;
 mod local_cluster;
 mod replicated_shard;
 mod server;

@@ -3,23 +3,17 @@
 //! and a restart.
 
 use std::io::Write;
-use std::process::Command;
 use std::time::Duration;
 
+use crate::common::{loopback, psql, Http, BASE};
 use ebb_node::config::Config;
 use ebb_node::server::Server;
 
-const BASE: i64 = 1_700_000_000_000_000_000;
-
 fn config(dir: &std::path::Path) -> Config {
     Config {
-        data_dir: dir.to_path_buf(),
-        http_addr: "127.0.0.1:0".parse().expect("addr"),
-        pg_addr: "127.0.0.1:0".parse().expect("addr"),
-        grpc_addr: "127.0.0.1:0".parse().expect("addr"),
         retention_check_interval: Duration::from_millis(200),
         max_body_bytes: 1 << 20,
-        ..Config::default()
+        ..loopback(dir)
     }
 }
 
@@ -34,69 +28,6 @@ fn lines(hosts: usize, points: usize) -> String {
     s
 }
 
-struct Http {
-    base: String,
-    agent: ureq::Agent,
-}
-
-impl Http {
-    fn new(addr: std::net::SocketAddr) -> Http {
-        let agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
-        Http { base: format!("http://{addr}"), agent }
-    }
-
-    fn post(&self, path: &str, body: &[u8], headers: &[(&str, &str)]) -> (u16, String) {
-        let mut req = self.agent.post(&format!("{}{path}", self.base));
-        for (k, v) in headers {
-            req = req.header(*k, *v);
-        }
-        let mut resp = req.send(body).expect("request");
-        let status = resp.status().as_u16();
-        (status, resp.body_mut().read_to_string().unwrap_or_default())
-    }
-
-    fn get(&self, path: &str) -> (u16, String) {
-        let mut resp = self.agent.get(&format!("{}{path}", self.base)).call().expect("request");
-        let status = resp.status().as_u16();
-        (status, resp.body_mut().read_to_string().unwrap_or_default())
-    }
-
-    fn sql(&self, sql: &str) -> (u16, String) {
-        self.post("/v1/sql?db=public", sql.as_bytes(), &[])
-    }
-
-    fn json(&self, sql: &str) -> serde_json::Value {
-        let (status, body) = self.sql(sql);
-        assert_eq!(status, 200, "{sql}: {body}");
-        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{sql}: {e}: {body}"))
-    }
-}
-
-fn psql(port: u16, sql: &str) -> (bool, String, String) {
-    let out = Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-U",
-            "ebb",
-            "-d",
-            "public",
-            "-At",
-            "-c",
-            sql,
-        ])
-        .env("PGCONNECT_TIMEOUT", "10")
-        .output()
-        .expect("psql must be installed (postgresql-client)");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).trim().to_string(),
-        String::from_utf8_lossy(&out.stderr).trim().to_string(),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn http_psql_driver_and_restart() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -109,12 +40,12 @@ async fn http_psql_driver_and_restart() {
         assert_eq!(h.get("/health").0, 200);
         assert_eq!(h.get("/ready").0, 200);
         // Line protocol, v1 and v2 endpoints, gzip.
-        let (s, b) = h.post("/write?db=public", lines(3, 60).as_bytes(), &[]);
+        let (s, b) = h.post_with("/write?db=public", lines(3, 60).as_bytes(), &[]);
         assert_eq!(s, 204, "{b}");
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         gz.write_all(b"mem,host=h0 used=1i 1700000000000000000\n").expect("gzip");
         let gz = gz.finish().expect("gzip");
-        let (s, b) = h.post(
+        let (s, b) = h.post_with(
             "/api/v2/write?bucket=public&precision=ns",
             &gz,
             &[("Content-Encoding", "gzip")],
@@ -128,27 +59,27 @@ async fn http_psql_driver_and_restart() {
         assert_eq!(v.as_array().map(Vec::len), Some(2), "{v}");
         assert_eq!(v[0]["a"], 15.0, "{v}"); // mean of 0.5 .. 29.5
                                             // CSV and text formats.
-        let (s, csv) = h.post(
+        let (s, csv) = h.post_with(
             "/v1/sql?db=public",
             b"SELECT host FROM cpu WHERE host = 'h0' LIMIT 2",
             &[("Accept", "text/csv")],
         );
         assert_eq!((s, csv.as_str()), (200, "host\nh0\nh0\n"));
-        let (s, t) = h.post("/v1/sql", b"SELECT 1 AS one", &[("Accept", "text/plain")]);
+        let (s, t) = h.post_with("/v1/sql", b"SELECT 1 AS one", &[("Accept", "text/plain")]);
         assert!(s == 200 && t.contains("| one |") && t.contains("(1 row)"), "{t}");
 
         // Bad input: 4xx with a reason; nothing from a rejected request is applied.
         let (s, b) =
-            h.post("/write?db=public", b"cpu,host=h9 usage=1 1\ncpu,host=h9 usage= 2\n", &[]);
+            h.post_with("/write?db=public", b"cpu,host=h9 usage=1 1\ncpu,host=h9 usage= 2\n", &[]);
         assert!(s == 400 && b.contains("line 2"), "{s} {b}");
-        let (s, b) = h.post("/write?db=public", b"cpu,host=h9 usage=\"text\" 1\n", &[]);
+        let (s, b) = h.post_with("/write?db=public", b"cpu,host=h9 usage=\"text\" 1\n", &[]);
         assert!(s == 400 && b.contains("usage"), "{s} {b}");
-        let (s, b) = h.post("/write", b"cpu usage=1 1\n", &[]);
+        let (s, b) = h.post_with("/write", b"cpu usage=1 1\n", &[]);
         assert!(s == 400 && b.contains("database"), "{s} {b}");
-        let (s, _) = h.post("/write?db=public&precision=weeks", b"cpu usage=1 1\n", &[]);
+        let (s, _) = h.post_with("/write?db=public&precision=weeks", b"cpu usage=1 1\n", &[]);
         assert_eq!(s, 400);
         let big = vec![b'#'; 2 << 20];
-        assert_eq!(h.post("/write?db=public", &big, &[]).0, 413);
+        assert_eq!(h.post_with("/write?db=public", &big, &[]).0, 413);
         let (s, b) = h.sql("SELEC 1");
         assert!(s == 400 && b.contains("error"), "{s} {b}");
         assert!((400..500).contains(&h.sql("SELECT * FROM nosuch").0));
@@ -169,9 +100,9 @@ async fn http_psql_driver_and_restart() {
 
         // Retention: a table keeping one hour refuses older writes.
         h.json("CREATE TABLE events (src TAG, n BIGINT) WITH (retention = '1h')");
-        let (s, b) = h.post("/write?db=public", b"events,src=a n=1i 1\n", &[]);
+        let (s, b) = h.post_with("/write?db=public", b"events,src=a n=1i 1\n", &[]);
         assert!(s == 400 && b.contains("retention"), "{s} {b}");
-        let (s, _) = h.post("/write?db=public", b"events,src=a n=1i\n", &[]);
+        let (s, _) = h.post_with("/write?db=public", b"events,src=a n=1i\n", &[]);
         assert_eq!(s, 204);
         assert_eq!(h.json("SELECT count(*) AS c FROM events")[0]["c"], 1);
 

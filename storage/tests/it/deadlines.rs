@@ -6,32 +6,9 @@
 
 use std::time::Duration;
 
-use ebb_storage::{
-    Clock, DeletionKind, DeletionStatus, Engine, ManualClock, Options, RangeDeleteMode,
-};
+use ebb_storage::{DeletionKind, DeletionStatus, Engine, ManualClock, RangeDeleteMode};
 
-const START_MS: u64 = 1_700_000_000_000;
-
-fn opts(clock: &ManualClock, deadline: Option<Duration>) -> Options {
-    Options {
-        write_buffer_size: 8 << 10,
-        page_size: 512,
-        target_file_size: 8 << 10,
-        base_level_size: 16 << 10,
-        level0_compaction_trigger: 2,
-        size_ratio: 4,
-        memtable_max_age: None,
-        delete_deadline: deadline,
-        clock: Clock::manual(clock),
-        ..Options::default()
-    }
-}
-
-fn k(i: u64) -> Vec<u8> {
-    let mut key = b"series-".to_vec();
-    key.extend_from_slice(&i.to_be_bytes());
-    key
-}
+use crate::common::{series_key as k, small_on_clock as opts, START_MS};
 
 #[test]
 fn ledger_records_deletes_across_restart_and_crash() {

@@ -6,34 +6,17 @@
 
 use std::time::Duration;
 
+use crate::common::{series_key as k, small_on_clock, START_MS};
 use ebb_storage::audit::plaintext;
 use ebb_storage::{
-    Clock, Compression, DeleteRequest, Engine, LogClearance, ManualClock, Options, WriteBatch,
+    Compression, DeleteRequest, Engine, LogClearance, ManualClock, Options, WriteBatch,
 };
 
-const START_MS: u64 = 1_700_000_000_000;
 const HOUR_MS: u64 = 3_600_000;
 
 fn opts(clock: &ManualClock) -> Options {
-    Options {
-        write_buffer_size: 8 << 10,
-        page_size: 512,
-        target_file_size: 8 << 10,
-        base_level_size: 16 << 10,
-        level0_compaction_trigger: 2,
-        size_ratio: 4,
-        memtable_max_age: None,
-        delete_deadline: Some(Duration::from_secs(24 * 3600)),
-        compression: Compression::Lz4,
-        clock: Clock::manual(clock),
-        ..Options::default()
-    }
-}
-
-fn k(i: u64) -> Vec<u8> {
-    let mut key = b"series-".to_vec();
-    key.extend_from_slice(&i.to_be_bytes());
-    key
+    let deadline = Some(Duration::from_secs(24 * 3600));
+    Options { compression: Compression::Lz4, ..small_on_clock(clock, deadline) }
 }
 
 fn request(id: u64, deadline_ms: Option<u64>) -> DeleteRequest {

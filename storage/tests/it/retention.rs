@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ebb_storage::{Clock, Engine, Error, ManualClock, Options, TimeToDeleteKey};
 
-const START_MS: u64 = 1_700_000_000_000;
+use crate::common::START_MS;
 
 fn opts(clock: &ManualClock) -> Options {
     Options {

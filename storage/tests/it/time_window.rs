@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ebb_storage::{Clock, Compression, DeletionStatus, Engine, ManualClock, Options};
 
-const START_MS: u64 = 1_700_000_000_000;
+use crate::common::START_MS;
 
 fn opts(clock: &ManualClock, compression: Compression) -> Options {
     Options {

@@ -1,0 +1,130 @@
+//! Helpers the server tests share: loopback configurations, starting a cluster of servers in one
+//! process, an HTTP client that returns every status, `psql`, and polling.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use ebb_node::config::Config;
+use ebb_node::server::Server;
+
+/// 2023-11-14T22:13:20Z in nanoseconds: the first timestamp of the tests' data.
+pub const BASE: i64 = 1_700_000_000_000_000_000;
+
+/// A server keeping its data in `dir`, listening on ephemeral loopback ports.
+pub fn loopback(dir: &Path) -> Config {
+    Config {
+        data_dir: dir.to_path_buf(),
+        http_addr: "127.0.0.1:0".parse().expect("addr"),
+        pg_addr: "127.0.0.1:0".parse().expect("addr"),
+        grpc_addr: "127.0.0.1:0".parse().expect("addr"),
+        ..Config::default()
+    }
+}
+
+/// Starts one server per directory in cluster mode: the first creates the cluster, the others
+/// join it through the first. `config` gives each one's configuration.
+pub async fn start_cluster(
+    dirs: &[tempfile::TempDir],
+    config: impl Fn(&Path) -> Config,
+) -> Vec<Server> {
+    let (first, rest) = dirs.split_first().expect("at least one node");
+    let first = Server::start(&Config { cluster: true, ..config(first.path()) })
+        .await
+        .expect("start node 1");
+    let seed = first.grpc_addr.to_string();
+    let mut servers = vec![first];
+    for d in rest {
+        let cfg = Config { join: vec![seed.clone()], ..config(d.path()) };
+        servers.push(Server::start(&cfg).await.expect("join"));
+    }
+    servers
+}
+
+/// A blocking HTTP client for one server that returns every status instead of failing on 4xx.
+pub struct Http {
+    /// `http://host:port`.
+    pub base: String,
+    agent: ureq::Agent,
+}
+
+impl Http {
+    /// A client for the server at `addr`.
+    pub fn new(addr: SocketAddr) -> Http {
+        let agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        Http { base: format!("http://{addr}"), agent }
+    }
+
+    /// POSTs `body` to `path` with extra headers: the status and the body.
+    pub fn post_with(&self, path: &str, body: &[u8], headers: &[(&str, &str)]) -> (u16, String) {
+        let mut req = self.agent.post(&format!("{}{path}", self.base));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let mut resp = req.send(body).expect("request");
+        let status = resp.status().as_u16();
+        (status, resp.body_mut().read_to_string().unwrap_or_default())
+    }
+
+    /// POSTs `body` to `path`: the status and the body.
+    pub fn post(&self, path: &str, body: &str) -> (u16, String) {
+        self.post_with(path, body.as_bytes(), &[])
+    }
+
+    /// GETs `path`: the status and the body.
+    pub fn get(&self, path: &str) -> (u16, String) {
+        let mut resp = self.agent.get(&format!("{}{path}", self.base)).call().expect("request");
+        let status = resp.status().as_u16();
+        (status, resp.body_mut().read_to_string().unwrap_or_default())
+    }
+
+    /// Runs SQL in database `public`: the status and the body.
+    pub fn sql(&self, sql: &str) -> (u16, String) {
+        self.post("/v1/sql?db=public", sql)
+    }
+
+    /// Runs SQL that must succeed and returns its JSON rows.
+    pub fn json(&self, sql: &str) -> serde_json::Value {
+        let (status, body) = self.sql(sql);
+        assert_eq!(status, 200, "{sql}: {body}");
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{sql}: {e}: {body}"))
+    }
+
+    /// The first row's column `c` of a query, as a number.
+    pub fn count(&self, sql: &str) -> u64 {
+        self.json(sql)[0]["c"].as_u64().unwrap_or_else(|| panic!("no count: {sql}"))
+    }
+
+    /// The value of an unlabelled metric on `/metrics`, -1 if it is missing.
+    pub fn metric(&self, name: &str) -> f64 {
+        let text = self.get("/metrics").1;
+        let line = text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or("");
+        line.split(' ').nth(1).and_then(|v| v.parse().ok()).unwrap_or(-1.0)
+    }
+}
+
+/// Runs the real `psql` binary against the PostgreSQL port `port`, database `public`, unaligned
+/// tuples only: whether it succeeded, its output and its errors.
+pub fn psql(port: u16, sql: &str) -> (bool, String, String) {
+    let out = Command::new("psql")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "ebb"])
+        .args(["-d", "public", "-At", "-c", sql])
+        .env("PGCONNECT_TIMEOUT", "10")
+        .output()
+        .expect("psql must be installed (postgresql-client)");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        String::from_utf8_lossy(&out.stderr).trim().to_string(),
+    )
+}
+
+/// Polls until `f` holds, for up to `secs` seconds, then fails naming `what`.
+pub fn until(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < Duration::from_secs(secs), "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
