@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod cluster_nodes;
 pub mod deletes;
 pub mod engine;
+pub mod erasure;
 pub mod peers;
 pub mod range_delete;
 pub mod range_delete_plot;

@@ -141,6 +141,31 @@ enum Cmd {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Erasures under ingest on a three-node cluster: ingest rate against a load without
+    /// erasures, persistence latency on every replica against the deadline, audit time.
+    Erasure {
+        /// Data set as HOSTSxHOURS.
+        #[arg(long, default_value = "1000x2")]
+        set: String,
+        /// Concurrent client connections (spread over the nodes).
+        #[arg(long, default_value_t = 4)]
+        clients: usize,
+        /// Shards of the cluster.
+        #[arg(long, default_value_t = 4)]
+        shards: u32,
+        /// Erasures issued during the load.
+        #[arg(long, default_value_t = 10)]
+        erasures: usize,
+        /// Seconds between erasures.
+        #[arg(long, default_value_t = 2)]
+        interval: u64,
+        /// Each erasure's deadline, in seconds.
+        #[arg(long, default_value_t = 30)]
+        deadline: u64,
+        /// Working directory (default: a temporary directory, removed afterwards).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Query latency on TSBS devops cpu data, EbbDB (SQL) against InfluxDB (InfluxQL).
     Query {
         /// Data set as HOSTSxHOURS.
@@ -274,6 +299,22 @@ fn main() {
             let mut tmp = None;
             let work = work_dir(dir, &mut tmp);
             if let Err(e) = ebb_benches::cluster::run(&work, &s) {
+                eprintln!("error: {e}");
+                std::process::exit(1);
+            }
+        }
+        Cmd::Erasure { set, clients, shards, erasures, interval, deadline, dir } => {
+            let s = ebb_benches::erasure::Settings {
+                dataset: dataset(&set),
+                clients: clients.max(1),
+                shards: shards.max(1),
+                erasures: erasures.max(1),
+                interval: std::time::Duration::from_secs(interval.max(1)),
+                deadline: std::time::Duration::from_secs(deadline.max(1)),
+            };
+            let mut tmp = None;
+            let work = work_dir(dir, &mut tmp);
+            if let Err(e) = ebb_benches::erasure::run(&work, &s) {
                 eprintln!("error: {e}");
                 std::process::exit(1);
             }
