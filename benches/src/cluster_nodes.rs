@@ -154,6 +154,15 @@ impl Cluster {
 
     /// Runs `sql` on node `i` against database `bench`; the CSV answer without its header.
     pub fn sql(&self, i: usize, sql: &str) -> Result<Vec<Vec<String>>, String> {
+        Ok(self.sql_with_header(i, sql)?.1)
+    }
+
+    /// Like [`Cluster::sql`], with the column names.
+    pub fn sql_with_header(
+        &self,
+        i: usize,
+        sql: &str,
+    ) -> Result<(Vec<String>, Vec<Vec<String>>), String> {
         let mut r = agent()
             .post(&format!("{}/v1/sql", self.nodes[i].url))
             .query("db", "bench")
@@ -164,7 +173,9 @@ impl Cluster {
         if !r.status().is_success() {
             return Err(format!("{sql:?} failed: {} {body}", r.status()));
         }
-        Ok(body.lines().skip(1).filter(|l| !l.is_empty()).map(csv_fields).collect())
+        let mut lines = body.lines().filter(|l| !l.is_empty());
+        let header = lines.next().map(csv_fields).unwrap_or_default();
+        Ok((header, lines.map(csv_fields).collect()))
     }
 
     /// The shard map as node 0 sees it.

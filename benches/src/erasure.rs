@@ -32,9 +32,10 @@ pub struct Settings {
 }
 
 /// One erasure as issued.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Issued {
     id: u64,
+    host: usize,
     rows: u64,
     /// Seconds the `ERASE` statement took to answer.
     answer_secs: f64,
@@ -128,8 +129,12 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
         verify.len(),
         crate::peers::dir_bytes(&c.nodes[0].dir) >> 20
     );
+    let data: Vec<_> = c.nodes.iter().map(|n| n.dir.clone()).collect();
     drop(c);
-    let _ = std::fs::remove_dir_all(&dir);
+    // The node logs (`n1.log`, ...) stay for a look at what the nodes did.
+    for d in data {
+        let _ = std::fs::remove_dir_all(d);
+    }
 
     let params = |extra: &[(&str, String)]| {
         let mut p = vec![("dataset".to_string(), label.clone())];
@@ -189,13 +194,18 @@ fn erase_while(c: &Cluster, s: &Settings, loading: &AtomicBool) -> Result<Vec<Is
             s.deadline.as_secs().max(1)
         );
         let t = Instant::now();
-        // One row per shard: rows_erased, erasure_id, series, tables, deletes.
-        let rows = c.sql(k % c.nodes.len(), &sql)?;
+        // One row per shard the table is on, each naming the shard, the rows it erased and
+        // the erasure id (the same on every shard).
+        let (header, rows) = c.sql_with_header(k % c.nodes.len(), &sql)?;
         let answer_secs = t.elapsed().as_secs_f64();
+        let col = |name: &str| {
+            header.iter().position(|h| h == name).ok_or(format!("{sql}: no column {name}"))
+        };
+        let (id_col, rows_col) = (col("erasure_id")?, col("rows_erased")?);
         let num = |r: &Vec<String>, i: usize| r.get(i).and_then(|v| v.parse::<u64>().ok());
-        let id = rows.first().and_then(|r| num(r, 1)).ok_or(format!("{sql}: no id: {rows:?}"))?;
-        let erased = rows.iter().filter_map(|r| num(r, 0)).sum();
-        out.push(Issued { id, rows: erased, answer_secs });
+        let id = rows.first().and_then(|r| num(r, id_col)).ok_or(format!("{sql}: {rows:?}"))?;
+        let erased = rows.iter().filter_map(|r| num(r, rows_col)).sum();
+        out.push(Issued { id, host, rows: erased, answer_secs });
         println!("  erased host_{host}: {erased} rows ({answer_secs:.3} s)");
     }
     Ok(out)
@@ -218,11 +228,17 @@ fn wait_persisted(c: &Cluster, issued: &[Issued], deadline: Duration) -> Result<
             rows.iter().filter_map(|r| r.first().map(String::as_str)).collect();
         if done && seen.len() == issued.len() {
             let mut out = Vec::new();
-            for id in &ids {
-                let mine = rows.iter().filter(|r| r.first() == Some(id));
+            for (id, e) in ids.iter().zip(issued) {
                 let ns = |r: &Vec<String>, i: usize| r[i].parse::<i64>().unwrap_or(0);
-                let worst = mine.map(|r| ns(r, 2) - ns(r, 1)).max().unwrap_or(0);
-                out.push(worst as f64 / 1e9);
+                let mut took: Vec<f64> = rows
+                    .iter()
+                    .filter(|r| r.first() == Some(id))
+                    .map(|r| (ns(r, 2) - ns(r, 1)) as f64 / 1e9)
+                    .collect();
+                took.sort_by(f64::total_cmp);
+                let list: Vec<String> = took.iter().map(|t| format!("{t:.1}")).collect();
+                println!("  host_{}: replicas persisted after {} s", e.host, list.join(", "));
+                out.push(max(&took));
             }
             return Ok(out);
         }

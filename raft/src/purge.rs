@@ -17,6 +17,8 @@ use crate::transport::GroupHandle;
 
 /// How long a step of a log compaction may take before the pass gives up (the next retries).
 const STEP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a compaction waits for its snapshot before asking for one again.
+const RETRIGGER: Duration = Duration::from_millis(500);
 /// How long a compaction waits for openraft to purge the log before the pass ends.
 const PURGE_WAIT: Duration = Duration::from_secs(2);
 /// Received snapshots untouched this long are abandoned transfers.
@@ -90,16 +92,26 @@ impl LogPurger {
             (index >= min).then_some(index)
         };
         // Always a fresh snapshot: an existing one may cover the log but predate the engine's
-        // cleanup of the deleted data.
+        // cleanup of the deleted data. Openraft ignores a trigger while it builds a snapshot
+        // (one its own policy started, say), and that one may end below `last`: the trigger is
+        // repeated until a snapshot taken after it covers `last`.
         let before = g.replica.current_snapshot().map(|(d, _)| d.meta.snapshot_id);
-        g.raft.trigger().snapshot().await.map_err(|e| e.to_string())?;
-        let index = wait(|| {
-            let now = g.replica.current_snapshot().map(|(d, _)| d.meta.snapshot_id);
-            (now != before).then_some(())?;
-            built(last)
-        })
-        .await
-        .ok_or("no snapshot was built in time")?;
+        let start = Instant::now();
+        let index = loop {
+            g.raft.trigger().snapshot().await.map_err(|e| e.to_string())?;
+            let found = wait_for(RETRIGGER, || {
+                let now = g.replica.current_snapshot().map(|(d, _)| d.meta.snapshot_id);
+                (now != before).then_some(())?;
+                built(last)
+            })
+            .await;
+            if let Some(index) = found {
+                break index;
+            }
+            if start.elapsed() > STEP_TIMEOUT {
+                return Err("no snapshot was built in time".into());
+            }
+        };
         g.replica.drop_older_snapshots(STALE_INCOMING);
         g.raft.trigger().purge_log(index).await.map_err(|e| e.to_string())?;
         // Openraft purges once no replication to a follower still reads the entries; the next

@@ -145,7 +145,7 @@ enum Cmd {
     /// erasures, persistence latency on every replica against the deadline, audit time.
     Erasure {
         /// Data set as HOSTSxHOURS.
-        #[arg(long, default_value = "1000x2")]
+        #[arg(long, default_value = "1000x6")]
         set: String,
         /// Concurrent client connections (spread over the nodes).
         #[arg(long, default_value_t = 4)]
@@ -157,7 +157,7 @@ enum Cmd {
         #[arg(long, default_value_t = 10)]
         erasures: usize,
         /// Seconds between erasures.
-        #[arg(long, default_value_t = 2)]
+        #[arg(long, default_value_t = 1)]
         interval: u64,
         /// Each erasure's deadline, in seconds.
         #[arg(long, default_value_t = 30)]

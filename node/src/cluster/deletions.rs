@@ -234,17 +234,26 @@ pub fn purge_interval(deadline: Option<Duration>) -> Duration {
 /// Raft log when a delete the engine has persisted waits only for the log or a snapshot.
 pub async fn purge_loop(shards: Arc<Shards>, interval: Duration, stop: watch::Receiver<bool>) {
     let mut purgers: BTreeMap<u64, Arc<LogPurger>> = BTreeMap::new();
+    let mut passes: BTreeMap<u64, tokio::task::JoinHandle<()>> = BTreeMap::new();
     loop {
         if *stop.borrow() {
+            for (_, pass) in std::mem::take(&mut passes) {
+                pass.abort();
+            }
             return;
         }
         let held = shards.all();
         purgers.retain(|id, _| held.iter().any(|s| s.id == *id));
-        // Every replica at once: one slow compaction does not hold up the others.
-        let passes = held.into_iter().map(|s| {
+        passes.retain(|_, pass| !pass.is_finished());
+        // Each replica's pass is a task of its own: a slow compaction (a snapshot under heavy
+        // ingest) holds up neither the other replicas nor this loop.
+        for s in held {
+            if passes.contains_key(&s.id) {
+                continue;
+            }
             let p =
                 purgers.entry(s.id).or_insert_with(|| Arc::new(LogPurger::new(interval))).clone();
-            async move {
+            let pass = tokio::spawn(async move {
                 let now = ebb_query::now_ms();
                 match p.tick(&s.group, now).await {
                     Ok(PurgeOutcome::Compacted(index)) => {
@@ -255,9 +264,9 @@ pub async fn purge_loop(shards: Arc<Shards>, interval: Duration, stop: watch::Re
                         tracing::warn!(shard = s.id, %e, "compacting the Raft log for deletes")
                     }
                 }
-            }
-        });
-        futures::future::join_all(passes.collect::<Vec<_>>()).await;
+            });
+            passes.insert(s.id, pass);
+        }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
