@@ -112,7 +112,7 @@ impl Cluster {
             .args(["--shards", &s.shards.to_string()])
             .args(["--replication", &s.replication.to_string()])
             .args(["--raft-snapshot-every", &s.snapshot_every.to_string()])
-            .env("EBB_LOG", "warn");
+            .env("EBB_LOG", std::env::var("EBB_BENCH_NODE_LOG").unwrap_or_else(|_| "warn".into()));
         match self.nodes.first() {
             None => cmd.arg("--cluster"),
             Some(first) => cmd.args(["--join", &first.grpc]),
