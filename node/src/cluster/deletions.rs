@@ -9,6 +9,7 @@ use std::time::Duration;
 use ebb_query::deletions::{local_deletions, ReplicaDeletion};
 use ebb_raft::{LogPurger, PurgeOutcome};
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use super::proto;
 use super::proto::cluster_client::ClusterClient;
@@ -253,19 +254,23 @@ pub async fn purge_loop(shards: Arc<Shards>, interval: Duration, stop: watch::Re
             }
             let p =
                 purgers.entry(s.id).or_insert_with(|| Arc::new(LogPurger::new(interval))).clone();
-            let pass = tokio::spawn(async move {
-                let now = ebb_query::now_ms();
-                match p.tick(&s.group, now).await {
-                    Ok(PurgeOutcome::Compacted(index)) => {
-                        tracing::info!(shard = s.id, index, "Raft log compacted for deletes");
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::warn!(shard = s.id, %e, "compacting the Raft log for deletes")
+            let shard_id = s.id;
+            let pass = tokio::spawn(
+                async move {
+                    let now = ebb_query::now_ms();
+                    match p.tick(&s.group, now).await {
+                        Ok(PurgeOutcome::Compacted(index)) => {
+                            tracing::info!(shard = s.id, index, "Raft log compacted for deletes");
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::warn!(shard = s.id, %e, "compacting the Raft log for deletes")
+                        }
                     }
                 }
-            });
-            passes.insert(s.id, pass);
+                .instrument(tracing::debug_span!("purge", shard = shard_id)),
+            );
+            passes.insert(shard_id, pass);
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }

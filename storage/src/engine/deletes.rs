@@ -168,8 +168,8 @@ impl Inner {
     pub(super) fn pick_deadline(&self, metas: &[Vec<&FileMeta>]) -> Option<CompactionTask> {
         let deadlines = self.deadlines()?;
         let now_ms = self.opts.clock.now_ms();
-        // Only range deletes within a memtable share of their deadline can make a file due.
-        let pending = self.pending_ranges(now_ms.saturating_add(deadlines.memtable_ms));
+        // Only range deletes within the reserve of their deadline can make a file due.
+        let pending = self.pending_ranges(now_ms.saturating_add(deadlines.reserve_ms));
         let input = FadeInput {
             now_ms,
             deadlines,
@@ -281,8 +281,29 @@ impl Inner {
                 DeletionKind::Range { lo, hi } if gloran => {
                     let r =
                         PendingRange { seq: d.id, lo: lo.clone(), hi: hi.clone(), issued_ms: 0 };
-                    !mems.iter().any(|m| m.min_entry_seq() < d.id)
-                        && !tables.iter().any(|t| r.blocked_by(t.meta()))
+                    let in_mem: Vec<usize> = mems
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, m)| m.min_entry_seq() < d.id)
+                        .map(|(i, _)| i)
+                        .collect();
+                    let in_files: Vec<u64> = tables
+                        .iter()
+                        .filter(|t| r.blocked_by(t.meta()))
+                        .map(|t| t.meta().id)
+                        .collect();
+                    if !in_mem.is_empty() || !in_files.is_empty() {
+                        tracing::debug!(
+                            dir = %self.dir.display(),
+                            id = d.id,
+                            deadline_ms = d.deadline_ms,
+                            ?in_mem,
+                            ?in_files,
+                            oldest_snapshot = ?self.snapshots.seqs().first(),
+                            "expedited range delete still held"
+                        );
+                    }
+                    in_mem.is_empty() && in_files.is_empty()
                 }
                 DeletionKind::Point { key } => {
                     let older = |c: &mut dyn crate::iter::EntryCursor| -> Result<bool> {
@@ -299,8 +320,21 @@ impl Inner {
                     for m in &mems {
                         held |= older(&mut crate::memtable::MemCursor::new((*m).clone()))?;
                     }
+                    let mut in_files = Vec::new();
                     for t in tables.iter().filter(|t| t.meta().overlaps(Some(key), Some(key))) {
-                        held |= older(&mut crate::sst::TableCursor::new((*t).clone(), false))?;
+                        if older(&mut crate::sst::TableCursor::new((*t).clone(), false))? {
+                            held = true;
+                            in_files.push(t.meta().id);
+                        }
+                    }
+                    if held {
+                        tracing::debug!(
+                            dir = %self.dir.display(),
+                            id = d.id,
+                            deadline_ms = d.deadline_ms,
+                            ?in_files,
+                            "expedited point delete still held"
+                        );
                     }
                     !held
                 }

@@ -1,16 +1,22 @@
-//! How the delete deadline `D_th` is split between the memtable and the levels.
+//! How the delete deadline `D_th` is split between the memtable, the levels, and the last
+//! compaction's own run time.
 
 use std::time::Duration;
 
-/// The deadline split of an engine.
+/// The deadline split of an engine: `memtable_ms + levels_ms + reserve_ms = total_ms`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Deadlines {
     /// `D_th` in milliseconds.
     pub total_ms: u64,
     /// Longest a delete may wait in a memtable (a tenth of `D_th`).
     pub memtable_ms: u64,
-    /// What remains for the levels.
+    /// The levels' share: by its end a delete has reached the deepest level, or the files
+    /// holding data of a range delete are due for their rewrite.
     pub levels_ms: u64,
+    /// Kept back at the end (a tenth of `D_th`): the time the compaction that persists a delete
+    /// takes to run, and the caller's log purge after it. A compaction due at the very deadline
+    /// would end after it.
+    pub reserve_ms: u64,
 }
 
 impl Deadlines {
@@ -18,7 +24,13 @@ impl Deadlines {
     pub fn new(d_th: Duration) -> Self {
         let total_ms = d_th.as_millis().min(u64::MAX as u128) as u64;
         let memtable_ms = total_ms / 10;
-        Deadlines { total_ms, memtable_ms, levels_ms: total_ms - memtable_ms }
+        let reserve_ms = total_ms / 10;
+        Deadlines {
+            total_ms,
+            memtable_ms,
+            levels_ms: total_ms - memtable_ms - reserve_ms,
+            reserve_ms,
+        }
     }
 
     /// When a delete issued at `issued_ms` must be out of the memtable.
@@ -28,17 +40,18 @@ impl Deadlines {
 
     /// When a delete issued at `issued_ms` must have left `level` (or, at or below level
     /// `bottom - 1`, been merged into the deepest level and so persisted), in a tree whose deepest
-    /// non-empty level is `bottom` and size ratio is `t`.
+    /// non-empty level is `bottom` and size ratio is `t`. The last merge is due the reserve
+    /// before the final deadline.
     pub fn level_due(&self, issued_ms: u64, level: usize, bottom: usize, t: u32) -> u64 {
         let f = leave_fraction(level, bottom, t);
         let budget = (self.levels_ms as f64 * f).round() as u64;
         issued_ms.saturating_add(self.memtable_ms).saturating_add(budget)
     }
 
-    /// When files still holding data of a range delete issued at `issued_ms` are compacted: a
-    /// memtable share before its deadline, so the rewrite finishes in time.
+    /// When files still holding data of a range delete issued at `issued_ms` are compacted: the
+    /// reserve before its deadline, so the rewrite finishes in time.
     pub fn range_due(&self, issued_ms: u64) -> u64 {
-        issued_ms.saturating_add(self.levels_ms)
+        issued_ms.saturating_add(self.memtable_ms).saturating_add(self.levels_ms)
     }
 
     /// When a delete issued at `issued_ms` must be persisted.
@@ -85,14 +98,22 @@ mod tests {
     }
 
     #[test]
-    fn deadlines_split_memtable_and_levels() {
+    fn deadlines_split_memtable_levels_and_reserve() {
         let d = Deadlines::new(Duration::from_secs(1000));
-        assert_eq!((d.memtable_ms, d.levels_ms), (100_000, 900_000));
+        assert_eq!((d.memtable_ms, d.levels_ms, d.reserve_ms), (100_000, 800_000, 100_000));
         assert_eq!(d.memtable_due(5), 100_005);
         assert_eq!(d.final_due(5), 1_000_005);
         // Deepest level 3, T = 10: L0 must be left after 9/999 of the level budget.
-        assert_eq!(d.level_due(0, 0, 3, 10), 100_000 + (900_000.0 * 9.0 / 999.0f64).round() as u64);
-        assert_eq!(d.level_due(0, 2, 3, 10), 1_000_000);
+        assert_eq!(d.level_due(0, 0, 3, 10), 100_000 + (800_000.0 * 9.0 / 999.0f64).round() as u64);
         assert!(d.level_due(0, 1, 3, 10) < d.level_due(0, 2, 3, 10));
+        // The last merge, and a range delete's rewrite, are due the reserve before the deadline:
+        // they need time to run.
+        for (level, bottom) in [(2, 3), (0, 1), (0, 0)] {
+            assert_eq!(d.level_due(7, level, bottom, 10), d.final_due(7) - d.reserve_ms);
+        }
+        assert_eq!(d.range_due(7), d.final_due(7) - d.reserve_ms);
+        // Odd totals lose nothing to rounding.
+        let d = Deadlines::new(Duration::from_millis(1009));
+        assert_eq!(d.memtable_ms + d.levels_ms + d.reserve_ms, d.total_ms);
     }
 }

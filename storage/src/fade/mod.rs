@@ -9,9 +9,10 @@
 //! the delete, and was written before the delete was applied) is due when that delete is.
 //!
 //! The deadline is split ([`Deadlines`]): a tenth for the memtable (flushed by the age of its
-//! oldest delete), the rest across the levels exponentially (note 004 §2.1, with the cumulative
-//! reading of pitfall P1): a delete must have left level `i` of a tree whose deepest non-empty
-//! level is `B` by `(T^(i+1) - 1) / (T^B - 1)` of the level budget. [`policy::pick_expired`]
+//! oldest delete), a tenth kept back at the end for the last compaction to run, the rest across
+//! the levels exponentially (note 004 §2.1, with the cumulative reading of pitfall P1): a delete
+//! must have left level `i` of a tree whose deepest non-empty level is `B` by
+//! `(T^(i+1) - 1) / (T^B - 1)` of the level budget. [`policy::pick_expired`]
 //! compacts the most overdue file first (earliest deadline first), regardless of level
 //! saturation; ties go to the shallower level, then the file with more tombstones.
 

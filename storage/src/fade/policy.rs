@@ -161,9 +161,10 @@ mod tests {
     #[test]
     fn nothing_due_nothing_picked() {
         let levels = vec![vec![], vec![file(1, 0, 9, Some((5, 0)))], vec![file(2, 0, 9, None)]];
-        // Level 1 of a tree whose deepest level is 2: due at 100 + 900 * 1 = 1000.
-        assert_eq!(pick_expired(&view(&levels), &input(999, &[])), None);
-        let t = pick_expired(&view(&levels), &input(1000, &[])).unwrap();
+        // Level 1 of a tree whose deepest level is 2: due at 100 + 800 * 1 = 900, the reserve
+        // (100) before the deadline, so the merge into the last level ends by 1000.
+        assert_eq!(pick_expired(&view(&levels), &input(899, &[])), None);
+        let t = pick_expired(&view(&levels), &input(900, &[])).unwrap();
         assert_eq!((t.level, t.output_level, t.inputs.clone()), (1, 2, vec![1]));
         assert_eq!(t.overlapping, vec![2]);
     }
@@ -176,7 +177,7 @@ mod tests {
             vec![file(2, 0, 50, Some((1, 50)))],
             vec![file(9, 0, 50, None)],
         ];
-        // Level 1 due at ms + 100 + 900 * 9/99 (~182); level 2 at ms + 1000.
+        // Level 1 due at ms + 100 + 800 * 9/99 (~173); level 2 at ms + 900.
         let t = pick_expired(&view(&levels), &input(10_000, &[])).unwrap();
         assert_eq!(t.inputs, vec![3], "most overdue first");
         assert!(matches!(t.reason, CompactionReason::Deadline { .. }));
@@ -207,7 +208,7 @@ mod tests {
         applied.props.rd_applied = 600; // written after the delete was applied
         let levels = vec![vec![], vec![file(1, 0, 9, None), applied], vec![file(3, 19, 40, None)]];
         let ranges = [r];
-        // Due a memtable share (a tenth) before the deadline, so the rewrite ends in time.
+        // Due the reserve (a tenth) before the deadline, so the rewrite ends in time.
         assert_eq!(pick_expired(&view(&levels), &input(899, &ranges)), None);
         let t = pick_expired(&view(&levels), &input(900, &ranges)).unwrap();
         assert_eq!((t.level, t.output_level, t.inputs.clone()), (2, 2, vec![3]));

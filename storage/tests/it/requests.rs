@@ -79,6 +79,52 @@ fn a_short_request_deadline_is_met_while_default_deletes_wait() {
 }
 
 #[test]
+fn deletes_are_persisted_a_reserve_before_their_deadline() {
+    // The merge that persists a delete takes time to run: it is due a tenth of `D_th` before the
+    // deadline, never at it. A request with a deadline well inside that reserve goes at once.
+    let d = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(START_MS);
+    let e = Engine::open(d.path(), opts(&clock)).unwrap();
+    let mut seq = fill(&e, 400);
+    e.close().unwrap();
+    // From here level 0 is never full: only deadlines move the deletes' files down.
+    let o = Options { level0_compaction_trigger: 10, ..opts(&clock) };
+    let e = Engine::open(d.path(), o).unwrap();
+    assert!(e.files().iter().any(|(level, _)| *level >= 1), "older versions sit below L0");
+    let (point, range) = (seq + 1, seq + 2);
+    e.delete(k(5), point).unwrap();
+    e.delete_range(k(100), k(150), range).unwrap();
+    let mut b = WriteBatch::new();
+    b.delete(k(250)).delete_range(k(300), k(350)).set_request(request(7, Some(START_MS + HOUR_MS)));
+    let fast = range + 1;
+    e.write(&b, fast).unwrap();
+    seq = fast + 1;
+    let mut step = |ms: u64| {
+        clock.advance(ms);
+        seq += 1;
+        e.put(k(10_000 + seq), "other", seq).unwrap();
+        e.wait_for_background().unwrap();
+    };
+    step(60_000);
+    for id in [fast, fast + 1] {
+        let del = e.deletion(id).unwrap();
+        assert!(del.is_persisted(), "a minute into a 1 h request: {del:?}");
+        assert!(e.verify_deletion(id).unwrap().remaining.is_empty());
+    }
+    // The default deadline's deletes: by 24 h less the reserve of 2.4 h.
+    let by = START_MS + 24 * HOUR_MS - 24 * HOUR_MS / 10;
+    while clock.now_ms() + 600_000 <= by {
+        step(600_000);
+    }
+    for id in [point, range] {
+        let del = e.deletion(id).unwrap();
+        assert!(del.persisted_at_ms.is_some_and(|at| at <= by), "{del:?}");
+        assert!(e.verify_deletion(id).unwrap().remaining.is_empty());
+    }
+    e.close().unwrap();
+}
+
+#[test]
 fn requests_survive_replay_and_checkpoints_and_batches_combine() {
     let d = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(START_MS);
