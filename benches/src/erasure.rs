@@ -62,7 +62,8 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
     let c = Cluster::start(&dir, 3, cs)?;
     let secs = load_spread(&c.urls(), "ebb cluster", &batches, s.clients)?;
     let base = rows / secs;
-    println!("  no erasures          {base:>10.0} rows/s ({secs:.2} s)");
+    let base_mib = compacted_mib(&c)?;
+    println!("  no erasures          {base:>10.0} rows/s ({secs:.2} s), compactions wrote {base_mib} MiB");
     drop(c);
     let _ = std::fs::remove_dir_all(&dir);
 
@@ -78,9 +79,11 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
     });
     let (secs, issued) = (secs?, issued?);
     let rate = rows / secs;
+    let mib = compacted_mib(&c)?;
     let erased: u64 = issued.iter().map(|e| e.rows).sum();
     println!(
-        "  with {} erasures      {rate:>10.0} rows/s ({secs:.2} s), {erased} rows erased",
+        "  with {} erasures      {rate:>10.0} rows/s ({secs:.2} s), compactions wrote {mib} MiB, \
+         {erased} rows erased",
         issued.len()
     );
     if issued.is_empty() {
@@ -265,4 +268,13 @@ fn median(v: &[f64]) -> f64 {
 
 fn max(v: &[f64]) -> f64 {
     v.iter().copied().fold(0.0, f64::max)
+}
+
+/// What the compactions of all nodes have written so far, in MiB.
+fn compacted_mib(c: &Cluster) -> Result<u64, String> {
+    let mut bytes = 0;
+    for i in 0..c.nodes.len() {
+        bytes += c.metric(i, "ebb_bytes_compacted_total")?;
+    }
+    Ok(bytes >> 20)
 }
