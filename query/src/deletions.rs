@@ -27,8 +27,9 @@ pub struct ReplicaDeletion {
     pub kind: String,
     /// What it deletes, as stated.
     pub target: String,
-    /// Rows it hid on this replica's shard.
-    pub rows: u64,
+    /// Rows it hid on this replica's shard (`None`: not counted, as for a table drop or a
+    /// retention purge).
+    pub rows: Option<u64>,
     /// When it was issued (ms).
     pub issued_at_ms: u64,
     /// Its deadline (ms; `u64::MAX`: none).
@@ -111,7 +112,8 @@ pub fn local_deletions(db: &Database, shard: u64, node: u64) -> Vec<ReplicaDelet
             id: r.request.id,
             kind: r.request.kind,
             target: r.request.text,
-            rows: r.request.rows,
+            rows: (r.request.rows != ebb_storage::DeleteRequest::ROWS_NOT_COUNTED)
+                .then_some(r.request.rows),
             issued_at_ms: r.issued_at_ms,
             deadline_ms: r.deadline_ms,
             shard,
@@ -134,7 +136,7 @@ pub fn schema() -> SchemaRef {
         Field::new("id", DataType::UInt64, false),
         Field::new("kind", DataType::Utf8, false),
         Field::new("target", DataType::Utf8, false),
-        Field::new("rows", DataType::UInt64, false),
+        Field::new("rows", DataType::UInt64, true),
         ts("issued_at", false),
         ts("deadline", true),
         Field::new("shard", DataType::UInt64, false),
@@ -172,7 +174,7 @@ pub fn batch(rows: &[ReplicaDeletion], now_ms: u64) -> Result<RecordBatch> {
         u(&|r| r.id),
         s(&|r| r.kind.clone()),
         s(&|r| r.target.clone()),
-        u(&|r| r.rows),
+        Arc::new(UInt64Array::from(rows.iter().map(|r| r.rows).collect::<Vec<_>>())),
         t(&|r| Some(r.issued_at_ms)),
         t(&|r| (r.deadline_ms != u64::MAX).then_some(r.deadline_ms)),
         u(&|r| r.shard),
@@ -195,7 +197,7 @@ mod tests {
             id: 1,
             kind: "erase".into(),
             target: "x".into(),
-            rows: 3,
+            rows: Some(3),
             issued_at_ms: 1_000,
             deadline_ms: 2_000,
             shard: 1,

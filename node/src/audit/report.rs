@@ -17,8 +17,8 @@ pub struct ReplicaRow {
     pub kind: String,
     /// What it deletes.
     pub target: String,
-    /// Rows it hid on this replica's shard.
-    pub rows: u64,
+    /// Rows it hid on this replica's shard (`None`: not counted).
+    pub rows: Option<u64>,
     /// Issue time (ms).
     pub issued_ms: u64,
     /// Deadline (ms), if any.
@@ -46,8 +46,9 @@ pub struct RequestRow {
     pub kind: String,
     /// What it deletes.
     pub target: String,
-    /// Rows deleted (over its shards).
-    pub rows: u64,
+    /// Rows deleted (over its shards; `None`: not counted, as for a table drop or a retention
+    /// purge).
+    pub rows: Option<u64>,
     /// Issue time (ms).
     pub issued_ms: u64,
     /// Deadline (ms), if any.
@@ -120,7 +121,7 @@ impl Report {
                         id: r.id,
                         kind: r.kind.clone(),
                         target: r.target.clone(),
-                        rows: 0,
+                        rows: None,
                         issued_ms: r.issued_ms,
                         deadline_ms: r.deadline_ms,
                         replicas: 0,
@@ -142,7 +143,7 @@ impl Report {
         }
         for q in &mut requests {
             // Rows are per shard: count each shard once (its replicas agree).
-            let mut shards: Vec<(u64, u64)> =
+            let mut shards: Vec<(u64, Option<u64>)> =
                 rows.iter().filter(|r| r.id == q.id).map(|r| (r.shard, r.rows)).collect();
             shards.sort_unstable();
             shards.dedup_by_key(|s| s.0);
@@ -185,7 +186,7 @@ impl Report {
                 r.id,
                 r.kind,
                 csv_field(&r.target),
-                r.rows,
+                r.rows.map(|n| n.to_string()).unwrap_or_default(),
                 iso(Some(r.issued_ms)),
                 iso(r.deadline_ms),
                 iso(r.persisted_ms),
@@ -262,7 +263,7 @@ impl Report {
                 r.id,
                 esc(&r.kind),
                 esc(&r.target),
-                r.rows,
+                r.rows.map_or_else(|| "not counted".to_string(), |n| n.to_string()),
                 iso(Some(r.issued_ms)),
                 iso(r.deadline_ms),
                 iso(r.persisted_ms),
@@ -414,7 +415,7 @@ mod tests {
             id,
             kind: "erase".into(),
             target: "ERASE WHERE user = 'a<b>'".into(),
-            rows: 10 * shard,
+            rows: Some(10 * shard),
             issued_ms: 1_000,
             deadline_ms: Some(11_000),
             shard,
@@ -437,7 +438,7 @@ mod tests {
         let r = Report::new("http://x", 0, 5_000, &rows);
         assert_eq!(r.requests.len(), 2);
         let q = &r.requests[0];
-        assert_eq!((q.id, q.rows, q.replicas, q.replicas_persisted), (7, 30, 3, 3));
+        assert_eq!((q.id, q.rows, q.replicas, q.replicas_persisted), (7, Some(30), 3, 3));
         assert_eq!((q.persisted_ms, q.slack_ms), (Some(4_000), Some(7_000)));
         assert_eq!(r.requests[1].persisted_ms, None);
         let html = r.to_html();
@@ -449,5 +450,20 @@ mod tests {
         assert!(csv.lines().nth(1).unwrap().starts_with("7,erase,ERASE WHERE user = 'a<b>',30,"));
         let back: Report = serde_json::from_str(&r.to_json()).unwrap();
         assert_eq!(back, r);
+    }
+
+    #[test]
+    fn uncounted_rows_stay_uncounted() {
+        // A table drop: one shard did not count its rows, so the request has no count.
+        let mut rows = vec![row(9, 1, 1, Some(3_000), "persisted"), row(9, 2, 1, None, "pending")];
+        rows[1].rows = None;
+        for r in &mut rows {
+            r.kind = "drop".into();
+        }
+        let r = Report::new("http://x", 0, 5_000, &rows);
+        assert_eq!(r.requests[0].rows, None);
+        assert!(r.to_html().contains("<td>not counted</td>"));
+        assert!(r.to_csv().lines().nth(1).unwrap().contains(",drop,ERASE WHERE user = 'a<b>',,"));
+        assert!(r.to_json().contains("\"rows\": null"));
     }
 }

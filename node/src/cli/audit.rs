@@ -159,7 +159,7 @@ pub fn report(base: &str, since: &str, format: ReportFormat, scope: VerifyScope)
             id: u(v, "id").unwrap_or(0),
             kind: s(v, "kind"),
             target: s(v, "target"),
-            rows: u(v, "rows").unwrap_or(0),
+            rows: u(v, "rows"),
             issued_ms: u(v, "issued_at_ms").unwrap_or(0),
             deadline_ms: u(v, "deadline_ms"),
             shard: u(v, "shard").unwrap_or(0),

@@ -200,7 +200,8 @@ impl Database {
         batch.delete_range(lo, hi);
         delta.write_to(&mut batch)?;
         // Rows are not counted: that would read the whole table under the writer lock.
-        batch.set_request(RequestSpec::new("drop", format!("DROP TABLE {db}.{name}")).request(0));
+        let spec = RequestSpec::new("drop", format!("DROP TABLE {db}.{name}"));
+        batch.set_request(spec.request(None));
         let seq = self.commit(&mut w, &batch, delta)?;
         if def.retention_ns.is_some() {
             self.set_rule(table_prefix(def.id).to_vec(), None)?;
@@ -231,7 +232,8 @@ impl Database {
             })
             .collect();
         let text = format!("rows past the retention of {}", tables.join(", "));
-        batch.set_request(RequestSpec::new("retention", text).request(0));
+        // Not counted: the rows are whatever lies past the horizon, read by no one.
+        batch.set_request(RequestSpec::new("retention", text).request(None));
         self.commit(&mut w, &batch, CatalogDelta::default())?;
         Ok(batch.len() as u64)
     }

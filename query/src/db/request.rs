@@ -43,8 +43,9 @@ impl RequestSpec {
         self
     }
 
-    /// What a batch of it that hid `rows` rows carries.
-    pub fn request(&self, rows: u64) -> DeleteRequest {
+    /// What a batch of it that hid `rows` rows carries; `None`: rows not counted.
+    pub fn request(&self, rows: impl Into<Option<u64>>) -> DeleteRequest {
+        let rows = rows.into().unwrap_or(DeleteRequest::ROWS_NOT_COUNTED);
         DeleteRequest {
             id: self.id,
             kind: self.kind.clone(),

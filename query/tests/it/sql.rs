@@ -218,6 +218,15 @@ async fn ddl_retention_and_system_tables() {
     s.query("DROP TABLE weather").await.expect("drop");
     assert!(s.query("SELECT * FROM weather").await.is_err());
     s.query("DROP TABLE IF EXISTS weather").await.expect("drop if exists");
+    // The drop and the retention purge do not count their rows: NULL, never a made-up 0.
+    for kind in ["drop", "retention"] {
+        let q =
+            format!("SELECT count(*) FROM system.deletions WHERE kind = '{kind}' AND rows IS NULL");
+        assert_eq!(one_u64(&s, &q).await, 1, "{kind}");
+    }
+    let q = "SELECT count(*) FROM system.deletions WHERE rows IS NULL AND kind <> 'drop' \
+             AND kind <> 'retention'";
+    assert_eq!(one_u64(&s, q).await, 0, "other requests count their rows");
     db.flush().expect("flush");
     let t = text(
         &s.query("SELECT kind, count(*) FROM system.compactions GROUP BY kind")

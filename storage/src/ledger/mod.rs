@@ -281,7 +281,8 @@ impl Ledger {
                 if pending > 0 { None } else { Some(persisted.unwrap_or(r.applied_at_ms)) };
             match out.last_mut() {
                 Some(s) if s.request.id == *id => {
-                    s.request.rows += r.request.rows;
+                    // Saturates: an uncounted batch leaves the request uncounted.
+                    s.request.rows = s.request.rows.saturating_add(r.request.rows);
                     s.issued_at_ms = s.issued_at_ms.min(r.issued_at_ms);
                     s.applied_at_ms = s.applied_at_ms.max(r.applied_at_ms);
                     s.deadline_ms = s.deadline_ms.min(r.deadline_ms);

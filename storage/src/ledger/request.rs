@@ -15,11 +15,18 @@ pub struct DeleteRequest {
     pub kind: String,
     /// What it deletes, as the user stated it (a predicate, a statement).
     pub text: String,
-    /// Rows the batch's deletes hid when it was issued.
+    /// Rows the batch's deletes hid when it was issued; [`DeleteRequest::ROWS_NOT_COUNTED`]
+    /// if they were not counted (a table drop, a retention purge).
     pub rows: u64,
     /// When the deleted data must be physically gone (ms since the Unix epoch); `None`: the
     /// engine's `delete_deadline` after issue. A later deadline than that is capped to it.
     pub deadline_ms: Option<u64>,
+}
+
+impl DeleteRequest {
+    /// `rows` of a request whose rows were not counted. A request with any batch not counted
+    /// is not counted as a whole.
+    pub const ROWS_NOT_COUNTED: u64 = u64::MAX;
 }
 
 /// One batch of a request as the ledger records it.
