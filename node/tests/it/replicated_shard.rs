@@ -74,15 +74,9 @@ impl Cluster {
         let dir = self.dir.path().join(format!("node-{id}/shard-{SHARD}"));
         let shard = Shard::open(id, SHARD, &dir, &self.opts, conns, &groups).await.unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let svc = RaftService::new(id, groups.clone()).into_server();
+        let svc = RaftService::new(id, groups.clone());
         tokio::spawn(async move {
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-            let _ = tonic::transport::Server::builder()
-                .add_service(svc)
-                .serve_with_incoming_shutdown(incoming, async {
-                    let _ = stopped.await;
-                })
-                .await;
+            let _ = svc.serve(listener, async { drop(stopped.await) }).await;
         });
         self.nodes.insert(id, Node { shard, groups, stop });
     }

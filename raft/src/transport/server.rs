@@ -100,6 +100,22 @@ impl RaftService {
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
 
+    /// Serves this service alone on `listener` until `shutdown` resolves (a node with other
+    /// services adds [`RaftService::into_server`] to its own server instead).
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<(), tonic::transport::Error> {
+        tonic::transport::Server::builder()
+            .add_service(self.into_server())
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                shutdown,
+            )
+            .await
+    }
+
     fn route(&self, group: u64, target: NodeId) -> Result<GroupHandle, String> {
         if target != self.node {
             return Err(format!("message for node {target} reached node {}", self.node));

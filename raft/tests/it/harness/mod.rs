@@ -85,15 +85,9 @@ impl Cluster {
         .await
         .unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let svc = RaftService::new(id, groups.clone()).into_server();
+        let svc = RaftService::new(id, groups.clone());
         let server = tokio::spawn(async move {
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-            let _ = tonic::transport::Server::builder()
-                .add_service(svc)
-                .serve_with_incoming_shutdown(incoming, async {
-                    let _ = stopped.await;
-                })
-                .await;
+            let _ = svc.serve(listener, async { drop(stopped.await) }).await;
         });
         self.nodes.insert(id, Node { id, addr, group, groups, stop: Some(stop), server });
     }
@@ -133,14 +127,7 @@ impl Cluster {
     pub async fn wait_leader(&self, timeout: Duration) -> NodeId {
         let deadline = Instant::now() + timeout;
         loop {
-            let leader = self
-                .nodes
-                .values()
-                .filter(|n| !self.isolated(n.id))
-                .map(|n| n.group.raft.metrics().borrow().clone())
-                .filter(|m| m.state.is_leader())
-                .max_by_key(|m| m.current_term);
-            if let Some(m) = leader {
+            if let Some(m) = self.leading() {
                 let agree = m.membership_config.membership().voter_ids().all(|v| {
                     match self.nodes.get(&v) {
                         Some(n) if !self.isolated(v) => {
@@ -158,6 +145,16 @@ impl Cluster {
         }
     }
 
+    /// The metrics of the reachable node that leads in the highest term, if any.
+    fn leading(&self) -> Option<openraft::RaftMetrics<NodeId, openraft::BasicNode>> {
+        self.nodes
+            .values()
+            .filter(|n| !self.isolated(n.id))
+            .map(|n| n.group.raft.metrics().borrow().clone())
+            .filter(|m| m.state.is_leader())
+            .max_by_key(|m| m.current_term)
+    }
+
     /// True if `id` is cut off from most other running nodes.
     fn isolated(&self, id: NodeId) -> bool {
         let others = self.nodes.keys().filter(|&&o| o != id).count();
@@ -172,15 +169,7 @@ impl Cluster {
         let cmd = Command::Batch(batch.to_bytes());
         let mut last_err = String::new();
         while Instant::now() < deadline {
-            let leader = self
-                .nodes
-                .values()
-                .filter(|n| !self.isolated(n.id))
-                .map(|n| n.group.raft.metrics().borrow().clone())
-                .filter(|m| m.state.is_leader())
-                .max_by_key(|m| m.current_term)
-                .map(|m| m.id);
-            let Some(l) = leader else {
+            let Some(l) = self.leading().map(|m| m.id) else {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 continue;
             };
