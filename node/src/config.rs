@@ -20,7 +20,13 @@
 //! node_name = "ebb-0"            # this node's name (a pod's name; default: none)
 //! init_node = "ebb-0"            # the node that creates the cluster if no `join` seed answers
 //! default_retention = "30d"      # retention of tables created without one (default: none)
+//! # Access control:
+//! admin_password_file = "/run/secrets/ebb-admin"  # creates user `admin` on a server without users
+//! insecure = false               # allow serving non-loopback addresses without any user
 //! ```
+//!
+//! The admin password can also come from `EBB_ADMIN_PASSWORD` (never from a flag, which other
+//! users of the machine could read in the process list).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -69,6 +75,20 @@ pub struct Config {
     pub init_node: Option<String>,
     /// Retention of tables created without one (`None`: kept until deleted).
     pub default_retention: Option<Duration>,
+    /// The password user `admin` is created with when the server has no users.
+    pub admin_password: Option<Secret>,
+    /// Serve addresses other machines reach without any user (everyone may do anything).
+    pub insecure: bool,
+}
+
+/// A secret setting: never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
 }
 
 impl Config {
@@ -83,6 +103,11 @@ impl Config {
             || !self.join.is_empty()
             || self.is_init_node()
             || self.data_dir.join(crate::cluster::NODE_ID_FILE).exists()
+    }
+
+    /// True if every address the server listens on is a loopback address.
+    pub fn loopback_only(&self) -> bool {
+        [self.http_addr, self.pg_addr, self.grpc_addr].iter().all(|a| a.ip().is_loopback())
     }
 
     /// The gRPC address other nodes reach this one at.
@@ -129,6 +154,8 @@ impl Default for Config {
             node_name: None,
             init_node: None,
             default_retention: None,
+            admin_password: None,
+            insecure: false,
         }
     }
 }
@@ -171,6 +198,13 @@ pub struct Overrides {
     pub init_node: Option<String>,
     /// See [`Config::default_retention`] (`"30d"`, or `"none"`).
     pub default_retention: Option<String>,
+    /// A file holding [`Config::admin_password`] (trailing newlines are dropped).
+    pub admin_password_file: Option<PathBuf>,
+    /// [`Config::admin_password`] itself (from the environment only).
+    #[serde(skip)]
+    pub admin_password: Option<String>,
+    /// See [`Config::insecure`].
+    pub insecure: Option<bool>,
 }
 
 /// Environment variables read, and the setting each sets.
@@ -192,7 +226,18 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("EBB_NODE_NAME", "node_name"),
     ("EBB_INIT_NODE", "init_node"),
     ("EBB_DEFAULT_RETENTION", "default_retention"),
+    ("EBB_ADMIN_PASSWORD_FILE", "admin_password_file"),
+    ("EBB_ADMIN_PASSWORD", "admin_password"),
+    ("EBB_INSECURE", "insecure"),
 ];
+
+fn boolean(var: &str, v: &str) -> Result<bool> {
+    match v {
+        "1" | "true" | "yes" => Ok(true),
+        "0" | "false" | "no" | "" => Ok(false),
+        _ => Err(bad(format!("{var}: not a boolean: {v:?}"))),
+    }
+}
 
 fn bad(message: impl Into<String>) -> NodeError {
     NodeError::Config(message.into())
@@ -223,13 +268,10 @@ impl Overrides {
                         Some(v.parse().map_err(|_| bad(format!("{var}: not a number: {v:?}")))?)
                 }
                 "EBB_LOG_FORMAT" => o.log_format = Some(v),
-                "EBB_CLUSTER" => {
-                    o.cluster = Some(match v.as_str() {
-                        "1" | "true" | "yes" => true,
-                        "0" | "false" | "no" | "" => false,
-                        _ => return Err(bad(format!("{var}: not a boolean: {v:?}"))),
-                    })
-                }
+                "EBB_CLUSTER" => o.cluster = Some(boolean(var, &v)?),
+                "EBB_INSECURE" => o.insecure = Some(boolean(var, &v)?),
+                "EBB_ADMIN_PASSWORD_FILE" => o.admin_password_file = Some(PathBuf::from(v)),
+                "EBB_ADMIN_PASSWORD" => o.admin_password = Some(v),
                 "EBB_JOIN" => o.join = Some(v),
                 "EBB_ADVERTISE_GRPC" => o.advertise_grpc = Some(v),
                 "EBB_NODE_NAME" => o.node_name = Some(v),
@@ -329,6 +371,21 @@ impl Overrides {
             c.default_retention = ebb_query::sql::ddl::parse_retention(r)
                 .map_err(|e| bad(format!("default_retention: {e}")))?;
         }
+        if let Some(path) = &self.admin_password_file {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                bad(format!("admin_password_file: cannot read {}: {e}", path.display()))
+            })?;
+            c.admin_password = Some(Secret(text.trim_end_matches(['\n', '\r']).to_string()));
+        }
+        if let Some(p) = &self.admin_password {
+            c.admin_password = Some(Secret(p.clone()));
+        }
+        if c.admin_password.as_ref().is_some_and(|p| p.0.is_empty()) {
+            return Err(bad("the admin password is empty"));
+        }
+        if let Some(b) = self.insecure {
+            c.insecure = b;
+        }
         if let Some(f) = &self.log_format {
             c.log_format = match f.as_str() {
                 "text" => LogFormat::Text,
@@ -381,6 +438,21 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("http_addr"));
+        std::fs::write(dir.path().join("pw"), "s3cret\n").expect("write");
+        let pw =
+            Overrides { admin_password_file: Some(dir.path().join("pw")), ..Default::default() };
+        let c = resolve(None, &pw, &Overrides::default()).expect("password file");
+        assert_eq!(c.admin_password, Some(Secret("s3cret".into())));
+        assert!(!format!("{c:?}").contains("s3cret"));
+        let env =
+            Overrides::from_env(|k| (k == "EBB_ADMIN_PASSWORD").then(|| "x".into())).expect("env");
+        assert_eq!(
+            resolve(None, &env, &Overrides::default()).expect("env").admin_password,
+            Some(Secret("x".into()))
+        );
+        let missing =
+            Overrides { admin_password_file: Some(dir.path().join("nope")), ..Default::default() };
+        assert!(resolve(None, &missing, &Overrides::default()).is_err());
         let none = Overrides { delete_deadline: Some("none".into()), ..Default::default() };
         assert_eq!(
             resolve(None, &none, &Overrides::default()).expect("none").delete_deadline,

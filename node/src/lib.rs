@@ -7,6 +7,12 @@
 //! - [`error`]: [`error::NodeError`], what can go wrong in all of these.
 //! - [`body`]: request bodies with a size limit.
 //! - [`cli`]: `ebb sql` and `ebb import`, HTTP clients of a running server.
+//! - [`security`]: the `admin` user from the configured password, and the refusal to serve
+//!   other machines without users.
+//!
+//! Every protocol reaches the data through `ebb_query::front::FrontDoor`, which authenticates
+//! and authorizes once for all of them; the cluster's SQL runs in `ebb_query::cluster` over the
+//! [`cluster::Router`], this crate's shard client.
 
 pub mod audit;
 pub mod body;
@@ -18,4 +24,5 @@ pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod pg;
+pub mod security;
 pub mod server;

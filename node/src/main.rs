@@ -15,6 +15,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process: the size of the server's variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Runs the server (HTTP, PostgreSQL wire protocol, gRPC) on a data directory.
@@ -68,6 +70,14 @@ enum Command {
         /// EBB_DEFAULT_RETENTION].
         #[arg(long)]
         default_retention: Option<String>,
+        /// A file holding the password user `admin` is created with on a server without users
+        /// [env EBB_ADMIN_PASSWORD_FILE; or the password itself in EBB_ADMIN_PASSWORD].
+        #[arg(long)]
+        admin_password_file: Option<PathBuf>,
+        /// Serve non-loopback addresses even without any user: every client may do anything
+        /// [env EBB_INSECURE].
+        #[arg(long)]
+        insecure: bool,
         /// Checks the configuration (file, environment, flags), prints it and exits.
         #[arg(long)]
         check_config: bool,
@@ -210,6 +220,8 @@ fn main() -> ExitCode {
             node_name,
             init_node,
             default_retention,
+            admin_password_file,
+            insecure,
             check_config,
         } => {
             let flags = Overrides {
@@ -227,6 +239,8 @@ fn main() -> ExitCode {
                 node_name,
                 init_node,
                 default_retention,
+                admin_password_file,
+                insecure: insecure.then_some(true),
                 ..Overrides::default()
             };
             if check_config {

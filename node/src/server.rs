@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ebb_query::front::{FrontDoor, Target};
 use ebb_query::Database;
 use ebb_storage::Options;
 use tokio::net::TcpListener;
@@ -46,6 +47,14 @@ fn reachable(addr: SocketAddr, advertise_grpc: &str) -> String {
     }
 }
 
+/// Runs `f` until `stop` turns true.
+async fn until_stopped(f: impl std::future::Future<Output = ()>, stop: watch::Receiver<bool>) {
+    tokio::select! {
+        () = f => {}
+        () = stopped(stop) => {}
+    }
+}
+
 /// Resolves when `stop` turns true.
 async fn stopped(mut rx: watch::Receiver<bool>) {
     while !*rx.borrow() {
@@ -70,6 +79,8 @@ impl Server {
             .map_err(|source| NodeError::Open { dir: config.data_dir.clone(), source })?;
         db.set_default_retention(config.default_retention);
         let db = Arc::new(db);
+        let door = FrontDoor::new(Target::Local(db.clone()));
+        crate::security::bootstrap(&door, config).await?;
         let http = bind("HTTP", config.http_addr).await?;
         let pg = bind("PostgreSQL", config.pg_addr).await?;
         let grpc = bind("gRPC", config.grpc_addr).await?;
@@ -80,27 +91,32 @@ impl Server {
         let mut tasks = Vec::new();
 
         let app = router(AppState {
-            db: Some(db.clone()),
+            door: door.clone(),
             cluster: None,
             metrics: metrics.clone(),
             max_body_bytes: config.max_body_bytes,
-            sessions: Default::default(),
         });
         let shutdown = stopped(rx.clone());
         tasks.push(tokio::spawn(async move {
-            if let Err(e) = axum::serve(http, app).with_graceful_shutdown(shutdown).await {
+            if let Err(e) =
+                axum::serve(http, app.into_make_service_with_connect_info::<SocketAddr>())
+                    .with_graceful_shutdown(shutdown)
+                    .await
+            {
                 tracing::error!(error = %e, "HTTP server failed");
             }
         }));
-        let pg_db = db.clone();
         let shutdown = stopped(rx.clone());
-        let pg_metrics = metrics.clone();
+        let (pg_metrics, pg_door) = (metrics.clone(), door.clone());
         tasks.push(tokio::spawn(async move {
-            let target = crate::pg::SqlTarget::Local(pg_db);
-            if let Err(e) = crate::pg::serve(pg, target, pg_metrics, shutdown).await {
+            if let Err(e) = crate::pg::serve(pg, pg_door, pg_metrics, shutdown).await {
                 tracing::error!(error = %e, "PostgreSQL server failed");
             }
         }));
+        tasks.push(tokio::spawn(until_stopped(
+            crate::security::warn_while_insecure(door.clone(), config.clone()),
+            rx.clone(),
+        )));
         let shutdown = stopped(rx.clone());
         tasks.push(tokio::spawn(async move {
             if let Err(e) = crate::grpc::serve(grpc, shutdown).await {
@@ -157,26 +173,40 @@ impl Server {
         };
         let node =
             ClusterNode::start(&cc, grpc, Arc::new(ebb_raft::transport::Faults::new())).await?;
+        let door = FrontDoor::new(Target::Cluster {
+            shards: node.router.clone(),
+            access: node.meta.clone(),
+        });
+        if let Err(e) = crate::security::bootstrap(&door, config).await {
+            node.stop().await;
+            return Err(e);
+        }
         let (stop, rx) = watch::channel(false);
         let metrics = Arc::new(Metrics::default());
         let app = router(AppState {
-            db: None,
+            door: door.clone(),
             cluster: Some(node.router.clone()),
             metrics: metrics.clone(),
             max_body_bytes: config.max_body_bytes,
-            sessions: Default::default(),
         });
         let mut tasks = Vec::new();
         let shutdown = stopped(rx.clone());
         tasks.push(tokio::spawn(async move {
-            if let Err(e) = axum::serve(http, app).with_graceful_shutdown(shutdown).await {
+            if let Err(e) =
+                axum::serve(http, app.into_make_service_with_connect_info::<SocketAddr>())
+                    .with_graceful_shutdown(shutdown)
+                    .await
+            {
                 tracing::error!(error = %e, "HTTP server failed");
             }
         }));
-        let target = crate::pg::SqlTarget::Cluster(node.router.clone());
+        tasks.push(tokio::spawn(until_stopped(
+            crate::security::warn_while_insecure(door.clone(), config.clone()),
+            rx.clone(),
+        )));
         let (pg_metrics, shutdown) = (metrics.clone(), stopped(rx.clone()));
         tasks.push(tokio::spawn(async move {
-            if let Err(e) = crate::pg::serve(pg, target, pg_metrics, shutdown).await {
+            if let Err(e) = crate::pg::serve(pg, door, pg_metrics, shutdown).await {
                 tracing::error!(error = %e, "PostgreSQL server failed");
             }
         }));

@@ -27,6 +27,8 @@ pub struct ReplicaDeletion {
     pub kind: String,
     /// What it deletes, as stated.
     pub target: String,
+    /// Who issued it (user, protocol, client address); empty: not recorded.
+    pub issued_by: String,
     /// Rows it hid on this replica's shard (`None`: not counted, as for a table drop or a
     /// retention purge).
     pub rows: Option<u64>,
@@ -112,6 +114,7 @@ pub fn local_deletions(db: &Database, shard: u64, node: u64) -> Vec<ReplicaDelet
             id: r.request.id,
             kind: r.request.kind,
             target: r.request.text,
+            issued_by: r.request.issued_by,
             rows: (r.request.rows != ebb_storage::DeleteRequest::ROWS_NOT_COUNTED)
                 .then_some(r.request.rows),
             issued_at_ms: r.issued_at_ms,
@@ -136,6 +139,7 @@ pub fn schema() -> SchemaRef {
         Field::new("id", DataType::UInt64, false),
         Field::new("kind", DataType::Utf8, false),
         Field::new("target", DataType::Utf8, false),
+        Field::new("issued_by", DataType::Utf8, true),
         Field::new("rows", DataType::UInt64, true),
         ts("issued_at", false),
         ts("deadline", true),
@@ -174,6 +178,11 @@ pub fn batch(rows: &[ReplicaDeletion], now_ms: u64) -> Result<RecordBatch> {
         u(&|r| r.id),
         s(&|r| r.kind.clone()),
         s(&|r| r.target.clone()),
+        Arc::new(StringArray::from(
+            rows.iter()
+                .map(|r| (!r.issued_by.is_empty()).then_some(r.issued_by.as_str()))
+                .collect::<Vec<_>>(),
+        )),
         Arc::new(UInt64Array::from(rows.iter().map(|r| r.rows).collect::<Vec<_>>())),
         t(&|r| Some(r.issued_at_ms)),
         t(&|r| (r.deadline_ms != u64::MAX).then_some(r.deadline_ms)),
@@ -197,6 +206,7 @@ mod tests {
             id: 1,
             kind: "erase".into(),
             target: "x".into(),
+            issued_by: "tester".into(),
             rows: Some(3),
             issued_at_ms: 1_000,
             deadline_ms: 2_000,

@@ -6,7 +6,11 @@ use crate::lp::LineError;
 
 /// What went wrong; [`QueryError::is_client_error`] tells bad input from server faults.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum QueryError {
+    /// Not authenticated, not allowed, or a user management statement that cannot apply.
+    #[error(transparent)]
+    Access(#[from] crate::access::AccessError),
     /// A line-protocol line is malformed or conflicts with the schema; nothing was written.
     #[error("{0}")]
     Line(#[from] LineError),
@@ -57,6 +61,10 @@ pub enum QueryError {
     /// Replication failed or is unavailable (no leader, no quorum); the write may be retried.
     #[error("replication: {0}")]
     Replication(String),
+    /// A shard of the cluster could not answer in time (no leader, unreachable); the request
+    /// may be retried. Parts of a statement run on every shard may have been applied.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
     /// A bug or an unexpected state.
     #[error("internal error: {0}")]
     Internal(String),
@@ -78,6 +86,7 @@ impl QueryError {
             | QueryError::Invalid(_)
             | QueryError::Unsupported(_)
             | QueryError::BeyondRetention(_) => true,
+            QueryError::Access(e) => !matches!(e, crate::access::AccessError::Corrupt { .. }),
             QueryError::Storage(e) => matches!(
                 e,
                 ebb_storage::Error::InvalidArgument(_) | ebb_storage::Error::BeyondRetention { .. }
@@ -92,7 +101,8 @@ impl QueryError {
             QueryError::Corrupt(_)
             | QueryError::Internal(_)
             | QueryError::NotLeader(_)
-            | QueryError::Replication(_) => false,
+            | QueryError::Replication(_)
+            | QueryError::Unavailable(_) => false,
         }
     }
 }

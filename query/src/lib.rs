@@ -7,10 +7,16 @@
 //!   deletes, retention purges) through one writer.
 //! - [`sql`]: DataFusion: the catalog, a table provider per table with projection, limit and
 //!   filter pushdown, `INSERT`, `DELETE`, DDL and the system tables.
+//! - [`cluster`]: the same SQL over a sharded cluster, through a [`cluster::ShardClient`].
+//! - [`front`]: the front door every protocol uses: [`front::FrontDoor`] authenticates,
+//!   authorizes and opens [`front::Session`]s on a single database or a cluster.
 
+pub mod access;
+pub mod cluster;
 pub mod db;
 pub mod deletions;
 pub mod error;
+pub mod front;
 pub mod lp;
 pub mod model;
 pub mod sql;

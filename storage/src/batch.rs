@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 
-use crate::ledger::DeleteRequest;
+use crate::ledger::{DeleteRequest, DeleteRequestV1};
 
 /// Kind of a stored entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -257,7 +257,7 @@ impl WriteBatch {
             }
         }
         if let Some(r) = &self.request {
-            out.push(REQUEST_TRAILER);
+            out.push(REQUEST_TRAILER_V2);
             put_bytes(out, &postcard::to_allocvec(r.as_ref()).unwrap_or_default());
         }
     }
@@ -291,9 +291,17 @@ impl WriteBatch {
             });
         }
         let mut request = None;
-        if let Some((&REQUEST_TRAILER, mut rest)) = buf.split_first() {
-            request = Some(Box::new(postcard::from_bytes(get_bytes(&mut rest)?).ok()?));
-            buf = rest;
+        match buf.split_first() {
+            Some((&REQUEST_TRAILER_V1, mut rest)) => {
+                let r: DeleteRequestV1 = postcard::from_bytes(get_bytes(&mut rest)?).ok()?;
+                request = Some(Box::new(r.into()));
+                buf = rest;
+            }
+            Some((&REQUEST_TRAILER_V2, mut rest)) => {
+                request = Some(Box::new(postcard::from_bytes(get_bytes(&mut rest)?).ok()?));
+                buf = rest;
+            }
+            _ => {}
         }
         if !buf.is_empty() {
             return None;
@@ -306,8 +314,11 @@ impl WriteBatch {
 const OP_DELETE_RANGE: u8 = 2;
 /// WAL tag of a time-range delete.
 const OP_DELETE_TIME_RANGE: u8 = 3;
+/// Tag of the optional trailer after the operations: the batch's [`DeleteRequest`] as first
+/// encoded (without `issued_by`; read, never written).
+const REQUEST_TRAILER_V1: u8 = 0xD1;
 /// Tag of the optional trailer after the operations: the batch's [`DeleteRequest`].
-const REQUEST_TRAILER: u8 = 0xD1;
+const REQUEST_TRAILER_V2: u8 = 0xD2;
 
 fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(&(b.len() as u32).to_le_bytes());
@@ -348,6 +359,7 @@ mod tests {
                 text: "user = 'x'".into(),
                 rows: 3,
                 deadline_ms: Some(1_700_000_100_000),
+                issued_by: "alice via postgres from 10.0.0.7:51234".into(),
             });
         let mut buf = Vec::new();
         b.encode(42, 1_700_000_000_123, &mut buf);
@@ -361,6 +373,27 @@ mod tests {
                 assert!(d.request().is_none() && d.ops() == b.ops(), "truncated at {cut}");
             }
         }
+    }
+
+    #[test]
+    fn batches_written_before_issued_by_still_decode() {
+        let mut b = WriteBatch::new();
+        b.delete_range("a", "b");
+        let mut buf = Vec::new();
+        b.encode(7, 1, &mut buf);
+        let legacy = DeleteRequestV1 {
+            id: 5,
+            kind: "delete".into(),
+            text: "host = 'a'".into(),
+            rows: 2,
+            deadline_ms: None,
+        };
+        buf.push(REQUEST_TRAILER_V1);
+        put_bytes(&mut buf, &postcard::to_allocvec(&legacy).unwrap());
+        let (_, d) = WriteBatch::decode(&buf).unwrap();
+        let r = d.request().unwrap();
+        assert_eq!((r.id, r.rows, r.issued_by.as_str()), (5, 2, ""));
+        assert_eq!(r.text, "host = 'a'");
     }
 
     #[test]

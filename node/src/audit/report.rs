@@ -17,6 +17,9 @@ pub struct ReplicaRow {
     pub kind: String,
     /// What it deletes.
     pub target: String,
+    /// Who issued it (empty: not recorded).
+    #[serde(default)]
+    pub issued_by: String,
     /// Rows it hid on this replica's shard (`None`: not counted).
     pub rows: Option<u64>,
     /// Issue time (ms).
@@ -46,6 +49,8 @@ pub struct RequestRow {
     pub kind: String,
     /// What it deletes.
     pub target: String,
+    /// Who issued it: user, protocol and client address (empty: not recorded).
+    pub issued_by: String,
     /// Rows deleted (over its shards; `None`: not counted, as for a table drop or a retention
     /// purge).
     pub rows: Option<u64>,
@@ -121,6 +126,7 @@ impl Report {
                         id: r.id,
                         kind: r.kind.clone(),
                         target: r.target.clone(),
+                        issued_by: r.issued_by.clone(),
                         rows: None,
                         issued_ms: r.issued_ms,
                         deadline_ms: r.deadline_ms,
@@ -175,17 +181,18 @@ impl Report {
     /// As CSV, one line per request.
     pub fn to_csv(&self) -> String {
         let mut o = String::from(
-            "id,kind,target,rows,issued_at,deadline,persisted_at,slack_seconds,status,replicas,\
-             replicas_persisted,verified,found,sources_scanned,bytes_scanned\n",
+            "id,kind,target,issued_by,rows,issued_at,deadline,persisted_at,slack_seconds,status,\
+             replicas,replicas_persisted,verified,found,sources_scanned,bytes_scanned\n",
         );
         for r in &self.requests {
             let v = r.verification.as_ref();
             let _ = writeln!(
                 o,
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 r.id,
                 r.kind,
                 csv_field(&r.target),
+                csv_field(&r.issued_by),
                 r.rows.map(|n| n.to_string()).unwrap_or_default(),
                 iso(Some(r.issued_ms)),
                 iso(r.deadline_ms),
@@ -237,7 +244,7 @@ impl Report {
         o.push_str(&self.chart());
         o.push_str(
             "<h2>Requests</h2><table id=\"requests\"><thead><tr><th>id</th><th>kind</th>\
-             <th>what</th><th>rows</th><th>issued</th><th>deadline</th><th>persisted</th>\
+             <th>what</th><th>issued by</th><th>rows</th><th>issued</th><th>deadline</th><th>persisted</th>\
              <th>slack</th><th>replicas</th><th>status</th><th>verification</th></tr></thead>\
              <tbody>",
         );
@@ -256,13 +263,14 @@ impl Report {
             let _ = write!(
                 o,
                 "<tr class=\"{}\" data-id=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-                 <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td>\
-                 </tr>",
+                 <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td>\
+                 <td>{}</td></tr>",
                 class(&r.status),
                 r.id,
                 r.id,
                 esc(&r.kind),
                 esc(&r.target),
+                if r.issued_by.is_empty() { "not recorded".to_string() } else { esc(&r.issued_by) },
                 r.rows.map_or_else(|| "not counted".to_string(), |n| n.to_string()),
                 iso(Some(r.issued_ms)),
                 iso(r.deadline_ms),
@@ -415,6 +423,7 @@ mod tests {
             id,
             kind: "erase".into(),
             target: "ERASE WHERE user = 'a<b>'".into(),
+            issued_by: "dpo via http from 127.0.0.1:5000".into(),
             rows: Some(10 * shard),
             issued_ms: 1_000,
             deadline_ms: Some(11_000),
@@ -447,7 +456,14 @@ mod tests {
         assert!(html.contains("id=\"count-persisted\">1 persisted"));
         let csv = r.to_csv();
         assert_eq!(csv.lines().count(), 3);
-        assert!(csv.lines().nth(1).unwrap().starts_with("7,erase,ERASE WHERE user = 'a<b>',30,"));
+        let line = csv.lines().nth(1).unwrap();
+        assert!(
+            line.starts_with(
+                "7,erase,ERASE WHERE user = 'a<b>',dpo via http from 127.0.0.1:5000,30,"
+            ),
+            "{line}"
+        );
+        assert!(html.contains("<td>dpo via http from 127.0.0.1:5000</td>"));
         let back: Report = serde_json::from_str(&r.to_json()).unwrap();
         assert_eq!(back, r);
     }
@@ -463,7 +479,11 @@ mod tests {
         let r = Report::new("http://x", 0, 5_000, &rows);
         assert_eq!(r.requests[0].rows, None);
         assert!(r.to_html().contains("<td>not counted</td>"));
-        assert!(r.to_csv().lines().nth(1).unwrap().contains(",drop,ERASE WHERE user = 'a<b>',,"));
+        let line = r.to_csv().lines().nth(1).unwrap().to_string();
+        assert!(
+            line.contains(",drop,ERASE WHERE user = 'a<b>',dpo via http from 127.0.0.1:5000,,"),
+            "{line}"
+        );
         assert!(r.to_json().contains("\"rows\": null"));
     }
 }

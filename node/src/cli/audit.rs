@@ -10,7 +10,7 @@ use crate::audit::VerifyReport;
 use crate::error::{NodeError, Result};
 
 fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder().http_status_as_error(false).build().into()
+    super::agent()
 }
 
 /// `ebb erase --tag user=alice`: runs `ERASE` and describes what it did.
@@ -139,7 +139,8 @@ pub fn report(base: &str, since: &str, format: ReportFormat, scope: VerifyScope)
     let since_ms = now.saturating_sub(span.as_millis() as u64);
     let ms = |c: &str| format!("CAST({c} AS BIGINT) / 1000000 AS {c}_ms");
     let sql = format!(
-        "SELECT id, kind, target, rows, {}, {}, shard, node, {}, {}, replica_status, status \
+        "SELECT id, kind, target, issued_by, rows, {}, {}, shard, node, {}, {}, replica_status, \
+         status \
          FROM system.deletions WHERE issued_at >= to_timestamp_millis({since_ms})",
         ms("issued_at"),
         ms("deadline"),
@@ -159,6 +160,7 @@ pub fn report(base: &str, since: &str, format: ReportFormat, scope: VerifyScope)
             id: u(v, "id").unwrap_or(0),
             kind: s(v, "kind"),
             target: s(v, "target"),
+            issued_by: s(v, "issued_by"),
             rows: u(v, "rows"),
             issued_ms: u(v, "issued_at_ms").unwrap_or(0),
             deadline_ms: u(v, "deadline_ms"),

@@ -26,8 +26,7 @@ pub fn import(base: &str, db: &str, path: &str, precision: &str, batch: usize) -
         )
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let agent: ureq::Agent =
-        ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let agent = super::agent();
     let endpoint = url(base, "/write");
     let start = Instant::now();
     let (mut lines, mut sent_lines, mut first_line) = (0u64, 0u64, 1u64);

@@ -28,8 +28,7 @@ impl OutputFormat {
 
 /// Runs `sql` on the server at `base`; returns the printed result, or the server's error.
 pub fn run_one(base: &str, db: &str, sql: &str, format: OutputFormat) -> Result<String> {
-    let agent: ureq::Agent =
-        ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let agent = super::agent();
     let mut resp = agent
         .post(&url(base, "/v1/sql"))
         .query("db", db)

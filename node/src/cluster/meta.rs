@@ -64,6 +64,8 @@ pub struct Meta {
     changed: watch::Receiver<u64>,
     /// Serializes read-modify-write changes on the leader.
     write_lock: tokio::sync::Mutex<()>,
+    /// Channels to the other nodes.
+    conns: Arc<Connections>,
 }
 
 impl std::fmt::Debug for Meta {
@@ -88,9 +90,10 @@ impl Meta {
         let view = Arc::new(RwLock::new(loaded));
         let (tx, changed) = watch::channel(0);
         replica.set_hook(Arc::new(MetaHook { view: view.clone(), changed: tx }));
-        let group =
-            run_group(node, META_GROUP, log, replica, opts, conns, groups).await.map_err(start)?;
-        Ok(Arc::new(Meta { node, group, view, changed, write_lock: Default::default() }))
+        let group = run_group(node, META_GROUP, log, replica, opts, conns.clone(), groups)
+            .await
+            .map_err(start)?;
+        Ok(Arc::new(Meta { node, group, view, changed, write_lock: Default::default(), conns }))
     }
 
     /// The metadata as this node has applied it.
@@ -159,10 +162,15 @@ impl Meta {
 
     /// Proposes a metadata batch; returns once it is applied here.
     pub async fn propose(&self, batch: WriteBatch) -> std::result::Result<(), MetaError> {
+        self.propose_at(batch).await.map(|_| ())
+    }
+
+    /// [`Meta::propose`], returning the log index the batch was applied at.
+    pub async fn propose_at(&self, batch: WriteBatch) -> std::result::Result<u64, MetaError> {
         let cmd = Command::Batch(batch.to_bytes());
         match self.group.raft.client_write(cmd).await {
             Ok(r) => match r.data.error {
-                None => Ok(()),
+                None => Ok(r.log_id.index),
                 Some(e) => Err(MetaError::Failed(e)),
             },
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
@@ -170,6 +178,21 @@ impl Meta {
             }
             Err(e) => Err(MetaError::Failed(e.to_string())),
         }
+    }
+
+    /// Waits until this node has applied the metadata log up to `index`.
+    pub async fn wait_applied(
+        &self,
+        index: u64,
+        timeout: Duration,
+    ) -> std::result::Result<(), MetaError> {
+        self.group
+            .raft
+            .wait(Some(timeout))
+            .applied_index_at_least(Some(index), "access change")
+            .await
+            .map(|_| ())
+            .map_err(|e| MetaError::Failed(e.to_string()))
     }
 
     /// Registers a node (on the leader): a new id, or the id of the node already registered at
@@ -326,5 +349,44 @@ impl Meta {
             changed = true;
         }
         Ok(changed)
+    }
+}
+
+/// How long an access change may take to reach this node.
+const ACCESS_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[async_trait::async_trait]
+impl ebb_query::access::AccessStore for Meta {
+    fn access(&self) -> Arc<ebb_query::access::AccessState> {
+        self.view.read().access.clone()
+    }
+
+    /// Proposes the records on the metadata leader (asked through the `ChangeAccess` call when
+    /// that is another node), then waits until this node has applied them.
+    async fn write_access(
+        &self,
+        ops: Vec<ebb_query::access::AccessOp>,
+    ) -> std::result::Result<(), ebb_query::QueryError> {
+        use ebb_query::QueryError;
+        let mut batch = WriteBatch::new();
+        view::put_access(&mut batch, &ops).map_err(|e| QueryError::Internal(e.to_string()))?;
+        let unavailable = |e: String| QueryError::Unavailable(format!("metadata group: {e}"));
+        let index = match self.propose_at(batch.clone()).await {
+            Ok(i) => i,
+            Err(MetaError::NotLeader(Some((_, addr)))) => {
+                let req = super::proto::ChangeAccessRequest { batch: batch.to_bytes() };
+                let ch = self.conns.channel(&addr).map_err(|e| unavailable(e.to_string()))?;
+                let mut c = super::proto::cluster_client::ClusterClient::new(ch);
+                let call = tokio::time::timeout(ACCESS_TIMEOUT, c.change_access(req));
+                match call.await {
+                    Ok(Ok(r)) => r.into_inner().index,
+                    Ok(Err(s)) => return Err(unavailable(s.message().to_string())),
+                    Err(_) => return Err(unavailable("the leader did not answer".into())),
+                }
+            }
+            Err(MetaError::NotLeader(None)) => return Err(unavailable("no leader".into())),
+            Err(MetaError::Failed(e)) => return Err(unavailable(e)),
+        };
+        self.wait_applied(index, ACCESS_TIMEOUT).await.map_err(|e| unavailable(e.to_string()))
     }
 }

@@ -1,22 +1,19 @@
 //! The cluster: the metadata group, shard replicas as Raft groups on each node, and the
-//! services nodes call on each other.
+//! services nodes call on each other. The [`Router`] is the `ebb_query::cluster::ShardClient`
+//! through which cluster SQL (in `ebb_query`) reaches the shards.
 
 pub mod deletions;
-mod insert;
-mod ipc;
 mod meta;
 pub mod metrics;
 mod node;
 pub mod placement;
 mod rebalance;
-mod remote;
 pub mod router;
 mod service;
-mod session;
 mod shard;
+mod shard_client;
 mod shards;
 mod system;
-mod table;
 pub mod view;
 
 pub use meta::{Meta, MetaError, META_GROUP, META_VOTERS};
@@ -28,10 +25,7 @@ pub use shards::{ShardEnv, Shards};
 /// Largest cluster gRPC message (a forwarded write).
 pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 
-pub use remote::{query_shard, ShardQueryError};
 pub use router::{RouteError, Router};
-pub use session::{ClusterSql, ClusterSqlError};
-pub use table::ClusterTable;
 
 /// The generated gRPC code of the cluster services.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]

@@ -11,9 +11,9 @@ use super::meta::{Meta, MetaError};
 use super::proto::cluster_client::ClusterClient;
 use super::proto::cluster_server::{Cluster, ClusterServer};
 use super::proto::{
-    DecommissionReply, DecommissionRequest, JoinReply, JoinRequest, LeadersReply, LeadersRequest,
-    Member, QueryChunk, QueryRequest, SetShardMembersReply, SetShardMembersRequest, ShardLeader,
-    WriteLinesReply, WriteLinesRequest,
+    ChangeAccessReply, ChangeAccessRequest, DecommissionReply, DecommissionRequest, JoinReply,
+    JoinRequest, LeadersReply, LeadersRequest, Member, QueryChunk, QueryRequest,
+    SetShardMembersReply, SetShardMembersRequest, ShardLeader, WriteLinesReply, WriteLinesRequest,
 };
 use super::router::{RouteError, Router};
 use super::shards::Shards;
@@ -137,16 +137,19 @@ impl Cluster for ClusterService {
         }
         let mut session = ebb_query::SqlSession::new(shard.db.clone(), &r.database);
         if r.request_id != 0 {
-            session =
-                session.with_request(r.request_id, (r.deadline_ms != 0).then_some(r.deadline_ms));
+            session = session.with_request(ebb_query::cluster::ShardRequest {
+                id: r.request_id,
+                deadline_ms: (r.deadline_ms != 0).then_some(r.deadline_ms),
+                issued_by: r.issued_by.clone(),
+            });
         }
         let out = session.execute(&r.sql).await.map_err(query_status)?;
         let schema = out.schema.clone();
-        let head =
-            super::ipc::encode(&schema, None).map_err(|e| Status::internal(e.to_string()))?;
+        let head = ebb_query::cluster::ipc::encode(&schema, None)
+            .map_err(|e| Status::internal(e.to_string()))?;
         let rows = out.stream.map(move |b| {
             let b = b.map_err(|e| Status::internal(e.to_string()))?;
-            let ipc = super::ipc::encode(&schema, Some(&b))
+            let ipc = ebb_query::cluster::ipc::encode(&schema, Some(&b))
                 .map_err(|e| Status::internal(e.to_string()))?;
             Ok(QueryChunk { ipc })
         });
@@ -296,6 +299,25 @@ impl Cluster for ClusterService {
                 .map_err(|e| Status::unavailable(e.to_string()))?;
         }
         Ok(Response::new(SetShardMembersReply {}))
+    }
+
+    async fn change_access(
+        &self,
+        req: Request<ChangeAccessRequest>,
+    ) -> std::result::Result<Response<ChangeAccessReply>, Status> {
+        let r = req.into_inner();
+        let batch = ebb_storage::WriteBatch::from_bytes(&r.batch)
+            .ok_or_else(|| Status::invalid_argument("not a write batch"))?;
+        if !super::view::only_access(&batch) {
+            return Err(Status::invalid_argument("only access records may be written here"));
+        }
+        match self.meta.propose_at(batch).await {
+            Ok(index) => Ok(Response::new(ChangeAccessReply { index })),
+            Err(MetaError::NotLeader(_)) => {
+                Err(Status::unavailable("this node no longer leads the metadata group"))
+            }
+            Err(MetaError::Failed(e)) => Err(Status::unavailable(e)),
+        }
     }
 }
 

@@ -1,6 +1,5 @@
-//! `system.nodes`, `system.shards` and `system.deletions` of cluster SQL: the nodes with their
-//! state and role in the metadata group, every shard's placement, leader and move in progress,
-//! and every delete request on every replica (gathered from every node).
+//! `system.nodes` and `system.shards` of cluster SQL: the nodes with their state and role in
+//! the metadata group, and every shard's placement, leader and move in progress.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -8,29 +7,25 @@ use std::sync::Arc;
 use datafusion::arrow::array::{ArrayRef, BooleanArray, StringArray, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::catalog::TableProvider;
-use datafusion::datasource::MemTable;
-use datafusion::error::Result as DfResult;
+use ebb_query::{QueryError, Result};
 
 use super::router::Router;
 
-/// Names of the cluster's system tables.
-pub const NAMES: [&str; 3] = ["deletions", "nodes", "shards"];
+/// Names of the system tables the cluster describes.
+pub const NAMES: &[&str] = &["nodes", "shards"];
 
 fn join(ids: &[u64]) -> String {
     ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")
 }
 
+fn arrow(e: datafusion::arrow::error::ArrowError) -> QueryError {
+    QueryError::Internal(e.to_string())
+}
+
 /// System table `name`, as of now.
-pub async fn table(router: &Router, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+pub async fn table(router: &Router, name: &str) -> Result<Option<RecordBatch>> {
     let view = router.meta().view();
     let batch = match name {
-        "deletions" => {
-            let rows = super::deletions::gather(router).await;
-            let now_ms = ebb_query::now_ms();
-            ebb_query::deletions::batch(&rows, now_ms)
-                .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?
-        }
         "nodes" => {
             let m = router.meta().raft().metrics().borrow().clone();
             let membership = m.membership_config.membership().clone();
@@ -70,7 +65,7 @@ pub async fn table(router: &Router, name: &str) -> DfResult<Option<Arc<dyn Table
                 Arc::new(StringArray::from_iter_values(nodes.iter().map(|n| n.pg_addr.clone()))),
                 Arc::new(UInt64Array::from_iter_values(nodes.iter().map(|n| replicas(n.id)))),
             ];
-            RecordBatch::try_new(schema, cols)?
+            RecordBatch::try_new(schema, cols).map_err(arrow)?
         }
         "shards" => {
             let shards: Vec<_> = view.shards.values().collect();
@@ -96,10 +91,9 @@ pub async fn table(router: &Router, name: &str) -> DfResult<Option<Arc<dyn Table
                     shards.iter().map(|s| s.target.as_deref().map(join)).collect::<Vec<_>>(),
                 )),
             ];
-            RecordBatch::try_new(schema, cols)?
+            RecordBatch::try_new(schema, cols).map_err(arrow)?
         }
         _ => return Ok(None),
     };
-    let t = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
-    Ok(Some(Arc::new(t)))
+    Ok(Some(batch))
 }

@@ -1,7 +1,10 @@
-//! The cluster metadata: nodes, shards and settings, as the metadata group stores them (one
-//! engine key per record, JSON values) and as every node holds them in memory.
+//! The cluster metadata: nodes, shards, settings and users, as the metadata group stores them
+//! (one engine key per record, JSON values) and as every node holds them in memory.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ebb_query::access::{AccessOp, AccessState};
 
 use ebb_storage::{BatchOp, Engine, WriteBatch};
 use serde::{Deserialize, Serialize};
@@ -14,6 +17,8 @@ const NEXT_NODE: &[u8] = b"meta/next-node";
 const NODE: &[u8] = b"meta/node/";
 /// Prefix of shard records (`meta/shard/` + id big-endian).
 const SHARD: &[u8] = b"meta/shard/";
+/// Prefix of the access records (users, grants, tokens; see `ebb_query::access`).
+pub const ACCESS: &[u8] = b"meta/access/";
 
 /// Cluster-wide settings, fixed when the cluster is created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,6 +92,8 @@ pub struct MetaView {
     pub shards: BTreeMap<u64, ShardInfo>,
     /// The id the next joining node gets.
     pub next_node_id: u64,
+    /// Users, grants and tokens.
+    pub access: Arc<AccessState>,
 }
 
 /// Errors decoding metadata records.
@@ -123,11 +130,25 @@ impl MetaView {
     /// Installs what an applied batch changed.
     pub fn apply(&mut self, batch: &WriteBatch) -> Result<(), ViewError> {
         for op in batch.ops() {
-            if let BatchOp::Put { key, value } = op {
-                self.put(key, value)?;
+            match op {
+                BatchOp::Put { key, value } => self.put(key, value)?,
+                BatchOp::Delete { key } if key.starts_with(ACCESS) => {
+                    self.access_op(AccessOp::Delete { key: key[ACCESS.len()..].to_vec() })?
+                }
+                BatchOp::DeleteRange { lo, hi } if lo.starts_with(ACCESS) => {
+                    let rel = |k: &[u8]| k.get(ACCESS.len()..).unwrap_or_default().to_vec();
+                    self.access_op(AccessOp::DeleteRange { lo: rel(lo), hi: rel(hi) })?
+                }
+                _ => {}
             }
         }
         Ok(())
+    }
+
+    fn access_op(&mut self, op: AccessOp) -> Result<(), ViewError> {
+        Arc::make_mut(&mut self.access)
+            .apply(&op)
+            .map_err(|e| ViewError { key: "meta/access/".into(), why: e.to_string() })
     }
 
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), ViewError> {
@@ -145,6 +166,9 @@ impl MetaView {
         } else if key.starts_with(SHARD) {
             let s: ShardInfo = serde_json::from_slice(value).map_err(|e| err(e.to_string()))?;
             self.shards.insert(s.id, s);
+        } else if key.starts_with(ACCESS) {
+            let op = AccessOp::Put { key: key[ACCESS.len()..].to_vec(), value: value.to_vec() };
+            self.access_op(op)?;
         }
         Ok(())
     }
@@ -169,6 +193,32 @@ pub fn put_settings(batch: &mut WriteBatch, settings: &Settings) {
 pub fn put_node(batch: &mut WriteBatch, node: &NodeInfo, next_node_id: u64) {
     batch.put(id_key(NODE, node.id), serde_json::to_vec(node).unwrap_or_default());
     batch.put(NEXT_NODE, next_node_id.to_string().into_bytes());
+}
+
+/// Adds access record operations to `batch`.
+pub fn put_access(batch: &mut WriteBatch, ops: &[AccessOp]) -> Result<(), ViewError> {
+    let abs = |k: &[u8]| [ACCESS, k].concat();
+    for op in ops {
+        match op {
+            AccessOp::Put { key, value } => batch.put(abs(key), value.clone()),
+            AccessOp::Delete { key } => batch.delete(abs(key)),
+            AccessOp::DeleteRange { lo, hi } => batch.delete_range(abs(lo), abs(hi)),
+            other => {
+                return Err(ViewError { key: "meta/access/".into(), why: format!("{other:?}") })
+            }
+        };
+    }
+    Ok(())
+}
+
+/// True if every operation of `batch` is on an access record (what a node may ask the
+/// metadata leader to write for it).
+pub fn only_access(batch: &WriteBatch) -> bool {
+    batch.ops().iter().all(|op| match op {
+        BatchOp::Put { key, .. } | BatchOp::Delete { key } => key.starts_with(ACCESS),
+        BatchOp::DeleteRange { lo, hi } => lo.starts_with(ACCESS) && hi.starts_with(ACCESS),
+        _ => false,
+    })
 }
 
 /// Adds the record of `shard` to `batch`.

@@ -25,11 +25,11 @@ use pgwire::messages::extendedquery::{Describe, TARGET_TYPE_BYTE_STATEMENT};
 use pgwire::messages::PgWireBackendMessage;
 use tracing::debug;
 
-use super::backend::SqlBackend;
 use super::{
     first_word, lexer, params, query_error, returns_rows, run, setting_schema, special, types,
     user_error, Backend, Outcome, Special,
 };
+use ebb_query::front::Session;
 
 /// A statement prepared with Parse: its SQL (one statement), the highest `$n` it uses, and the
 /// parameter types DataFusion inferred for it, once they have been asked for.
@@ -42,7 +42,7 @@ pub(super) struct Prepared {
 
 impl Prepared {
     /// Parameter types by position, as far as the planner could infer them.
-    async fn inferred_types(&self, session: &dyn SqlBackend) -> Vec<Option<Type>> {
+    async fn inferred_types(&self, session: &Session) -> Vec<Option<Type>> {
         if let Some(types) = self.inferred.get() {
             return types.clone();
         }
@@ -59,6 +59,9 @@ impl Prepared {
 #[derive(Debug, Default)]
 pub(super) struct Parser;
 
+/// Most parameters a statement may take (the protocol counts them in 16 bits).
+pub(super) const MAX_PARAMS: usize = 65_535;
+
 #[async_trait]
 impl QueryParser for Parser {
     type Statement = Prepared;
@@ -74,11 +77,19 @@ impl QueryParser for Parser {
     {
         match lexer::split_statements(sql).as_slice() {
             [] => Ok(None),
-            [one] => Ok(Some(Prepared {
-                sql: Arc::from(*one),
-                params: lexer::placeholder_count(one),
-                inferred: Arc::default(),
-            })),
+            [one] => {
+                let params = lexer::placeholder_count(one);
+                if params > MAX_PARAMS {
+                    return Err(user_error(
+                        "42P02",
+                        format!(
+                            "placeholder ${params}: a statement takes at most {MAX_PARAMS} \
+                             parameters"
+                        ),
+                    ));
+                }
+                Ok(Some(Prepared { sql: Arc::from(*one), params, inferred: Arc::default() }))
+            }
             _ => Err(user_error(
                 "42601",
                 "cannot insert multiple commands into a prepared statement".to_owned(),
@@ -147,7 +158,7 @@ impl ExtendedQueryHandler for Backend {
     {
         let session = self.session(&*client);
         let stmt = &target.statement;
-        let description = describe(&*session, &stmt.sql, stmt.params, None).await?;
+        let description = describe(&session, &stmt.sql, stmt.params, None).await?;
         let _ = stmt.inferred.set(description.params.clone());
         let count = stmt.params.max(target.parameter_types.len());
         let params = resolve_types(&target.parameter_types, &description.params, count);
@@ -166,9 +177,9 @@ impl ExtendedQueryHandler for Backend {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let session = self.session(&*client);
-        let sql = bound_sql(&*session, portal).await?;
+        let sql = bound_sql(&session, portal).await?;
         let formats = Some(&portal.result_column_format);
-        Ok(DescribePortalResponse::new(describe(&*session, &sql, 0, formats).await?.fields))
+        Ok(DescribePortalResponse::new(describe(&session, &sql, 0, formats).await?.fields))
     }
 
     async fn do_query<C>(
@@ -184,9 +195,9 @@ impl ExtendedQueryHandler for Backend {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let session = self.session(&*client);
-        let sql = bound_sql(&*session, portal).await?;
-        debug!(sql = %sql, "extended query");
-        Ok(match run(client, &*session, &sql, Some(&portal.result_column_format)).await? {
+        let sql = bound_sql(&session, portal).await?;
+        debug!(sql = %ebb_query::access::statement::redact(&sql), "extended query");
+        Ok(match run(client, &session, &sql, Some(&portal.result_column_format)).await? {
             Outcome::Rows(rows) => Response::Query(rows),
             Outcome::Tag(tag) => Response::Execution(tag),
             Outcome::Begin(tag) => Response::TransactionStart(tag),
@@ -212,7 +223,7 @@ fn resolve_types(declared: &[Option<Type>], inferred: &[Option<Type>], count: us
 }
 
 /// The portal's SQL with its bound parameters substituted.
-async fn bound_sql(session: &dyn SqlBackend, portal: &Portal<Prepared>) -> PgWireResult<String> {
+async fn bound_sql(session: &Session, portal: &Portal<Prepared>) -> PgWireResult<String> {
     let stmt = &portal.statement.statement;
     let values = &portal.parameters;
     if values.is_empty() && stmt.params == 0 {
@@ -250,7 +261,7 @@ struct Description {
 
 /// Describes `sql` (with `params` placeholders) by planning it, without running it.
 async fn describe(
-    session: &dyn SqlBackend,
+    session: &Session,
     sql: &str,
     params: usize,
     formats: Option<&Format>,
@@ -299,7 +310,7 @@ async fn describe(
 }
 
 /// Plans one statement the way `SqlSession` runs it, without running it.
-async fn plan_statement(session: &dyn SqlBackend, sql: &str) -> Result<LogicalPlan, QueryError> {
+async fn plan_statement(session: &Session, sql: &str) -> Result<LogicalPlan, QueryError> {
     let mut statements = DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {})?;
     let statement = statements.pop_front().ok_or_else(|| QueryError::invalid("empty query"))?;
     Ok(session.context().state().statement_to_plan(statement).await?)

@@ -198,9 +198,9 @@ fn placeholders(sql: &str) -> Vec<(usize, usize, usize)> {
             if b[i] == b'$' && (i == 0 || !is_ident_byte(b[i - 1])) {
                 let digits = b[i + 1..to].iter().take_while(|c| c.is_ascii_digit()).count();
                 if digits > 0 {
-                    if let Ok(n) = sql[i + 1..i + 1 + digits].parse::<usize>() {
-                        found.push((i, i + 1 + digits, n));
-                    }
+                    // A number too large for usize is still a placeholder, beyond any limit.
+                    let n = sql[i + 1..i + 1 + digits].parse::<usize>().unwrap_or(usize::MAX);
+                    found.push((i, i + 1 + digits, n));
                     i += 1 + digits;
                     continue;
                 }

@@ -1,8 +1,8 @@
 //! PostgreSQL wire-protocol front end.
 //!
 //! [`serve`] speaks protocol 3 over plain TCP (no TLS) and trusts every client (no password).
-//! Each connection gets one session ([`SqlBackend`]: the single node's database, or the whole
-//! cluster), created at its first statement. Its default database
+//! Each connection gets one session at the server's front door (on the single node's database
+//! or the whole cluster), created at its first statement. Its default database
 //! is the startup packet's `database`, or [`DEFAULT_DATABASE`] when that is missing, `postgres`, or
 //! the user name (what libpq and most drivers send when no database is given).
 //!
@@ -22,6 +22,7 @@
 //!   queries against `pg_catalog` tables EbbDB does not have fail the same way.
 //! - A cancel request (Ctrl-C in psql) interrupts the connection's running statement.
 
+mod auth;
 mod backend;
 mod extended;
 mod lexer;
@@ -43,7 +44,6 @@ use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use ebb_query::{QueryError, QueryOutput, StatementKind, DEFAULT_DATABASE};
 use futures::{stream, Sink, SinkExt, StreamExt};
-use pgwire::api::auth::noop::NoopStartupHandler;
 use pgwire::api::auth::StartupHandler;
 use pgwire::api::cancel::{CancelHandler, DefaultCancelHandler};
 use pgwire::api::portal::Format;
@@ -59,30 +59,31 @@ use pgwire::api::{
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult, SEVERITY_ERROR, SEVERITY_NOTICE};
 use pgwire::messages::data::DataRow;
 use pgwire::messages::response::NoticeResponse;
-use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use pgwire::messages::PgWireBackendMessage;
 use pgwire::tokio::process_socket;
 use tokio::net::TcpListener;
 use tracing::{debug, info, warn};
 
 use crate::metrics::Metrics;
 use backend::ConnSession;
-pub use backend::{SqlBackend, SqlTarget};
+use ebb_query::access::AccessError;
+use ebb_query::front::{FrontDoor, Session};
 use extended::Parser;
 
 /// Serves the PostgreSQL wire protocol on `listener` until `shutdown` resolves.
 ///
-/// Each connection runs on its own task with its own session on `target`, and is counted in
+/// Each connection runs on its own task with its own session at `door`, and is counted in
 /// `metrics.pg_connections`. When `shutdown` resolves the listener stops accepting; connections
 /// already open keep running until their clients disconnect or the runtime shuts down. Failed
 /// accepts (such as running out of file descriptors) are logged and retried, so this only returns
 /// once `shutdown` has resolved.
 pub async fn serve(
     listener: TcpListener,
-    target: SqlTarget,
+    door: Arc<FrontDoor>,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let handlers = Arc::new(Handlers::new(target));
+    let handlers = Arc::new(Handlers::new(door));
     match listener.local_addr() {
         Ok(addr) => info!(%addr, "PostgreSQL endpoint listening"),
         Err(_) => info!("PostgreSQL endpoint listening"),
@@ -118,16 +119,18 @@ pub async fn serve(
 /// The handlers pgwire runs each connection with.
 struct Handlers {
     backend: Arc<Backend>,
+    startup: Arc<auth::Startup>,
     cancel: Arc<DefaultCancelHandler>,
 }
 
 impl Handlers {
-    fn new(target: SqlTarget) -> Handlers {
+    fn new(door: Arc<FrontDoor>) -> Handlers {
         let connections = Arc::new(ConnectionManager::new());
-        let backend =
-            Backend { target, parser: Arc::new(Parser), connections: Arc::clone(&connections) };
+        let startup = auth::Startup::new(door.clone(), Arc::clone(&connections));
+        let backend = Backend { door, parser: Arc::new(Parser) };
         Handlers {
             backend: Arc::new(backend),
+            startup: Arc::new(startup),
             cancel: Arc::new(DefaultCancelHandler::new(connections)),
         }
     }
@@ -143,7 +146,7 @@ impl PgWireServerHandlers for Handlers {
     }
 
     fn startup_handler(&self) -> Arc<impl StartupHandler> {
-        Arc::clone(&self.backend)
+        Arc::clone(&self.startup)
     }
 
     fn cancel_handler(&self) -> Arc<impl CancelHandler> {
@@ -153,19 +156,22 @@ impl PgWireServerHandlers for Handlers {
 
 /// Startup, simple and extended query handling, shared by all connections.
 struct Backend {
-    target: SqlTarget,
+    door: Arc<FrontDoor>,
     parser: Arc<Parser>,
-    /// Running statements by (pid, secret key), for cancel requests.
-    connections: Arc<ConnectionManager>,
 }
 
 impl Backend {
     /// The connection's SQL session, created at its first use.
-    fn session<C: ClientInfo + ?Sized>(&self, client: &C) -> Arc<dyn SqlBackend> {
+    fn session<C: ClientInfo + ?Sized>(&self, client: &C) -> Session {
+        if let Some(s) = client.session_extensions().get::<ConnSession>() {
+            return s.0.clone();
+        }
+        // Read before the extensions are locked for the insert.
+        let database = database_name(client);
+        let who = auth::principal(client);
         let s = client.session_extensions().get_or_insert_with(|| {
-            let database = database_name(client);
-            debug!(%database, "opening SQL session");
-            ConnSession(self.target.open(&database))
+            info!(principal = %who, %database, "PostgreSQL session opened");
+            ConnSession(self.door.open(who, &database))
         });
         s.0.clone()
     }
@@ -178,29 +184,6 @@ fn database_name<C: ClientInfo + ?Sized>(client: &C) -> String {
     match metadata.get(METADATA_DATABASE).map(|d| d.trim()) {
         Some(d) if !d.is_empty() && d != "postgres" && Some(d) != user => d.to_owned(),
         _ => DEFAULT_DATABASE.to_owned(),
-    }
-}
-
-#[async_trait]
-impl NoopStartupHandler for Backend {
-    fn connection_manager(&self) -> Option<Arc<ConnectionManager>> {
-        Some(Arc::clone(&self.connections))
-    }
-
-    async fn post_startup<C>(
-        &self,
-        client: &mut C,
-        _message: PgWireFrontendMessage,
-    ) -> PgWireResult<()>
-    where
-        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
-        C::Error: Debug,
-        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-    {
-        let user = client.metadata().get(METADATA_USER).map_or("", String::as_str);
-        let database = database_name(&*client);
-        info!(peer = %client.socket_addr(), user, %database, "PostgreSQL client connected");
-        Ok(())
     }
 }
 
@@ -222,8 +205,8 @@ impl SimpleQueryHandler for Backend {
         // the connection's transaction status only from the responses returned to it, so a
         // trailing BEGIN/COMMIT/ROLLBACK is returned rather than sent.
         for (idx, sql) in statements.into_iter().enumerate() {
-            debug!(sql, "simple query");
-            match run(client, &*session, sql, None).await? {
+            debug!(sql = %ebb_query::access::statement::redact(sql), "simple query");
+            match run(client, &session, sql, None).await? {
                 Outcome::Rows(rows) => send_query_response(client, rows, true).await?,
                 Outcome::Tag(tag) => send_execution_response(client, tag).await?,
                 Outcome::Begin(tag) if idx == last => {
@@ -322,7 +305,7 @@ fn returns_rows(word: &str) -> bool {
 /// Runs one statement. `formats` are the result formats the client asked for (text if `None`).
 async fn run<C>(
     client: &mut C,
-    session: &dyn SqlBackend,
+    session: &Session,
     sql: &str,
     formats: Option<&Format>,
 ) -> PgWireResult<Outcome>
@@ -482,6 +465,8 @@ fn query_error(err: &QueryError) -> PgWireError {
 /// The SQLSTATE for a failure.
 fn sqlstate(err: &QueryError) -> &'static str {
     match err {
+        QueryError::Access(AccessError::Unauthenticated(_)) => return "28P01",
+        QueryError::Access(AccessError::Forbidden(_)) => return "42501",
         QueryError::Unsupported(_) => return "0A000",
         QueryError::UnknownTable(_) => return "42P01",
         QueryError::UnknownDatabase(_) => return "3D000",
@@ -491,7 +476,9 @@ fn sqlstate(err: &QueryError) -> &'static str {
         QueryError::Corrupt(_) => return "XX001",
         QueryError::Internal(_) => return "XX000",
         // Try again: no leader or quorum just now.
-        QueryError::NotLeader(_) | QueryError::Replication(_) => return "57P03",
+        QueryError::NotLeader(_) | QueryError::Replication(_) | QueryError::Unavailable(_) => {
+            return "57P03"
+        }
         QueryError::Storage(_) => return if err.is_client_error() { "22023" } else { "XX000" },
         _ => {}
     }

@@ -340,7 +340,11 @@ async fn writes_through_any_node_reach_their_shards_and_survive_losing_a_node() 
 }
 
 async fn sql(h: &Harness, i: usize, q: &str) -> String {
-    let s = ebb_node::cluster::ClusterSql::new(h.nodes[&i].router.clone(), "db");
+    let s = ebb_query::cluster::ClusterSql::new(
+        h.nodes[&i].router.clone(),
+        h.nodes[&i].meta.clone(),
+        "db",
+    );
     let b = s.query(q).await.unwrap_or_else(|e| panic!("{q}: {e}"));
     datafusion::arrow::util::pretty::pretty_format_batches(&b).unwrap().to_string()
 }
@@ -373,7 +377,11 @@ async fn sql_on_any_node_reads_and_deletes_across_every_shard() {
 
     // A delete runs on every shard (one log entry each) and reports, per shard, the rows it
     // removed and its ledger id there.
-    let s = ebb_node::cluster::ClusterSql::new(h.nodes[&2].router.clone(), "db");
+    let s = ebb_query::cluster::ClusterSql::new(
+        h.nodes[&2].router.clone(),
+        h.nodes[&2].meta.clone(),
+        "db",
+    );
     let del = s.query("DELETE FROM cpu WHERE time < '1970-01-01T00:16:45Z'").await.unwrap();
     let removed: u64 = del
         .iter()
@@ -432,7 +440,11 @@ async fn a_table_on_some_shards_only_reads_from_those() {
     h.nodes[&0].router.write_lines("db", "solo,host=a v=1 1000\n", p, 0).await.unwrap();
     let one = sql(&h, 0, "SELECT host, v FROM solo").await;
     assert!(one.contains("| a    | 1.0 |"), "{one}");
-    let s = ebb_node::cluster::ClusterSql::new(h.nodes[&0].router.clone(), "db");
+    let s = ebb_query::cluster::ClusterSql::new(
+        h.nodes[&0].router.clone(),
+        h.nodes[&0].meta.clone(),
+        "db",
+    );
     let err = s.query("SELECT * FROM nowhere").await.unwrap_err().to_string();
     assert!(err.contains("nowhere") && err.contains("not found"), "{err}");
     h.stop(0).await;
@@ -523,12 +535,13 @@ async fn scale_out_from_three_to_five_under_writes_and_deletes_loses_nothing() {
     h.start(2, &[0]).await;
     wait_settled(&h, 3).await;
     let router = h.nodes[&0].router.clone();
+    let meta = h.nodes[&0].meta.clone();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
         let (router, stop) = (router.clone(), stop.clone());
         tokio::spawn(async move {
             let p = ebb_query::lp::Precision::Seconds;
-            let sql = ebb_node::cluster::ClusterSql::new(router.clone(), "db");
+            let sql = ebb_query::cluster::ClusterSql::new(router.clone(), meta, "db");
             let (mut points, mut deleted) = (0u32, 0u32);
             while !stop.load(std::sync::atomic::Ordering::Relaxed) || points < 20 {
                 router.write_lines("db", &cpu_lines(60, points, points + 1), p, 0).await.unwrap();

@@ -107,9 +107,16 @@ impl Http {
 /// Runs the real `psql` binary against the PostgreSQL port `port`, database `public`, unaligned
 /// tuples only: whether it succeeded, its output and its errors.
 pub fn psql(port: u16, sql: &str) -> (bool, String, String) {
+    psql_as(port, "ebb", "", sql)
+}
+
+/// [`psql`] as `user` with `password` (SCRAM-SHA-256 on a server with users), stopping at the
+/// first error.
+pub fn psql_as(port: u16, user: &str, password: &str, sql: &str) -> (bool, String, String) {
     let out = Command::new("psql")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "ebb"])
-        .args(["-d", "public", "-At", "-c", sql])
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", user])
+        .args(["-d", "public", "-At", "-v", "ON_ERROR_STOP=1", "-c", sql])
+        .env("PGPASSWORD", password)
         .env("PGCONNECT_TIMEOUT", "10")
         .output()
         .expect("psql must be installed (postgresql-client)");

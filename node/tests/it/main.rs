@@ -4,10 +4,12 @@
 //! test suite links once instead of once per file.
 
 mod audit;
+mod auth;
 mod cluster;
 mod cluster_erasure;
 mod cluster_server;
 mod common;
+mod limits;
 mod local_cluster;
 mod replicated_shard;
 mod server;

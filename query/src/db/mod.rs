@@ -2,6 +2,7 @@
 //! (writes, DDL, deletes, retention purges). All changes go through one writer lock, which
 //! assigns the engine's sequence numbers.
 
+mod access;
 mod delete;
 mod erase;
 mod replicated;
@@ -26,6 +27,9 @@ use crate::model::catalog::{Catalog, CatalogDelta};
 use crate::model::keys::{table_prefix, table_range};
 use crate::model::schema::{check_name, FieldType, TableDef};
 
+/// Who retention purges are recorded as issued by.
+pub const RETENTION_ISSUER: &str = "retention (server)";
+
 /// The default database (SQL schema) for SQL sessions that name none.
 pub const DEFAULT_DATABASE: &str = "public";
 
@@ -45,6 +49,8 @@ pub struct Database {
     writer: Mutex<Writer>,
     replicator: Option<Arc<dyn Replicator>>,
     default_retention: RwLock<Option<Duration>>,
+    /// Users, grants and tokens (of a single node; a cluster keeps them in its metadata group).
+    access: RwLock<Arc<crate::access::AccessState>>,
 }
 
 impl Database {
@@ -63,6 +69,7 @@ impl Database {
     pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Database> {
         let engine = Engine::open(dir.as_ref(), opts)?;
         let catalog = Catalog::load(&engine)?;
+        let access = access::load_access(&engine)?;
         let next_seq = engine.last_seq() + 1;
         Ok(Database {
             engine: RwLock::new(Arc::new(engine)),
@@ -70,6 +77,7 @@ impl Database {
             writer: Mutex::new(Writer { next_seq }),
             replicator: None,
             default_retention: RwLock::new(None),
+            access: RwLock::new(Arc::new(access)),
         })
     }
 
@@ -191,6 +199,12 @@ impl Database {
     /// Drops a table: its definition and series go from the catalog and its rows are deleted
     /// (one range delete over the table's keys). Returns that delete's id.
     pub fn drop_table(&self, db: &str, name: &str) -> Result<u64> {
+        let spec = RequestSpec::new("drop", format!("DROP TABLE {db}.{name}"));
+        self.drop_table_as(db, name, &spec)
+    }
+
+    /// [`Database::drop_table`] as request `spec` (its kind and text are the drop's own).
+    pub fn drop_table_as(&self, db: &str, name: &str, spec: &RequestSpec) -> Result<u64> {
         let mut w = self.writer.lock();
         let def = self.existing(db, name)?;
         let mut delta = CatalogDelta::default();
@@ -200,7 +214,11 @@ impl Database {
         batch.delete_range(lo, hi);
         delta.write_to(&mut batch)?;
         // Rows are not counted: that would read the whole table under the writer lock.
-        let spec = RequestSpec::new("drop", format!("DROP TABLE {db}.{name}"));
+        let spec = RequestSpec {
+            kind: "drop".into(),
+            text: format!("DROP TABLE {db}.{name}"),
+            ..spec.clone()
+        };
         batch.set_request(spec.request(None));
         let seq = self.commit(&mut w, &batch, delta)?;
         if def.retention_ns.is_some() {
@@ -233,7 +251,8 @@ impl Database {
             .collect();
         let text = format!("rows past the retention of {}", tables.join(", "));
         // Not counted: the rows are whatever lies past the horizon, read by no one.
-        batch.set_request(RequestSpec::new("retention", text).request(None));
+        let spec = RequestSpec::new("retention", text).with_issuer(RETENTION_ISSUER);
+        batch.set_request(spec.request(None));
         self.commit(&mut w, &batch, CatalogDelta::default())?;
         Ok(batch.len() as u64)
     }

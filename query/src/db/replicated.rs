@@ -41,6 +41,7 @@ impl Database {
             writer: Mutex::new(Writer { next_seq }),
             replicator: Some(replicator),
             default_retention: RwLock::new(None),
+            access: RwLock::new(Default::default()),
         })
     }
 

@@ -18,6 +18,9 @@ pub struct RequestSpec {
     pub text: String,
     /// Deadline (ms since the Unix epoch) if shorter than the engine's delete deadline.
     pub deadline_ms: Option<u64>,
+    /// Who asked for it: user, protocol and client address (see
+    /// [`crate::front::Principal`]), or what part of the server.
+    pub issued_by: String,
 }
 
 impl RequestSpec {
@@ -28,7 +31,14 @@ impl RequestSpec {
             kind: kind.into(),
             text: text.into(),
             deadline_ms: None,
+            issued_by: String::new(),
         }
+    }
+
+    /// The request as issued by `who`.
+    pub fn with_issuer(mut self, who: impl Into<String>) -> RequestSpec {
+        self.issued_by = who.into();
+        self
     }
 
     /// The request with id `id` (one a coordinator gave every shard).
@@ -52,6 +62,7 @@ impl RequestSpec {
             text: self.text.clone(),
             rows,
             deadline_ms: self.deadline_ms,
+            issued_by: self.issued_by.clone(),
         }
     }
 }

@@ -9,6 +9,7 @@ use datafusion::error::Result as DfResult;
 
 use super::provider::EbbTable;
 use super::system::{SystemTable, SYSTEM_SCHEMA};
+use crate::access::{access_table, AccessStore, ACCESS_TABLES};
 use crate::db::Database;
 
 /// The `ebb` catalog.
@@ -80,7 +81,8 @@ impl SchemaProvider for DatabaseSchema {
     }
 }
 
-/// `system.deletions`, `system.tables`, `system.compactions`.
+/// `system.deletions`, `system.tables`, `system.compactions`..., and the access tables
+/// (`system.users`, `system.grants`, `system.tokens`).
 #[derive(Debug)]
 struct SystemSchema {
     db: Arc<Database>,
@@ -89,14 +91,20 @@ struct SystemSchema {
 #[async_trait]
 impl SchemaProvider for SystemSchema {
     fn table_names(&self) -> Vec<String> {
-        SystemTable::NAMES.iter().map(|s| s.to_string()).collect()
+        let mut names: Vec<String> = SystemTable::NAMES.iter().map(|s| s.to_string()).collect();
+        names.extend(ACCESS_TABLES.iter().map(|s| s.to_string()));
+        names.sort();
+        names
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        if ACCESS_TABLES.contains(&name) {
+            return access_table(&self.db.access(), name);
+        }
         Ok(SystemTable::new(self.db.clone(), name).map(|t| Arc::new(t) as Arc<dyn TableProvider>))
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        SystemTable::NAMES.contains(&name)
+        SystemTable::NAMES.contains(&name) || ACCESS_TABLES.contains(&name)
     }
 }

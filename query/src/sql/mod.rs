@@ -14,7 +14,7 @@ pub mod system;
 
 pub use catalog::EbbCatalog;
 pub use provider::EbbTable;
-pub use session::{QueryOutput, SqlSession, StatementKind};
+pub use session::{command_output, rows_output, QueryOutput, SqlSession, StatementKind};
 
 /// Name of the DataFusion catalog.
 pub const CATALOG: &str = "ebb";

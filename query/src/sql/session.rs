@@ -21,6 +21,7 @@ use super::ddl::{create_spec, retention_option, table_name};
 use super::delete::delete_targets;
 use super::erase::{is_erase, parse_erase, EraseStatement};
 use super::CATALOG;
+use crate::cluster::ShardRequest;
 use crate::db::{Database, RequestSpec};
 use crate::error::{QueryError, Result};
 
@@ -55,9 +56,9 @@ pub struct SqlSession {
     db: Arc<Database>,
     ctx: SessionContext,
     database: String,
-    /// Request id and deadline a coordinator chose for the `DELETE` or `ERASE` this session
-    /// runs on one shard of a cluster.
-    request: Option<(u64, Option<u64>)>,
+    /// Request id, deadline and issuer a coordinator chose for the `DELETE`, `ERASE` or
+    /// `DROP TABLE` this session runs on one shard of a cluster.
+    request: Option<ShardRequest>,
 }
 
 impl SqlSession {
@@ -72,11 +73,16 @@ impl SqlSession {
         SqlSession { db, ctx, database: database.to_string(), request: None }
     }
 
-    /// Runs the session's `DELETE` and `ERASE` statements under request id `id` with deadline
-    /// `deadline_ms` (when a coordinator issues one request on every shard).
-    pub fn with_request(mut self, id: u64, deadline_ms: Option<u64>) -> SqlSession {
-        self.request = Some((id, deadline_ms));
+    /// Runs the session's `DELETE`, `ERASE` and `DROP TABLE` statements as `request` (when a
+    /// coordinator issues one request on every shard).
+    pub fn with_request(mut self, request: ShardRequest) -> SqlSession {
+        self.request = Some(request);
         self
+    }
+
+    /// Who the session's requests are issued by, if not told per statement.
+    fn issuer(&self) -> &str {
+        self.request.as_ref().map_or("", |r| r.issued_by.as_str())
     }
 
     /// The session's default database.
@@ -92,7 +98,7 @@ impl SqlSession {
     /// Runs every statement of `sql` in order; returns the output of each.
     pub async fn execute_all(&self, sql: &str) -> Result<Vec<QueryOutput>> {
         if is_erase(sql) {
-            return Ok(vec![self.erase(parse_erase(sql)?).await?]);
+            return Ok(vec![self.erase_by(parse_erase(sql)?, self.issuer()).await?]);
         }
         let statements = DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {})
             .map_err(|e| QueryError::invalid(format!("SQL syntax: {e}")))?;
@@ -122,9 +128,19 @@ impl SqlSession {
         Ok(last)
     }
 
-    async fn execute_statement(&self, stmt: DfStatement) -> Result<QueryOutput> {
+    /// Runs one parsed statement.
+    pub async fn execute_statement(&self, stmt: DfStatement) -> Result<QueryOutput> {
+        self.execute_statement_by(stmt, self.issuer()).await
+    }
+
+    /// Runs one parsed statement; the deletes it issues are recorded as issued by `issuer`.
+    pub async fn execute_statement_by(
+        &self,
+        stmt: DfStatement,
+        issuer: &str,
+    ) -> Result<QueryOutput> {
         if let DfStatement::Statement(s) = &stmt {
-            if let Some(out) = self.ebb_statement(s).await? {
+            if let Some(out) = self.ebb_statement(s, issuer).await? {
                 return Ok(out);
             }
         }
@@ -159,7 +175,7 @@ impl SqlSession {
                 let LogicalPlan::Dml(d) = &optimized else {
                     return Err(QueryError::Internal("DELETE plan lost its DML node".into()));
                 };
-                return self.delete(d, delete_text).await;
+                return self.delete(d, delete_text, issuer).await;
             }
         }
         if let LogicalPlan::Ddl(_) = &plan {
@@ -175,7 +191,7 @@ impl SqlSession {
     }
 
     /// EbbDB's own statements; `None` for the rest.
-    async fn ebb_statement(&self, s: &SqlStatement) -> Result<Option<QueryOutput>> {
+    async fn ebb_statement(&self, s: &SqlStatement, issuer: &str) -> Result<Option<QueryOutput>> {
         let db = self.db.clone();
         let out = match s {
             SqlStatement::CreateTable(ct) => {
@@ -222,9 +238,10 @@ impl SqlSession {
                 let names: Vec<(String, String)> =
                     names.iter().map(|n| table_name(n, &self.database)).collect::<Result<_>>()?;
                 let if_exists = *if_exists;
+                let spec = self.request_spec("drop", String::new(), issuer);
                 blocking(move || {
                     for (d, t) in names {
-                        match db.drop_table(&d, &t) {
+                        match db.drop_table_as(&d, &t, &spec) {
                             Err(QueryError::UnknownTable(_)) if if_exists => {}
                             other => {
                                 other?;
@@ -252,23 +269,30 @@ impl SqlSession {
         Ok(Some(out))
     }
 
-    /// The request a statement of `kind` described by `text` runs as.
-    fn request_spec(&self, kind: &str, text: String) -> RequestSpec {
-        let spec = RequestSpec::new(kind, text);
-        match self.request {
-            Some((id, deadline)) => spec.with_id(id).with_deadline(deadline),
+    /// The request a statement of `kind` described by `text`, issued by `issuer`, runs as.
+    fn request_spec(&self, kind: &str, text: String, issuer: &str) -> RequestSpec {
+        let spec = RequestSpec::new(kind, text).with_issuer(issuer);
+        match &self.request {
+            Some(r) => spec.with_id(r.id).with_deadline(r.deadline_ms),
             None => spec,
         }
     }
 
-    async fn erase(&self, stmt: EraseStatement) -> Result<QueryOutput> {
+    /// Runs a parsed `ERASE`.
+    pub async fn erase(&self, stmt: EraseStatement) -> Result<QueryOutput> {
+        self.erase_by(stmt, self.issuer()).await
+    }
+
+    /// Runs a parsed `ERASE`, recorded as issued by `issuer`.
+    pub async fn erase_by(&self, stmt: EraseStatement, issuer: &str) -> Result<QueryOutput> {
         let database = stmt.database.clone().unwrap_or_else(|| self.database.clone());
-        let mut spec = self.request_spec("erase", stmt.text(&database));
+        let mut spec = self.request_spec("erase", stmt.text(&database), issuer);
         if let Some(d) = stmt.deadline {
             let max = self.db.engine().options().delete_deadline;
             if max.is_some_and(|m| d > m) {
                 return Err(QueryError::invalid(format!(
-                    "DEADLINE '{}' is longer than the configured delete deadline of {}; ask for                      at most that, or leave DEADLINE out",
+                    "DEADLINE '{}' is longer than the configured delete deadline of {}; ask for \
+                     at most that, or leave DEADLINE out",
                     crate::db::human_duration(d.as_secs()),
                     crate::db::human_duration(max.map_or(0, |m| m.as_secs())),
                 )));
@@ -308,7 +332,7 @@ impl SqlSession {
         })
     }
 
-    async fn delete(&self, d: &DmlStatement, text: String) -> Result<QueryOutput> {
+    async fn delete(&self, d: &DmlStatement, text: String, issuer: &str) -> Result<QueryOutput> {
         let (database, table) = match (d.table_name.schema(), d.table_name.table()) {
             (Some(s), t) => (s.to_string(), t.to_string()),
             (None, t) => (self.database.clone(), t.to_string()),
@@ -316,7 +340,7 @@ impl SqlSession {
         let def = self.db.existing(&database, &table)?;
         let predicate = filter_of(&d.input);
         let db = self.db.clone();
-        let spec = self.request_spec("delete", text);
+        let spec = self.request_spec("delete", text, issuer);
         let outcome = blocking(move || {
             let targets = delete_targets(&db, &def, predicate.as_ref())?;
             if targets.is_empty() {
@@ -368,6 +392,16 @@ fn collect_filters(plan: &LogicalPlan, out: &mut Vec<datafusion::logical_expr::E
         LogicalPlan::SubqueryAlias(a) => collect_filters(&a.input, out),
         _ => {}
     }
+}
+
+/// The output of a statement that answers one batch.
+pub fn rows_output(schema: SchemaRef, batch: RecordBatch, kind: StatementKind) -> QueryOutput {
+    QueryOutput { schema: schema.clone(), stream: once(schema, batch), kind }
+}
+
+/// The output of a statement without rows, with its command tag.
+pub fn command_output(tag: &str) -> QueryOutput {
+    command(tag)
 }
 
 fn once(schema: SchemaRef, batch: RecordBatch) -> SendableRecordBatchStream {

@@ -53,6 +53,7 @@ async fn a_delete_leaves_engine_log_and_snapshots_of_every_replica_by_its_deadli
         text: "writer 1, rows 0..1000".into(),
         rows: 1000,
         deadline_ms: Some(deadline),
+        issued_by: String::new(),
     });
     let seq = c.write(&b, T).await.unwrap().seq;
     c.wait_converged(T).await;
@@ -125,6 +126,7 @@ async fn a_new_replica_keeps_the_deadline_of_a_pending_delete() {
             text: "rows 0..100".into(),
             rows: 100,
             deadline_ms: Some(deadline),
+            issued_by: String::new(),
         });
         c.write(&b, T).await.unwrap();
         for start in (500..1000u64).step_by(50) {

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use record::{Deletion, DeletionKind, DeletionStatus};
+pub(crate) use request::DeleteRequestV1;
 pub use request::{DeleteRequest, RequestRecord, RequestStatus};
 
 use crate::batch::{BatchOp, WriteBatch};
@@ -31,11 +32,20 @@ pub(crate) fn file_name(n: u64) -> String {
     format!("{n:08}.ledger")
 }
 
+/// A ledger record. Variants are only ever appended (postcard numbers them in order).
 #[derive(Debug, Serialize, Deserialize)]
 enum Entry {
     Issued(Deletion),
-    PersistedBelow { below: u64, at_ms: u64 },
-    Persisted { id: u64, at_ms: u64 },
+    PersistedBelow {
+        below: u64,
+        at_ms: u64,
+    },
+    Persisted {
+        id: u64,
+        at_ms: u64,
+    },
+    /// A request batch as first recorded, without who issued it (read, never written).
+    RequestV1(request::RequestRecordV1),
     Request(RequestRecord),
 }
 
@@ -417,6 +427,10 @@ fn apply(
     e: Entry,
 ) {
     match e {
+        Entry::RequestV1(r) => {
+            let r: RequestRecord = r.into();
+            requests.entry((r.request.id, r.first_seq)).or_insert(r);
+        }
         Entry::Request(r) => {
             requests.entry((r.request.id, r.first_seq)).or_insert(r);
         }

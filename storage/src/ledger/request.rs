@@ -21,6 +21,57 @@ pub struct DeleteRequest {
     /// When the deleted data must be physically gone (ms since the Unix epoch); `None`: the
     /// engine's `delete_deadline` after issue. A later deadline than that is capped to it.
     pub deadline_ms: Option<u64>,
+    /// Who asked for it (user, protocol, client address; empty: not recorded, as by a build
+    /// that did not record it).
+    pub issued_by: String,
+}
+
+/// A [`DeleteRequest`] as first encoded, before it named who issued it; still read from older
+/// WAL segments, Raft logs and ledgers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct DeleteRequestV1 {
+    pub id: u64,
+    pub kind: String,
+    pub text: String,
+    pub rows: u64,
+    pub deadline_ms: Option<u64>,
+}
+
+impl From<DeleteRequestV1> for DeleteRequest {
+    fn from(r: DeleteRequestV1) -> Self {
+        DeleteRequest {
+            id: r.id,
+            kind: r.kind,
+            text: r.text,
+            rows: r.rows,
+            deadline_ms: r.deadline_ms,
+            issued_by: String::new(),
+        }
+    }
+}
+
+/// A [`RequestRecord`] of a [`DeleteRequestV1`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct RequestRecordV1 {
+    pub request: DeleteRequestV1,
+    pub first_seq: u64,
+    pub end_seq: u64,
+    pub issued_at_ms: u64,
+    pub applied_at_ms: u64,
+    pub deadline_ms: u64,
+}
+
+impl From<RequestRecordV1> for RequestRecord {
+    fn from(r: RequestRecordV1) -> Self {
+        RequestRecord {
+            request: r.request.into(),
+            first_seq: r.first_seq,
+            end_seq: r.end_seq,
+            issued_at_ms: r.issued_at_ms,
+            applied_at_ms: r.applied_at_ms,
+            deadline_ms: r.deadline_ms,
+        }
+    }
 }
 
 impl DeleteRequest {

@@ -20,7 +20,14 @@ fn opts(clock: &ManualClock) -> Options {
 }
 
 fn request(id: u64, deadline_ms: Option<u64>) -> DeleteRequest {
-    DeleteRequest { id, kind: "erase".into(), text: format!("request {id}"), rows: 10, deadline_ms }
+    DeleteRequest {
+        id,
+        kind: "erase".into(),
+        text: format!("request {id}"),
+        rows: 10,
+        deadline_ms,
+        issued_by: format!("tester {id}"),
+    }
 }
 
 /// Writes keys `0..n` with marker values, flushed into SSTs.

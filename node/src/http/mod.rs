@@ -9,19 +9,24 @@
 //! - `GET /health` (the process is up), `GET /ready` (it serves requests), `GET /metrics`
 //!   (Prometheus text format).
 
+mod auth;
+
 use std::collections::HashMap;
 use std::io::Read;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Query, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Query, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use datafusion::arrow::record_batch::RecordBatch;
+use ebb_query::access::Privilege;
+use ebb_query::front::{FrontDoor, Principal, Target};
 use ebb_query::lp::Precision;
-use ebb_query::{Database, QueryError, SqlSession, StatementKind};
+use ebb_query::{QueryError, StatementKind};
 use futures::StreamExt;
 
 use crate::body::LimitedBody;
@@ -30,47 +35,14 @@ use crate::metrics::Metrics;
 /// What the handlers share.
 #[derive(Clone)]
 pub struct AppState {
-    /// The database.
-    pub db: Option<Arc<Database>>,
-    /// In cluster mode: routes writes and SQL over the cluster (then `db` is `None`).
+    /// The front door writes and SQL go through.
+    pub door: Arc<FrontDoor>,
+    /// In cluster mode: this node's router (for the node's metrics and audits).
     pub cluster: Option<Arc<crate::cluster::Router>>,
     /// Counters for `/metrics`.
     pub metrics: Arc<Metrics>,
     /// Largest body accepted (after decompression).
     pub max_body_bytes: usize,
-    /// SQL sessions by database, shared by requests.
-    pub sessions: Arc<SessionCache>,
-}
-
-/// One SQL session per database, shared by all HTTP requests: building a DataFusion context
-/// registers every built-in function, which costs more than planning a simple query. Requests
-/// that change session settings (`SET`) get a session of their own, so HTTP stays stateless.
-#[derive(Default)]
-pub struct SessionCache {
-    sessions: std::sync::Mutex<HashMap<String, Arc<SqlSession>>>,
-}
-
-impl SessionCache {
-    /// Most databases whose sessions are kept.
-    const MAX: usize = 256;
-
-    /// The shared session of `database`, or a private one if `sql` changes settings.
-    pub fn session(&self, db: &Arc<Database>, database: &str, sql: &str) -> Arc<SqlSession> {
-        let first = sql.trim_start().get(..4).unwrap_or("");
-        if first.eq_ignore_ascii_case("set ") || first.eq_ignore_ascii_case("set\t") {
-            return Arc::new(SqlSession::new(db.clone(), database));
-        }
-        let mut map = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(s) = map.get(database) {
-            return s.clone();
-        }
-        if map.len() >= Self::MAX {
-            map.clear();
-        }
-        let s = Arc::new(SqlSession::new(db.clone(), database));
-        map.insert(database.to_string(), s.clone());
-        s
-    }
 }
 
 /// The router.
@@ -88,14 +60,15 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-fn error(status: StatusCode, msg: impl std::fmt::Display) -> Response {
-    let body = serde_json::json!({ "error": msg.to_string() }).to_string();
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
-}
+use auth::{access_error, error};
 
 fn query_error(e: &QueryError) -> Response {
     let status = match e {
+        QueryError::Access(a) => return access_error(a),
         QueryError::UnknownTable(_) | QueryError::UnknownDatabase(_) => StatusCode::NOT_FOUND,
+        QueryError::Unavailable(_) | QueryError::NotLeader(_) | QueryError::Replication(_) => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
         e if e.is_client_error() => StatusCode::BAD_REQUEST,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
@@ -132,15 +105,56 @@ fn body_text(
     String::from_utf8(raw).map_err(|e| (StatusCode::BAD_REQUEST, format!("body is not UTF-8: {e}")))
 }
 
+/// A request's client and what it presented: the parts every handler authenticates with.
+struct Caller {
+    method: Method,
+    client: SocketAddr,
+    headers: HeaderMap,
+    query: HashMap<String, String>,
+}
+
+impl Caller {
+    async fn principal(&self, door: &FrontDoor) -> Result<Principal, Response> {
+        auth::principal(door, &self.method, &self.headers, &self.query, self.client).await
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Caller {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let ConnectInfo(client) = ConnectInfo::<SocketAddr>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let Query(query) = Query::<HashMap<String, String>>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| error(StatusCode::BAD_REQUEST, e.body_text()))?;
+        Ok(Caller { method: parts.method.clone(), client, headers: parts.headers.clone(), query })
+    }
+}
+
+/// A line-protocol write; `db_param` names the query parameter that gives the database.
 async fn write(
     state: AppState,
-    db: Option<&String>,
-    precision: Option<&String>,
-    headers: HeaderMap,
+    caller: Caller,
+    db_param: &str,
     body: Result<Bytes, (StatusCode, String)>,
 ) -> Response {
+    let db = caller.query.get(db_param);
+    let precision = caller.query.get("precision");
     let m = &state.metrics;
     m.write_requests.inc();
+    let who = match caller.principal(&state.door).await {
+        Ok(w) => w,
+        Err(r) => {
+            m.write_errors.inc();
+            return r;
+        }
+    };
+    let headers = &caller.headers;
     let Some(db) = db.filter(|d| !d.is_empty()).cloned() else {
         m.write_errors.inc();
         return error(StatusCode::BAD_REQUEST, "missing database: give ?db= (or ?bucket=)");
@@ -153,71 +167,41 @@ async fn write(
             return error(StatusCode::BAD_REQUEST, "precision must be one of ns, us, ms, s, m, h");
         }
     };
-    let text = match body_text(&headers, body, state.max_body_bytes) {
+    let text = match body_text(headers, body, state.max_body_bytes) {
         Ok(t) => t,
         Err((status, reason)) => {
             m.write_errors.inc();
             return error(status, reason);
         }
     };
-    if let Some(router) = &state.cluster {
-        return match router.write_lines(&db, &text, precision, ebb_query::now_ns()).await {
-            Ok(s) => {
-                m.lines_written.add(s.lines as u64);
-                m.rows_written.add(s.rows as u64);
-                StatusCode::NO_CONTENT.into_response()
-            }
-            Err(e) => {
-                m.write_errors.inc();
-                let status = match e {
-                    crate::cluster::RouteError::Rejected(_) => StatusCode::BAD_REQUEST,
-                    crate::cluster::RouteError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-                };
-                error(status, e.to_string())
-            }
-        };
-    }
-    let Some(database) = state.db.clone() else {
-        return error(StatusCode::INTERNAL_SERVER_ERROR, "no database");
-    };
-    let res = tokio::task::spawn_blocking(move || {
-        database.write_lines(&db, &text, precision, ebb_query::now_ns())
-    })
-    .await;
-    match res {
-        Ok(Ok(s)) => {
+    match state.door.write_lines(&who, &db, text, precision).await {
+        Ok(s) => {
             m.lines_written.add(s.lines as u64);
             m.rows_written.add(s.rows as u64);
             StatusCode::NO_CONTENT.into_response()
         }
-        Ok(Err(e)) => {
+        Err(e) => {
             m.write_errors.inc();
             tracing::debug!(error = %e, "write rejected");
             query_error(&e)
-        }
-        Err(e) => {
-            m.write_errors.inc();
-            error(StatusCode::INTERNAL_SERVER_ERROR, format!("write task failed: {e}"))
         }
     }
 }
 
 async fn write_v1(
     State(state): State<AppState>,
-    Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
+    caller: Caller,
     LimitedBody(body): LimitedBody,
 ) -> Response {
-    write(state, q.get("db"), q.get("precision"), headers, body).await
+    write(state, caller, "db", body).await
 }
 
 async fn write_v2(
     State(state): State<AppState>,
-    Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
+    caller: Caller,
     LimitedBody(body): LimitedBody,
 ) -> Response {
-    write(state, q.get("bucket"), q.get("precision"), headers, body).await
+    write(state, caller, "bucket", body).await
 }
 
 /// Result formats of `/v1/sql`.
@@ -244,12 +228,19 @@ fn format_of(headers: &HeaderMap) -> Format {
 
 async fn sql(
     State(state): State<AppState>,
-    Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
+    caller: Caller,
     LimitedBody(body): LimitedBody,
 ) -> Response {
     let m = &state.metrics;
     m.sql_requests.inc();
+    let who = match caller.principal(&state.door).await {
+        Ok(w) => w,
+        Err(r) => {
+            m.sql_errors.inc();
+            return r;
+        }
+    };
+    let (headers, q) = (caller.headers, caller.query);
     let text = match body_text(&headers, body, state.max_body_bytes) {
         Ok(t) => t,
         Err((status, reason)) => {
@@ -258,13 +249,7 @@ async fn sql(
         }
     };
     let database = q.get("db").cloned().unwrap_or_else(|| ebb_query::DEFAULT_DATABASE.into());
-    if let Some(router) = &state.cluster {
-        return cluster_sql(&state, router.clone(), &database, &text, &headers).await;
-    }
-    let Some(db) = state.db.as_ref() else {
-        return error(StatusCode::INTERNAL_SERVER_ERROR, "no database");
-    };
-    let session = state.sessions.session(db, &database, &text);
+    let session = state.door.request_session(who, &database, &text);
     let result = async {
         let mut outputs = session.execute_all(&text).await?;
         let Some(last) = outputs.pop() else {
@@ -310,40 +295,6 @@ async fn sql(
         Err(e) => {
             m.sql_errors.inc();
             error(StatusCode::INTERNAL_SERVER_ERROR, e)
-        }
-    }
-}
-
-/// `/v1/sql` in cluster mode: one statement over every shard.
-async fn cluster_sql(
-    state: &AppState,
-    router: Arc<crate::cluster::Router>,
-    database: &str,
-    text: &str,
-    headers: &HeaderMap,
-) -> Response {
-    let session = crate::cluster::ClusterSql::new(router, database);
-    match session.query(text).await {
-        Ok(batches) => {
-            let schema = batches
-                .first()
-                .map(|b| b.schema())
-                .unwrap_or_else(|| Arc::new(datafusion::arrow::datatypes::Schema::empty()));
-            match encode(format_of(headers), &schema, &batches) {
-                Ok((ctype, body)) => ([(header::CONTENT_TYPE, ctype)], body).into_response(),
-                Err(e) => {
-                    state.metrics.sql_errors.inc();
-                    error(StatusCode::INTERNAL_SERVER_ERROR, e)
-                }
-            }
-        }
-        Err(e) => {
-            state.metrics.sql_errors.inc();
-            let status = match e {
-                crate::cluster::ClusterSqlError::Invalid(_) => StatusCode::BAD_REQUEST,
-                crate::cluster::ClusterSqlError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            };
-            error(status, e.to_string())
         }
     }
 }
@@ -400,14 +351,24 @@ fn encode(
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
-    let engines: Vec<_> = match (&state.db, &state.cluster) {
-        (Some(db), _) => vec![(None, db.clone())],
-        (None, Some(router)) => {
+    let engines: Vec<_> = match (state.door.target(), &state.cluster) {
+        (Target::Local(db), _) => vec![(None, db.clone())],
+        (_, Some(router)) => {
             router.shards().all().into_iter().map(|s| (Some(s.id), s.db.clone())).collect()
         }
-        (None, None) => Vec::new(),
+        _ => Vec::new(),
     };
     let mut text = state.metrics.render(&engines);
+    let c = state.door.counters();
+    let n = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    text.push_str(&format!(
+        "# HELP ebb_auth_failures_total Failed logins (any protocol).\n\
+         # TYPE ebb_auth_failures_total counter\nebb_auth_failures_total {}\n\
+         # HELP ebb_access_refused_total Statements and writes refused for lack of a privilege.\n\
+         # TYPE ebb_access_refused_total counter\nebb_access_refused_total {}\n",
+        n(&c.auth_failures),
+        n(&c.refused)
+    ));
     if let Some(router) = &state.cluster {
         crate::cluster::metrics::render(router, &mut text);
     }
@@ -415,16 +376,28 @@ async fn metrics(State(state): State<AppState>) -> Response {
 }
 
 /// Query of `/v1/audit/verify`.
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug)]
 struct VerifyQuery {
     id: u64,
 }
 
 /// `GET /v1/audit/verify?id=N`: scans every replica for values delete request `N` covers
-/// (a JSON [`crate::audit::VerifyReport`]; `pass` is the verdict).
-async fn audit_verify(State(state): State<AppState>, Query(q): Query<VerifyQuery>) -> Response {
-    let report = match (&state.db, &state.cluster) {
-        (Some(db), _) => {
+/// (a JSON [`crate::audit::VerifyReport`]; `pass` is the verdict). Needs `ADMIN` on all
+/// databases.
+async fn audit_verify(State(state): State<AppState>, caller: Caller) -> Response {
+    let who = match caller.principal(&state.door).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    if let Err(e) = state.door.authorize(&who, None, Privilege::Admin) {
+        return query_error(&e);
+    }
+    let q = match caller.query.get("id").map(|v| v.parse::<u64>()) {
+        Some(Ok(id)) => VerifyQuery { id },
+        _ => return error(StatusCode::BAD_REQUEST, "give ?id= a request id"),
+    };
+    let report = match (state.door.target(), &state.cluster) {
+        (Target::Local(db), _) => {
             let db = db.clone();
             let scan =
                 tokio::task::spawn_blocking(move || crate::audit::audit_database(&db, q.id, 0, 0));
@@ -435,8 +408,8 @@ async fn audit_verify(State(state): State<AppState>, Query(q): Query<VerifyQuery
                 }
             }
         }
-        (None, Some(router)) => crate::cluster::deletions::verify(router, q.id).await,
-        (None, None) => return StatusCode::SERVICE_UNAVAILABLE.into_response(),
+        (_, Some(router)) => crate::cluster::deletions::verify(router, q.id).await,
+        _ => return StatusCode::SERVICE_UNAVAILABLE.into_response(),
     };
     axum::Json(report).into_response()
 }

@@ -1,5 +1,5 @@
-//! `INSERT` over the cluster: rows become lines again, and the router sends each series to
-//! its shard's leader, as a line-protocol write would.
+//! `INSERT` over the cluster: rows become lines again, and the shard client sends each series
+//! to its shard's leader, as a line-protocol write would.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -11,20 +11,20 @@ use datafusion::datasource::sink::DataSink;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType};
-use ebb_query::lp::Precision;
-use ebb_query::sql::rows::batch_lines;
 use futures::StreamExt;
 
-use super::router::Router;
+use super::ShardClient;
+use crate::lp::Precision;
+use crate::sql::rows::batch_lines;
 
 /// Lines per forwarded write.
 const LINES_PER_WRITE: usize = 5000;
 
-/// Writes `INSERT` rows of one table through the router.
+/// Writes `INSERT` rows of one table through the shard client.
 #[derive(Debug)]
 pub struct ClusterInsert {
-    /// The router.
-    pub router: Arc<Router>,
+    /// The shards.
+    pub client: Arc<dyn ShardClient>,
     /// Database of the table.
     pub database: String,
     /// The table.
@@ -70,15 +70,15 @@ impl DataSink for ClusterInsert {
                 .map_err(|e| DataFusionError::Plan(format!("row {no}: {e}")))?;
             lines.push(text);
         }
-        let now = ebb_query::now_ns();
+        let now = crate::now_ns();
         let mut written = 0u64;
         for chunk in lines.chunks(LINES_PER_WRITE) {
             let body = chunk.concat();
             let s = self
-                .router
+                .client
                 .write_lines(&self.database, &body, Precision::Nanoseconds, now)
                 .await
-                .map_err(|e| DataFusionError::External(e.to_string().into()))?;
+                .map_err(|e| DataFusionError::External(Box::new(e)))?;
             written += s.lines as u64;
         }
         Ok(written)

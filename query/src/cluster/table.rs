@@ -24,13 +24,12 @@ use datafusion::physical_plan::ExecutionPlan;
 use futures::StreamExt;
 
 use super::insert::ClusterInsert;
-use super::remote::{query_shard, ShardQueryError};
-use super::router::Router;
+use super::{ShardClient, ShardError};
 
 /// A table of the cluster.
 #[derive(Debug)]
 pub struct ClusterTable {
-    router: Arc<Router>,
+    client: Arc<dyn ShardClient>,
     database: String,
     name: String,
     schema: SchemaRef,
@@ -49,15 +48,15 @@ fn external(e: impl std::fmt::Display) -> DataFusionError {
 impl ClusterTable {
     /// Loads table `name` of `database` from every shard; `None` if no shard has it.
     pub async fn load(
-        router: Arc<Router>,
+        client: Arc<dyn ShardClient>,
         database: &str,
         name: &str,
     ) -> DfResult<Option<ClusterTable>> {
         let sql = format!("SELECT * FROM {} LIMIT 0", quote(name));
         let mut shards = BTreeMap::new();
         let mut fields: Vec<Field> = Vec::new();
-        for shard in router.shard_ids() {
-            match query_shard(&router, shard, database, &sql).await {
+        for shard in client.shard_ids() {
+            match client.query(shard, database, &sql, None).await {
                 Ok((schema, _)) => {
                     for f in schema.fields() {
                         if !fields.iter().any(|g| g.name() == f.name()) {
@@ -66,7 +65,7 @@ impl ClusterTable {
                     }
                     shards.insert(shard, schema);
                 }
-                Err(ShardQueryError::NotFound(_)) => {}
+                Err(ShardError::NotFound(_)) => {}
                 Err(e) => return Err(external(e)),
             }
         }
@@ -79,7 +78,7 @@ impl ClusterTable {
             fields.insert(0, t);
         }
         Ok(Some(ClusterTable {
-            router,
+            client,
             database: database.to_string(),
             name: name.to_string(),
             schema: Arc::new(Schema::new(fields)),
@@ -100,7 +99,7 @@ impl ClusterTable {
         let mut tags = BTreeSet::new();
         for shard in self.shards.keys() {
             let (_, mut batches) =
-                query_shard(&self.router, *shard, &self.database, &sql).await.map_err(external)?;
+                self.client.query(*shard, &self.database, &sql, None).await.map_err(external)?;
             while let Some(b) = batches.next().await {
                 let b = b.map_err(external)?;
                 let Some(col) = b.column(0).as_string_opt::<i32>() else {
@@ -144,7 +143,7 @@ impl TableProvider for ClusterTable {
             )));
         }
         let sink = ClusterInsert {
-            router: self.router.clone(),
+            client: self.client.clone(),
             database: self.database.clone(),
             name: self.name.clone(),
             schema: self.schema.clone(),
@@ -197,7 +196,7 @@ impl TableProvider for ClusterTable {
                 sql.push_str(&format!(" LIMIT {n}"));
             }
             partitions.push(Arc::new(ShardPartition {
-                router: self.router.clone(),
+                client: self.client.clone(),
                 shard: *shard,
                 database: self.database.clone(),
                 sql,
@@ -218,7 +217,7 @@ impl TableProvider for ClusterTable {
 /// One shard's part of a scan.
 #[derive(Debug)]
 struct ShardPartition {
-    router: Arc<Router>,
+    client: Arc<dyn ShardClient>,
     shard: u64,
     database: String,
     sql: String,
@@ -253,8 +252,8 @@ impl PartitionStream for ShardPartition {
     }
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
-        let (router, shard, db, sql, schema) = (
-            self.router.clone(),
+        let (client, shard, db, sql, schema) = (
+            self.client.clone(),
             self.shard,
             self.database.clone(),
             self.sql.clone(),
@@ -262,11 +261,11 @@ impl PartitionStream for ShardPartition {
         );
         let target = schema.clone();
         let stream = futures::stream::once(async move {
-            match query_shard(&router, shard, &db, &sql).await {
+            match client.query(shard, &db, &sql, None).await {
                 Ok((_, batches)) => {
                     batches.map(move |b| conform(&b.map_err(external)?, &target)).boxed()
                 }
-                Err(ShardQueryError::NotFound(_)) => futures::stream::empty().boxed(),
+                Err(ShardError::NotFound(_)) => futures::stream::empty().boxed(),
                 Err(e) => futures::stream::once(async move { Err(external(e)) }).boxed(),
             }
         })

@@ -1,0 +1,140 @@
+//! Logins over the PostgreSQL wire protocol. A server without users accepts every client as
+//! it is; once a user exists, a client logs in with SCRAM-SHA-256 against the verifier the
+//! front door keeps (the password never crosses the wire, nor is it stored). Which of the two
+//! a connection gets is decided at its startup message and kept for its life.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use ebb_query::front::{FrontDoor, Principal, Protocol};
+use futures::Sink;
+use pgwire::api::auth::noop::NoopStartupHandler;
+use pgwire::api::auth::sasl::scram::{ScramAuth, ScramSecret};
+use pgwire::api::auth::sasl::SASLAuthStartupHandler;
+use pgwire::api::auth::StartupHandler;
+use pgwire::api::auth::{AuthSource, DefaultServerParameterProvider, LoginInfo, Password};
+use pgwire::api::{ClientInfo, ConnectionManager, METADATA_USER};
+use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use tracing::debug;
+
+/// SCRAM verifiers from the front door's users.
+#[derive(Debug)]
+struct Verifiers {
+    door: Arc<FrontDoor>,
+}
+
+#[async_trait]
+impl AuthSource for Verifiers {
+    async fn get_password(&self, login: &LoginInfo) -> PgWireResult<Password> {
+        // Never called for SCRAM (`get_scram_secret` answers); no password is kept to give.
+        Err(PgWireError::InvalidPassword(login.user().unwrap_or_default().to_owned()))
+    }
+
+    async fn get_scram_secret(&self, login: &LoginInfo) -> PgWireResult<(ScramSecret, Option<()>)> {
+        let user = login.user().unwrap_or_default();
+        let Some(v) = self.door.scram_verifier(user) else {
+            debug!(user, host = login.host(), "PostgreSQL login of a user without a password");
+            return Err(PgWireError::InvalidPassword(user.to_owned()));
+        };
+        Ok((
+            ScramSecret::Verifier {
+                salt: v.salt,
+                iterations: v.iterations as usize,
+                stored_key: v.stored_key,
+                server_key: v.server_key,
+            },
+            None,
+        ))
+    }
+}
+
+/// How a connection logs in: decided at its startup message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Login {
+    /// A server without users: trusted as it is.
+    Trusted,
+    /// SCRAM-SHA-256 as the startup message's user.
+    Scram,
+}
+
+/// The connection's principal, once logged in.
+pub(super) fn principal<C: ClientInfo + ?Sized>(client: &C) -> Principal {
+    let addr = Some(client.socket_addr());
+    match client.session_extensions().get::<Login>().as_deref() {
+        Some(Login::Scram) => Principal {
+            user: client.metadata().get(METADATA_USER).cloned(),
+            protocol: Protocol::Postgres,
+            client: addr,
+        },
+        _ => Principal::trusted(Protocol::Postgres, addr),
+    }
+}
+
+/// A startup handler without authentication (for a server without users).
+struct Trust {
+    connections: Arc<ConnectionManager>,
+}
+
+#[async_trait]
+impl NoopStartupHandler for Trust {
+    fn connection_manager(&self) -> Option<Arc<ConnectionManager>> {
+        Some(Arc::clone(&self.connections))
+    }
+}
+
+/// The startup handler of every connection.
+pub(super) struct Startup {
+    door: Arc<FrontDoor>,
+    trust: Trust,
+    scram: SASLAuthStartupHandler<DefaultServerParameterProvider>,
+}
+
+impl Startup {
+    pub(super) fn new(door: Arc<FrontDoor>, connections: Arc<ConnectionManager>) -> Startup {
+        let scram = ScramAuth::new(Arc::new(Verifiers { door: door.clone() }));
+        let scram =
+            SASLAuthStartupHandler::new(Arc::new(DefaultServerParameterProvider::default()))
+                .with_scram(scram)
+                .with_connection_manager(connections.clone());
+        Startup { door, trust: Trust { connections }, scram }
+    }
+}
+
+#[async_trait]
+impl StartupHandler for Startup {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let login = if let PgWireFrontendMessage::Startup(_) = &message {
+            let login = if self.door.auth_required() { Login::Scram } else { Login::Trusted };
+            client.session_extensions().insert(login);
+            login
+        } else {
+            client.session_extensions().get::<Login>().map_or(Login::Scram, |l| *l)
+        };
+        match login {
+            Login::Trusted => self.trust.on_startup(client, message).await,
+            Login::Scram => {
+                let r = self.scram.on_startup(client, message).await;
+                if let Err(PgWireError::InvalidPassword(user)) = &r {
+                    let why = format!("SCRAM login of {user:?} failed");
+                    self.door.note_auth_failure(
+                        Protocol::Postgres,
+                        Some(client.socket_addr()),
+                        &why,
+                    );
+                }
+                r
+            }
+        }
+    }
+}

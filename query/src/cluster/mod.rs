@@ -1,0 +1,104 @@
+//! SQL over a sharded cluster, behind the [`ShardClient`] trait that the server implements over
+//! its gRPC channels to the shards' leaders.
+//!
+//! - [`ClusterSql`]: statements planned here over [`ClusterTable`]s (one scan partition per
+//!   shard); `INSERT` rows routed to their series' shards like line-protocol writes; `DELETE`,
+//!   `ERASE` and DDL run on every shard's leader, each becoming that shard's own log entry.
+//! - `system.deletions` gathered from every replica, and the tables the cluster itself
+//!   describes (`system.nodes`, `system.shards`), through the client.
+//! - [`ipc`]: the Arrow IPC framing of result batches between nodes.
+
+mod insert;
+pub mod ipc;
+mod session;
+mod system;
+mod table;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use futures::stream::BoxStream;
+
+use crate::deletions::ReplicaDeletion;
+use crate::error::{QueryError, Result};
+use crate::lp::Precision;
+use crate::WriteSummary;
+
+pub use session::ClusterSql;
+pub use table::ClusterTable;
+
+/// A `DELETE`, `ERASE` or `DROP TABLE` issued on every shard as one request: its id, deadline
+/// and issuer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardRequest {
+    /// The request id every shard records it under.
+    pub id: u64,
+    /// Its deadline (ms since the epoch), if the statement set one.
+    pub deadline_ms: Option<u64>,
+    /// Who issued it (see [`crate::front::Principal`]).
+    pub issued_by: String,
+}
+
+/// Why a shard could not run a statement.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShardError {
+    /// The table (or database) does not exist on that shard.
+    #[error("{0}")]
+    NotFound(String),
+    /// The statement is at fault.
+    #[error("{0}")]
+    Invalid(String),
+    /// The shard could not answer (no leader, unreachable).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl From<ShardError> for QueryError {
+    fn from(e: ShardError) -> Self {
+        match e {
+            ShardError::NotFound(m) | ShardError::Invalid(m) => QueryError::Invalid(m),
+            ShardError::Unavailable(m) => QueryError::Unavailable(m),
+        }
+    }
+}
+
+/// Batches of a shard's answer.
+pub type Batches = BoxStream<'static, std::result::Result<RecordBatch, ShardError>>;
+
+/// How cluster SQL reaches the shards. The server implements it over its Raft groups and its
+/// pooled gRPC channels; each call finds the shard's leader (retrying through elections).
+#[async_trait]
+pub trait ShardClient: Send + Sync + std::fmt::Debug {
+    /// Every shard id of the cluster.
+    fn shard_ids(&self) -> Vec<u64>;
+
+    /// Runs `sql` in `database` on `shard`'s leader (as `request` for a `DELETE` or `ERASE`
+    /// issued on every shard): the result's schema and its batches.
+    async fn query(
+        &self,
+        shard: u64,
+        database: &str,
+        sql: &str,
+        request: Option<&ShardRequest>,
+    ) -> std::result::Result<(SchemaRef, Batches), ShardError>;
+
+    /// Writes a line-protocol request, each series to its shard's leader: every line is checked
+    /// first, and a bad line rejects the request whole.
+    async fn write_lines(
+        &self,
+        database: &str,
+        body: &str,
+        precision: Precision,
+        now_ns: i64,
+    ) -> Result<WriteSummary>;
+
+    /// Every delete request on every replica of the cluster (`system.deletions`).
+    async fn deletions(&self) -> Vec<ReplicaDeletion>;
+
+    /// Names of the system tables the cluster describes itself (`nodes`, `shards`).
+    fn cluster_tables(&self) -> &'static [&'static str];
+
+    /// System table `name` (one of [`ShardClient::cluster_tables`]), as of now.
+    async fn cluster_table(&self, name: &str) -> Result<Option<RecordBatch>>;
+}

@@ -1,0 +1,285 @@
+//! SQL sessions over the whole cluster. Queries plan here over [`ClusterTable`]s (one scan
+//! partition per shard); `INSERT` rows are routed to their series' shards like line-protocol
+//! writes; statements that change data or schema (DELETE, ERASE, CREATE/ALTER/DROP TABLE) run
+//! on every shard's leader, each becoming that shard's own log entry.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{ArrayRef, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema as ArrowSchema};
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
+use datafusion::error::Result as DfResult;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::parser::{DFParser, Statement as DfStatement};
+use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use futures::TryStreamExt;
+
+use super::table::ClusterTable;
+use super::{ShardClient, ShardError, ShardRequest};
+use crate::access::{access_table, AccessStore, ACCESS_TABLES};
+use crate::db::new_request_id;
+use crate::error::{QueryError, Result};
+use crate::sql::erase::{is_erase, parse_erase};
+use crate::sql::CATALOG;
+use crate::{QueryOutput, StatementKind};
+
+/// A SQL session over the cluster, with `database` as its default database.
+pub struct ClusterSql {
+    client: Arc<dyn ShardClient>,
+    database: String,
+    ctx: SessionContext,
+}
+
+#[derive(Debug)]
+struct Catalog {
+    client: Arc<dyn ShardClient>,
+    access: Arc<dyn AccessStore>,
+}
+
+impl CatalogProvider for Catalog {
+    fn schema_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        if name == "system" {
+            return Some(Arc::new(System {
+                client: self.client.clone(),
+                access: self.access.clone(),
+            }));
+        }
+        Some(Arc::new(Schema { client: self.client.clone(), database: name.to_string() }))
+    }
+}
+
+#[derive(Debug)]
+struct Schema {
+    client: Arc<dyn ShardClient>,
+    database: String,
+}
+
+#[async_trait]
+impl SchemaProvider for Schema {
+    fn table_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        Ok(ClusterTable::load(self.client.clone(), &self.database, name)
+            .await?
+            .map(|t| Arc::new(t) as Arc<dyn TableProvider>))
+    }
+
+    fn table_exist(&self, _name: &str) -> bool {
+        true
+    }
+}
+
+/// `system.nodes`, `system.shards`, `system.deletions` and the access tables.
+#[derive(Debug)]
+struct System {
+    client: Arc<dyn ShardClient>,
+    access: Arc<dyn AccessStore>,
+}
+
+#[async_trait]
+impl SchemaProvider for System {
+    fn table_names(&self) -> Vec<String> {
+        let mut names = super::system::names(self.client.as_ref());
+        names.extend(ACCESS_TABLES.iter().map(|s| s.to_string()));
+        names.sort();
+        names
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        if ACCESS_TABLES.contains(&name) {
+            return access_table(&self.access.access(), name);
+        }
+        super::system::table(self.client.as_ref(), name).await
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        ACCESS_TABLES.contains(&name)
+            || super::system::names(self.client.as_ref()).iter().any(|n| n == name)
+    }
+}
+
+impl ClusterSql {
+    /// A session over the cluster `client` reaches, whose users `access` keeps.
+    pub fn new(
+        client: Arc<dyn ShardClient>,
+        access: Arc<dyn AccessStore>,
+        database: &str,
+    ) -> ClusterSql {
+        let config = SessionConfig::new()
+            .with_default_catalog_and_schema(CATALOG, database)
+            .with_create_default_catalog_and_schema(false);
+        let ctx = SessionContext::new_with_config(config);
+        let catalog = Catalog { client: client.clone(), access: access.clone() };
+        ctx.register_catalog(CATALOG, Arc::new(catalog));
+        ClusterSql { client, database: database.to_string(), ctx }
+    }
+
+    /// The DataFusion context statements plan in.
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// The session's default database.
+    pub fn database(&self) -> &str {
+        &self.database
+    }
+
+    /// Runs one statement and collects its rows.
+    pub async fn query(&self, sql: &str) -> Result<Vec<RecordBatch>> {
+        let out = self.execute(sql).await?;
+        Ok(out.stream.try_collect::<Vec<_>>().await?)
+    }
+
+    /// Runs every statement of `sql` in order; returns the output of each.
+    pub async fn execute_all(&self, sql: &str) -> Result<Vec<QueryOutput>> {
+        if is_erase(sql) {
+            return Ok(vec![self.execute(sql).await?]);
+        }
+        let stmts = DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {})
+            .map_err(|e| QueryError::invalid(format!("SQL syntax: {e}")))?;
+        let mut out = Vec::with_capacity(stmts.len());
+        for s in stmts {
+            out.push(self.execute_statement(s).await?);
+        }
+        Ok(out)
+    }
+
+    /// Runs one statement. Queries plan here over the shards; `INSERT` rows go through the
+    /// client to their series' shards; other statements run on every shard, answered per shard
+    /// with a leading `shard` column.
+    pub async fn execute(&self, sql: &str) -> Result<QueryOutput> {
+        self.execute_by(sql, "").await
+    }
+
+    /// [`ClusterSql::execute`], its deletes recorded as issued by `issuer`.
+    pub async fn execute_by(&self, sql: &str, issuer: &str) -> Result<QueryOutput> {
+        if is_erase(sql) {
+            // One request id, deadline and issuer for every shard.
+            let stmt = parse_erase(sql)?;
+            let now_ms = crate::now_ms();
+            let deadline_ms = stmt.deadline.map(|d| now_ms.saturating_add(d.as_millis() as u64));
+            let request =
+                ShardRequest { id: new_request_id(), deadline_ms, issued_by: issuer.to_string() };
+            return self.on_every_shard(sql, StatementKind::Erase, &request).await;
+        }
+        let mut stmts = DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {})
+            .map_err(|e| QueryError::invalid(format!("SQL syntax: {e}")))?;
+        match (stmts.pop_front(), stmts.is_empty()) {
+            (Some(s), true) => self.execute_statement_by(s, issuer).await,
+            (None, _) => Err(QueryError::invalid("empty query")),
+            (Some(_), false) => Err(QueryError::invalid("give exactly one statement")),
+        }
+    }
+
+    /// Runs one parsed statement.
+    pub async fn execute_statement(&self, stmt: DfStatement) -> Result<QueryOutput> {
+        self.execute_statement_by(stmt, "").await
+    }
+
+    /// Runs one parsed statement, its deletes recorded as issued by `issuer`. A `DELETE`, or a
+    /// `DROP TABLE`, is one request with one id on every shard.
+    pub async fn execute_statement_by(
+        &self,
+        stmt: DfStatement,
+        issuer: &str,
+    ) -> Result<QueryOutput> {
+        let request =
+            ShardRequest { id: new_request_id(), deadline_ms: None, issued_by: issuer.to_string() };
+        let kind = match &stmt {
+            DfStatement::Statement(s) => match &**s {
+                SqlStatement::Query(_) | SqlStatement::Explain { .. } => StatementKind::Query,
+                SqlStatement::Insert(_) => StatementKind::Insert,
+                SqlStatement::Delete(_) => {
+                    let sql = s.to_string();
+                    return self.on_every_shard(&sql, StatementKind::Delete, &request).await;
+                }
+                other => {
+                    let kind = StatementKind::Command(tag(other));
+                    let sql = other.to_string();
+                    return self.on_every_shard(&sql, kind, &request).await;
+                }
+            },
+            _ => StatementKind::Query,
+        };
+        let plan = self.ctx.state().statement_to_plan(stmt).await?;
+        let df = self.ctx.execute_logical_plan(plan).await?;
+        let schema = Arc::new(df.schema().as_arrow().clone());
+        let stream = df.execute_stream().await?;
+        Ok(QueryOutput { schema, stream, kind })
+    }
+
+    /// Runs a statement on every shard's leader. Each shard's answer comes back with a
+    /// leading `shard` column (a DELETE's row count and ledger id are per shard).
+    async fn on_every_shard(
+        &self,
+        sql: &str,
+        kind: StatementKind,
+        request: &ShardRequest,
+    ) -> Result<QueryOutput> {
+        let mut out = Vec::new();
+        let mut reached = false;
+        for shard in self.client.shard_ids() {
+            let res = self.client.query(shard, &self.database, sql, Some(request)).await;
+            let batches: Vec<RecordBatch> = match res {
+                Ok((_, stream)) => stream.try_collect().await?,
+                Err(ShardError::NotFound(_)) => continue, // the table never reached it
+                Err(e) => return Err(e.into()),
+            };
+            reached = true;
+            for b in batches {
+                out.push(with_shard(shard, &b)?);
+            }
+        }
+        if !reached {
+            let what = if kind == StatementKind::Erase { "database" } else { "table" };
+            return Err(QueryError::invalid(format!("no shard has that {what}")));
+        }
+        let schema = match out.first() {
+            Some(b) => b.schema(),
+            None => Arc::new(ArrowSchema::empty()),
+        };
+        let stream = futures::stream::iter(out.into_iter().map(Ok));
+        Ok(QueryOutput {
+            schema: schema.clone(),
+            stream: Box::pin(RecordBatchStreamAdapter::new(schema, stream)),
+            kind,
+        })
+    }
+}
+
+/// The command tag of a statement run on every shard.
+fn tag(s: &SqlStatement) -> String {
+    match s {
+        SqlStatement::CreateTable(_) => "CREATE TABLE".into(),
+        SqlStatement::AlterTable(_) => "ALTER TABLE".into(),
+        SqlStatement::Drop { .. } => "DROP TABLE".into(),
+        SqlStatement::CreateDatabase { .. } | SqlStatement::CreateSchema { .. } => {
+            "CREATE DATABASE".into()
+        }
+        other => {
+            let text = other.to_string();
+            text.split_whitespace().next().unwrap_or_default().to_ascii_uppercase()
+        }
+    }
+}
+
+/// `b` with a leading `shard` column.
+fn with_shard(shard: u64, b: &RecordBatch) -> Result<RecordBatch> {
+    let mut fields = vec![Arc::new(Field::new("shard", DataType::UInt64, false))];
+    fields.extend(b.schema().fields().iter().cloned());
+    let mut cols: Vec<ArrayRef> = vec![Arc::new(UInt64Array::from(vec![shard; b.num_rows()]))];
+    cols.extend(b.columns().iter().cloned());
+    let opts = RecordBatchOptions::new().with_row_count(Some(b.num_rows()));
+    RecordBatch::try_new_with_options(Arc::new(ArrowSchema::new(fields)), cols, &opts)
+        .map_err(|e| QueryError::Internal(e.to_string()))
+}

@@ -1,0 +1,390 @@
+//! The front door: the one way every protocol (HTTP, the PostgreSQL wire protocol, the CLI
+//! through HTTP) reaches the data, and the one place where clients are authenticated and
+//! statements authorized. A [`FrontDoor`] serves either a single node's [`Database`] or a whole
+//! cluster (through a [`ShardClient`]); protocols turn what a client presented into
+//! [`Credentials`], get a [`Principal`] for them, open [`Session`]s as that principal and write
+//! line protocol through the door, and never see which of the two it serves.
+//!
+//! A server without users trusts every client (see [`crate::access`]); once a user exists,
+//! every request must authenticate, and every statement is checked against the user's grants
+//! before it runs ([`authorize`]).
+
+mod admin;
+pub mod authorize;
+mod principal;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use datafusion::prelude::SessionContext;
+use datafusion::sql::parser::{DFParser, Statement as DfStatement};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::access::statement::{is_access_statement, parse_access};
+use crate::access::{AccessError, AccessStore, PasswordCheck, Privilege, ScramVerifier};
+use crate::cluster::{ClusterSql, ShardClient};
+use crate::db::Database;
+use crate::error::{QueryError, Result};
+use crate::lp::Precision;
+use crate::sql::erase::{is_erase, parse_erase};
+use crate::sql::{QueryOutput, SqlSession};
+use crate::WriteSummary;
+
+pub use principal::{Credentials, Principal, Protocol};
+
+/// What a front door serves.
+#[derive(Clone)]
+pub enum Target {
+    /// A single node's database (which also keeps its users).
+    Local(Arc<Database>),
+    /// A cluster, reached through its shards' leaders, with the metadata group's users.
+    Cluster {
+        /// The shards.
+        shards: Arc<dyn ShardClient>,
+        /// Where the cluster keeps users.
+        access: Arc<dyn AccessStore>,
+    },
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Target::Local(_) => "Local",
+            Target::Cluster { .. } => "Cluster",
+        })
+    }
+}
+
+/// A SQL session on the target: planning state and the default database.
+enum Sql {
+    Local(SqlSession),
+    Cluster(ClusterSql),
+}
+
+impl Sql {
+    fn context(&self) -> &SessionContext {
+        match self {
+            Sql::Local(s) => s.context(),
+            Sql::Cluster(s) => s.context(),
+        }
+    }
+
+    fn database(&self) -> &str {
+        match self {
+            Sql::Local(s) => s.database(),
+            Sql::Cluster(s) => s.database(),
+        }
+    }
+}
+
+/// The front door of one server.
+pub struct FrontDoor {
+    target: Target,
+    access: Arc<dyn AccessStore>,
+    passwords: Arc<PasswordCheck>,
+    /// Sessions shared by stateless requests, by database: building a DataFusion context
+    /// registers every built-in function, which costs more than planning a simple query.
+    shared: Mutex<HashMap<String, Arc<Sql>>>,
+    /// Failed logins, and statements or writes refused for lack of a privilege.
+    counters: Counters,
+}
+
+/// What the front door counts for `/metrics`.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Failed authentications.
+    pub auth_failures: AtomicU64,
+    /// Requests refused for lack of a privilege.
+    pub refused: AtomicU64,
+}
+
+impl std::fmt::Debug for FrontDoor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FrontDoor").field("target", &self.target).finish_non_exhaustive()
+    }
+}
+
+/// Most databases whose shared sessions are kept.
+const MAX_SHARED_SESSIONS: usize = 256;
+
+fn forbidden(who: &Principal, need: &(Option<String>, Privilege)) -> QueryError {
+    let on = match &need.0 {
+        Some(db) => format!("database {db:?}"),
+        None => "all databases".to_string(),
+    };
+    let reason = format!("user {:?} lacks {} on {on}", who.user_name(), need.1);
+    tracing::warn!(principal = %who, need = %need.1, on = %on, "statement refused");
+    QueryError::Access(AccessError::Forbidden(reason))
+}
+
+impl FrontDoor {
+    /// A front door on `target`.
+    pub fn new(target: Target) -> Arc<FrontDoor> {
+        let access: Arc<dyn AccessStore> = match &target {
+            Target::Local(db) => db.clone(),
+            Target::Cluster { access, .. } => access.clone(),
+        };
+        Arc::new(FrontDoor {
+            target,
+            access,
+            passwords: Arc::default(),
+            shared: Mutex::new(HashMap::new()),
+            counters: Counters::default(),
+        })
+    }
+
+    /// Counts and logs a failed login that a protocol checked itself (a SCRAM exchange).
+    pub fn note_auth_failure(&self, protocol: Protocol, client: Option<SocketAddr>, why: &str) {
+        self.counters.auth_failures.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(protocol = protocol.name(), client = ?client, why, "authentication failed");
+    }
+
+    /// Failed logins and refused requests so far.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// What it serves.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// Where users are kept.
+    pub fn access(&self) -> &Arc<dyn AccessStore> {
+        &self.access
+    }
+
+    /// True once any user exists: then every client must authenticate.
+    pub fn auth_required(&self) -> bool {
+        self.access.access().has_users()
+    }
+
+    /// The principal `credentials` authenticate, for a client of `protocol` at `client`.
+    pub async fn authenticate(
+        &self,
+        credentials: Credentials,
+        protocol: Protocol,
+        client: Option<SocketAddr>,
+    ) -> std::result::Result<Principal, AccessError> {
+        let state = self.access.access();
+        if !state.has_users() {
+            return Ok(Principal::trusted(protocol, client));
+        }
+        let fail = |why: &str| {
+            self.counters.auth_failures.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(protocol = protocol.name(), client = ?client, why, "authentication failed");
+            Err(AccessError::Unauthenticated(why.to_string()))
+        };
+        let user = match credentials {
+            Credentials::None => {
+                return fail("this server requires a user name and password or a token")
+            }
+            Credentials::Token(secret) => match state.token_user(&secret) {
+                Some(u) => u.to_string(),
+                None => return fail("unknown token"),
+            },
+            Credentials::Password { user, password } => {
+                let Some(hash) = state.user(&user).and_then(|u| u.password.clone()) else {
+                    return fail("wrong user name or password");
+                };
+                // Argon2 is slow by design: off the async threads.
+                let check = self.passwords.clone();
+                let verify = tokio::task::spawn_blocking(move || {
+                    let ok = check.verify(&user, &hash, &password);
+                    (user, ok)
+                });
+                match verify.await {
+                    Ok((user, true)) => user,
+                    _ => return fail("wrong user name or password"),
+                }
+            }
+        };
+        Ok(Principal { user: Some(user), protocol, client })
+    }
+
+    /// The SCRAM-SHA-256 verifier of `user`, for the PostgreSQL wire protocol's login.
+    pub fn scram_verifier(&self, user: &str) -> Option<ScramVerifier> {
+        self.access.access().user(user)?.password.as_ref().map(|p| p.scram.clone())
+    }
+
+    /// Runs a user management statement as `who` (needs `ADMIN` on all databases, but on a
+    /// server without users).
+    pub async fn run_access(
+        &self,
+        who: &Principal,
+        stmt: crate::access::statement::AccessStatement,
+    ) -> Result<QueryOutput> {
+        self.authorize(who, None, Privilege::Admin)?;
+        admin::run(&self.access, stmt).await
+    }
+
+    /// Checks that `who` may do `privilege` on `database` (`None`: on all databases).
+    pub fn authorize(
+        &self,
+        who: &Principal,
+        database: Option<&str>,
+        privilege: Privilege,
+    ) -> Result<()> {
+        let state = self.access.access();
+        if !state.has_users() {
+            return Ok(());
+        }
+        match &who.user {
+            Some(u) if state.allows(u, database, privilege) => Ok(()),
+            _ => {
+                self.counters.refused.fetch_add(1, Ordering::Relaxed);
+                Err(forbidden(who, &(database.map(String::from), privilege)))
+            }
+        }
+    }
+
+    fn new_sql(&self, database: &str) -> Sql {
+        match &self.target {
+            Target::Local(db) => Sql::Local(SqlSession::new(db.clone(), database)),
+            Target::Cluster { shards, access } => {
+                Sql::Cluster(ClusterSql::new(shards.clone(), access.clone(), database))
+            }
+        }
+    }
+
+    /// A session of its own for `who` (a connection's, whose `SET`s last as long as it does),
+    /// with `database` as its default database.
+    pub fn open(self: &Arc<Self>, who: Principal, database: &str) -> Session {
+        Session { door: self.clone(), who, sql: Arc::new(self.new_sql(database)) }
+    }
+
+    /// A session for one stateless request of `who` that runs `sql`: shared with other
+    /// requests on `database`, unless `sql` changes session settings (`SET`), which gets one of
+    /// its own.
+    pub fn request_session(self: &Arc<Self>, who: Principal, database: &str, sql: &str) -> Session {
+        let first = sql.trim_start().get(..4).unwrap_or("");
+        if first.eq_ignore_ascii_case("set ") || first.eq_ignore_ascii_case("set\t") {
+            return self.open(who, database);
+        }
+        let mut map = self.shared.lock();
+        let s = match map.get(database) {
+            Some(s) => s.clone(),
+            None => {
+                if map.len() >= MAX_SHARED_SESSIONS {
+                    map.clear();
+                }
+                let s = Arc::new(self.new_sql(database));
+                map.insert(database.to_string(), s.clone());
+                s
+            }
+        };
+        Session { door: self.clone(), who, sql: s }
+    }
+
+    /// Writes a line-protocol request of `who` to `database`: checked whole first (a bad line
+    /// rejects it, nothing written), then applied (on a cluster, each series on its shard's
+    /// leader). Needs `WRITE` on the database.
+    pub async fn write_lines(
+        &self,
+        who: &Principal,
+        database: &str,
+        body: String,
+        precision: Precision,
+    ) -> Result<WriteSummary> {
+        self.authorize(who, Some(database), Privilege::Write)?;
+        let now = crate::now_ns();
+        match &self.target {
+            Target::Local(db) => {
+                let (db, database) = (db.clone(), database.to_string());
+                tokio::task::spawn_blocking(move || {
+                    db.write_lines(&database, &body, precision, now)
+                })
+                .await
+                .map_err(|e| QueryError::Internal(format!("write task failed: {e}")))?
+            }
+            Target::Cluster { shards, .. } => {
+                shards.write_lines(database, &body, precision, now).await
+            }
+        }
+    }
+}
+
+/// A SQL session opened at the front door, as one principal.
+#[derive(Clone)]
+pub struct Session {
+    door: Arc<FrontDoor>,
+    who: Principal,
+    sql: Arc<Sql>,
+}
+
+impl Session {
+    /// The session's default database.
+    pub fn database(&self) -> &str {
+        self.sql.database()
+    }
+
+    /// Who it runs as.
+    pub fn principal(&self) -> &Principal {
+        &self.who
+    }
+
+    /// The DataFusion context statements plan in (to describe a statement without running it;
+    /// [`Session::authorize`] it first).
+    pub fn context(&self) -> &SessionContext {
+        self.sql.context()
+    }
+
+    /// Checks that the session's principal may run `stmt`.
+    pub fn authorize(&self, stmt: &DfStatement) -> Result<()> {
+        if !self.door.auth_required() {
+            return Ok(());
+        }
+        let state = self.sql.context().state();
+        for (db, p) in authorize::needs(stmt, &state, self.database())? {
+            self.door.authorize(&self.who, db.as_deref(), p)?;
+        }
+        Ok(())
+    }
+
+    /// Runs every statement of `sql` in order, each once authorized; returns the output of each.
+    pub async fn execute_all(&self, sql: &str) -> Result<Vec<QueryOutput>> {
+        if is_access_statement(sql) {
+            // Any client may create the first user of a server without users.
+            return Ok(vec![self.door.run_access(&self.who, parse_access(sql)?).await?]);
+        }
+        if is_erase(sql) {
+            let stmt = parse_erase(sql)?;
+            let db = stmt.database.clone().unwrap_or_else(|| self.database().to_string());
+            self.door.authorize(&self.who, Some(&db), Privilege::Delete)?;
+            let issuer = self.who.to_string();
+            return Ok(vec![match &*self.sql {
+                Sql::Local(s) => s.erase_by(stmt, &issuer).await?,
+                Sql::Cluster(s) => s.execute_by(sql, &issuer).await?,
+            }]);
+        }
+        let statements = DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {})
+            .map_err(|e| QueryError::invalid(format!("SQL syntax: {e}")))?;
+        // Every statement is checked before any runs.
+        for s in &statements {
+            self.authorize(s)?;
+        }
+        let issuer = self.who.to_string();
+        let mut out = Vec::with_capacity(statements.len());
+        for s in statements {
+            out.push(match &*self.sql {
+                Sql::Local(l) => l.execute_statement_by(s, &issuer).await?,
+                Sql::Cluster(c) => c.execute_statement_by(s, &issuer).await?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Runs `sql`, which must hold exactly one statement.
+    pub async fn execute(&self, sql: &str) -> Result<QueryOutput> {
+        let mut all = self.execute_all(sql).await?;
+        match all.len() {
+            1 => Ok(all.remove(0)),
+            0 => Err(QueryError::invalid("empty query")),
+            n => Err(QueryError::invalid(format!("expected one statement, got {n}"))),
+        }
+    }
+}
