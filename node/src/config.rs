@@ -23,6 +23,10 @@
 //! # Access control:
 //! admin_password_file = "/run/secrets/ebb-admin"  # creates user `admin` on a server without users
 //! insecure = false               # allow serving non-loopback addresses without any user
+//! # Resource limits:
+//! query_memory = "1GiB"          # memory one statement may hold (it spills or fails beyond)
+//! server_memory = "4GiB"         # memory all running statements may hold together
+//! statement_timeout = "300s"     # how long a statement may run ("none": no limit)
 //! ```
 //!
 //! The admin password can also come from `EBB_ADMIN_PASSWORD` (never from a flag, which other
@@ -79,6 +83,8 @@ pub struct Config {
     pub admin_password: Option<Secret>,
     /// Serve addresses other machines reach without any user (everyone may do anything).
     pub insecure: bool,
+    /// What statements may use (memory, time).
+    pub limits: ebb_query::front::Limits,
 }
 
 /// A secret setting: never printed.
@@ -156,6 +162,7 @@ impl Default for Config {
             default_retention: None,
             admin_password: None,
             insecure: false,
+            limits: ebb_query::front::Limits::default(),
         }
     }
 }
@@ -205,6 +212,12 @@ pub struct Overrides {
     pub admin_password: Option<String>,
     /// See [`Config::insecure`].
     pub insecure: Option<bool>,
+    /// Memory one statement may hold (`"1GiB"`, `"512MiB"` or bytes).
+    pub query_memory: Option<String>,
+    /// Memory all running statements may hold together.
+    pub server_memory: Option<String>,
+    /// How long a statement may run (`"300s"`, or `"none"`).
+    pub statement_timeout: Option<String>,
 }
 
 /// Environment variables read, and the setting each sets.
@@ -229,7 +242,30 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("EBB_ADMIN_PASSWORD_FILE", "admin_password_file"),
     ("EBB_ADMIN_PASSWORD", "admin_password"),
     ("EBB_INSECURE", "insecure"),
+    ("EBB_QUERY_MEMORY", "query_memory"),
+    ("EBB_SERVER_MEMORY", "server_memory"),
+    ("EBB_STATEMENT_TIMEOUT", "statement_timeout"),
 ];
+
+/// Bytes from `"1GiB"`, `"512MiB"`, `"64KiB"` or a plain number.
+fn bytes(what: &str, s: &str) -> Result<usize> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => (&s[..i], s[i..].trim()),
+        None => (s, ""),
+    };
+    let shift = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "kib" | "k" => 10,
+        "mib" | "m" => 20,
+        "gib" | "g" => 30,
+        _ => return Err(bad(format!("{what}: {s:?} is not a size such as 512MiB or 2GiB"))),
+    };
+    let n: usize = num.parse().map_err(|_| bad(format!("{what}: {s:?} is not a size")))?;
+    n.checked_shl(shift)
+        .filter(|v| *v >> shift == n && *v > 0)
+        .ok_or_else(|| bad(format!("{what}: {s:?} is out of range")))
+}
 
 fn boolean(var: &str, v: &str) -> Result<bool> {
     match v {
@@ -272,6 +308,9 @@ impl Overrides {
                 "EBB_INSECURE" => o.insecure = Some(boolean(var, &v)?),
                 "EBB_ADMIN_PASSWORD_FILE" => o.admin_password_file = Some(PathBuf::from(v)),
                 "EBB_ADMIN_PASSWORD" => o.admin_password = Some(v),
+                "EBB_QUERY_MEMORY" => o.query_memory = Some(v),
+                "EBB_SERVER_MEMORY" => o.server_memory = Some(v),
+                "EBB_STATEMENT_TIMEOUT" => o.statement_timeout = Some(v),
                 "EBB_JOIN" => o.join = Some(v),
                 "EBB_ADVERTISE_GRPC" => o.advertise_grpc = Some(v),
                 "EBB_NODE_NAME" => o.node_name = Some(v),
@@ -386,6 +425,19 @@ impl Overrides {
         if let Some(b) = self.insecure {
             c.insecure = b;
         }
+        if let Some(v) = &self.query_memory {
+            c.limits.query_memory_bytes = bytes("query_memory", v)?;
+        }
+        if let Some(v) = &self.server_memory {
+            c.limits.server_memory_bytes = bytes("server_memory", v)?;
+        }
+        if c.limits.query_memory_bytes > c.limits.server_memory_bytes {
+            return Err(bad("query_memory is larger than server_memory"));
+        }
+        if let Some(v) = &self.statement_timeout {
+            c.limits.statement_timeout = ebb_query::sql::ddl::parse_retention(v)
+                .map_err(|e| bad(format!("statement_timeout: {e}")))?;
+        }
         if let Some(f) = &self.log_format {
             c.log_format = match f.as_str() {
                 "text" => LogFormat::Text,
@@ -453,6 +505,18 @@ mod tests {
         let missing =
             Overrides { admin_password_file: Some(dir.path().join("nope")), ..Default::default() };
         assert!(resolve(None, &missing, &Overrides::default()).is_err());
+        let limits = Overrides {
+            query_memory: Some("64MiB".into()),
+            statement_timeout: Some("none".into()),
+            ..Default::default()
+        };
+        let c = resolve(None, &limits, &Overrides::default()).expect("limits");
+        assert_eq!(c.limits.query_memory_bytes, 64 << 20);
+        assert_eq!(c.limits.statement_timeout, None);
+        for bad in ["64XB", "", "0", "99999999999GiB"] {
+            let o = Overrides { query_memory: Some(bad.into()), ..Default::default() };
+            assert!(resolve(None, &o, &Overrides::default()).is_err(), "{bad}");
+        }
         let none = Overrides { delete_deadline: Some("none".into()), ..Default::default() };
         assert_eq!(
             resolve(None, &none, &Overrides::default()).expect("none").delete_deadline,

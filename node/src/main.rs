@@ -78,6 +78,17 @@ enum Command {
         /// [env EBB_INSECURE].
         #[arg(long)]
         insecure: bool,
+        /// Memory one statement may hold, e.g. 512MiB [default: 1GiB; env EBB_QUERY_MEMORY].
+        #[arg(long)]
+        query_memory: Option<String>,
+        /// Memory all running statements may hold together [default: 4GiB; env
+        /// EBB_SERVER_MEMORY].
+        #[arg(long)]
+        server_memory: Option<String>,
+        /// How long a statement may run, e.g. 30s, or none [default: 300s; env
+        /// EBB_STATEMENT_TIMEOUT].
+        #[arg(long)]
+        statement_timeout: Option<String>,
         /// Checks the configuration (file, environment, flags), prints it and exits.
         #[arg(long)]
         check_config: bool,
@@ -222,6 +233,9 @@ fn main() -> ExitCode {
             default_retention,
             admin_password_file,
             insecure,
+            query_memory,
+            server_memory,
+            statement_timeout,
             check_config,
         } => {
             let flags = Overrides {
@@ -241,6 +255,9 @@ fn main() -> ExitCode {
                 default_retention,
                 admin_password_file,
                 insecure: insecure.then_some(true),
+                query_memory,
+                server_memory,
+                statement_timeout,
                 ..Overrides::default()
             };
             if check_config {
@@ -339,6 +356,22 @@ fn check(file: Option<PathBuf>, flags: Overrides) -> Result<(), NodeError> {
         d(c.delete_deadline),
         d(c.default_retention),
         c.retention_check_interval
+    );
+    let access = if c.admin_password.is_some() {
+        "an admin password creates user admin on a server without users"
+    } else if c.loopback_only() {
+        "no admin password: a server without users trusts every client (loopback only)"
+    } else if c.insecure {
+        "no admin password and --insecure: a server without users trusts every client"
+    } else {
+        "no admin password: a server without users will refuse to start on these addresses"
+    };
+    println!("  access: {access}");
+    println!(
+        "  statements: {} MiB each, {} MiB together, timeout {}",
+        c.limits.query_memory_bytes >> 20,
+        c.limits.server_memory_bytes >> 20,
+        d(c.limits.statement_timeout)
     );
     Ok(())
 }

@@ -79,7 +79,8 @@ impl Server {
             .map_err(|source| NodeError::Open { dir: config.data_dir.clone(), source })?;
         db.set_default_retention(config.default_retention);
         let db = Arc::new(db);
-        let door = FrontDoor::new(Target::Local(db.clone()));
+        let door = FrontDoor::with_limits(Target::Local(db.clone()), config.limits)
+            .map_err(|e| NodeError::Config(format!("query runtime: {e}")))?;
         crate::security::bootstrap(&door, config).await?;
         let http = bind("HTTP", config.http_addr).await?;
         let pg = bind("PostgreSQL", config.pg_addr).await?;
@@ -173,10 +174,14 @@ impl Server {
         };
         let node =
             ClusterNode::start(&cc, grpc, Arc::new(ebb_raft::transport::Faults::new())).await?;
-        let door = FrontDoor::new(Target::Cluster {
-            shards: node.router.clone(),
-            access: node.meta.clone(),
-        });
+        let target = Target::Cluster { shards: node.router.clone(), access: node.meta.clone() };
+        let door = match FrontDoor::with_limits(target, config.limits) {
+            Ok(d) => d,
+            Err(e) => {
+                node.stop().await;
+                return Err(NodeError::Config(format!("query runtime: {e}")));
+            }
+        };
         if let Err(e) = crate::security::bootstrap(&door, config).await {
             node.stop().await;
             return Err(e);

@@ -69,6 +69,15 @@ fn query_error(e: &QueryError) -> Response {
         QueryError::Unavailable(_) | QueryError::NotLeader(_) | QueryError::Replication(_) => {
             StatusCode::SERVICE_UNAVAILABLE
         }
+        // Over its memory or time limit.
+        QueryError::DataFusion(d)
+            if matches!(
+                d.find_root(),
+                datafusion::error::DataFusionError::ResourcesExhausted(_)
+            ) =>
+        {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
         e if e.is_client_error() => StatusCode::BAD_REQUEST,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };

@@ -480,6 +480,12 @@ fn sqlstate(err: &QueryError) -> &'static str {
             return "57P03"
         }
         QueryError::Storage(_) => return if err.is_client_error() { "22023" } else { "XX000" },
+        QueryError::DataFusion(d)
+            if matches!(d.find_root(), DataFusionError::ResourcesExhausted(_)) =>
+        {
+            // Canceled by statement_timeout, or over its memory.
+            return if d.to_string().contains("statement_timeout") { "57014" } else { "53200" };
+        }
         _ => {}
     }
     let message = err.to_string().to_ascii_lowercase();

@@ -27,3 +27,49 @@ async fn a_huge_placeholder_is_refused_and_the_server_keeps_serving() {
     drop(client);
     server.shutdown().await.expect("shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn statements_over_their_memory_or_time_fail_while_others_run() {
+    use crate::common::Http;
+    use ebb_node::config::Config;
+    use ebb_query::front::Limits;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let limits = Limits {
+        server_memory_bytes: 64 << 20,
+        query_memory_bytes: 4 << 20,
+        statement_timeout: Some(Duration::from_secs(2)),
+    };
+    let server = Server::start(&Config { limits, ..loopback(dir.path()) }).await.expect("start");
+    let (http, pg_port) = (server.http_addr, server.pg_addr.port());
+    tokio::task::spawn_blocking(move || {
+        let h = Http::new(http);
+        // A hash join whose build side needs far more than 4 MiB: refused, not the server.
+        let join = "SELECT count(*) AS c FROM generate_series(1, 2000000) a(x) \
+                    JOIN generate_series(1, 2000000) b(y) ON x = y";
+        let small = "SELECT count(*) AS c FROM generate_series(1, 1000)";
+        std::thread::scope(|s| {
+            let big = s.spawn(|| h.sql(join));
+            for _ in 0..20 {
+                assert_eq!(h.count(small), 1000, "others keep running");
+            }
+            let (status, body) = big.join().expect("join thread");
+            assert_eq!(status, 503, "{body}");
+            assert!(body.contains("query_memory"), "{body}");
+        });
+        // A statement past its time is canceled with a reason.
+        let start = std::time::Instant::now();
+        let (status, body) = h.sql("SELECT count(*) FROM generate_series(1, 50000000000)");
+        assert_eq!(status, 503, "{body}");
+        assert!(body.contains("statement_timeout"), "{body}");
+        assert!(start.elapsed() < Duration::from_secs(20), "canceled in time");
+        assert_eq!(h.count(small), 1000);
+        let (ok, _, err) =
+            crate::common::psql(pg_port, "SELECT count(*) FROM generate_series(1, 50000000000)");
+        assert!(!ok && err.contains("statement_timeout"), "{err}");
+    })
+    .await
+    .expect("checks");
+    server.shutdown().await.expect("shutdown");
+}

@@ -23,13 +23,18 @@ use super::{ShardClient, ShardError, ShardRequest};
 use crate::access::{access_table, AccessStore, ACCESS_TABLES};
 use crate::db::new_request_id;
 use crate::error::{QueryError, Result};
+use crate::front::limits::Limits;
 use crate::sql::erase::{is_erase, parse_erase};
 use crate::sql::CATALOG;
 use crate::{QueryOutput, StatementKind};
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::logical_expr::LogicalPlan;
 
 /// A SQL session over the cluster, with `database` as its default database.
 pub struct ClusterSql {
     client: Arc<dyn ShardClient>,
+    /// The server's runtime and the limits of each statement (none: DataFusion's defaults).
+    limits: Option<(Arc<RuntimeEnv>, Limits)>,
     database: String,
     ctx: SessionContext,
 }
@@ -121,12 +126,18 @@ impl ClusterSql {
         let ctx = SessionContext::new_with_config(config);
         let catalog = Catalog { client: client.clone(), access: access.clone() };
         ctx.register_catalog(CATALOG, Arc::new(catalog));
-        ClusterSql { client, database: database.to_string(), ctx }
+        ClusterSql { client, limits: None, database: database.to_string(), ctx }
     }
 
     /// The DataFusion context statements plan in.
     pub fn context(&self) -> &SessionContext {
         &self.ctx
+    }
+
+    /// The session with its statements drawing memory from `server`'s pool, within `limits`.
+    pub fn limited(mut self, server: Arc<RuntimeEnv>, limits: Limits) -> ClusterSql {
+        self.limits = Some((server, limits));
+        self
     }
 
     /// The session's default database.
@@ -212,7 +223,14 @@ impl ClusterSql {
             _ => StatementKind::Query,
         };
         let plan = self.ctx.state().statement_to_plan(stmt).await?;
-        let df = self.ctx.execute_logical_plan(plan).await?;
+        let df = match (&self.limits, &plan) {
+            (_, LogicalPlan::Statement(_) | LogicalPlan::Ddl(_)) | (None, _) => {
+                self.ctx.execute_logical_plan(plan).await?
+            }
+            (Some((server, limits)), _) => {
+                crate::sql::statement_frame(&self.ctx, server, limits, plan)
+            }
+        };
         let schema = Arc::new(df.schema().as_arrow().clone());
         let stream = df.execute_stream().await?;
         Ok(QueryOutput { schema, stream, kind })

@@ -11,6 +11,7 @@
 
 mod admin;
 pub mod authorize;
+pub mod limits;
 mod principal;
 
 use std::collections::HashMap;
@@ -34,6 +35,7 @@ use crate::sql::erase::{is_erase, parse_erase};
 use crate::sql::{QueryOutput, SqlSession};
 use crate::WriteSummary;
 
+pub use limits::Limits;
 pub use principal::{Credentials, Principal, Protocol};
 
 /// What a front door serves.
@@ -91,6 +93,10 @@ pub struct FrontDoor {
     shared: Mutex<HashMap<String, Arc<Sql>>>,
     /// Failed logins, and statements or writes refused for lack of a privilege.
     counters: Counters,
+    /// What statements may use.
+    limits: Limits,
+    /// The memory pool, temporary files and caches every statement draws on.
+    runtime: Arc<datafusion::execution::runtime_env::RuntimeEnv>,
 }
 
 /// What the front door counts for `/metrics`.
@@ -122,19 +128,26 @@ fn forbidden(who: &Principal, need: &(Option<String>, Privilege)) -> QueryError 
 }
 
 impl FrontDoor {
-    /// A front door on `target`.
-    pub fn new(target: Target) -> Arc<FrontDoor> {
+    /// A front door on `target` with the default [`Limits`].
+    pub fn new(target: Target) -> Result<Arc<FrontDoor>> {
+        FrontDoor::with_limits(target, Limits::default())
+    }
+
+    /// A front door on `target` whose statements stay within `limits`.
+    pub fn with_limits(target: Target, limits: Limits) -> Result<Arc<FrontDoor>> {
         let access: Arc<dyn AccessStore> = match &target {
             Target::Local(db) => db.clone(),
             Target::Cluster { access, .. } => access.clone(),
         };
-        Arc::new(FrontDoor {
+        Ok(Arc::new(FrontDoor {
             target,
             access,
             passwords: Arc::default(),
             shared: Mutex::new(HashMap::new()),
             counters: Counters::default(),
-        })
+            runtime: limits::server_runtime(&limits)?,
+            limits,
+        }))
     }
 
     /// Counts and logs a failed login that a protocol checked itself (a SCRAM exchange).
@@ -243,11 +256,14 @@ impl FrontDoor {
     }
 
     fn new_sql(&self, database: &str) -> Sql {
+        let (rt, limits) = (self.runtime.clone(), self.limits);
         match &self.target {
-            Target::Local(db) => Sql::Local(SqlSession::new(db.clone(), database)),
-            Target::Cluster { shards, access } => {
-                Sql::Cluster(ClusterSql::new(shards.clone(), access.clone(), database))
+            Target::Local(db) => {
+                Sql::Local(SqlSession::new_limited(db.clone(), database, rt, limits))
             }
+            Target::Cluster { shards, access } => Sql::Cluster(
+                ClusterSql::new(shards.clone(), access.clone(), database).limited(rt, limits),
+            ),
         }
     }
 
@@ -368,12 +384,24 @@ impl Session {
             self.authorize(s)?;
         }
         let issuer = self.who.to_string();
+        let timeout = self.door.limits.statement_timeout;
         let mut out = Vec::with_capacity(statements.len());
         for s in statements {
-            out.push(match &*self.sql {
-                Sql::Local(l) => l.execute_statement_by(s, &issuer).await?,
-                Sql::Cluster(c) => c.execute_statement_by(s, &issuer).await?,
-            });
+            let deadline = timeout.map(|t| (tokio::time::Instant::now() + t, t));
+            let run = async {
+                match &*self.sql {
+                    Sql::Local(l) => l.execute_statement_by(s, &issuer).await,
+                    Sql::Cluster(c) => c.execute_statement_by(s, &issuer).await,
+                }
+            };
+            let mut o = match deadline {
+                Some((at, t)) => tokio::time::timeout_at(at, run)
+                    .await
+                    .map_err(|_| QueryError::from(limits::timed_out(t)))??,
+                None => run.await?,
+            };
+            o.stream = limits::with_deadline(o.stream, deadline);
+            out.push(o);
         }
         Ok(out)
     }

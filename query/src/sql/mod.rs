@@ -14,6 +14,7 @@ pub mod system;
 
 pub use catalog::EbbCatalog;
 pub use provider::EbbTable;
+pub(crate) use session::statement_frame;
 pub use session::{command_output, rows_output, QueryOutput, SqlSession, StatementKind};
 
 /// Name of the DataFusion catalog.

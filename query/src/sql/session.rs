@@ -24,6 +24,8 @@ use super::CATALOG;
 use crate::cluster::ShardRequest;
 use crate::db::{Database, RequestSpec};
 use crate::error::{QueryError, Result};
+use crate::front::limits::Limits;
+use datafusion::execution::runtime_env::RuntimeEnv;
 
 /// The result of one statement: its rows (as a stream) and a command tag such as `SELECT 3`,
 /// `INSERT 0 2`, `DELETE 10` or `CREATE TABLE` (PostgreSQL's convention).
@@ -59,6 +61,8 @@ pub struct SqlSession {
     /// Request id, deadline and issuer a coordinator chose for the `DELETE`, `ERASE` or
     /// `DROP TABLE` this session runs on one shard of a cluster.
     request: Option<ShardRequest>,
+    /// The server's runtime and the limits of each statement (none: DataFusion's defaults).
+    limits: Option<(Arc<RuntimeEnv>, Limits)>,
 }
 
 impl SqlSession {
@@ -70,7 +74,19 @@ impl SqlSession {
             .with_create_default_catalog_and_schema(false);
         let ctx = SessionContext::new_with_config(config);
         ctx.register_catalog(CATALOG, Arc::new(EbbCatalog::new(db.clone())));
-        SqlSession { db, ctx, database: database.to_string(), request: None }
+        SqlSession { db, ctx, database: database.to_string(), request: None, limits: None }
+    }
+
+    /// A session whose statements draw memory from `server`'s pool, within `limits`.
+    pub fn new_limited(
+        db: Arc<Database>,
+        database: &str,
+        server: Arc<RuntimeEnv>,
+        limits: Limits,
+    ) -> SqlSession {
+        let mut s = SqlSession::new(db, database);
+        s.limits = Some((server, limits));
+        s
     }
 
     /// Runs the session's `DELETE`, `ERASE` and `DROP TABLE` statements as `request` (when a
@@ -184,7 +200,12 @@ impl SqlSession {
                     .into(),
             ));
         }
-        let df = self.ctx.execute_logical_plan(plan).await?;
+        let df = match (&self.limits, &plan) {
+            (_, LogicalPlan::Statement(_) | LogicalPlan::Ddl(_)) | (None, _) => {
+                self.ctx.execute_logical_plan(plan).await?
+            }
+            (Some((server, limits)), _) => statement_frame(&self.ctx, server, limits, plan),
+        };
         let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
         let stream = df.execute_stream().await?;
         Ok(QueryOutput { schema, stream, kind })
@@ -371,6 +392,19 @@ impl SqlSession {
             kind: StatementKind::Delete,
         })
     }
+}
+
+/// `plan` as a DataFrame that runs with a memory pool of its own within the server's.
+pub(crate) fn statement_frame(
+    ctx: &SessionContext,
+    server: &Arc<RuntimeEnv>,
+    limits: &Limits,
+    plan: LogicalPlan,
+) -> datafusion::dataframe::DataFrame {
+    let state = datafusion::execution::SessionStateBuilder::new_from_existing(ctx.state())
+        .with_runtime_env(crate::front::limits::statement_runtime(server, limits))
+        .build();
+    datafusion::dataframe::DataFrame::new(state, plan)
 }
 
 /// The `WHERE` predicate of a `DELETE`'s input plan: every filter above and inside its table
