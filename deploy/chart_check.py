@@ -63,6 +63,16 @@ def check_container(sts, configmaps, ebb, pod_index=0):
     with tempfile.TemporaryDirectory() as tmp:
         args = [expand(a, env) for a in c.get("args", [])]
         for vname, mpath in mounts.items():
+            secret = volumes.get(vname, {}).get("secret")
+            if secret:
+                # A Secret's keys as files holding a stand-in value.
+                local = pathlib.Path(tmp) / vname
+                local.mkdir()
+                for item in secret.get("items", []):
+                    (local / item["path"]).write_text("stand-in secret\n")
+                args = [a.replace(mpath, str(local)) for a in args]
+                env = {k: v.replace(mpath, str(local)) for k, v in env.items()}
+                continue
             cm = volumes.get(vname, {}).get("configMap")
             if not cm:
                 continue
@@ -79,6 +89,9 @@ def check_container(sts, configmaps, ebb, pod_index=0):
         r = subprocess.run([ebb, *args, "--check-config"], env=run_env, capture_output=True, text=True)
         if r.returncode != 0:
             fail(f"ebb {' '.join(args)} --check-config: {r.stderr.strip() or r.stdout.strip()}")
+        secrets = [v for v in volumes.values() if "secret" in v]
+        if secrets and "an admin password creates user admin" not in r.stdout:
+            fail(f"the admin password Secret does not reach the server: {r.stdout}")
         return r.stdout
 
 

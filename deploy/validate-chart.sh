@@ -19,14 +19,23 @@ k8s=${K8S_VERSION:-1.34.0}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
+auth="--set auth.existingSecret=ebb-admin"
 value_sets=(
-  ""
-  "--set replicas=1"
-  "--set replicas=5 --set cluster.shards=16 --set cluster.replication=3"
-  "--set persistence.storageClass=fast-ssd --set persistence.size=500Gi --set deleteDeadline=1h"
-  "--set serviceMonitor.enabled=true --set podDisruptionBudget.enabled=false --set service.type=LoadBalancer"
-  "--set defaultRetention=30d --set logFormat=text --set image.tag=0.1.0-test"
+  "$auth"
+  "$auth --set replicas=1"
+  "$auth --set replicas=5 --set cluster.shards=16 --set cluster.replication=3"
+  "$auth --set persistence.storageClass=fast-ssd --set persistence.size=500Gi --set deleteDeadline=1h"
+  "$auth --set serviceMonitor.enabled=true --set podDisruptionBudget.enabled=false --set service.type=LoadBalancer"
+  "$auth --set defaultRetention=30d --set logFormat=text --set image.tag=0.1.0-test --set auth.secretKey=pw"
+  "--set auth.insecure=true"
 )
+
+# Without an admin password or auth.insecure the chart refuses to render.
+if "$helm" template ebb "$chart" >/dev/null 2>"$work/no-auth.err"; then
+  echo "the chart rendered without auth.existingSecret or auth.insecure" >&2
+  exit 1
+fi
+grep -q "auth.existingSecret" "$work/no-auth.err" || { cat "$work/no-auth.err" >&2; exit 1; }
 
 # The container image's own default configuration.
 "$ebb" server --config "$root/deploy/docker/config.toml" --check-config >/dev/null
