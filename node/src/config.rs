@@ -24,8 +24,8 @@
 //! admin_password_file = "/run/secrets/ebb-admin"  # creates user `admin` on a server without users
 //! insecure = false               # allow serving non-loopback addresses without any user
 //! # Resource limits:
-//! query_memory = "1GiB"          # memory one statement may hold (it spills or fails beyond)
-//! server_memory = "4GiB"         # memory all running statements may hold together
+//! query_memory = "512MiB"       # memory one statement may hold (it spills or fails beyond)
+//! server_memory = "2GiB"         # memory all running statements may hold together
 //! statement_timeout = "300s"     # how long a statement may run ("none": no limit)
 //! ```
 //!

@@ -78,10 +78,10 @@ enum Command {
         /// [env EBB_INSECURE].
         #[arg(long)]
         insecure: bool,
-        /// Memory one statement may hold, e.g. 512MiB [default: 1GiB; env EBB_QUERY_MEMORY].
+        /// Memory one statement may hold, e.g. 256MiB [default: 512MiB; env EBB_QUERY_MEMORY].
         #[arg(long)]
         query_memory: Option<String>,
-        /// Memory all running statements may hold together [default: 4GiB; env
+        /// Memory all running statements may hold together [default: 2GiB; env
         /// EBB_SERVER_MEMORY].
         #[arg(long)]
         server_memory: Option<String>,

@@ -32,8 +32,8 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            server_memory_bytes: 4 << 30,
-            query_memory_bytes: 1 << 30,
+            server_memory_bytes: 2 << 30,
+            query_memory_bytes: 512 << 20,
             statement_timeout: Some(Duration::from_secs(300)),
         }
     }
