@@ -10,6 +10,7 @@
 //!   (Prometheus text format).
 
 mod auth;
+mod stream;
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -268,95 +269,109 @@ async fn sql(
         for o in outputs {
             datafusion::physical_plan::common::collect(o.stream).await?;
         }
-        let kind = last.kind.clone();
-        let schema = last.schema.clone();
-        let mut batches = Vec::new();
-        let mut stream = last.stream;
-        while let Some(b) = stream.next().await {
-            batches.push(b?);
-        }
-        Ok::<_, QueryError>((kind, schema, batches))
+        Ok::<_, QueryError>(last)
     }
     .await;
-    let (kind, schema, batches) = match result {
+    let last = match result {
         Ok(r) => r,
         Err(e) => {
             m.sql_errors.inc();
             return query_error(&e);
         }
     };
-    let tag = match &kind {
+    let tag = match &last.kind {
         StatementKind::Command(t) => t.clone(),
         StatementKind::Insert => "INSERT".into(),
         StatementKind::Delete => "DELETE".into(),
         StatementKind::Erase => "ERASE".into(),
         StatementKind::Query => "SELECT".into(),
     };
-    match encode(format_of(&headers), &schema, &batches) {
-        Ok((ctype, body)) => (
-            [
-                (header::CONTENT_TYPE, ctype),
-                (header::HeaderName::from_static("x-ebb-statement"), tag),
-            ],
-            body,
-        )
-            .into_response(),
+    let statement = (header::HeaderName::from_static("x-ebb-statement"), tag);
+    let streamed = match format_of(&headers) {
+        Format::Json => stream::Streamed::Json,
+        Format::Csv => stream::Streamed::Csv,
+        Format::Arrow => stream::Streamed::Arrow,
+        Format::Table => {
+            // A text table needs every row to size its columns: collected (a prompt's format).
+            let (schema, mut rows) = (last.schema.clone(), last.stream);
+            let mut batches = Vec::new();
+            while let Some(b) = rows.next().await {
+                match b {
+                    Ok(b) => batches.push(b),
+                    Err(e) => {
+                        m.sql_errors.inc();
+                        return query_error(&QueryError::from(e));
+                    }
+                }
+            }
+            return match text_table(&schema, &batches) {
+                Ok((ctype, body)) => {
+                    ([(header::CONTENT_TYPE, ctype), statement], body).into_response()
+                }
+                Err(e) => {
+                    m.sql_errors.inc();
+                    error(StatusCode::INTERNAL_SERVER_ERROR, e)
+                }
+            };
+        }
+    };
+    // The first batch decides the status (most failures, such as a memory limit, come before
+    // it); the rest is sent as it comes.
+    let mut rows = last.stream;
+    let first = match rows.next().await.transpose() {
+        Ok(b) => b,
         Err(e) => {
             m.sql_errors.inc();
-            error(StatusCode::INTERNAL_SERVER_ERROR, e)
+            return query_error(&QueryError::from(e));
         }
-    }
+    };
+    let mut enc = stream::Encoder::new(streamed, last.schema.clone());
+    let ctype = enc.content_type();
+    let head = (|| -> Result<Vec<u8>, String> {
+        let mut out = enc.begin()?;
+        if let Some(b) = &first {
+            out.extend(enc.batch(b)?);
+        }
+        Ok(out)
+    })();
+    let head = match head {
+        Ok(h) => h,
+        Err(e) => {
+            m.sql_errors.inc();
+            return error(StatusCode::INTERNAL_SERVER_ERROR, e);
+        }
+    };
+    let state_enc = std::sync::Arc::new(parking_lot::Mutex::new(enc));
+    let tail_enc = state_enc.clone();
+    let body = futures::stream::once(async move { Ok::<_, std::io::Error>(Bytes::from(head)) })
+        .chain(rows.map(move |b| {
+            let b = b.map_err(std::io::Error::other)?;
+            state_enc.lock().batch(&b).map(Bytes::from).map_err(std::io::Error::other)
+        }))
+        .chain(futures::stream::once(async move {
+            tail_enc.lock().end().map(Bytes::from).map_err(std::io::Error::other)
+        }));
+    ([(header::CONTENT_TYPE, ctype.to_string()), statement], axum::body::Body::from_stream(body))
+        .into_response()
 }
 
-fn encode(
-    f: Format,
+/// A result as a text table (what `Accept: text/plain` asks for).
+fn text_table(
     schema: &datafusion::arrow::datatypes::SchemaRef,
     batches: &[RecordBatch],
 ) -> Result<(String, Vec<u8>), String> {
     use datafusion::arrow;
     let err = |e: arrow::error::ArrowError| e.to_string();
-    match f {
-        Format::Json => {
-            let mut w = arrow::json::ArrayWriter::new(Vec::new());
-            let refs: Vec<&RecordBatch> = batches.iter().collect();
-            w.write_batches(&refs).map_err(err)?;
-            w.finish().map_err(err)?;
-            let mut out = w.into_inner();
-            if out.is_empty() {
-                out.extend_from_slice(b"[]");
-            }
-            out.push(b'\n');
-            Ok(("application/json".into(), out))
-        }
-        Format::Csv => {
-            let mut w = arrow::csv::WriterBuilder::new().with_header(true).build(Vec::new());
-            for b in batches {
-                w.write(b).map_err(err)?;
-            }
-            Ok(("text/csv".into(), w.into_inner()))
-        }
-        Format::Arrow => {
-            let mut w =
-                arrow::ipc::writer::StreamWriter::try_new(Vec::new(), schema).map_err(err)?;
-            for b in batches {
-                w.write(b).map_err(err)?;
-            }
-            w.finish().map_err(err)?;
-            Ok(("application/vnd.apache.arrow.stream".into(), w.into_inner().map_err(err)?))
-        }
-        Format::Table => {
-            let t = if schema.fields().is_empty() {
-                String::new()
-            } else {
-                arrow::util::pretty::pretty_format_batches(batches).map_err(err)?.to_string()
-            };
-            let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-            Ok((
-                "text/plain; charset=utf-8".into(),
-                format!("{t}\n({rows} {})\n", if rows == 1 { "row" } else { "rows" }).into_bytes(),
-            ))
-        }
-    }
+    let t = if schema.fields().is_empty() {
+        String::new()
+    } else {
+        arrow::util::pretty::pretty_format_batches(batches).map_err(err)?.to_string()
+    };
+    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    Ok((
+        "text/plain; charset=utf-8".into(),
+        format!("{t}\n({rows} {})\n", if rows == 1 { "row" } else { "rows" }).into_bytes(),
+    ))
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {

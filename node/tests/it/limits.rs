@@ -68,6 +68,25 @@ async fn statements_over_their_memory_or_time_fail_while_others_run() {
         let (ok, _, err) =
             crate::common::psql(pg_port, "SELECT count(*) FROM generate_series(1, 50000000000)");
         assert!(!ok && err.contains("statement_timeout"), "{err}");
+        // Results larger than a statement's memory are streamed, never held whole: chunked,
+        // without a length, and complete.
+        let agent: ureq::Agent =
+            ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        for accept in ["application/json", "text/csv"] {
+            let mut resp = agent
+                .post(&format!("{}/v1/sql", h.base))
+                .header("Accept", accept)
+                .send("SELECT value, 'padding padding padding padding' AS p FROM generate_series(1, 300000)")
+                .expect("request");
+            assert_eq!(resp.status().as_u16(), 200);
+            assert!(resp.headers().get("content-length").is_none(), "{accept}: not streamed");
+            let body = resp.body_mut().with_config().limit(1 << 30).read_to_string().expect("body");
+            let rows = match accept {
+                "text/csv" => body.lines().count() - 1,
+                _ => serde_json::from_str::<serde_json::Value>(&body).expect("json").as_array().map_or(0, Vec::len),
+            };
+            assert_eq!(rows, 300_000, "{accept}");
+        }
     })
     .await
     .expect("checks");
