@@ -324,6 +324,25 @@ impl FrontDoor {
     }
 }
 
+/// True if `stmt` only reads (a query, `EXPLAIN`, `SHOW`).
+fn reads_only(stmt: &DfStatement) -> bool {
+    use datafusion::sql::sqlparser::ast::Statement as S;
+    match stmt {
+        DfStatement::Statement(s) => {
+            matches!(
+                **s,
+                S::Query(_)
+                    | S::ExplainTable { .. }
+                    | S::ShowTables { .. }
+                    | S::ShowColumns { .. }
+                    | S::ShowVariable { .. }
+            ) || matches!(&**s, S::Explain { analyze: false, .. })
+        }
+        DfStatement::Explain(e) => !e.options.analyze,
+        _ => false,
+    }
+}
+
 /// A SQL session opened at the front door, as one principal.
 #[derive(Clone)]
 pub struct Session {
@@ -387,7 +406,10 @@ impl Session {
         let timeout = self.door.limits.statement_timeout;
         let mut out = Vec::with_capacity(statements.len());
         for s in statements {
-            let deadline = timeout.map(|t| (tokio::time::Instant::now() + t, t));
+            // Only reads are cut off: a write, delete or DDL goes on in the engine once begun,
+            // so calling it canceled would be untrue.
+            let deadline =
+                timeout.filter(|_| reads_only(&s)).map(|t| (tokio::time::Instant::now() + t, t));
             let run = async {
                 match &*self.sql {
                     Sql::Local(l) => l.execute_statement_by(s, &issuer).await,
