@@ -2,18 +2,17 @@
 //! (`grpc.health.v1.Health`), which Kubernetes gRPC probes use; node-to-node services (Raft,
 //! shard scans) are added here as the cluster needs them.
 
-use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
+use crate::tls::conn::Incoming;
 
-/// Serves gRPC on `listener` until `shutdown` resolves.
+/// Serves gRPC on `incoming` until `shutdown` resolves.
 pub async fn serve(
-    listener: TcpListener,
+    incoming: Incoming,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
     tonic::transport::Server::builder()
         .add_service(health)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }

@@ -26,3 +26,4 @@ pub mod metrics;
 pub mod pg;
 pub mod security;
 pub mod server;
+pub mod tls;

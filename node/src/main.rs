@@ -89,9 +89,34 @@ enum Command {
         /// EBB_STATEMENT_TIMEOUT].
         #[arg(long)]
         statement_timeout: Option<String>,
+        /// Open connections per client port [default: 1024; env EBB_MAX_CONNECTIONS].
+        #[arg(long)]
+        max_connections: Option<usize>,
+        /// Certificate chain (PEM) for HTTPS and PostgreSQL TLS, which then become required
+        /// [env EBB_TLS_CERT]. Reloaded when the file changes or on SIGHUP.
+        #[arg(long)]
+        tls_cert: Option<PathBuf>,
+        /// Key of --tls-cert (PEM) [env EBB_TLS_KEY].
+        #[arg(long)]
+        tls_key: Option<PathBuf>,
+        /// Cluster CA (PEM): nodes then talk gRPC over mutual TLS, each presenting a
+        /// certificate it signed [env EBB_CLUSTER_CA].
+        #[arg(long)]
+        cluster_ca: Option<PathBuf>,
+        /// This node's certificate, signed by the cluster CA [env EBB_CLUSTER_CERT].
+        #[arg(long)]
+        cluster_cert: Option<PathBuf>,
+        /// Key of --cluster-cert [env EBB_CLUSTER_KEY].
+        #[arg(long)]
+        cluster_key: Option<PathBuf>,
         /// Checks the configuration (file, environment, flags), prints it and exits.
         #[arg(long)]
         check_config: bool,
+    },
+    /// Makes a cluster CA and certificates signed by it (for local clusters and tests).
+    Cert {
+        #[command(subcommand)]
+        command: CertCommand,
     },
     /// Runs SQL on a server: `-c` for one command, else an interactive prompt.
     Sql {
@@ -192,13 +217,41 @@ enum AuditCommand {
 #[derive(Subcommand)]
 enum NodeCommand {
     /// Drains node ID: its shard replicas move to the other nodes, then it leaves the cluster.
-    /// Follow the moves in `system.shards`.
+    /// Follow the moves in `system.shards`. Needs ADMIN.
     Decommission {
         /// The node id (see `system.nodes`).
         id: u64,
-        /// gRPC address of any node of the cluster.
-        #[arg(long, default_value = "127.0.0.1:7090", env = "EBB_GRPC")]
-        grpc: String,
+        /// HTTP URL of any node of the cluster.
+        #[arg(long, default_value = "http://127.0.0.1:7080", env = "EBB_URL")]
+        url: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum CertCommand {
+    /// Creates a CA: DIR/ca.crt and DIR/ca.key (never over existing files).
+    Ca {
+        /// Directory for the files.
+        #[arg(long, default_value = "certs")]
+        dir: PathBuf,
+        /// Days the CA is valid.
+        #[arg(long, default_value_t = 3650)]
+        days: u32,
+    },
+    /// Issues DIR/NAME.crt and DIR/NAME.key, signed by DIR/ca.crt, for the given hosts; the
+    /// certificate serves as a node's cluster certificate and as its HTTPS/PostgreSQL one.
+    Issue {
+        /// The certificate's name (its files' names).
+        name: String,
+        /// Directory holding the CA, and for the files.
+        #[arg(long, default_value = "certs")]
+        dir: PathBuf,
+        /// A DNS name or IP address clients reach the node at (repeat for several).
+        #[arg(long = "host")]
+        hosts: Vec<String>,
+        /// Days the certificate is valid.
+        #[arg(long, default_value_t = 825)]
+        days: u32,
     },
 }
 
@@ -236,6 +289,12 @@ fn main() -> ExitCode {
             query_memory,
             server_memory,
             statement_timeout,
+            max_connections,
+            tls_cert,
+            tls_key,
+            cluster_ca,
+            cluster_cert,
+            cluster_key,
             check_config,
         } => {
             let flags = Overrides {
@@ -258,6 +317,12 @@ fn main() -> ExitCode {
                 query_memory,
                 server_memory,
                 statement_timeout,
+                max_connections,
+                tls_cert,
+                tls_key,
+                cluster_ca,
+                cluster_cert,
+                cluster_key,
                 ..Overrides::default()
             };
             if check_config {
@@ -272,13 +337,19 @@ fn main() -> ExitCode {
             }
             None => ebb_node::cli::sql::repl(&url, &db, format),
         },
-        Command::Node { command: NodeCommand::Decommission { id, grpc } } => {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(NodeError::from)
-                .and_then(|rt| rt.block_on(ebb_node::cluster::decommission(&grpc, id)))
+        Command::Node { command: NodeCommand::Decommission { id, url } } => {
+            ebb_node::cli::decommission(&url, id)
                 .map(|()| println!("node {id} is draining; it leaves once its replicas have moved"))
+        }
+        Command::Cert { command: CertCommand::Ca { dir, days } } => {
+            ebb_node::tls::issue::make_ca(&dir, days)
+                .map(|p| println!("wrote {} and its key (keep the key secret)", p.display()))
+                .map_err(|e| NodeError::Config(e.to_string()))
+        }
+        Command::Cert { command: CertCommand::Issue { name, dir, hosts, days } } => {
+            ebb_node::tls::issue::issue(&dir, &name, &hosts, days)
+                .map(|p| println!("wrote {} and its key", p.display()))
+                .map_err(|e| NodeError::Config(e.to_string()))
         }
         Command::Erase { tag, db, deadline, url } => {
             ebb_node::cli::audit::erase(&url, &db, &tag, deadline.as_deref()).map(|o| print!("{o}"))
@@ -368,11 +439,30 @@ fn check(file: Option<PathBuf>, flags: Overrides) -> Result<(), NodeError> {
     };
     println!("  access: {access}");
     println!(
-        "  statements: {} MiB each, {} MiB together, timeout {}",
+        "  statements: {} MiB each, {} MiB together, timeout {}; {} connections per port",
         c.limits.query_memory_bytes >> 20,
         c.limits.server_memory_bytes >> 20,
-        d(c.limits.statement_timeout)
+        d(c.limits.statement_timeout),
+        c.max_connections
     );
+    let tls = match &c.tls {
+        Some(t) => {
+            ebb_node::tls::TlsSource::clients("HTTP", t, &[])
+                .map_err(|e| NodeError::Config(format!("TLS: {e}")))?;
+            format!("HTTPS and PostgreSQL TLS required, certificate {}", t.cert.display())
+        }
+        None => "none: HTTP and PostgreSQL traffic, passwords included, is plain text".into(),
+    };
+    println!("  client TLS: {tls}");
+    let cluster = match &c.cluster_tls {
+        Some(t) => {
+            ebb_node::tls::TlsSource::cluster(t)
+                .map_err(|e| NodeError::Config(format!("cluster TLS: {e}")))?;
+            format!("mutual TLS, CA {}", t.ca.display())
+        }
+        None => "none: any client reaching the gRPC port is trusted as a node".into(),
+    };
+    println!("  cluster TLS: {cluster}");
     Ok(())
 }
 
@@ -383,9 +473,10 @@ fn run_server(file: Option<PathBuf>, flags: Overrides) -> Result<(), NodeError> 
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("ebb").build()?;
     rt.block_on(async {
         let server = ebb_node::server::Server::start(&config).await?;
+        let scheme = if config.tls.is_some() { "https" } else { "http" };
         match server.cluster() {
             Some(node) => eprintln!(
-                "EbbDB cluster node {} ready: HTTP http://{}  PostgreSQL {}  gRPC {}  data {}",
+                "EbbDB cluster node {} ready: HTTP {scheme}://{}  PostgreSQL {}  gRPC {}  data {}",
                 node.id,
                 server.http_addr,
                 server.pg_addr,
@@ -393,7 +484,7 @@ fn run_server(file: Option<PathBuf>, flags: Overrides) -> Result<(), NodeError> 
                 config.data_dir.display()
             ),
             None => eprintln!(
-                "EbbDB ready: HTTP http://{}  PostgreSQL {}  gRPC {}  data {}",
+                "EbbDB ready: HTTP {scheme}://{}  PostgreSQL {}  gRPC {}  data {}",
                 server.http_addr,
                 server.pg_addr,
                 server.grpc_addr,

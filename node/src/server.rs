@@ -16,6 +16,7 @@ use crate::config::Config;
 use crate::error::{NodeError, Result};
 use crate::http::{router, AppState};
 use crate::metrics::Metrics;
+use crate::tls::TlsSource;
 
 /// A running server.
 pub struct Server {
@@ -82,6 +83,7 @@ impl Server {
         let door = FrontDoor::with_limits(Target::Local(db.clone()), config.limits)
             .map_err(|e| NodeError::Config(format!("query runtime: {e}")))?;
         crate::security::bootstrap(&door, config).await?;
+        let tls = Tls::load(config)?;
         let http = bind("HTTP", config.http_addr).await?;
         let pg = bind("PostgreSQL", config.pg_addr).await?;
         let grpc = bind("gRPC", config.grpc_addr).await?;
@@ -89,41 +91,15 @@ impl Server {
         let (http_addr, pg_addr, grpc_addr) = (addr(&http)?, addr(&pg)?, addr(&grpc)?);
         let (stop, rx) = watch::channel(false);
         let metrics = Arc::new(Metrics::default());
-        let mut tasks = Vec::new();
-
-        let app = router(AppState {
-            door: door.clone(),
-            cluster: None,
-            metrics: metrics.clone(),
-            max_body_bytes: config.max_body_bytes,
-        });
-        let shutdown = stopped(rx.clone());
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) =
-                axum::serve(http, app.into_make_service_with_connect_info::<SocketAddr>())
-                    .with_graceful_shutdown(shutdown)
-                    .await
-            {
-                tracing::error!(error = %e, "HTTP server failed");
-            }
-        }));
-        let shutdown = stopped(rx.clone());
-        let (pg_metrics, pg_door) = (metrics.clone(), door.clone());
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = crate::pg::serve(pg, pg_door, pg_metrics, shutdown).await {
-                tracing::error!(error = %e, "PostgreSQL server failed");
-            }
-        }));
-        tasks.push(tokio::spawn(until_stopped(
-            crate::security::warn_while_insecure(door.clone(), config.clone()),
-            rx.clone(),
-        )));
+        let mut tasks = serve_clients(http, pg, &door, None, &metrics, config, &tls, &rx)?;
+        let grpc = crate::tls::conn::incoming(grpc, tls.cluster.clone(), config.max_connections)?;
         let shutdown = stopped(rx.clone());
         tasks.push(tokio::spawn(async move {
             if let Err(e) = crate::grpc::serve(grpc, shutdown).await {
                 tracing::error!(error = %e, "gRPC server failed");
             }
         }));
+        tasks.push(tokio::spawn(crate::tls::watch(tls.sources(), || {}, stopped(rx.clone()))));
         let single = db.clone();
         tasks.push(tokio::spawn(purge_loop(
             move || vec![single.clone()],
@@ -136,14 +112,15 @@ impl Server {
     }
 
     /// Starts a cluster node: creates a cluster, joins one, or rejoins with its stored id.
-    /// HTTP serves writes and SQL over the whole cluster; gRPC carries Raft and cluster
-    /// traffic. The PostgreSQL wire protocol is not served in cluster mode yet.
+    /// HTTP and the PostgreSQL wire protocol serve writes and SQL over the whole cluster;
+    /// gRPC carries Raft and cluster traffic.
     async fn start_cluster(config: &Config) -> Result<Server> {
         use crate::cluster::view::Settings;
         use crate::cluster::{ClusterConfig, ClusterNode};
         let dir = config.data_dir.clone();
         std::fs::create_dir_all(&dir)
             .map_err(|source| NodeError::DataDir { dir: dir.clone(), source })?;
+        let tls = Tls::load(config)?;
         let http = bind("HTTP", config.http_addr).await?;
         let pg = bind("PostgreSQL", config.pg_addr).await?;
         let grpc = bind("gRPC", config.grpc_addr).await?;
@@ -171,6 +148,9 @@ impl Server {
             default_retention: config.default_retention,
             settings: Settings { shards: config.shards, replication: config.replication },
             groups,
+            tls: tls.cluster_client.clone(),
+            server_tls: tls.cluster.clone(),
+            max_connections: config.max_connections,
         };
         let node =
             ClusterNode::start(&cc, grpc, Arc::new(ebb_raft::transport::Faults::new())).await?;
@@ -188,33 +168,33 @@ impl Server {
         }
         let (stop, rx) = watch::channel(false);
         let metrics = Arc::new(Metrics::default());
-        let app = router(AppState {
-            door: door.clone(),
-            cluster: Some(node.router.clone()),
-            metrics: metrics.clone(),
-            max_body_bytes: config.max_body_bytes,
-        });
-        let mut tasks = Vec::new();
-        let shutdown = stopped(rx.clone());
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) =
-                axum::serve(http, app.into_make_service_with_connect_info::<SocketAddr>())
-                    .with_graceful_shutdown(shutdown)
-                    .await
-            {
-                tracing::error!(error = %e, "HTTP server failed");
+        let mut tasks = match serve_clients(
+            http,
+            pg,
+            &door,
+            Some(node.router.clone()),
+            &metrics,
+            config,
+            &tls,
+            &rx,
+        ) {
+            Ok(t) => t,
+            Err(e) => {
+                node.stop().await;
+                return Err(e);
             }
-        }));
-        tasks.push(tokio::spawn(until_stopped(
-            crate::security::warn_while_insecure(door.clone(), config.clone()),
-            rx.clone(),
-        )));
-        let (pg_metrics, shutdown) = (metrics.clone(), stopped(rx.clone()));
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = crate::pg::serve(pg, door, pg_metrics, shutdown).await {
-                tracing::error!(error = %e, "PostgreSQL server failed");
+        };
+        let (conns, files) = (node.conns.clone(), config.cluster_tls.clone());
+        let renew = move || {
+            // Outgoing connections present the renewed certificate from now on.
+            if let Some(f) = &files {
+                match crate::tls::cluster::client_config(f) {
+                    Ok(c) => conns.set_tls(Some(c)),
+                    Err(e) => tracing::error!(error = %e, "reloading the cluster certificate"),
+                }
             }
-        }));
+        };
+        tasks.push(tokio::spawn(crate::tls::watch(tls.sources(), renew, stopped(rx.clone()))));
         let shards = node.shards.clone();
         let led = move || {
             shards.all().into_iter().filter(|s| s.is_leader()).map(|s| s.db).collect::<Vec<_>>()
@@ -256,6 +236,85 @@ impl Server {
         tracing::info!("EbbDB stopped; memtables flushed");
         Ok(())
     }
+}
+
+/// The TLS configuration of the ports, loaded from the configured files.
+struct Tls {
+    /// HTTPS.
+    http: Option<Arc<TlsSource>>,
+    /// PostgreSQL.
+    pg: Option<Arc<TlsSource>>,
+    /// The cluster port (mutual TLS).
+    cluster: Option<Arc<TlsSource>>,
+    /// How this node connects to the others' cluster port.
+    cluster_client: Option<tonic::transport::ClientTlsConfig>,
+}
+
+impl Tls {
+    fn load(config: &Config) -> Result<Tls> {
+        let tls = |e: crate::tls::TlsError| NodeError::Config(format!("TLS: {e}"));
+        let (mut http, mut pg, mut cluster, mut cluster_client) = (None, None, None, None);
+        if let Some(files) = &config.tls {
+            http = Some(TlsSource::clients("HTTP", files, &[b"http/1.1"]).map_err(tls)?);
+            pg = Some(TlsSource::clients("PostgreSQL", files, &[b"postgresql"]).map_err(tls)?);
+        }
+        if let Some(files) = &config.cluster_tls {
+            cluster = Some(TlsSource::cluster(files).map_err(tls)?);
+            cluster_client = Some(crate::tls::cluster::client_config(files).map_err(tls)?);
+        }
+        Ok(Tls { http, pg, cluster, cluster_client })
+    }
+
+    fn sources(&self) -> Vec<Arc<TlsSource>> {
+        [&self.http, &self.pg, &self.cluster].into_iter().flatten().cloned().collect()
+    }
+}
+
+/// Serves HTTP and the PostgreSQL wire protocol through `door` until `rx` turns true, and
+/// warns while the server runs insecure.
+#[allow(clippy::too_many_arguments)]
+fn serve_clients(
+    http: TcpListener,
+    pg: TcpListener,
+    door: &Arc<FrontDoor>,
+    cluster: Option<Arc<crate::cluster::Router>>,
+    metrics: &Arc<Metrics>,
+    config: &Config,
+    tls: &Tls,
+    rx: &watch::Receiver<bool>,
+) -> Result<Vec<JoinHandle<()>>> {
+    use axum::serve::ListenerExt;
+    let app = router(AppState {
+        door: door.clone(),
+        cluster,
+        metrics: metrics.clone(),
+        max_body_bytes: config.max_body_bytes,
+    });
+    let mut tasks = Vec::new();
+    let http = crate::tls::conn::incoming(http, tls.http.clone(), config.max_connections)?;
+    let shutdown = stopped(rx.clone());
+    tasks.push(tokio::spawn(async move {
+        let http = http.tap_io(|_| ());
+        if let Err(e) = axum::serve(http, app.into_make_service_with_connect_info::<SocketAddr>())
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!(error = %e, "HTTP server failed");
+        }
+    }));
+    let shutdown = stopped(rx.clone());
+    let pg_tls = tls.pg.clone();
+    let (pg_metrics, pg_door, limit) = (metrics.clone(), door.clone(), config.max_connections);
+    tasks.push(tokio::spawn(async move {
+        if let Err(e) = crate::pg::serve(pg, pg_door, pg_metrics, pg_tls, limit, shutdown).await {
+            tracing::error!(error = %e, "PostgreSQL server failed");
+        }
+    }));
+    tasks.push(tokio::spawn(until_stopped(
+        crate::security::warn_while_insecure(door.clone(), config.clone()),
+        rx.clone(),
+    )));
+    Ok(tasks)
 }
 
 /// Writes retention purges every `every` until stopped, on each database `dbs` lists then

@@ -96,6 +96,11 @@ impl Meta {
         Ok(Arc::new(Meta { node, group, view, changed, write_lock: Default::default(), conns }))
     }
 
+    /// This node's connections to the others.
+    pub fn conns(&self) -> &Arc<Connections> {
+        &self.conns
+    }
+
     /// The metadata as this node has applied it.
     pub fn view(&self) -> MetaView {
         self.view.read().clone()

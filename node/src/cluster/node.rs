@@ -7,11 +7,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ebb_raft::transport::{Connections, Faults, Groups, RaftService};
+use ebb_raft::transport::{Connections, Credentials, Faults, Groups, RaftService};
 use ebb_raft::GroupOptions;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tonic::transport::ClientTlsConfig;
 
 use super::meta::Meta;
 use super::proto::JoinRequest;
@@ -20,9 +21,15 @@ use super::service::{join, ClusterService};
 use super::shards::{self, ShardEnv, Shards};
 use super::view::{NodeInfo, NodeState, Settings};
 use crate::error::{NodeError, Result};
+use crate::tls::cluster::RequireClusterId;
+use crate::tls::TlsSource;
 
 /// Name of the file holding the node id in the data directory.
 pub const NODE_ID_FILE: &str = "node_id";
+
+/// Name of the file holding the cluster id (absent in a data directory of a cluster created
+/// before cluster ids; such a cluster neither sends nor checks one).
+pub const CLUSTER_ID_FILE: &str = "cluster_id";
 
 /// How long the initial node tries its seeds before it creates the cluster itself.
 pub const INIT_PROBE: Duration = Duration::from_secs(10);
@@ -53,6 +60,12 @@ pub struct ClusterConfig {
     pub settings: Settings,
     /// How the node's Raft groups run.
     pub groups: GroupOptions,
+    /// TLS towards the other nodes (their certificates verified against the cluster CA).
+    pub tls: Option<ClientTlsConfig>,
+    /// Mutual TLS on this node's gRPC port.
+    pub server_tls: Option<Arc<TlsSource>>,
+    /// Open connections the gRPC port accepts.
+    pub max_connections: usize,
 }
 
 /// A running cluster node.
@@ -97,6 +110,27 @@ fn write_node_id(dir: &Path, id: u64) -> Result<()> {
         .map_err(|e| NodeError::Cluster(format!("persisting the node id: {e}")))
 }
 
+fn read_cluster_id(dir: &Path) -> Result<Option<String>> {
+    match std::fs::read_to_string(dir.join(CLUSTER_ID_FILE)) {
+        Ok(s) => Ok(Some(s.trim().to_string()).filter(|s| !s.is_empty())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn write_cluster_id(dir: &Path, id: &str) -> Result<()> {
+    ebb_raft::sm::snapshot::write_atomic(&dir.join(CLUSTER_ID_FILE), id.as_bytes())
+        .map_err(|e| NodeError::Cluster(format!("persisting the cluster id: {e}")))
+}
+
+/// A new cluster id: 128 random bits, hex.
+fn new_cluster_id() -> String {
+    use rand::RngCore;
+    let mut b = [0u8; 16];
+    rand::thread_rng().fill_bytes(&mut b);
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
 async fn stopped(mut rx: watch::Receiver<bool>) {
     while !*rx.borrow() {
         if rx.changed().await.is_err() {
@@ -124,25 +158,46 @@ impl ClusterNode {
             pg_addr: cfg.pg_addr.clone(),
         };
         let mut bootstrap = stored.is_none() && seeds.is_empty();
-        let id = match stored {
-            Some(id) => id,
-            None if bootstrap => 1,
-            None if cfg.init_here => match join(&seeds, req, INIT_PROBE).await {
-                Ok(id) => id,
+        let tls = cfg.tls.clone();
+        let joined = match stored {
+            Some(id) => (id, read_cluster_id(&cfg.data_dir)?),
+            None if bootstrap => (1, Some(new_cluster_id())),
+            None if cfg.init_here => match join(&seeds, req, INIT_PROBE, tls).await {
+                Ok(r) => (r.node_id, Some(r.cluster_id)),
                 Err(e) => {
                     tracing::info!(%e, "no seed answers as a cluster member: creating the cluster");
                     bootstrap = true;
-                    1
+                    (1, Some(new_cluster_id()))
                 }
             },
-            None => join(&seeds, req, JOIN_TIMEOUT).await?,
+            None => {
+                let r = join(&seeds, req, JOIN_TIMEOUT, tls).await?;
+                (r.node_id, Some(r.cluster_id))
+            }
         };
+        let (id, cluster_id) = (joined.0, joined.1.filter(|c| !c.is_empty()));
         if stored.is_none() {
+            // The cluster id first: a node id without it reads as a cluster without ids.
+            if let Some(c) = &cluster_id {
+                write_cluster_id(&cfg.data_dir, c)?;
+            }
             write_node_id(&cfg.data_dir, id)?;
         }
-        tracing::info!(node = id, bootstrap, "starting cluster node");
+        if cluster_id.is_none() {
+            tracing::warn!(
+                "this cluster was created without a cluster id: requests between \
+                nodes are not checked for one"
+            );
+        }
+        tracing::info!(
+            node = id,
+            bootstrap,
+            cluster = cluster_id.as_deref().unwrap_or(""),
+            "starting cluster node"
+        );
         let groups = Groups::new();
         let conns = Connections::new(id, faults);
+        conns.set_credentials(Credentials { tls: cfg.tls.clone(), cluster_id });
         let meta =
             Meta::open(id, &cfg.data_dir.join("meta"), &cfg.groups, conns.clone(), &groups).await?;
         let (stop, rx) = watch::channel(false);
@@ -156,9 +211,12 @@ impl ClusterNode {
         let shutdown = stopped(rx.clone());
         let (health_reporter, health) = tonic_health::server::health_reporter();
         health_reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
+        let incoming =
+            crate::tls::conn::incoming(listener, cfg.server_tls.clone(), cfg.max_connections)?;
+        let check = RequireClusterId::new(conns.clone());
         tasks.push(tokio::spawn(async move {
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
             let res = tonic::transport::Server::builder()
+                .layer(check)
                 .add_service(health)
                 .add_service(raft_svc)
                 .add_service(cluster_svc)

@@ -22,7 +22,7 @@ pub async fn step(meta: &Arc<Meta>) -> bool {
     // A move in progress is finished first.
     if let Some(s) = v.shards.values().find(|s| s.target.is_some()) {
         let target = s.target.clone().unwrap_or_default();
-        match set_shard_members(&v, s.id, &target).await {
+        match set_shard_members(meta.conns(), &v, s.id, &target).await {
             Ok(()) => {
                 let mut b = WriteBatch::new();
                 view::put_shard(&mut b, &ShardInfo { id: s.id, replicas: target, target: None });

@@ -220,11 +220,11 @@ impl Router {
             return Err(RouteError::Unavailable("too many forwards looking for the leader".into()));
         }
         let addr = self.leader_addr(req.shard)?;
-        let ep = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| RouteError::Unavailable(e.to_string()))?
-            .connect_timeout(Duration::from_secs(1))
-            .timeout(ATTEMPT_TIMEOUT);
-        let ch = ep.connect().await.map_err(|e| RouteError::Unavailable(format!("{addr}: {e}")))?;
+        let ch = self
+            .conns
+            .connect(&addr, ATTEMPT_TIMEOUT)
+            .await
+            .map_err(|e| RouteError::Unavailable(format!("{addr}: {e}")))?;
         let mut fwd = req.clone();
         fwd.hops -= 1;
         let r = ClusterClient::new(ch)

@@ -7,6 +7,9 @@ use std::time::{Duration, Instant};
 use openraft::{BasicNode, ChangeMembers};
 use tonic::{Request, Response, Status};
 
+use ebb_raft::transport::{ClusterChannel, Connections};
+use tonic::transport::ClientTlsConfig;
+
 use super::meta::{Meta, MetaError};
 use super::proto::cluster_client::ClusterClient;
 use super::proto::cluster_server::{Cluster, ClusterServer};
@@ -48,14 +51,14 @@ impl ClusterService {
     }
 }
 
+/// How long one forwarded cluster call may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
 async fn connect(
+    conns: &Connections,
     addr: &str,
-) -> std::result::Result<ClusterClient<tonic::transport::Channel>, String> {
-    let ep = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .map_err(|e| e.to_string())?
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(Duration::from_secs(30));
-    let ch = ep.connect().await.map_err(|e| format!("{addr}: {e}"))?;
+) -> std::result::Result<ClusterClient<ClusterChannel>, String> {
+    let ch = conns.connect(addr, CALL_TIMEOUT).await.map_err(|e| format!("{addr}: {e}"))?;
     Ok(ClusterClient::new(ch))
 }
 
@@ -121,7 +124,7 @@ impl Cluster for ClusterService {
             let addr = self
                 .shard_target(r.shard)
                 .ok_or_else(|| Status::unavailable(format!("shard {} has no leader", r.shard)))?;
-            let mut c = connect(&addr).await.map_err(Status::unavailable)?;
+            let mut c = connect(self.router.conns(), &addr).await.map_err(Status::unavailable)?;
             let fwd = QueryRequest { hops: r.hops - 1, ..r };
             let stream = c.query(fwd).await?.into_inner();
             return Ok(Response::new(Box::pin(stream)));
@@ -166,10 +169,14 @@ impl Cluster for ClusterService {
             return Err(Status::invalid_argument("a joining node must give its gRPC address"));
         }
         match self.meta.register(&r.grpc_addr, &r.http_addr, &r.pg_addr).await {
-            Ok(node_id) => Ok(Response::new(JoinReply { node_id })),
+            Ok(node_id) => Ok(Response::new(JoinReply {
+                node_id,
+                cluster_id: self.router.conns().cluster_id().unwrap_or_default(),
+            })),
             Err(MetaError::NotLeader(Some((_, addr)))) => {
                 // One hop to the leader; the joining node retries if leadership moves again.
-                let mut leader = connect(&addr).await.map_err(Status::unavailable)?;
+                let mut leader =
+                    connect(self.router.conns(), &addr).await.map_err(Status::unavailable)?;
                 leader.join(r).await
             }
             Err(MetaError::NotLeader(None)) => {
@@ -183,18 +190,8 @@ impl Cluster for ClusterService {
         &self,
         req: Request<DecommissionRequest>,
     ) -> std::result::Result<Response<DecommissionReply>, Status> {
-        let r = req.into_inner();
-        match self.meta.decommission(r.node_id).await {
-            Ok(()) => Ok(Response::new(DecommissionReply {})),
-            Err(MetaError::NotLeader(Some((_, addr)))) => {
-                let mut leader = connect(&addr).await.map_err(Status::unavailable)?;
-                leader.decommission(r).await
-            }
-            Err(MetaError::NotLeader(None)) => {
-                Err(Status::unavailable("the cluster has no metadata leader right now"))
-            }
-            Err(MetaError::Failed(e)) => Err(Status::failed_precondition(e)),
-        }
+        decommission(&self.meta, req.into_inner().node_id).await?;
+        Ok(Response::new(DecommissionReply {}))
     }
 
     async fn leaders(
@@ -279,7 +276,8 @@ impl Cluster for ClusterService {
                 .current_leader
                 .and_then(|l| m.membership_config.membership().get_node(&l).cloned())
                 .ok_or_else(|| Status::unavailable(format!("shard {} has no leader", r.shard)))?;
-            let mut c = connect(&leader.addr).await.map_err(Status::unavailable)?;
+            let mut c =
+                connect(self.router.conns(), &leader.addr).await.map_err(Status::unavailable)?;
             return c.set_shard_members(r).await;
         }
         let membership = raft.metrics().borrow().membership_config.membership().clone();
@@ -323,7 +321,12 @@ impl Cluster for ClusterService {
 
 /// Makes `members` the voters of `shard`, through a node that holds it (it forwards to the
 /// shard's leader). Returns once the membership change is committed.
-pub async fn set_shard_members(view: &MetaView, shard: u64, members: &[u64]) -> Result<()> {
+pub async fn set_shard_members(
+    conns: &Connections,
+    view: &MetaView,
+    shard: u64,
+    members: &[u64],
+) -> Result<()> {
     let info =
         view.shards.get(&shard).ok_or_else(|| NodeError::Cluster(format!("no shard {shard}")))?;
     let addr = |id: &u64| view.nodes.get(id).map(|n| n.grpc_addr.clone()).unwrap_or_default();
@@ -333,7 +336,7 @@ pub async fn set_shard_members(view: &MetaView, shard: u64, members: &[u64]) -> 
     };
     let mut last = String::from("no node holds it");
     for holder in &info.replicas {
-        match connect(&addr(holder)).await {
+        match connect(conns, &addr(holder)).await {
             Ok(mut c) => match c.set_shard_members(req.clone()).await {
                 Ok(_) => return Ok(()),
                 Err(s) => last = s.message().to_string(),
@@ -344,25 +347,45 @@ pub async fn set_shard_members(view: &MetaView, shard: u64, members: &[u64]) -> 
     Err(NodeError::Cluster(format!("moving shard {shard}: {last}")))
 }
 
-/// Starts draining node `id` through the node at `addr` (gRPC).
-pub async fn decommission(addr: &str, id: u64) -> Result<()> {
-    let mut c = connect(addr).await.map_err(NodeError::Cluster)?;
-    c.decommission(DecommissionRequest { node_id: id })
-        .await
-        .map_err(|s| NodeError::Cluster(s.message().to_string()))?;
-    Ok(())
+/// Starts draining node `id`: here if this node leads the metadata group, else through its
+/// leader.
+pub async fn decommission(meta: &Meta, id: u64) -> std::result::Result<(), Status> {
+    match meta.decommission(id).await {
+        Ok(()) => Ok(()),
+        Err(MetaError::NotLeader(Some((_, addr)))) => {
+            let mut leader = connect(meta.conns(), &addr).await.map_err(Status::unavailable)?;
+            leader.decommission(DecommissionRequest { node_id: id }).await.map(|_| ())
+        }
+        Err(MetaError::NotLeader(None)) => {
+            Err(Status::unavailable("the cluster has no metadata leader right now"))
+        }
+        Err(MetaError::Failed(e)) => Err(Status::failed_precondition(e)),
+    }
 }
 
-/// Registers this node with the cluster through any of `seeds` (gRPC addresses), retrying
-/// until `timeout`. Returns the node id the cluster assigned.
-pub async fn join(seeds: &[String], req: JoinRequest, timeout: Duration) -> Result<u64> {
+/// Registers this node with the cluster through any of `seeds` (gRPC addresses, reached with
+/// `tls` when given), retrying until `timeout`. Returns the node id the cluster assigned and
+/// its cluster id.
+pub async fn join(
+    seeds: &[String],
+    req: JoinRequest,
+    timeout: Duration,
+    tls: Option<ClientTlsConfig>,
+) -> Result<JoinReply> {
     let deadline = Instant::now() + timeout;
     let mut last = String::from("no seed address given");
     while Instant::now() < deadline {
         for seed in seeds {
-            match connect(seed).await {
+            let ep = ebb_raft::transport::endpoint(seed, tls.clone(), Duration::from_secs(2));
+            let ch = match ep {
+                Ok(ep) => {
+                    ep.timeout(CALL_TIMEOUT).connect().await.map_err(|e| format!("{seed}: {e}"))
+                }
+                Err(e) => Err(format!("{seed}: {e}")),
+            };
+            match ch.map(ClusterClient::new) {
                 Ok(mut c) => match c.join(req.clone()).await {
-                    Ok(r) => return Ok(r.into_inner().node_id),
+                    Ok(r) => return Ok(r.into_inner()),
                     Err(s) => last = format!("{seed}: {}", s.message()),
                 },
                 Err(e) => last = e,

@@ -9,6 +9,7 @@
 //! - `GET /health` (the process is up), `GET /ready` (it serves requests), `GET /metrics`
 //!   (Prometheus text format).
 
+mod admin;
 mod auth;
 mod stream;
 
@@ -24,7 +25,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use datafusion::arrow::record_batch::RecordBatch;
-use ebb_query::access::Privilege;
 use ebb_query::front::{FrontDoor, Principal, Target};
 use ebb_query::lp::Precision;
 use ebb_query::{QueryError, StatementKind};
@@ -55,7 +55,8 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(|| async { "ok\n" }))
         .route("/ready", get(|| async { "ready\n" }))
         .route("/metrics", get(metrics))
-        .route("/v1/audit/verify", get(audit_verify))
+        .route("/v1/audit/verify", get(admin::audit_verify))
+        .route("/v1/cluster/decommission", post(admin::decommission))
         // Bodies are limited by `LimitedBody`, which answers oversized ones reliably.
         .layer(DefaultBodyLimit::disable())
         .with_state(state)
@@ -397,43 +398,4 @@ async fn metrics(State(state): State<AppState>) -> Response {
         crate::cluster::metrics::render(router, &mut text);
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
-}
-
-/// Query of `/v1/audit/verify`.
-#[derive(Debug)]
-struct VerifyQuery {
-    id: u64,
-}
-
-/// `GET /v1/audit/verify?id=N`: scans every replica for values delete request `N` covers
-/// (a JSON [`crate::audit::VerifyReport`]; `pass` is the verdict). Needs `ADMIN` on all
-/// databases.
-async fn audit_verify(State(state): State<AppState>, caller: Caller) -> Response {
-    let who = match caller.principal(&state.door).await {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
-    if let Err(e) = state.door.authorize(&who, None, Privilege::Admin) {
-        return query_error(&e);
-    }
-    let q = match caller.query.get("id").map(|v| v.parse::<u64>()) {
-        Some(Ok(id)) => VerifyQuery { id },
-        _ => return error(StatusCode::BAD_REQUEST, "give ?id= a request id"),
-    };
-    let report = match (state.door.target(), &state.cluster) {
-        (Target::Local(db), _) => {
-            let db = db.clone();
-            let scan =
-                tokio::task::spawn_blocking(move || crate::audit::audit_database(&db, q.id, 0, 0));
-            match scan.await {
-                Ok(r) => crate::audit::VerifyReport::new(q.id, vec![r]),
-                Err(e) => {
-                    return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
-                }
-            }
-        }
-        (_, Some(router)) => crate::cluster::deletions::verify(router, q.id).await,
-        _ => return StatusCode::SERVICE_UNAVAILABLE.into_response(),
-    };
-    axum::Json(report).into_response()
 }

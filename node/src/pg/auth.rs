@@ -15,7 +15,7 @@ use pgwire::api::auth::sasl::SASLAuthStartupHandler;
 use pgwire::api::auth::StartupHandler;
 use pgwire::api::auth::{AuthSource, DefaultServerParameterProvider, LoginInfo, Password};
 use pgwire::api::{ClientInfo, ConnectionManager, METADATA_USER};
-use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use tracing::debug;
 
@@ -87,18 +87,24 @@ impl NoopStartupHandler for Trust {
 /// The startup handler of every connection.
 pub(super) struct Startup {
     door: Arc<FrontDoor>,
+    /// The port has a certificate: a client must use TLS.
+    tls_required: bool,
     trust: Trust,
     scram: SASLAuthStartupHandler<DefaultServerParameterProvider>,
 }
 
 impl Startup {
-    pub(super) fn new(door: Arc<FrontDoor>, connections: Arc<ConnectionManager>) -> Startup {
+    pub(super) fn new(
+        door: Arc<FrontDoor>,
+        connections: Arc<ConnectionManager>,
+        tls_required: bool,
+    ) -> Startup {
         let scram = ScramAuth::new(Arc::new(Verifiers { door: door.clone() }));
         let scram =
             SASLAuthStartupHandler::new(Arc::new(DefaultServerParameterProvider::default()))
                 .with_scram(scram)
                 .with_connection_manager(connections.clone());
-        Startup { door, trust: Trust { connections }, scram }
+        Startup { door, tls_required, trust: Trust { connections }, scram }
     }
 }
 
@@ -115,6 +121,14 @@ impl StartupHandler for Startup {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let login = if let PgWireFrontendMessage::Startup(_) = &message {
+            if self.tls_required && !client.is_secure() {
+                debug!(client = %client.socket_addr(), "PostgreSQL startup without TLS refused");
+                return Err(PgWireError::UserError(Box::new(ErrorInfo::new(
+                    "FATAL".into(),
+                    "28000".into(),
+                    "this server requires TLS: connect with sslmode=require or verify-full".into(),
+                ))));
+            }
             let login = if self.door.auth_required() { Login::Scram } else { Login::Trusted };
             client.session_extensions().insert(login);
             login

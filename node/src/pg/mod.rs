@@ -62,9 +62,11 @@ use pgwire::messages::response::NoticeResponse;
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::tokio::process_socket;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tracing::{debug, info, warn};
 
 use crate::metrics::Metrics;
+use crate::tls::TlsSource;
 use backend::ConnSession;
 use ebb_query::access::AccessError;
 use ebb_query::front::{FrontDoor, Session};
@@ -81,15 +83,27 @@ pub async fn serve(
     listener: TcpListener,
     door: Arc<FrontDoor>,
     metrics: Arc<Metrics>,
+    tls: Option<Arc<TlsSource>>,
+    max_connections: usize,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let handlers = Arc::new(Handlers::new(door));
+    let handlers = Arc::new(Handlers::new(door, tls.is_some()));
     match listener.local_addr() {
-        Ok(addr) => info!(%addr, "PostgreSQL endpoint listening"),
+        Ok(addr) => info!(%addr, tls = tls.is_some(), "PostgreSQL endpoint listening"),
         Err(_) => info!("PostgreSQL endpoint listening"),
     }
+    let limit = Arc::new(Semaphore::new(max_connections.max(1)));
     tokio::pin!(shutdown);
     loop {
+        // Beyond the limit, new connections wait in the kernel's backlog.
+        let permit = tokio::select! {
+            () = &mut shutdown => None,
+            p = limit.clone().acquire_owned() => p.ok(),
+        };
+        let Some(permit) = permit else {
+            info!("PostgreSQL endpoint stopped accepting connections");
+            return Ok(());
+        };
         tokio::select! {
             () = &mut shutdown => {
                 info!("PostgreSQL endpoint stopped accepting connections");
@@ -99,9 +113,12 @@ pub async fn serve(
                 Ok((socket, peer)) => {
                     metrics.pg_connections.inc();
                     let handlers = Arc::clone(&handlers);
+                    // Each connection takes the certificate current when it arrives.
+                    let acceptor = tls.as_ref().map(|t| t.acceptor());
                     tokio::spawn(async move {
+                        let _permit = permit;
                         debug!(%peer, "PostgreSQL connection accepted");
-                        match process_socket(socket, None, handlers).await {
+                        match process_socket(socket, acceptor, handlers).await {
                             Ok(()) => debug!(%peer, "PostgreSQL connection closed"),
                             Err(e) => debug!(%peer, error = %e, "PostgreSQL connection failed"),
                         }
@@ -124,9 +141,9 @@ struct Handlers {
 }
 
 impl Handlers {
-    fn new(door: Arc<FrontDoor>) -> Handlers {
+    fn new(door: Arc<FrontDoor>, tls_required: bool) -> Handlers {
         let connections = Arc::new(ConnectionManager::new());
-        let startup = auth::Startup::new(door.clone(), Arc::clone(&connections));
+        let startup = auth::Startup::new(door.clone(), Arc::clone(&connections), tls_required);
         let backend = Backend { door, parser: Arc::new(Parser) };
         Handlers {
             backend: Arc::new(backend),

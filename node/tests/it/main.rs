@@ -13,3 +13,4 @@ mod limits;
 mod local_cluster;
 mod replicated_shard;
 mod server;
+mod tls;

@@ -90,7 +90,7 @@ fn status<E: std::error::Error>(s: tonic::Status) -> RPCError<NodeId, BasicNode,
 }
 
 impl GroupClient {
-    fn client(&self) -> Result<RaftClient<tonic::transport::Channel>, tonic::transport::Error> {
+    fn client(&self) -> Result<RaftClient<super::ClusterChannel>, tonic::transport::Error> {
         Ok(RaftClient::new(self.conns.channel(&self.addr)?)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES))

@@ -13,8 +13,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
-use tonic::transport::{Channel, Endpoint};
+use parking_lot::{Mutex, RwLock};
+use tonic::metadata::{AsciiMetadataValue, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 pub use client::{GroupClient, GroupNetwork};
 pub use faults::{Fate, Faults};
@@ -35,12 +37,42 @@ pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 /// Size of one snapshot file chunk on the wire.
 pub const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
 
+/// The gRPC metadata key carrying the cluster id on every request between nodes.
+pub const CLUSTER_ID_HEADER: &str = "x-ebb-cluster-id";
+
+/// A channel to another node that stamps every request with the cluster id.
+pub type ClusterChannel = InterceptedService<Channel, Stamp>;
+
+/// Adds the cluster id to a request's metadata.
+#[derive(Debug, Clone)]
+pub struct Stamp(Option<AsciiMetadataValue>);
+
+impl tonic::service::Interceptor for Stamp {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(id) = &self.0 {
+            req.metadata_mut().insert(CLUSTER_ID_HEADER, id.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// How a node proves itself to the others: the TLS client configuration (its certificate and
+/// the cluster CA) and the cluster id. Without TLS, channels are plain HTTP/2.
+#[derive(Debug, Clone, Default)]
+pub struct Credentials {
+    /// TLS towards the other nodes.
+    pub tls: Option<ClientTlsConfig>,
+    /// The cluster id sent with every request (none on a cluster created before ids).
+    pub cluster_id: Option<String>,
+}
+
 /// The node's connections to other nodes, shared by all its Raft groups, and the fault rules
 /// applied to what it sends.
 #[derive(Debug)]
 pub struct Connections {
     node: NodeId,
     channels: Mutex<HashMap<String, Channel>>,
+    credentials: RwLock<Credentials>,
     faults: Arc<Faults>,
     connect_timeout: Duration,
     snapshots_sent: Traffic,
@@ -52,6 +84,7 @@ impl Connections {
         Arc::new(Connections {
             node,
             channels: Mutex::new(HashMap::new()),
+            credentials: RwLock::new(Credentials::default()),
             faults,
             connect_timeout: Duration::from_secs(1),
             snapshots_sent: Traffic::default(),
@@ -73,26 +106,76 @@ impl Connections {
         &self.snapshots_sent
     }
 
+    /// Sets how this node proves itself; open channels are dropped so that new requests use
+    /// the new credentials (after a certificate renewal).
+    pub fn set_credentials(&self, credentials: Credentials) {
+        *self.credentials.write() = credentials;
+        self.channels.lock().clear();
+    }
+
+    /// Replaces the TLS client configuration only.
+    pub fn set_tls(&self, tls: Option<ClientTlsConfig>) {
+        let mut c = self.credentials.read().clone();
+        c.tls = tls;
+        self.set_credentials(c);
+    }
+
+    /// The cluster id this node sends.
+    pub fn cluster_id(&self) -> Option<String> {
+        self.credentials.read().cluster_id.clone()
+    }
+
     /// The channel to `addr` (`host:port`), created on first use and reconnected as needed.
-    pub fn channel(&self, addr: &str) -> Result<Channel, tonic::transport::Error> {
+    pub fn channel(&self, addr: &str) -> Result<ClusterChannel, tonic::transport::Error> {
+        let creds = self.credentials.read().clone();
+        let stamp =
+            Stamp(creds.cluster_id.as_deref().and_then(|id| MetadataValue::try_from(id).ok()));
         let mut ch = self.channels.lock();
         if let Some(c) = ch.get(addr) {
-            return Ok(c.clone());
+            return Ok(InterceptedService::new(c.clone(), stamp));
         }
-        let c = Endpoint::from_shared(format!("http://{addr}"))?
-            .connect_timeout(self.connect_timeout)
-            .tcp_nodelay(true)
+        let c = endpoint(addr, creds.tls, self.connect_timeout)?
             .http2_keep_alive_interval(Duration::from_secs(10))
             .keep_alive_timeout(Duration::from_secs(20))
             .connect_lazy();
         ch.insert(addr.to_string(), c.clone());
-        Ok(c)
+        Ok(InterceptedService::new(c, stamp))
+    }
+
+    /// A channel to `addr` of its own, connected now, whose requests time out after `timeout`
+    /// (for one-off calls that must not share a connection).
+    pub async fn connect(
+        &self,
+        addr: &str,
+        timeout: Duration,
+    ) -> Result<ClusterChannel, tonic::transport::Error> {
+        let creds = self.credentials.read().clone();
+        let stamp =
+            Stamp(creds.cluster_id.as_deref().and_then(|id| MetadataValue::try_from(id).ok()));
+        let c = endpoint(addr, creds.tls, self.connect_timeout)?.timeout(timeout).connect().await?;
+        Ok(InterceptedService::new(c, stamp))
     }
 
     /// Forgets the channel to `addr` (after a node moved).
     pub fn forget(&self, addr: &str) {
         self.channels.lock().remove(addr);
     }
+}
+
+/// An endpoint for `addr` (`host:port`): TLS when `tls` is given.
+pub fn endpoint(
+    addr: &str,
+    tls: Option<ClientTlsConfig>,
+    connect_timeout: Duration,
+) -> Result<Endpoint, tonic::transport::Error> {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut ep = Endpoint::from_shared(format!("{scheme}://{addr}"))?
+        .connect_timeout(connect_timeout)
+        .tcp_nodelay(true);
+    if let Some(tls) = tls {
+        ep = ep.tls_config(tls)?;
+    }
+    Ok(ep)
 }
 
 pub(crate) fn encode<T: serde::Serialize>(v: &T) -> Result<bytes::Bytes, postcard::Error> {

@@ -27,6 +27,13 @@
 //! query_memory = "512MiB"       # memory one statement may hold (it spills or fails beyond)
 //! server_memory = "2GiB"         # memory all running statements may hold together
 //! statement_timeout = "300s"     # how long a statement may run ("none": no limit)
+//! max_connections = 1024         # open connections per client port (HTTP, PostgreSQL)
+//! # TLS (reloaded when the files change or on SIGHUP):
+//! tls_cert = "/etc/ebb/tls/tls.crt"  # HTTPS and PostgreSQL TLS (then required on both)
+//! tls_key = "/etc/ebb/tls/tls.key"
+//! cluster_ca = "/etc/ebb/cluster/ca.crt"      # mutual TLS between nodes (gRPC): the CA,
+//! cluster_cert = "/etc/ebb/cluster/tls.crt"   # this node's certificate signed by it,
+//! cluster_key = "/etc/ebb/cluster/tls.key"    # and its key
 //! ```
 //!
 //! The admin password can also come from `EBB_ADMIN_PASSWORD` (never from a flag, which other
@@ -39,6 +46,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::error::{NodeError, Result};
+use crate::tls::{CertFiles, ClusterFiles};
 
 /// Everything `ebb server` needs.
 #[derive(Debug, Clone, PartialEq)]
@@ -85,6 +93,12 @@ pub struct Config {
     pub insecure: bool,
     /// What statements may use (memory, time).
     pub limits: ebb_query::front::Limits,
+    /// Open connections per client port.
+    pub max_connections: usize,
+    /// TLS on the HTTP and PostgreSQL ports.
+    pub tls: Option<CertFiles>,
+    /// Mutual TLS on the gRPC port and towards other nodes.
+    pub cluster_tls: Option<ClusterFiles>,
 }
 
 /// A secret setting: never printed.
@@ -163,6 +177,9 @@ impl Default for Config {
             admin_password: None,
             insecure: false,
             limits: ebb_query::front::Limits::default(),
+            max_connections: 1024,
+            tls: None,
+            cluster_tls: None,
         }
     }
 }
@@ -218,6 +235,18 @@ pub struct Overrides {
     pub server_memory: Option<String>,
     /// How long a statement may run (`"300s"`, or `"none"`).
     pub statement_timeout: Option<String>,
+    /// See [`Config::max_connections`].
+    pub max_connections: Option<usize>,
+    /// Certificate chain of the client ports (PEM).
+    pub tls_cert: Option<PathBuf>,
+    /// Its key.
+    pub tls_key: Option<PathBuf>,
+    /// The cluster CA (PEM).
+    pub cluster_ca: Option<PathBuf>,
+    /// This node's cluster certificate.
+    pub cluster_cert: Option<PathBuf>,
+    /// Its key.
+    pub cluster_key: Option<PathBuf>,
 }
 
 /// Environment variables read, and the setting each sets.
@@ -245,6 +274,12 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("EBB_QUERY_MEMORY", "query_memory"),
     ("EBB_SERVER_MEMORY", "server_memory"),
     ("EBB_STATEMENT_TIMEOUT", "statement_timeout"),
+    ("EBB_MAX_CONNECTIONS", "max_connections"),
+    ("EBB_TLS_CERT", "tls_cert"),
+    ("EBB_TLS_KEY", "tls_key"),
+    ("EBB_CLUSTER_CA", "cluster_ca"),
+    ("EBB_CLUSTER_CERT", "cluster_cert"),
+    ("EBB_CLUSTER_KEY", "cluster_key"),
 ];
 
 /// Bytes from `"1GiB"`, `"512MiB"`, `"64KiB"` or a plain number.
@@ -311,6 +346,15 @@ impl Overrides {
                 "EBB_QUERY_MEMORY" => o.query_memory = Some(v),
                 "EBB_SERVER_MEMORY" => o.server_memory = Some(v),
                 "EBB_STATEMENT_TIMEOUT" => o.statement_timeout = Some(v),
+                "EBB_MAX_CONNECTIONS" => {
+                    o.max_connections =
+                        Some(v.parse().map_err(|_| bad(format!("{var}: not a number: {v:?}")))?)
+                }
+                "EBB_TLS_CERT" => o.tls_cert = Some(PathBuf::from(v)),
+                "EBB_TLS_KEY" => o.tls_key = Some(PathBuf::from(v)),
+                "EBB_CLUSTER_CA" => o.cluster_ca = Some(PathBuf::from(v)),
+                "EBB_CLUSTER_CERT" => o.cluster_cert = Some(PathBuf::from(v)),
+                "EBB_CLUSTER_KEY" => o.cluster_key = Some(PathBuf::from(v)),
                 "EBB_JOIN" => o.join = Some(v),
                 "EBB_ADVERTISE_GRPC" => o.advertise_grpc = Some(v),
                 "EBB_NODE_NAME" => o.node_name = Some(v),
@@ -438,6 +482,12 @@ impl Overrides {
             c.limits.statement_timeout = ebb_query::sql::ddl::parse_retention(v)
                 .map_err(|e| bad(format!("statement_timeout: {e}")))?;
         }
+        if let Some(n) = self.max_connections {
+            if n == 0 {
+                return Err(bad("max_connections must be positive"));
+            }
+            c.max_connections = n;
+        }
         if let Some(f) = &self.log_format {
             c.log_format = match f.as_str() {
                 "text" => LogFormat::Text,
@@ -451,76 +501,44 @@ impl Overrides {
     }
 }
 
+/// The TLS settings of all layers (the last layer setting a file wins): a certificate needs
+/// its key, and the cluster's three files go together.
+fn tls(layers: &[&Overrides]) -> Result<(Option<CertFiles>, Option<ClusterFiles>)> {
+    let last =
+        |f: fn(&Overrides) -> &Option<PathBuf>| layers.iter().rev().find_map(|o| f(o).clone());
+    let tls = match (last(|o| &o.tls_cert), last(|o| &o.tls_key)) {
+        (None, None) => None,
+        (Some(cert), Some(key)) => Some(CertFiles { cert, key }),
+        _ => return Err(bad("tls_cert and tls_key go together: set both")),
+    };
+    let cluster =
+        match (last(|o| &o.cluster_ca), last(|o| &o.cluster_cert), last(|o| &o.cluster_key)) {
+            (None, None, None) => None,
+            (Some(ca), Some(cert), Some(key)) => {
+                Some(ClusterFiles { ca, node: CertFiles { cert, key } })
+            }
+            _ => {
+                return Err(bad(
+                    "cluster_ca, cluster_cert and cluster_key go together: set all three",
+                ))
+            }
+        };
+    Ok((tls, cluster))
+}
+
 /// Builds the configuration: defaults, then the file, the environment and the flags.
 pub fn resolve(file: Option<&Path>, env: &Overrides, flags: &Overrides) -> Result<Config> {
     let mut c = Config::default();
-    if let Some(path) = file {
-        Overrides::from_file(path)?.apply(&mut c)?;
+    let file = file.map(Overrides::from_file).transpose()?;
+    if let Some(f) = &file {
+        f.apply(&mut c)?;
     }
     env.apply(&mut c)?;
     flags.apply(&mut c)?;
+    let layers: Vec<&Overrides> = file.iter().chain([env, flags]).collect();
+    (c.tls, c.cluster_tls) = tls(&layers)?;
     Ok(c)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn layers_apply_in_order() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let file = dir.path().join("ebb.toml");
-        std::fs::write(
-            &file,
-            "data_dir = \"/from/file\"\nhttp_addr = \"127.0.0.1:1\"\npg_addr = \"127.0.0.1:2\"\n",
-        )
-        .expect("write");
-        let env = Overrides::from_env(|k| (k == "EBB_HTTP_ADDR").then(|| "127.0.0.1:3".into()))
-            .expect("env");
-        let flags = Overrides { data_dir: Some("/from/flag".into()), ..Default::default() };
-        let c = resolve(Some(&file), &env, &flags).expect("resolve");
-        assert_eq!(c.data_dir, PathBuf::from("/from/flag"));
-        assert_eq!(c.http_addr.port(), 3);
-        assert_eq!(c.pg_addr.port(), 2);
-        assert_eq!(c.grpc_addr.port(), 7090);
-        std::fs::write(&file, "nonsense = 1\n").expect("write");
-        assert!(resolve(Some(&file), &Overrides::default(), &Overrides::default()).is_err());
-        let bad = Overrides { http_addr: Some("localhost".into()), ..Default::default() };
-        assert!(resolve(None, &bad, &Overrides::default())
-            .unwrap_err()
-            .to_string()
-            .contains("http_addr"));
-        std::fs::write(dir.path().join("pw"), "s3cret\n").expect("write");
-        let pw =
-            Overrides { admin_password_file: Some(dir.path().join("pw")), ..Default::default() };
-        let c = resolve(None, &pw, &Overrides::default()).expect("password file");
-        assert_eq!(c.admin_password, Some(Secret("s3cret".into())));
-        assert!(!format!("{c:?}").contains("s3cret"));
-        let env =
-            Overrides::from_env(|k| (k == "EBB_ADMIN_PASSWORD").then(|| "x".into())).expect("env");
-        assert_eq!(
-            resolve(None, &env, &Overrides::default()).expect("env").admin_password,
-            Some(Secret("x".into()))
-        );
-        let missing =
-            Overrides { admin_password_file: Some(dir.path().join("nope")), ..Default::default() };
-        assert!(resolve(None, &missing, &Overrides::default()).is_err());
-        let limits = Overrides {
-            query_memory: Some("64MiB".into()),
-            statement_timeout: Some("none".into()),
-            ..Default::default()
-        };
-        let c = resolve(None, &limits, &Overrides::default()).expect("limits");
-        assert_eq!(c.limits.query_memory_bytes, 64 << 20);
-        assert_eq!(c.limits.statement_timeout, None);
-        for bad in ["64XB", "", "0", "99999999999GiB"] {
-            let o = Overrides { query_memory: Some(bad.into()), ..Default::default() };
-            assert!(resolve(None, &o, &Overrides::default()).is_err(), "{bad}");
-        }
-        let none = Overrides { delete_deadline: Some("none".into()), ..Default::default() };
-        assert_eq!(
-            resolve(None, &none, &Overrides::default()).expect("none").delete_deadline,
-            None
-        );
-    }
-}
+mod tests;

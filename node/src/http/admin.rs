@@ -1,0 +1,79 @@
+//! Administration over HTTP: what `ebb audit verify` and `ebb node decommission` call. Both
+//! need `ADMIN` on all databases, checked by the front door like any statement.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use ebb_query::access::Privilege;
+use ebb_query::front::Target;
+
+use super::auth::error;
+use super::{query_error, AppState, Caller};
+
+/// Query of `/v1/audit/verify`.
+#[derive(Debug)]
+struct VerifyQuery {
+    id: u64,
+}
+
+/// `GET /v1/audit/verify?id=N`: scans every replica for values delete request `N` covers
+/// (a JSON [`crate::audit::VerifyReport`]; `pass` is the verdict). Needs `ADMIN` on all
+/// databases.
+pub(super) async fn audit_verify(State(state): State<AppState>, caller: Caller) -> Response {
+    let who = match caller.principal(&state.door).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    if let Err(e) = state.door.authorize(&who, None, Privilege::Admin) {
+        return query_error(&e);
+    }
+    let q = match caller.query.get("id").map(|v| v.parse::<u64>()) {
+        Some(Ok(id)) => VerifyQuery { id },
+        _ => return error(StatusCode::BAD_REQUEST, "give ?id= a request id"),
+    };
+    let report = match (state.door.target(), &state.cluster) {
+        (Target::Local(db), _) => {
+            let db = db.clone();
+            let scan =
+                tokio::task::spawn_blocking(move || crate::audit::audit_database(&db, q.id, 0, 0));
+            match scan.await {
+                Ok(r) => crate::audit::VerifyReport::new(q.id, vec![r]),
+                Err(e) => {
+                    return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
+                }
+            }
+        }
+        (_, Some(router)) => crate::cluster::deletions::verify(router, q.id).await,
+        _ => return StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    };
+    axum::Json(report).into_response()
+}
+
+/// `POST /v1/cluster/decommission?node=N`: starts draining node `N` (its replicas move to the
+/// other nodes, then it leaves). Needs `ADMIN` on all databases.
+pub(super) async fn decommission(State(state): State<AppState>, caller: Caller) -> Response {
+    let who = match caller.principal(&state.door).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    if let Err(e) = state.door.authorize(&who, None, Privilege::Admin) {
+        return query_error(&e);
+    }
+    let Some(router) = &state.cluster else {
+        return error(StatusCode::BAD_REQUEST, "this server is not a cluster node");
+    };
+    let node = match caller.query.get("node").map(|v| v.parse::<u64>()) {
+        Some(Ok(id)) => id,
+        _ => return error(StatusCode::BAD_REQUEST, "give ?node= a node id (see system.nodes)"),
+    };
+    match crate::cluster::decommission(router.meta(), node).await {
+        Ok(()) => {
+            tracing::info!(node, by = %who, "node decommission started");
+            axum::Json(serde_json::json!({ "node": node, "state": "draining" })).into_response()
+        }
+        Err(s) if s.code() == tonic::Code::FailedPrecondition => {
+            error(StatusCode::CONFLICT, s.message())
+        }
+        Err(s) => error(StatusCode::SERVICE_UNAVAILABLE, s.message()),
+    }
+}
