@@ -18,7 +18,7 @@ import tempfile
 
 import yaml
 
-BUILT_IN = {"StatefulSet", "Service", "ConfigMap", "PodDisruptionBudget"}
+BUILT_IN = {"StatefulSet", "Service", "ConfigMap", "PodDisruptionBudget", "NetworkPolicy"}
 
 
 def fail(msg):
@@ -60,7 +60,18 @@ def check_container(sts, configmaps, ebb, pod_index=0):
             fail(f"env {e['name']}: unsupported source {e}")
     mounts = {m["name"]: m["mountPath"] for m in c.get("volumeMounts", [])}
     volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    tls_on = "tls" in mounts
+    for probe in ("livenessProbe", "readinessProbe"):
+        scheme = c[probe]["httpGet"].get("scheme", "HTTP")
+        if scheme != ("HTTPS" if tls_on else "HTTP"):
+            fail(f"{probe} uses {scheme} while client TLS is {'on' if tls_on else 'off'}")
     with tempfile.TemporaryDirectory() as tmp:
+        # Certificates for the TLS Secrets, made the way a user would (ebb cert).
+        certs = pathlib.Path(tmp) / "certs"
+        subprocess.run([ebb, "cert", "ca", "--dir", str(certs)], check=True, capture_output=True)
+        subprocess.run([ebb, "cert", "issue", "node", "--dir", str(certs), "--host", "localhost"],
+                       check=True, capture_output=True)
+        pem = {"ca.crt": certs / "ca.crt", "tls.crt": certs / "node.crt", "tls.key": certs / "node.key"}
         args = [expand(a, env) for a in c.get("args", [])]
         for vname, mpath in mounts.items():
             secret = volumes.get(vname, {}).get("secret")
@@ -69,7 +80,10 @@ def check_container(sts, configmaps, ebb, pod_index=0):
                 local = pathlib.Path(tmp) / vname
                 local.mkdir()
                 for item in secret.get("items", []):
-                    (local / item["path"]).write_text("stand-in secret\n")
+                    if item["key"] in pem:
+                        (local / item["path"]).write_bytes(pem[item["key"]].read_bytes())
+                    else:
+                        (local / item["path"]).write_text("stand-in secret\n")
                 args = [a.replace(mpath, str(local)) for a in args]
                 env = {k: v.replace(mpath, str(local)) for k, v in env.items()}
                 continue
@@ -89,10 +103,19 @@ def check_container(sts, configmaps, ebb, pod_index=0):
         r = subprocess.run([ebb, *args, "--check-config"], env=run_env, capture_output=True, text=True)
         if r.returncode != 0:
             fail(f"ebb {' '.join(args)} --check-config: {r.stderr.strip() or r.stdout.strip()}")
-        secrets = [v for v in volumes.values() if "secret" in v]
-        if secrets and "an admin password creates user admin" not in r.stdout:
+        if "auth" in mounts and "an admin password creates user admin" not in r.stdout:
             fail(f"the admin password Secret does not reach the server: {r.stdout}")
+        if tls_on != ("HTTPS and PostgreSQL TLS required" in r.stdout):
+            fail(f"the client TLS Secret and the server disagree: {r.stdout}")
+        if ("cluster-tls" in mounts) != ("cluster TLS: mutual TLS" in r.stdout):
+            fail(f"the cluster TLS Secret and the server disagree: {r.stdout}")
         return r.stdout
+
+
+def sts_port(docs, name):
+    (sts,) = [d for _, d in docs if d["kind"] == "StatefulSet"]
+    (c,) = [c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == "ebb"]
+    return next(p["containerPort"] for p in c["ports"] if p["name"] == name)
 
 
 def main():
@@ -119,6 +142,20 @@ def main():
                 fail("ServiceMonitor selects nothing")
             if eps[0].get("port") != "http" or eps[0].get("path") != "/metrics":
                 fail(f"ServiceMonitor scrapes {eps[0]}")
+        elif d["kind"] == "Certificate":
+            spec = d["spec"]
+            if not spec.get("secretName") or not spec.get("issuerRef", {}).get("name"):
+                fail("Certificate without secretName or issuerRef")
+            if "ebb-node" not in spec.get("dnsNames", []):
+                fail("the Certificate does not name ebb-node, which nodes verify each other against")
+            if set(spec.get("usages", [])) != {"server auth", "client auth"}:
+                fail(f"Certificate usages {spec.get('usages')}")
+        elif d["kind"] == "NetworkPolicy":
+            grpc = sts_port(docs, "grpc")
+            rules = [r for r in d["spec"]["ingress"] if any(p["port"] == grpc for p in r["ports"])]
+            if len(rules) != 1 or not all("podSelector" in f for f in rules[0].get("from", [])) \
+                    or not rules[0].get("from"):
+                fail(f"the NetworkPolicy admits the gRPC port from outside the release: {rules}")
         elif d["kind"] not in BUILT_IN:
             fail(f"unexpected kind {d['kind']}")
     configmaps = {d["metadata"]["name"]: d.get("data", {}) for _, d in docs if d["kind"] == "ConfigMap"}

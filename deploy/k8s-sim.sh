@@ -2,7 +2,8 @@
 # Simulates the Helm chart's StatefulSet on this machine with the real `ebb` binary: renders
 # the chart, runs each pod as a process with the rendered args, environment and config file,
 # a loopback address of its own and a directory per volume, then scales 3 -> 5 under writes
-# and deletes a pod (see deploy/k8s_sim.py). Runs in new user, mount and network namespaces:
+# and deletes a pod (see deploy/k8s_sim.py), secured: admin password, HTTPS and mutual TLS
+# between the nodes. Runs in new user, mount and network namespaces:
 # the pods' DNS names resolve through a private /etc/hosts and nothing touches the host's
 # network.
 #

@@ -9,6 +9,9 @@
 
 Each pod runs the real `ebb` binary with the container args and environment rendered by
 `helm template`, the ConfigMap mounted as a file, and a directory per PersistentVolumeClaim.
+The chart runs secured as the README tells users to run it: an admin password Secret, HTTPS
+and PostgreSQL TLS, and mutual TLS between the nodes, with certificates made by `ebb cert`
+standing in for the Secrets (mounted as files, as the kubelet would).
 The simulation then does what an operator would: install with 3 replicas, write, `helm upgrade
 --set replicas=5` (new pods start in order and the cluster rebalances onto them while writes
 continue), delete a pod (SIGKILL; the StatefulSet controller recreates it on the same volume),
@@ -16,12 +19,14 @@ and checks that no acknowledged row is lost and every node holds its share of sh
 """
 
 import argparse
+import base64
 import json
 import os
 import pathlib
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -33,6 +38,12 @@ import yaml
 
 NAMESPACE = "sim"
 RELEASE = "ebb"
+ADMIN_PASSWORD = "sim admin password"
+SECURED = [
+    "--set", "auth.existingSecret=ebb-admin",
+    "--set", "tls.existingSecret=ebb-tls",
+    "--set", "tls.clusterSecret=ebb-cluster-tls",
+]
 
 
 def log(msg):
@@ -48,7 +59,7 @@ def render(helm, chart, replicas, out):
     shutil.rmtree(out, ignore_errors=True)
     subprocess.run(
         [helm, "template", RELEASE, chart, "--namespace", NAMESPACE, "--set", f"replicas={replicas}",
-         "--set", "auth.insecure=true", "--output-dir", str(out)],
+         *SECURED, "--output-dir", str(out)],
         check=True,
         stdout=subprocess.DEVNULL,
     )
@@ -72,7 +83,7 @@ class Pod:
         self.proc = None
 
     def url(self):
-        return f"http://{self.ip}:{self.sim.ports['http']}"
+        return f"https://{self.ip}:{self.sim.ports['http']}"
 
     def start(self):
         self.pvc.mkdir(parents=True, exist_ok=True)
@@ -84,8 +95,15 @@ class Pod:
                 env[e["name"]] = expand(e["value"], env)
             elif e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.name":
                 env[e["name"]] = self.name
+        # Secrets as the kubelet mounts them: one directory per volume.
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        for m in c.get("volumeMounts", []):
+            secret = volumes.get(m["name"], {}).get("secret")
+            if secret:
+                local = str(self.sim.secret_dir(secret["secretName"]))
+                env = {k: v.replace(m["mountPath"] + "/", local + "/") for k, v in env.items()}
         args = [expand(a, env) for a in c["args"]]
-        args = [a.replace("/etc/ebb", str(self.sim.config_dir)) for a in args]
+        args = [a.replace("/etc/ebb/", str(self.sim.config_dir) + "/") for a in args]
         run_env = {k: v for k, v in os.environ.items() if not k.startswith("EBB_")}
         run_env.update(env)
         # The pod's own IP instead of 0.0.0.0, and its volume.
@@ -104,7 +122,7 @@ class Pod:
             if self.proc.poll() is not None:
                 fail(f"pod {self.name} exited with {self.proc.returncode}; see {self.name}.log")
             try:
-                with urllib.request.urlopen(self.url() + "/ready", timeout=2) as r:
+                with urllib.request.urlopen(self.url() + "/ready", timeout=2, context=self.sim.tls) as r:
                     if r.status == 200:
                         log(f"pod {self.name} ready")
                         return
@@ -136,6 +154,37 @@ class Sim:
         self.pods = []
         self.written = 0
         self.lock = threading.Lock()
+        self.make_secrets()
+
+    def make_secrets(self):
+        """The Secrets the chart is installed with: the admin password, and certificates."""
+        certs = self.work / "certs"
+        if not (certs / "ca.crt").exists():
+            subprocess.run([self.ebb, "cert", "ca", "--dir", str(certs)], check=True,
+                           stdout=subprocess.DEVNULL)
+            hosts = [a for i in range(16) for a in ("--host", f"127.0.10.{i + 1}")]
+            subprocess.run([self.ebb, "cert", "issue", "node", "--dir", str(certs), *hosts],
+                           check=True, stdout=subprocess.DEVNULL)
+        files = {
+            "ebb-admin": {"admin-password": ADMIN_PASSWORD.encode()},
+            "ebb-tls": {"tls.crt": (certs / "node.crt").read_bytes(),
+                        "tls.key": (certs / "node.key").read_bytes()},
+            "ebb-cluster-tls": {"ca.crt": (certs / "ca.crt").read_bytes(),
+                                "tls.crt": (certs / "node.crt").read_bytes(),
+                                "tls.key": (certs / "node.key").read_bytes()},
+        }
+        for name, items in files.items():
+            d = self.secret_dir(name)
+            d.mkdir(parents=True, exist_ok=True)
+            for key, data in items.items():
+                (d / key).write_bytes(data)
+                (d / key).chmod(0o600)
+        self.tls = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+        pair = base64.b64encode(f"admin:{ADMIN_PASSWORD}".encode()).decode()
+        self.auth = {"Authorization": f"Basic {pair}"}
+
+    def secret_dir(self, name):
+        return self.work / "secrets" / name
 
     def apply(self, replicas):
         """helm install/upgrade: renders, checks the manifests, and reconciles the pods."""
@@ -181,9 +230,9 @@ class Sim:
     def sql(self, pod, query):
         req = urllib.request.Request(
             pod.url() + "/v1/sql?db=public", data=query.encode(), method="POST",
-            headers={"Accept": "application/json"},
+            headers={"Accept": "application/json", **self.auth},
         )
-        with urllib.request.urlopen(req, timeout=30) as r:
+        with urllib.request.urlopen(req, timeout=30, context=self.tls) as r:
             return json.loads(r.read())
 
     def write(self, pod, batch):
@@ -191,8 +240,10 @@ class Sim:
             f"cpu,host=h{(batch * 7 + i) % 50} usage={i}.5 {1_700_000_000_000_000_000 + batch * 1000 + i}\n"
             for i in range(500)
         )
-        req = urllib.request.Request(pod.url() + "/write?db=public", data=lines.encode(), method="POST")
-        with urllib.request.urlopen(req, timeout=30) as r:
+        req = urllib.request.Request(
+            pod.url() + "/write?db=public", data=lines.encode(), method="POST", headers=self.auth
+        )
+        with urllib.request.urlopen(req, timeout=30, context=self.tls) as r:
             if r.status != 204:
                 raise RuntimeError(f"write answered {r.status}")
         with self.lock:
@@ -246,6 +297,15 @@ def main():
             fail(f"{sim.count(sim.pods[-1])} rows readable, {sim.written} written")
         ids = {p.name: (p.pvc / "node_id").read_text().strip() for p in sim.pods}
         log(f"{sim.written} rows written; node ids {ids}")
+        if len({(p.pvc / "cluster_id").read_text() for p in sim.pods}) != 1:
+            fail("the pods do not share one cluster id")
+        try:
+            urllib.request.urlopen(sim.pods[0].url() + "/v1/sql?db=public", data=b"SELECT 1",
+                                   timeout=10, context=sim.tls)
+            fail("SQL without credentials was answered")
+        except urllib.error.HTTPError as e:
+            if e.code != 401:
+                fail(f"SQL without credentials answered {e.code}, not 401")
 
         # Scale out while a writer keeps going.
         stop = threading.Event()

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs an EbbDB cluster on this machine: every node on loopback ports with its own data
-# directory.
+# directory, secured as a production cluster is: user `admin` with a generated password
+# ($EBB_CLUSTER_DIR/admin.pw), HTTPS and PostgreSQL TLS, and mutual TLS between the nodes, all
+# with certificates `ebb cert` makes in $EBB_CLUSTER_DIR/certs (EBB_LOCAL_PLAIN=1: none of it).
 #
 #   deploy/local-cluster.sh N         start N nodes (the first creates the cluster)
 #   deploy/local-cluster.sh add       start one more node; it joins and gets a share of shards
@@ -12,7 +14,7 @@
 # Environment: EBB_BIN (the ebb binary; default: the newer of target/release/ebb and
 # target/debug/ebb, else ebb on PATH), EBB_CLUSTER_DIR (default ./ebb-cluster), EBB_PORT_BASE (default 7100:
 # node I serves HTTP on base+I, gRPC on base+100+I and PostgreSQL on base+200+I), EBB_SHARDS,
-# EBB_REPLICATION.
+# EBB_REPLICATION, EBB_LOCAL_PLAIN.
 set -euo pipefail
 
 dir=${EBB_CLUSTER_DIR:-./ebb-cluster}
@@ -29,6 +31,9 @@ else
 fi
 [[ -n $bin && -x $bin ]] || { echo "no ebb binary: build it (cargo build --release -p ebb-node) or set EBB_BIN" >&2; exit 1; }
 
+plain=${EBB_LOCAL_PLAIN:-}
+scheme=https
+[[ -n $plain ]] && scheme=http
 http() { echo "127.0.0.1:$((base + $1))"; }
 grpc() { echo "127.0.0.1:$((base + 100 + $1))"; }
 count() { ls -d "$dir"/n*/ 2>/dev/null | wc -l; }
@@ -42,9 +47,32 @@ running() {
   [[ ${stat:0:1} != Z && ${stat:0:1} != X ]]
 }
 
+# The CA, one certificate for every node (it names 127.0.0.1 and `ebb-node`), and the admin
+# password, made once.
+secure() {
+  [[ -n $plain ]] && return 0
+  mkdir -p "$dir"
+  if [[ ! -f $dir/certs/ca.crt ]]; then
+    "$bin" cert ca --dir "$dir/certs" >/dev/null
+    "$bin" cert issue node --dir "$dir/certs" --host 127.0.0.1 --host localhost >/dev/null
+  fi
+  if [[ ! -f $dir/admin.pw ]]; then
+    (umask 077 && head -c 18 /dev/urandom | base64 >"$dir/admin.pw")
+  fi
+}
+
+security_args() {
+  [[ -n $plain ]] && return 0
+  local c=$dir/certs
+  echo --tls-cert "$c/node.crt" --tls-key "$c/node.key" --cluster-ca "$c/ca.crt" \
+    --cluster-cert "$c/node.crt" --cluster-key "$c/node.key" --admin-password-file "$dir/admin.pw"
+}
+
 wait_ready() {
+  local ca=()
+  [[ -z $plain ]] && ca=(--cacert "$dir/certs/ca.crt")
   for _ in $(seq 1 300); do
-    if curl -sf "http://$(http "$1")/health" >/dev/null 2>&1; then return 0; fi
+    if curl -sf "${ca[@]}" "$scheme://$(http "$1")/health" >/dev/null 2>&1; then return 0; fi
     running "$1" || { echo "node $1 exited; see $dir/n$1.log" >&2; tail -5 "$dir/n$1.log" >&2; return 1; }
     sleep 0.1
   done
@@ -55,7 +83,10 @@ wait_ready() {
 start_node() {
   local i=$1 args=()
   if running "$i"; then echo "node $i is already running"; return 0; fi
+  secure
   mkdir -p "$dir/n$i"
+  # shellcheck disable=SC2207
+  args+=($(security_args))
   if [[ ! -f $dir/n$i/node_id ]]; then
     if [[ $i == 1 ]]; then
       args+=(--cluster)
@@ -67,7 +98,7 @@ start_node() {
     --pg-addr "127.0.0.1:$((base + 200 + i))" ${args[@]+"${args[@]}"} >>"$dir/n$i.log" 2>&1 &
   echo $! >"$dir/n$i.pid"
   wait_ready "$i"
-  echo "node $i: HTTP http://$(http "$i")  PostgreSQL 127.0.0.1:$((base + 200 + i))  gRPC $(grpc "$i")  data $dir/n$i  log $dir/n$i.log"
+  echo "node $i: HTTP $scheme://$(http "$i")  PostgreSQL 127.0.0.1:$((base + 200 + i))  gRPC $(grpc "$i")  data $dir/n$i  log $dir/n$i.log"
 }
 
 case ${1:-} in
@@ -94,7 +125,7 @@ case ${1:-} in
     for d in "$dir"/n*/; do
       i=${d%/}; i=${i##*/n}
       state=stopped; running "$i" && state=running
-      echo "node $i: $state  HTTP http://$(http "$i")  id $(cat "$d/node_id" 2>/dev/null || echo '?')"
+      echo "node $i: $state  HTTP $scheme://$(http "$i")  id $(cat "$d/node_id" 2>/dev/null || echo '?')"
     done
     ;;
   ''|-h|--help)
@@ -104,13 +135,26 @@ case ${1:-} in
     n=$1
     [[ $n =~ ^[0-9]+$ && $n -ge 1 ]] || { echo "usage: $0 N|add|kill I|start I|stop|status" >&2; exit 2; }
     for i in $(seq 1 "$n"); do start_node "$i"; done
-    cat <<MSG
+    if [[ -n $plain ]]; then
+      cat <<MSG
 
-$n nodes running. Write and query through any of them, e.g.:
+$n nodes running, without TLS or passwords. Write and query through any of them, e.g.:
   curl -XPOST 'http://$(http 1)/write?db=demo' --data-binary 'cpu,host=a usage=0.5'
   curl -XPOST 'http://$(http "$n")/v1/sql?db=demo' -H 'Accept: text/plain' --data 'SELECT * FROM cpu'
-  curl -XPOST 'http://$(http 1)/v1/sql' -H 'Accept: text/plain' --data 'SELECT * FROM system.shards'
 Add a node: $0 add    Stop all: $0 stop
 MSG
-    ;;
+    else
+      ca=$(cd "$dir/certs" && pwd)/ca.crt
+      cat <<MSG
+
+$n nodes running with TLS, mutual TLS between them, and user admin (password in $dir/admin.pw).
+For ebb sql, ebb import, ebb erase, ebb audit:
+  export EBB_URL=https://$(http 1) EBB_CA_CERT=$ca EBB_USER=admin EBB_PASSWORD="\$(cat $dir/admin.pw)"
+Then, e.g.:
+  curl --cacert $ca -u "admin:\$EBB_PASSWORD" -XPOST 'https://$(http 1)/write?db=demo' --data-binary 'cpu,host=a usage=0.5'
+  ebb sql --db demo -c 'SELECT * FROM cpu'
+  PGPASSWORD="\$EBB_PASSWORD" psql "host=127.0.0.1 port=$((base + 201)) user=admin dbname=demo sslmode=verify-full sslrootcert=$ca"
+Add a node: $0 add    Stop all: $0 stop
+MSG
+    fi    ;;
 esac

@@ -5,7 +5,9 @@
 #      Kubernetes schemas (kubernetes-validate, --strict); the ServiceMonitor is a CRD without a
 #      bundled schema and is checked for its required fields instead;
 #   3. the rendered container args, environment and config file accepted by
-#      `ebb server --check-config` (and the image's default config file, deploy/docker/).
+#      `ebb server --check-config` (and the image's default config file, deploy/docker/), with
+#      certificates made by `ebb cert` standing in for the TLS Secrets; the admin password and
+#      TLS Secrets must reach the server, the NetworkPolicy must keep gRPC to the release's pods.
 #
 # Environment: HELM (default: helm on PATH or ~/go/bin/helm), EBB_BIN (default: target/debug/ebb),
 # KUBERNETES_VALIDATE (default: kubernetes-validate on PATH), K8S_VERSION (default 1.34.0).
@@ -27,7 +29,9 @@ value_sets=(
   "$auth --set persistence.storageClass=fast-ssd --set persistence.size=500Gi --set deleteDeadline=1h"
   "$auth --set serviceMonitor.enabled=true --set podDisruptionBudget.enabled=false --set service.type=LoadBalancer"
   "$auth --set defaultRetention=30d --set logFormat=text --set image.tag=0.1.0-test --set auth.secretKey=pw"
-  "--set auth.insecure=true"
+  "$auth --set tls.existingSecret=ebb-tls --set tls.clusterSecret=ebb-cluster-tls"
+  "$auth --set tls.certManager.enabled=true --set tls.certManager.issuerRef.name=ebb-ca --set networkPolicy.clientFrom[0].namespaceSelector.matchLabels.team=metrics"
+  "--set auth.insecure=true --set networkPolicy.enabled=false"
 )
 
 # Without an admin password or auth.insecure the chart refuses to render.

@@ -44,3 +44,21 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- join "," $seeds -}}
 {{- end -}}
+
+{{/* The Secret with the client ports' certificate ("" for none). */}}
+{{- define "ebb.tlsSecret" -}}
+{{- if .Values.tls.existingSecret -}}
+{{- .Values.tls.existingSecret -}}
+{{- else if .Values.tls.certManager.enabled -}}
+{{- printf "%s-tls" (include "ebb.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret with the cluster CA and the nodes' certificate ("" for none). */}}
+{{- define "ebb.clusterSecret" -}}
+{{- if .Values.tls.clusterSecret -}}
+{{- .Values.tls.clusterSecret -}}
+{{- else if .Values.tls.certManager.enabled -}}
+{{- printf "%s-tls" (include "ebb.fullname" .) -}}
+{{- end -}}
+{{- end -}}

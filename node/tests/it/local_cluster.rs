@@ -1,6 +1,7 @@
 //! Three `ebb server` processes started by `deploy/local-cluster.sh`: a node killed with
 //! SIGKILL loses nothing acknowledged, the others go on serving writes and SQL, and the node
-//! restarts from its data directory and catches up. Then a fourth node joins.
+//! restarts from its data directory and catches up. Then a fourth node joins. The script runs
+//! the cluster secured (HTTPS, mutual TLS between nodes, user `admin`), as a user gets it.
 
 #![allow(clippy::unwrap_used)]
 
@@ -31,7 +32,32 @@ impl LocalCluster {
     }
 
     fn url(&self, node: u16) -> String {
-        format!("http://127.0.0.1:{}", self.base + node)
+        format!("https://127.0.0.1:{}", self.base + node)
+    }
+
+    /// A POST to `url` as `admin`, trusting only the script's CA.
+    fn post(&self, url: &str) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
+        use base64::Engine;
+        let pw = std::fs::read_to_string(self.dir.path().join("admin.pw")).unwrap();
+        let pair = base64::engine::general_purpose::STANDARD.encode(format!("admin:{}", pw.trim()));
+        self.agent().post(url).header("Authorization", &format!("Basic {pair}"))
+    }
+
+    fn agent(&self) -> ureq::Agent {
+        let pem = std::fs::read(self.dir.path().join("certs/ca.crt")).unwrap();
+        let certs: Vec<_> = ureq::tls::parse_pem(&pem)
+            .filter_map(|i| match i {
+                Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+                _ => None,
+            })
+            .collect();
+        let roots = ureq::tls::RootCerts::Specific(std::sync::Arc::new(certs));
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(60)))
+            .tls_config(ureq::tls::TlsConfig::builder().root_certs(roots).build())
+            .build()
+            .into()
     }
 }
 
@@ -41,17 +67,9 @@ impl Drop for LocalCluster {
     }
 }
 
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(60)))
-        .build()
-        .into()
-}
-
 fn write(c: &LocalCluster, node: u16, body: &str) {
     let url = format!("{}/write?db=demo&precision=s", c.url(node));
-    let mut r = agent().post(&url).send(body).unwrap();
+    let mut r = c.post(&url).send(body).unwrap();
     let status = r.status().as_u16();
     let text = r.body_mut().read_to_string().unwrap_or_default();
     assert_eq!(status, 204, "write through node {node}: {text}");
@@ -75,7 +93,7 @@ fn until(c: &LocalCluster, node: u16, sql: &str, want: u64) {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut last = String::new();
     while Instant::now() < deadline {
-        if let Ok(mut r) = agent().post(&url).header("Accept", "text/csv").send(sql) {
+        if let Ok(mut r) = c.post(&url).header("Accept", "text/csv").send(sql) {
             last = r.body_mut().read_to_string().unwrap_or_default();
             if last.lines().nth(1).map(str::trim) == Some(&want.to_string()) {
                 return;
@@ -95,7 +113,10 @@ fn a_sigkilled_node_loses_nothing_and_a_new_node_joins() {
     let base = 20_000 + (std::process::id() % 900) as u16 * 10;
     let c = LocalCluster { dir: tempfile::tempdir().unwrap(), base };
     let started = c.script(&["3"]);
-    assert!(started.contains("3 nodes running"), "{started}");
+    assert!(started.contains("3 nodes running with TLS"), "{started}");
+    // Nothing is answered without credentials.
+    let anonymous = c.agent().post(&format!("{}/v1/sql?db=demo", c.url(2))).send("SELECT 1");
+    assert_eq!(anonymous.unwrap().status().as_u16(), 401);
     write(&c, 1, &lines(0, 400));
     count(&c, 3, 400);
     // Every shard replicated on all three before a node is lost.
@@ -119,7 +140,7 @@ fn a_sigkilled_node_loses_nothing_and_a_new_node_joins() {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         // The rebalancer gives the new node a share: 12 replicas over 4 nodes.
-        let body = agent()
+        let body = c
             .post(&url)
             .header("Accept", "text/csv")
             .send(q)
