@@ -15,6 +15,10 @@ use crate::http::AppState;
 /// An oversized body longer than this is not drained; the connection is closed instead.
 pub const DRAIN_BYTES: usize = 64 << 20;
 
+/// Longest wait for the next piece of a request body: a client that stops sending mid-body
+/// is answered 408 instead of holding its handler (headers have hyper's 30 s limit).
+pub const BODY_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A request body of at most [`AppState::max_body_bytes`], or why it was refused.
 pub struct LimitedBody(pub Result<Bytes, (StatusCode, String)>);
 
@@ -36,7 +40,17 @@ impl FromRequest<AppState> for LimitedBody {
         let mut stream = req.into_body().into_data_stream();
         let mut buf = Vec::with_capacity(declared.unwrap_or(0).min(limit));
         let mut seen = 0usize;
-        while let Some(chunk) = stream.next().await {
+        loop {
+            let chunk = match tokio::time::timeout(BODY_IDLE, stream.next()).await {
+                Ok(Some(c)) => c,
+                Ok(None) => break,
+                Err(_) => {
+                    return Ok(LimitedBody(Err((
+                        StatusCode::REQUEST_TIMEOUT,
+                        format!("the body stalled for {} s", BODY_IDLE.as_secs()),
+                    ))))
+                }
+            };
             let chunk = match chunk {
                 Ok(c) => c,
                 Err(e) => {

@@ -92,6 +92,10 @@ enum Command {
         /// Open connections per client port [default: 1024; env EBB_MAX_CONNECTIONS].
         #[arg(long)]
         max_connections: Option<usize>,
+        /// Requests that may run statements at once; more wait up to 30 s for a turn
+        /// [default: 64; env EBB_MAX_STATEMENTS].
+        #[arg(long)]
+        max_statements: Option<usize>,
         /// Certificate chain (PEM) for HTTPS and PostgreSQL TLS, which then become required
         /// [env EBB_TLS_CERT]. Reloaded when the file changes or on SIGHUP.
         #[arg(long)]
@@ -290,6 +294,7 @@ fn main() -> ExitCode {
             server_memory,
             statement_timeout,
             max_connections,
+            max_statements,
             tls_cert,
             tls_key,
             cluster_ca,
@@ -318,6 +323,7 @@ fn main() -> ExitCode {
                 server_memory,
                 statement_timeout,
                 max_connections,
+                max_statements,
                 tls_cert,
                 tls_key,
                 cluster_ca,
@@ -439,10 +445,11 @@ fn check(file: Option<PathBuf>, flags: Overrides) -> Result<(), NodeError> {
     };
     println!("  access: {access}");
     println!(
-        "  statements: {} MiB each, {} MiB together, timeout {}; {} connections per port",
+        "  statements: {} MiB each, {} MiB together, timeout {}, {} at once; {} connections per port",
         c.limits.query_memory_bytes >> 20,
         c.limits.server_memory_bytes >> 20,
         d(c.limits.statement_timeout),
+        c.limits.max_statements,
         c.max_connections
     );
     let tls = match &c.tls {

@@ -215,7 +215,7 @@ impl ClusterNode {
             crate::tls::conn::incoming(listener, cfg.server_tls.clone(), cfg.max_connections)?;
         let check = RequireClusterId::new(conns.clone());
         tasks.push(tokio::spawn(async move {
-            let res = tonic::transport::Server::builder()
+            let res = crate::grpc::builder()
                 .layer(check)
                 .add_service(health)
                 .add_service(raft_svc)

@@ -27,6 +27,7 @@
 //! query_memory = "512MiB"       # memory one statement may hold (it spills or fails beyond)
 //! server_memory = "2GiB"         # memory all running statements may hold together
 //! statement_timeout = "300s"     # how long a statement may run ("none": no limit)
+//! max_statements = 64            # requests running statements at once (more wait up to 30 s)
 //! max_connections = 1024         # open connections per client port (HTTP, PostgreSQL)
 //! # TLS (reloaded when the files change or on SIGHUP):
 //! tls_cert = "/etc/ebb/tls/tls.crt"  # HTTPS and PostgreSQL TLS (then required on both)
@@ -237,6 +238,8 @@ pub struct Overrides {
     pub statement_timeout: Option<String>,
     /// See [`Config::max_connections`].
     pub max_connections: Option<usize>,
+    /// Requests that may run statements at once.
+    pub max_statements: Option<usize>,
     /// Certificate chain of the client ports (PEM).
     pub tls_cert: Option<PathBuf>,
     /// Its key.
@@ -275,6 +278,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("EBB_SERVER_MEMORY", "server_memory"),
     ("EBB_STATEMENT_TIMEOUT", "statement_timeout"),
     ("EBB_MAX_CONNECTIONS", "max_connections"),
+    ("EBB_MAX_STATEMENTS", "max_statements"),
     ("EBB_TLS_CERT", "tls_cert"),
     ("EBB_TLS_KEY", "tls_key"),
     ("EBB_CLUSTER_CA", "cluster_ca"),
@@ -346,9 +350,14 @@ impl Overrides {
                 "EBB_QUERY_MEMORY" => o.query_memory = Some(v),
                 "EBB_SERVER_MEMORY" => o.server_memory = Some(v),
                 "EBB_STATEMENT_TIMEOUT" => o.statement_timeout = Some(v),
-                "EBB_MAX_CONNECTIONS" => {
-                    o.max_connections =
-                        Some(v.parse().map_err(|_| bad(format!("{var}: not a number: {v:?}")))?)
+                "EBB_MAX_CONNECTIONS" | "EBB_MAX_STATEMENTS" => {
+                    let n =
+                        Some(v.parse().map_err(|_| bad(format!("{var}: not a number: {v:?}")))?);
+                    if *var == "EBB_MAX_CONNECTIONS" {
+                        o.max_connections = n;
+                    } else {
+                        o.max_statements = n;
+                    }
                 }
                 "EBB_TLS_CERT" => o.tls_cert = Some(PathBuf::from(v)),
                 "EBB_TLS_KEY" => o.tls_key = Some(PathBuf::from(v)),
@@ -487,6 +496,12 @@ impl Overrides {
                 return Err(bad("max_connections must be positive"));
             }
             c.max_connections = n;
+        }
+        if let Some(n) = self.max_statements {
+            if n == 0 {
+                return Err(bad("max_statements must be positive"));
+            }
+            c.limits.max_statements = n;
         }
         if let Some(f) = &self.log_format {
             c.log_format = match f.as_str() {

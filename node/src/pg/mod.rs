@@ -271,6 +271,10 @@ fn special(sql: &str) -> Option<Special> {
         "ROLLBACK" | "ABORT" => Special::End("ROLLBACK"),
         "SAVEPOINT" => Special::Tag("SAVEPOINT"),
         "RELEASE" => Special::Tag("RELEASE"),
+        // The session's own settings (statement_timeout) go to the front door.
+        "SET" | "RESET" if words.iter().skip(1).take(2).any(|w| w == "STATEMENT_TIMEOUT") => {
+            return None
+        }
         "SET" if !second.starts_with("DATAFUSION.") => Special::Tag("SET"),
         "RESET" => Special::Tag("RESET"),
         "DISCARD" => Special::Tag("DISCARD ALL"),

@@ -1,5 +1,7 @@
 //! Resource limits against hostile or careless clients: a prepared statement naming a huge
-//! placeholder number is refused, and the server keeps serving.
+//! placeholder number is refused, and the server keeps serving; statements over their memory or
+//! time fail alone; a session shortens its own time limit; requests beyond the running-statement
+//! limit wait their turn.
 
 use crate::common::loopback;
 use ebb_node::server::Server;
@@ -40,6 +42,7 @@ async fn statements_over_their_memory_or_time_fail_while_others_run() {
         server_memory_bytes: 64 << 20,
         query_memory_bytes: 4 << 20,
         statement_timeout: Some(Duration::from_secs(2)),
+        max_statements: 64,
     };
     let server = Server::start(&Config { limits, ..loopback(dir.path()) }).await.expect("start");
     let (http, pg_port) = (server.http_addr, server.pg_addr.port());
@@ -87,6 +90,70 @@ async fn statements_over_their_memory_or_time_fail_while_others_run() {
             };
             assert_eq!(rows, 300_000, "{accept}");
         }
+    })
+    .await
+    .expect("checks");
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sessions_set_their_timeout_and_statements_take_turns() {
+    use crate::common::Http;
+    use ebb_node::config::Config;
+    use ebb_query::front::Limits;
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let limits = Limits {
+        statement_timeout: Some(Duration::from_secs(60)),
+        max_statements: 1,
+        ..Limits::default()
+    };
+    let server = Server::start(&Config { limits, ..loopback(dir.path()) }).await.expect("start");
+    let (http, pg_port) = (server.http_addr, server.pg_addr.port());
+    tokio::task::spawn_blocking(move || {
+        let slow = "SELECT count(*) FROM generate_series(1, 50000000000)";
+        // psql: the session's own limit, shown, then reset to the server's.
+        let start = Instant::now();
+        let (ok, out, err) = crate::common::psql(
+            pg_port,
+            &format!("SET statement_timeout = '300ms'; SHOW statement_timeout; {slow}"),
+        );
+        assert!(!ok && err.contains("statement_timeout"), "{out} {err}");
+        assert!(out.contains("300ms"), "{out}");
+        assert!(start.elapsed() < Duration::from_secs(20), "the session's limit applied");
+        let (ok, out, err) = crate::common::psql(
+            pg_port,
+            "SET statement_timeout TO 5000; RESET statement_timeout; SHOW statement_timeout",
+        );
+        assert!(ok && out.ends_with("60s"), "{out} {err}");
+        // A session cannot lift the server's limit.
+        let (ok, out, _) =
+            crate::common::psql(pg_port, "SET statement_timeout = '2h'; SHOW statement_timeout");
+        assert!(ok && out.ends_with("60s"), "{out}");
+        let (ok, _, err) = crate::common::psql(pg_port, "SET statement_timeout = 'soon'");
+        assert!(!ok && err.contains("not a duration"), "{err}");
+        // HTTP: the setting holds for the rest of the request.
+        let h = Http::new(http);
+        let (status, body) = h.sql(&format!("SET statement_timeout = 200; {slow}"));
+        assert_eq!(status, 503, "{body}");
+        assert!(body.contains("statement_timeout"), "{body}");
+        // One statement at a time: a second request waits for the first, then runs.
+        std::thread::scope(|s| {
+            let first = s.spawn(|| {
+                let t = Instant::now();
+                let r = h.sql(&format!("SET statement_timeout = '1s'; {slow}"));
+                (r, t.elapsed())
+            });
+            std::thread::sleep(Duration::from_millis(200));
+            let t = Instant::now();
+            assert_eq!(h.count("SELECT count(*) AS c FROM generate_series(1, 10)"), 10);
+            let waited = t.elapsed();
+            let ((status, _), ran) = first.join().expect("first");
+            assert_eq!(status, 503);
+            assert!(ran >= Duration::from_millis(900), "{ran:?}");
+            assert!(waited >= Duration::from_millis(500), "the second waited its turn: {waited:?}");
+        });
     })
     .await
     .expect("checks");

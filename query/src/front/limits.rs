@@ -27,6 +27,20 @@ pub struct Limits {
     pub query_memory_bytes: usize,
     /// How long a statement may run (`None`: as long as it takes).
     pub statement_timeout: Option<Duration>,
+    /// Requests that may run statements at once; more wait up to [`SLOT_WAIT`] for a slot.
+    pub max_statements: usize,
+}
+
+/// How long a request waits for a slot among the running ones before it is refused.
+pub const SLOT_WAIT: Duration = Duration::from_secs(30);
+
+/// The error of a request that found no slot.
+pub fn too_busy(max: usize) -> DataFusionError {
+    DataFusionError::ResourcesExhausted(format!(
+        "the server is running its {max} statements at once (max_statements) and none \
+         finished within {} s; try again",
+        SLOT_WAIT.as_secs()
+    ))
 }
 
 impl Default for Limits {
@@ -35,6 +49,7 @@ impl Default for Limits {
             server_memory_bytes: 2 << 30,
             query_memory_bytes: 512 << 20,
             statement_timeout: Some(Duration::from_secs(300)),
+            max_statements: 64,
         }
     }
 }
@@ -127,17 +142,28 @@ pub fn timed_out(timeout: Duration) -> DataFusionError {
     ))
 }
 
-/// `stream`, failing at `deadline` (an instant, and the timeout it ends, for the message).
+/// `stream`, failing at `deadline` (an instant, and the timeout it ends, for the message), and
+/// holding `slot` (a running statement's) until it ends or is dropped.
 pub fn with_deadline(
     stream: SendableRecordBatchStream,
     deadline: Option<(tokio::time::Instant, Duration)>,
+    slot: Option<Arc<tokio::sync::OwnedSemaphorePermit>>,
 ) -> SendableRecordBatchStream {
-    let Some((at, timeout)) = deadline else { return stream };
     let schema = stream.schema();
+    let Some((at, timeout)) = deadline else {
+        let Some(slot) = slot else { return stream };
+        let mut stream = stream;
+        let out = futures::stream::poll_fn(move |cx| {
+            let _held = &slot;
+            stream.poll_next_unpin(cx)
+        });
+        return Box::pin(RecordBatchStreamAdapter::new(schema, out));
+    };
     let mut timer = Box::pin(tokio::time::sleep_until(at));
     let mut stream = stream;
     let mut expired = false;
     let out = futures::stream::poll_fn(move |cx| {
+        let _held = &slot;
         if expired {
             return std::task::Poll::Ready(None);
         }

@@ -13,6 +13,7 @@ mod admin;
 pub mod authorize;
 pub mod limits;
 mod principal;
+pub mod settings;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -37,6 +38,7 @@ use crate::WriteSummary;
 
 pub use limits::Limits;
 pub use principal::{Credentials, Principal, Protocol};
+use settings::SessionSettings;
 
 /// What a front door serves.
 #[derive(Clone)]
@@ -97,6 +99,8 @@ pub struct FrontDoor {
     limits: Limits,
     /// The memory pool, temporary files and caches every statement draws on.
     runtime: Arc<datafusion::execution::runtime_env::RuntimeEnv>,
+    /// Requests running statements (`Limits::max_statements`).
+    running: Arc<tokio::sync::Semaphore>,
 }
 
 /// What the front door counts for `/metrics`.
@@ -146,8 +150,19 @@ impl FrontDoor {
             shared: Mutex::new(HashMap::new()),
             counters: Counters::default(),
             runtime: limits::server_runtime(&limits)?,
+            running: Arc::new(tokio::sync::Semaphore::new(limits.max_statements.max(1))),
             limits,
         }))
+    }
+
+    /// A slot among the requests running statements, waited for at most
+    /// [`limits::SLOT_WAIT`].
+    async fn slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit> {
+        let wait = self.running.clone().acquire_owned();
+        match tokio::time::timeout(limits::SLOT_WAIT, wait).await {
+            Ok(Ok(p)) => Ok(p),
+            _ => Err(limits::too_busy(self.limits.max_statements).into()),
+        }
     }
 
     /// Counts and logs a failed login that a protocol checked itself (a SCRAM exchange).
@@ -270,7 +285,8 @@ impl FrontDoor {
     /// A session of its own for `who` (a connection's, whose `SET`s last as long as it does),
     /// with `database` as its default database.
     pub fn open(self: &Arc<Self>, who: Principal, database: &str) -> Session {
-        Session { door: self.clone(), who, sql: Arc::new(self.new_sql(database)) }
+        let sql = Arc::new(self.new_sql(database));
+        Session { door: self.clone(), who, sql, settings: Arc::default() }
     }
 
     /// A session for one stateless request of `who` that runs `sql`: shared with other
@@ -293,7 +309,7 @@ impl FrontDoor {
                 s
             }
         };
-        Session { door: self.clone(), who, sql: s }
+        Session { door: self.clone(), who, sql: s, settings: Arc::default() }
     }
 
     /// Writes a line-protocol request of `who` to `database`: checked whole first (a bad line
@@ -349,6 +365,7 @@ pub struct Session {
     door: Arc<FrontDoor>,
     who: Principal,
     sql: Arc<Sql>,
+    settings: Arc<Mutex<SessionSettings>>,
 }
 
 impl Session {
@@ -396,16 +413,39 @@ impl Session {
                 Sql::Cluster(s) => s.execute_by(sql, &issuer).await?,
             }]);
         }
+        if settings::is_reset(sql) {
+            self.settings.lock().statement_timeout = None;
+            return Ok(vec![crate::sql::command_output("RESET")]);
+        }
         let statements = DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {})
             .map_err(|e| QueryError::invalid(format!("SQL syntax: {e}")))?;
         // Every statement is checked before any runs.
+        let mut kinds = Vec::with_capacity(statements.len());
         for s in &statements {
-            self.authorize(s)?;
+            let setting = match s {
+                DfStatement::Statement(st) => settings::setting(st)?,
+                _ => None,
+            };
+            if setting.is_none() {
+                self.authorize(s)?;
+            }
+            kinds.push(setting);
         }
+        // One slot of the server's running statements for the request, held until every
+        // output is consumed or dropped.
+        let slot = match kinds.iter().any(Option::is_none) {
+            true => Some(Arc::new(self.door.slot().await?)),
+            false => None,
+        };
         let issuer = self.who.to_string();
-        let timeout = self.door.limits.statement_timeout;
         let mut out = Vec::with_capacity(statements.len());
-        for s in statements {
+        for (s, setting) in statements.into_iter().zip(kinds) {
+            let server = self.door.limits.statement_timeout;
+            if let Some(setting) = setting {
+                out.push(settings::apply(setting, &mut self.settings.lock(), server));
+                continue;
+            }
+            let timeout = self.settings.lock().timeout(server);
             // Only reads are cut off: a write, delete or DDL goes on in the engine once begun,
             // so calling it canceled would be untrue.
             let deadline =
@@ -422,7 +462,7 @@ impl Session {
                     .map_err(|_| QueryError::from(limits::timed_out(t)))??,
                 None => run.await?,
             };
-            o.stream = limits::with_deadline(o.stream, deadline);
+            o.stream = limits::with_deadline(o.stream, deadline, slot.clone());
             out.push(o);
         }
         Ok(out)
