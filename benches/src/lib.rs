@@ -18,5 +18,6 @@ pub mod range_delete_plot;
 pub mod range_delete_report;
 pub mod report;
 pub mod rocksdb;
+pub mod security;
 pub mod tsbs;
 pub mod workload;

@@ -15,7 +15,7 @@ use crate::report::{Better, Comparison};
 use crate::workload::rng;
 
 /// 2016-01-01T00:00:00Z, TSBS's default start, in seconds.
-const START_S: i64 = 1_451_606_400;
+pub const START_S: i64 = 1_451_606_400;
 /// Seconds between two points of a host.
 const INTERVAL_S: i64 = 10;
 

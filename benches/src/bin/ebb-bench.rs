@@ -15,6 +15,25 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// What TLS and authentication cost: ingest and a small query on a plain server and on one
+    /// with HTTPS and a bearer token, same data, same run.
+    Security {
+        /// Data set, hosts x hours.
+        #[arg(long, default_value = "200x6")]
+        set: String,
+        /// Concurrent writers.
+        #[arg(long, default_value_t = 4)]
+        clients: usize,
+        /// Runs of the query per round (median).
+        #[arg(long, default_value_t = 200)]
+        reps: usize,
+        /// Rounds (plain and secured alternate); RESULT lines report the medians.
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+        /// Working directory (default: a temporary directory, removed afterwards).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// RocksDB's db_bench workload (fillrandom, readrandom, seekrandom) on EbbDB and on db_bench.
     Engine {
         /// Keys written by fillrandom.
@@ -317,6 +336,24 @@ fn main() {
             if let Err(e) = ebb_benches::erasure::run(&work, &s) {
                 eprintln!("error: {e}");
                 std::process::exit(1);
+            }
+        }
+        Cmd::Security { set, clients, reps, repeat, dir } => {
+            let mut tmp = None;
+            let work = work_dir(dir, &mut tmp);
+            let ds = dataset(&set);
+            match ebb_benches::security::security(
+                &work,
+                ds,
+                clients.max(1),
+                reps.max(1),
+                repeat.max(1),
+            ) {
+                Ok(results) => results.iter().for_each(|c| println!("{}", c.line())),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    std::process::exit(1);
+                }
             }
         }
         Cmd::Query { set, reps, dir } => {
