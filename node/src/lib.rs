@@ -9,6 +9,8 @@
 //! - [`cli`]: `ebb sql` and `ebb import`, HTTP clients of a running server.
 //! - [`security`]: the `admin` user from the configured password, and the refusal to serve
 //!   other machines without users.
+//! - [`tls`]: TLS on the client ports, mutual TLS and the cluster id on the cluster port,
+//!   certificates reloaded when their files change, and `ebb cert`.
 //!
 //! Every protocol reaches the data through `ebb_query::front::FrontDoor`, which authenticates
 //! and authorizes once for all of them; the cluster's SQL runs in `ebb_query::cluster` over the
