@@ -112,6 +112,11 @@ def check_container(sts, configmaps, ebb, pod_index=0):
         return r.stdout
 
 
+def sts_volumes(docs):
+    (sts,) = [d for _, d in docs if d["kind"] == "StatefulSet"]
+    return sts["spec"]["template"]["spec"].get("volumes", [])
+
+
 def sts_port(docs, name):
     (sts,) = [d for _, d in docs if d["kind"] == "StatefulSet"]
     (c,) = [c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == "ebb"]
@@ -142,6 +147,9 @@ def main():
                 fail("ServiceMonitor selects nothing")
             if eps[0].get("port") != "http" or eps[0].get("path") != "/metrics":
                 fail(f"ServiceMonitor scrapes {eps[0]}")
+            tls_on = any(v.get("name") == "tls" for v in sts_volumes(docs))
+            if (eps[0].get("scheme", "http") == "https") != tls_on:
+                fail(f"ServiceMonitor scheme {eps[0].get('scheme', 'http')} while client TLS is {tls_on}")
         elif d["kind"] == "Certificate":
             spec = d["spec"]
             if not spec.get("secretName") or not spec.get("issuerRef", {}).get("name"):

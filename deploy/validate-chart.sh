@@ -29,7 +29,7 @@ value_sets=(
   "$auth --set persistence.storageClass=fast-ssd --set persistence.size=500Gi --set deleteDeadline=1h"
   "$auth --set serviceMonitor.enabled=true --set podDisruptionBudget.enabled=false --set service.type=LoadBalancer"
   "$auth --set defaultRetention=30d --set logFormat=text --set image.tag=0.1.0-test --set auth.secretKey=pw"
-  "$auth --set tls.existingSecret=ebb-tls --set tls.clusterSecret=ebb-cluster-tls"
+  "$auth --set tls.existingSecret=ebb-tls --set tls.clusterSecret=ebb-cluster-tls --set serviceMonitor.enabled=true"
   "$auth --set tls.certManager.enabled=true --set tls.certManager.issuerRef.name=ebb-ca --set networkPolicy.clientFrom[0].namespaceSelector.matchLabels.team=metrics"
   "--set auth.insecure=true --set networkPolicy.enabled=false"
 )

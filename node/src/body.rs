@@ -16,7 +16,8 @@ use crate::http::AppState;
 pub const DRAIN_BYTES: usize = 64 << 20;
 
 /// Longest wait for the next piece of a request body: a client that stops sending mid-body
-/// is answered 408 instead of holding its handler (headers have hyper's 30 s limit).
+/// is answered 408 instead of holding its handler (headers have their own 30 s limit,
+/// `crate::http::serve::HEADER_TIMEOUT`).
 pub const BODY_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A request body of at most [`AppState::max_body_bytes`], or why it was refused.

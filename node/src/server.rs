@@ -283,7 +283,6 @@ fn serve_clients(
     tls: &Tls,
     rx: &watch::Receiver<bool>,
 ) -> Result<Vec<JoinHandle<()>>> {
-    use axum::serve::ListenerExt;
     let app = router(AppState {
         door: door.clone(),
         cluster,
@@ -292,16 +291,7 @@ fn serve_clients(
     });
     let mut tasks = Vec::new();
     let http = crate::tls::conn::incoming(http, tls.http.clone(), config.max_connections)?;
-    let shutdown = stopped(rx.clone());
-    tasks.push(tokio::spawn(async move {
-        let http = http.tap_io(|_| ());
-        if let Err(e) = axum::serve(http, app.into_make_service_with_connect_info::<SocketAddr>())
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
-            tracing::error!(error = %e, "HTTP server failed");
-        }
-    }));
+    tasks.push(tokio::spawn(crate::http::serve::serve(http, app, stopped(rx.clone()))));
     let shutdown = stopped(rx.clone());
     let pg_tls = tls.pg.clone();
     let (pg_metrics, pg_door, limit) = (metrics.clone(), door.clone(), config.max_connections);

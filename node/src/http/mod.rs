@@ -11,6 +11,7 @@
 
 mod admin;
 mod auth;
+pub mod serve;
 mod stream;
 
 use std::collections::HashMap;

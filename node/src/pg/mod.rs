@@ -272,7 +272,9 @@ fn special(sql: &str) -> Option<Special> {
         "SAVEPOINT" => Special::Tag("SAVEPOINT"),
         "RELEASE" => Special::Tag("RELEASE"),
         // The session's own settings (statement_timeout) go to the front door.
-        "SET" | "RESET" if words.iter().skip(1).take(2).any(|w| w == "STATEMENT_TIMEOUT") => {
+        "SET" | "RESET"
+            if words.iter().skip(1).take(2).any(|w| w.starts_with("STATEMENT_TIMEOUT")) =>
+        {
             return None
         }
         "SET" if !second.starts_with("DATAFUSION.") => Special::Tag("SET"),
@@ -338,7 +340,15 @@ where
     match special(sql) {
         Some(Special::Begin) => return Ok(Outcome::Begin(Tag::new("BEGIN"))),
         Some(Special::End(tag)) => return Ok(Outcome::End(Tag::new(tag))),
-        Some(Special::Tag(tag)) => return Ok(Outcome::Tag(Tag::new(tag))),
+        Some(Special::Tag(tag)) => {
+            // `RESET ALL` and `DISCARD ALL` (what connection poolers send between clients)
+            // also undo the session's own settings.
+            let all = lexer::leading_words(sql, 2).get(1).is_some_and(|w| w == "ALL");
+            if all && matches!(tag, "RESET" | "DISCARD ALL") {
+                session.reset_settings();
+            }
+            return Ok(Outcome::Tag(Tag::new(tag)));
+        }
         Some(Special::Setting(name, value)) => {
             let schema = setting_schema(name);
             let column: ArrayRef = Arc::new(StringArray::from(vec![value]));
@@ -546,6 +556,8 @@ mod tests {
         assert!(matches!(special("ROLLBACK TO SAVEPOINT a"), Some(Special::Tag("ROLLBACK"))));
         assert!(matches!(special("SET extra_float_digits = 3"), Some(Special::Tag("SET"))));
         assert!(special("SET datafusion.execution.batch_size = 1024").is_none());
+        assert!(special("SET statement_timeout=5000").is_none());
+        assert!(special("SET SESSION statement_timeout TO '1s'").is_none());
         assert!(matches!(
             special("SHOW TRANSACTION ISOLATION LEVEL"),
             Some(Special::Setting("transaction_isolation", _))

@@ -21,9 +21,10 @@ pub fn client_config(files: &ClusterFiles) -> Result<ClientTlsConfig, TlsError> 
     let read = |p: &std::path::Path| {
         std::fs::read(p).map_err(|source| TlsError::Read { path: p.to_path_buf(), source })
     };
-    // Checked the way the server side loads them, for the same error messages.
+    // Checked the way the server side loads them (the key must be the certificate's), so a
+    // broken renewal is refused here instead of failing every connection later.
     super::certificates(&files.ca)?;
-    super::certificates(&files.node.cert)?;
+    super::certified_key(&files.node)?;
     Ok(ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(read(&files.ca)?))
         .identity(Identity::from_pem(read(&files.node.cert)?, read(&files.node.key)?))

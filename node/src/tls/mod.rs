@@ -103,7 +103,7 @@ pub fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsErro
     Ok(certs)
 }
 
-fn certified_key(files: &CertFiles) -> Result<Arc<CertifiedKey>, TlsError> {
+pub(crate) fn certified_key(files: &CertFiles) -> Result<Arc<CertifiedKey>, TlsError> {
     let chain = certificates(&files.cert)?;
     let pem = read(&files.key)?;
     let key = PrivateKeyDer::from_pem_slice(&pem)
@@ -235,14 +235,19 @@ impl TlsSource {
         *self.stamps.lock() != stamps(&self.role.paths())
     }
 
-    fn reload_logged(&self, why: &str) {
+    /// Reloads and logs the outcome; true if the new files are in service.
+    fn reload_logged(&self, why: &str) -> bool {
         match self.reload() {
-            Ok(()) => tracing::info!(port = self.name, why, "TLS certificate reloaded"),
+            Ok(()) => {
+                tracing::info!(port = self.name, why, "TLS certificate reloaded");
+                true
+            }
             Err(e) => {
                 // Keep the failed files' stamps so the error is not logged every poll.
                 *self.stamps.lock() = stamps(&self.role.paths());
                 tracing::error!(port = self.name, why, error = %e,
                     "TLS files changed but cannot be loaded; still serving the previous certificate");
+                false
             }
         }
     }
@@ -252,7 +257,8 @@ impl TlsSource {
 pub const POLL: Duration = Duration::from_secs(5);
 
 /// Reloads each source when its files change or the process receives `SIGHUP`; `after` runs
-/// after every reload (clients of the cluster port renew their connections).
+/// after every successful reload (this node's connections to the others then present the
+/// renewed certificate; after a failed one they keep the previous).
 pub async fn watch(
     sources: Vec<Arc<TlsSource>>,
     after: impl Fn() + Send + 'static,
@@ -286,8 +292,7 @@ pub async fn watch(
         let mut any = false;
         for s in &sources {
             if forced || s.changed() {
-                s.reload_logged(if forced { "SIGHUP" } else { "files changed" });
-                any = true;
+                any |= s.reload_logged(if forced { "SIGHUP" } else { "files changed" });
             }
         }
         if any {

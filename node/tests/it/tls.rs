@@ -150,14 +150,23 @@ async fn channel(
         .await
 }
 
-/// What a Vote (with the cluster id `id` when given) gets from the node at `addr`.
-async fn vote(ch: tonic::transport::Channel, id: Option<&str>) -> Result<(), tonic::Status> {
+fn raft_request(id: Option<&str>) -> tonic::Request<RaftRequest> {
     let mut req =
         tonic::Request::new(RaftRequest { group: 0, target: 1, payload: vec![1, 2, 3].into() });
     if let Some(id) = id {
         req.metadata_mut().insert(ebb_raft::transport::CLUSTER_ID_HEADER, id.parse().expect("id"));
     }
-    RaftClient::new(ch).vote(req).await.map(|_| ())
+    req
+}
+
+/// What a Vote (with the cluster id `id` when given) gets from the node at `addr`.
+async fn vote(ch: tonic::transport::Channel, id: Option<&str>) -> Result<(), tonic::Status> {
+    RaftClient::new(ch).vote(raft_request(id)).await.map(|_| ())
+}
+
+/// What an AppendEntries gets.
+async fn append(ch: tonic::transport::Channel, id: Option<&str>) -> Result<(), tonic::Status> {
+    RaftClient::new(ch).append_entries(raft_request(id)).await.map(|_| ())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -213,7 +222,8 @@ async fn cluster_port_answers_only_members_of_this_cluster() {
     let join = JoinRequest { grpc_addr: "127.0.0.1:1".into(), ..Default::default() };
     if let Ok(ch) = channel(&addr, None, None).await {
         assert!(ClusterClient::new(ch.clone()).join(join.clone()).await.is_err());
-        assert!(vote(ch, Some(&id)).await.is_err());
+        assert!(vote(ch.clone(), Some(&id)).await.is_err());
+        assert!(append(ch, Some(&id)).await.is_err());
     }
     for identity in [None, Some(files(&other, "stranger"))] {
         match channel(&addr, Some(&ca_crt), identity.as_ref()).await {
@@ -221,7 +231,8 @@ async fn cluster_port_answers_only_members_of_this_cluster() {
             Ok(ch) => {
                 let j = ClusterClient::new(ch.clone()).join(join.clone()).await;
                 assert!(j.is_err(), "Join without a member certificate: {j:?}");
-                assert!(vote(ch, Some(&id)).await.is_err(), "Vote without a member certificate");
+                assert!(vote(ch.clone(), Some(&id)).await.is_err(), "Vote without a certificate");
+                assert!(append(ch, Some(&id)).await.is_err(), "Append without a certificate");
             }
         }
     }
@@ -230,6 +241,8 @@ async fn cluster_port_answers_only_members_of_this_cluster() {
     let refused = vote(ch.clone(), None).await.expect_err("no cluster id");
     assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
     let refused = vote(ch.clone(), Some("0123")).await.expect_err("another cluster's id");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    let refused = append(ch.clone(), None).await.expect_err("no cluster id");
     assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
     // With it, the request reaches Raft (which rejects this garbage message for itself).
     if let Err(s) = vote(ch, Some(&id)).await {

@@ -34,6 +34,38 @@ pub struct Limits {
 /// How long a request waits for a slot among the running ones before it is refused.
 pub const SLOT_WAIT: Duration = Duration::from_secs(30);
 
+/// A request's slot among the running ones: released when every output of the request has
+/// ended or been dropped, or by [`Slot::release_after`] (a client that stops reading its
+/// results must not keep the slot past its statements' time).
+#[derive(Debug)]
+pub struct Slot(parking_lot::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>);
+
+/// How long past its statements' time limit a request keeps its slot unread.
+pub const SLOT_GRACE: Duration = Duration::from_secs(10);
+
+impl Slot {
+    /// A slot holding `permit`.
+    pub fn new(permit: tokio::sync::OwnedSemaphorePermit) -> Arc<Slot> {
+        Arc::new(Slot(parking_lot::Mutex::new(Some(permit))))
+    }
+
+    /// Gives the slot back now.
+    pub fn release(&self) {
+        self.0.lock().take();
+    }
+
+    /// Gives the slot back after `after` if the request still holds it.
+    pub fn release_after(self: &Arc<Self>, after: Duration) {
+        let slot = Arc::downgrade(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            if let Some(s) = slot.upgrade() {
+                s.release();
+            }
+        });
+    }
+}
+
 /// The error of a request that found no slot.
 pub fn too_busy(max: usize) -> DataFusionError {
     DataFusionError::ResourcesExhausted(format!(
@@ -147,7 +179,7 @@ pub fn timed_out(timeout: Duration) -> DataFusionError {
 pub fn with_deadline(
     stream: SendableRecordBatchStream,
     deadline: Option<(tokio::time::Instant, Duration)>,
-    slot: Option<Arc<tokio::sync::OwnedSemaphorePermit>>,
+    slot: Option<Arc<Slot>>,
 ) -> SendableRecordBatchStream {
     let schema = stream.schema();
     let Some((at, timeout)) = deadline else {

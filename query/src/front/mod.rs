@@ -18,6 +18,7 @@ pub mod settings;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::{DFParser, Statement as DfStatement};
@@ -385,6 +386,11 @@ impl Session {
         self.sql.context()
     }
 
+    /// Undoes the session's own settings (`RESET ALL`, `DISCARD ALL`).
+    pub fn reset_settings(&self) {
+        *self.settings.lock() = SessionSettings::default();
+    }
+
     /// Checks that the session's principal may run `stmt`.
     pub fn authorize(&self, stmt: &DfStatement) -> Result<()> {
         if !self.door.auth_required() {
@@ -434,9 +440,10 @@ impl Session {
         // One slot of the server's running statements for the request, held until every
         // output is consumed or dropped.
         let slot = match kinds.iter().any(Option::is_none) {
-            true => Some(Arc::new(self.door.slot().await?)),
+            true => Some(limits::Slot::new(self.door.slot().await?)),
             false => None,
         };
+        let mut limit = Duration::ZERO;
         let issuer = self.who.to_string();
         let mut out = Vec::with_capacity(statements.len());
         for (s, setting) in statements.into_iter().zip(kinds) {
@@ -450,6 +457,7 @@ impl Session {
             // so calling it canceled would be untrue.
             let deadline =
                 timeout.filter(|_| reads_only(&s)).map(|t| (tokio::time::Instant::now() + t, t));
+            limit += deadline.map_or(Duration::ZERO, |(_, t)| t);
             let run = async {
                 match &*self.sql {
                     Sql::Local(l) => l.execute_statement_by(s, &issuer).await,
@@ -464,6 +472,11 @@ impl Session {
             };
             o.stream = limits::with_deadline(o.stream, deadline, slot.clone());
             out.push(o);
+        }
+        if let Some(slot) = &slot {
+            if limit > Duration::ZERO {
+                slot.release_after(limit + limits::SLOT_GRACE);
+            }
         }
         Ok(out)
     }

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use tonic::metadata::{AsciiMetadataValue, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
@@ -66,13 +66,20 @@ pub struct Credentials {
     pub cluster_id: Option<String>,
 }
 
+#[derive(Debug, Default)]
+struct Pool {
+    credentials: Credentials,
+    channels: HashMap<String, Channel>,
+}
+
 /// The node's connections to other nodes, shared by all its Raft groups, and the fault rules
 /// applied to what it sends.
 #[derive(Debug)]
 pub struct Connections {
     node: NodeId,
-    channels: Mutex<HashMap<String, Channel>>,
-    credentials: RwLock<Credentials>,
+    /// The channels and the credentials they were made with, under one lock: a channel made
+    /// with old credentials never enters a pool emptied for new ones.
+    pool: Mutex<Pool>,
     faults: Arc<Faults>,
     connect_timeout: Duration,
     snapshots_sent: Traffic,
@@ -83,8 +90,7 @@ impl Connections {
     pub fn new(node: NodeId, faults: Arc<Faults>) -> Arc<Connections> {
         Arc::new(Connections {
             node,
-            channels: Mutex::new(HashMap::new()),
-            credentials: RwLock::new(Credentials::default()),
+            pool: Mutex::new(Pool::default()),
             faults,
             connect_timeout: Duration::from_secs(1),
             snapshots_sent: Traffic::default(),
@@ -109,36 +115,35 @@ impl Connections {
     /// Sets how this node proves itself; open channels are dropped so that new requests use
     /// the new credentials (after a certificate renewal).
     pub fn set_credentials(&self, credentials: Credentials) {
-        *self.credentials.write() = credentials;
-        self.channels.lock().clear();
+        let mut pool = self.pool.lock();
+        pool.credentials = credentials;
+        pool.channels.clear();
     }
 
     /// Replaces the TLS client configuration only.
     pub fn set_tls(&self, tls: Option<ClientTlsConfig>) {
-        let mut c = self.credentials.read().clone();
-        c.tls = tls;
-        self.set_credentials(c);
+        let mut pool = self.pool.lock();
+        pool.credentials.tls = tls;
+        pool.channels.clear();
     }
 
     /// The cluster id this node sends.
     pub fn cluster_id(&self) -> Option<String> {
-        self.credentials.read().cluster_id.clone()
+        self.pool.lock().credentials.cluster_id.clone()
     }
 
     /// The channel to `addr` (`host:port`), created on first use and reconnected as needed.
     pub fn channel(&self, addr: &str) -> Result<ClusterChannel, tonic::transport::Error> {
-        let creds = self.credentials.read().clone();
-        let stamp =
-            Stamp(creds.cluster_id.as_deref().and_then(|id| MetadataValue::try_from(id).ok()));
-        let mut ch = self.channels.lock();
-        if let Some(c) = ch.get(addr) {
+        let mut pool = self.pool.lock();
+        let stamp = stamp(&pool.credentials);
+        if let Some(c) = pool.channels.get(addr) {
             return Ok(InterceptedService::new(c.clone(), stamp));
         }
-        let c = endpoint(addr, creds.tls, self.connect_timeout)?
+        let c = endpoint(addr, pool.credentials.tls.clone(), self.connect_timeout)?
             .http2_keep_alive_interval(Duration::from_secs(10))
             .keep_alive_timeout(Duration::from_secs(20))
             .connect_lazy();
-        ch.insert(addr.to_string(), c.clone());
+        pool.channels.insert(addr.to_string(), c.clone());
         Ok(InterceptedService::new(c, stamp))
     }
 
@@ -149,17 +154,19 @@ impl Connections {
         addr: &str,
         timeout: Duration,
     ) -> Result<ClusterChannel, tonic::transport::Error> {
-        let creds = self.credentials.read().clone();
-        let stamp =
-            Stamp(creds.cluster_id.as_deref().and_then(|id| MetadataValue::try_from(id).ok()));
-        let c = endpoint(addr, creds.tls, self.connect_timeout)?.timeout(timeout).connect().await?;
-        Ok(InterceptedService::new(c, stamp))
+        let creds = self.pool.lock().credentials.clone();
+        let ep = endpoint(addr, creds.tls.clone(), self.connect_timeout)?.timeout(timeout);
+        Ok(InterceptedService::new(ep.connect().await?, stamp(&creds)))
     }
 
     /// Forgets the channel to `addr` (after a node moved).
     pub fn forget(&self, addr: &str) {
-        self.channels.lock().remove(addr);
+        self.pool.lock().channels.remove(addr);
     }
+}
+
+fn stamp(c: &Credentials) -> Stamp {
+    Stamp(c.cluster_id.as_deref().and_then(|id| MetadataValue::try_from(id).ok()))
 }
 
 /// An endpoint for `addr` (`host:port`): TLS when `tls` is given.
