@@ -34,6 +34,15 @@ impl AuthSource for Verifiers {
 
     async fn get_scram_secret(&self, login: &LoginInfo) -> PgWireResult<(ScramSecret, Option<()>)> {
         let user = login.user().unwrap_or_default();
+        let client = login.host().parse::<std::net::IpAddr>().ok();
+        if self.door.login_blocked(client) {
+            debug!(
+                user,
+                host = login.host(),
+                "PostgreSQL login from an address that failed too often"
+            );
+            return Err(PgWireError::InvalidPassword(user.to_owned()));
+        }
         let Some(v) = self.door.scram_verifier(user) else {
             debug!(user, host = login.host(), "PostgreSQL login of a user without a password");
             return Err(PgWireError::InvalidPassword(user.to_owned()));

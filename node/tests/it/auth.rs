@@ -275,3 +275,31 @@ async fn cluster_users_are_made_on_one_node_and_honoured_on_all() {
         s.shutdown().await.expect("shutdown");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_address_guessing_passwords_is_refused_for_a_while() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&secured(dir.path())).await.expect("start");
+    let (http_addr, pg_port) = (server.http_addr, server.pg_addr.port());
+    tokio::task::spawn_blocking(move || {
+        let h = Http::new(http_addr);
+        let admin = As { http: &h, auth: basic("admin", ADMIN_PW) };
+        admin.ok("SELECT 1");
+        let limit = ebb_query::front::throttle::MAX_FAILURES;
+        for i in 0..limit {
+            let (s, body) =
+                As { http: &h, auth: basic("admin", &format!("guess {i}")) }.sql("SELECT 1");
+            assert_eq!(s, 401, "{body}");
+        }
+        // Now even the right password is refused from this address, without being checked.
+        let (s, body) = admin.sql("SELECT 1");
+        assert_eq!(s, 401);
+        assert!(body.contains("too many failed logins"), "{body}");
+        let (ok, _, err) = psql_as(pg_port, "admin", ADMIN_PW, "SELECT 1");
+        assert!(!ok, "psql from the same address is refused too: {err}");
+        assert!(h.metric("ebb_auth_failures_total") >= f64::from(limit + 2));
+    })
+    .await
+    .expect("checks");
+    server.shutdown().await.expect("shutdown");
+}

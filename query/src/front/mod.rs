@@ -14,6 +14,7 @@ pub mod authorize;
 pub mod limits;
 mod principal;
 pub mod settings;
+pub mod throttle;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -102,6 +103,10 @@ pub struct FrontDoor {
     runtime: Arc<datafusion::execution::runtime_env::RuntimeEnv>,
     /// Requests running statements (`Limits::max_statements`).
     running: Arc<tokio::sync::Semaphore>,
+    /// Failed logins by client address.
+    throttle: throttle::Throttle,
+    /// Password verifications running (`throttle::HASHING`).
+    hashing: Arc<tokio::sync::Semaphore>,
 }
 
 /// What the front door counts for `/metrics`.
@@ -152,6 +157,8 @@ impl FrontDoor {
             counters: Counters::default(),
             runtime: limits::server_runtime(&limits)?,
             running: Arc::new(tokio::sync::Semaphore::new(limits.max_statements.max(1))),
+            throttle: throttle::Throttle::default(),
+            hashing: Arc::new(tokio::sync::Semaphore::new(throttle::HASHING)),
             limits,
         }))
     }
@@ -169,6 +176,7 @@ impl FrontDoor {
     /// Counts and logs a failed login that a protocol checked itself (a SCRAM exchange).
     pub fn note_auth_failure(&self, protocol: Protocol, client: Option<SocketAddr>, why: &str) {
         self.counters.auth_failures.fetch_add(1, Ordering::Relaxed);
+        self.throttle.failed(client.map(|c| c.ip()), std::time::Instant::now());
         tracing::info!(protocol = protocol.name(), client = ?client, why, "authentication failed");
     }
 
@@ -203,14 +211,26 @@ impl FrontDoor {
         if !state.has_users() {
             return Ok(Principal::trusted(protocol, client));
         }
-        let fail = |why: &str| {
+        let ip = client.map(|c| c.ip());
+        let note = |why: &str| {
             self.counters.auth_failures.fetch_add(1, Ordering::Relaxed);
             tracing::info!(protocol = protocol.name(), client = ?client, why, "authentication failed");
-            Err(AccessError::Unauthenticated(why.to_string()))
+            AccessError::Unauthenticated(why.to_string())
+        };
+        if let Some(wait) = self.throttle.blocked(ip, std::time::Instant::now()) {
+            return Err(note(&format!(
+                "too many failed logins from this address: try again in {} s",
+                wait.as_secs() + 1
+            )));
+        }
+        // Wrong credentials count against the address; missing ones cost nothing to check.
+        let fail = |why: &str| {
+            self.throttle.failed(ip, std::time::Instant::now());
+            Err(note(why))
         };
         let user = match credentials {
             Credentials::None => {
-                return fail("this server requires a user name and password or a token")
+                return Err(note("this server requires a user name and password or a token"))
             }
             Credentials::Token(secret) => match state.token_user(&secret) {
                 Some(u) => u.to_string(),
@@ -220,7 +240,11 @@ impl FrontDoor {
                 let Some(hash) = state.user(&user).and_then(|u| u.password.clone()) else {
                     return fail("wrong user name or password");
                 };
-                // Argon2 is slow by design: off the async threads.
+                // Argon2 is slow and memory-hard by design: off the async threads, and only a
+                // few at a time.
+                let Ok(_hashing) = self.hashing.clone().acquire_owned().await else {
+                    return Err(note("the server is shutting down"));
+                };
                 let check = self.passwords.clone();
                 let verify = tokio::task::spawn_blocking(move || {
                     let ok = check.verify(&user, &hash, &password);
@@ -232,7 +256,13 @@ impl FrontDoor {
                 }
             }
         };
+        self.throttle.succeeded(ip);
         Ok(Principal { user: Some(user), protocol, client })
+    }
+
+    /// True if logins from `client` are refused for now (it failed too often).
+    pub fn login_blocked(&self, client: Option<std::net::IpAddr>) -> bool {
+        self.throttle.blocked(client, std::time::Instant::now()).is_some()
     }
 
     /// The SCRAM-SHA-256 verifier of `user`, for the PostgreSQL wire protocol's login.
