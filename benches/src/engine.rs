@@ -30,7 +30,7 @@ pub struct EbbFigures {
 pub fn options(s: &DbBenchSettings) -> Options {
     Options {
         wal: true,
-        sync_writes: false,
+        sync: ebb_storage::SyncMode::None,
         write_buffer_size: s.write_buffer_size,
         max_immutable_memtables: 2,
         bloom_bits_per_key: s.bloom_bits,

@@ -56,7 +56,19 @@ pub(crate) fn parse_name(name: &str) -> Option<FileKind> {
 
 /// Fsyncs a directory so created, renamed and removed entries are durable.
 pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    std::fs::File::open(dir).and_then(|f| f.sync_all()).at(dir)
+    crate::durable::sync_dir(dir)
+}
+
+/// Fsyncs a file's data and metadata.
+pub(crate) fn sync_file(file: &std::fs::File, path: &Path) -> Result<()> {
+    crate::durable::sync_file(file, path)
+}
+
+/// Fsyncs a file's data (and the metadata needed to read it back, such as its length).
+pub(crate) fn sync_data(file: &std::fs::File, path: &Path) -> Result<()> {
+    file.sync_data().at(path)?;
+    crate::durable::synced_file(file);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -37,6 +37,7 @@ mod cache;
 mod clock;
 mod coding;
 pub mod compaction;
+pub mod durable;
 mod engine;
 mod error;
 pub mod fade;
@@ -58,6 +59,7 @@ pub use batch::{BatchOp, EntryKind, WriteBatch, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use clock::{Clock, ManualClock};
 pub use engine::{
     CompactionRecord, DeletionCheck, Engine, EngineStats, LevelStats, LogClearance, RemainingEntry,
+    Staged,
 };
 pub use error::{Error, Result};
 pub use failpoint::FailPoints;
@@ -66,7 +68,8 @@ pub use ledger::{
     DeleteRequest, Deletion, DeletionKind, DeletionStatus, RequestRecord, RequestStatus,
 };
 pub use options::{
-    Compression, DeleteKeyExtractor, Options, RangeDeleteMode, RangeIndexOptions, TimeToDeleteKey,
+    Compression, DeleteKeyExtractor, Options, RangeDeleteMode, RangeIndexOptions, SyncMode,
+    TimeToDeleteKey,
 };
 pub use snapshot::Snapshot;
 pub use sst::{FileMeta, TableProps};

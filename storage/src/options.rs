@@ -95,14 +95,34 @@ impl fmt::Debug for TimeToDeleteKey {
     }
 }
 
+/// When the engine's WAL is fsynced. A process crash loses no write that returned under any
+/// mode (each reaches the OS before returning); a power cut or kernel crash loses what was not
+/// fsynced. A memtable's WAL is always fsynced when the memtable is sealed, and flushes and
+/// manifest commits always fsync, so only the newest WAL can lose a tail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SyncMode {
+    /// A write returns, and becomes visible to reads, only once an fsync covers it. Writers
+    /// that arrive while an fsync runs share the next one (group commit). A power cut loses no
+    /// write that returned.
+    Always,
+    /// Writes return at once; a background thread fsyncs the WAL this often. A power cut loses
+    /// at most the writes of the last interval and of the fsync under way.
+    Interval(Duration),
+    /// Writes return at once and are fsynced only when their memtable is sealed or flushed. A
+    /// power cut loses what the operating system had not yet written back (typically up to
+    /// 30 s of writes on Linux).
+    None,
+}
+
 /// Engine options. [`Options::default`] gives sane values for a time-series shard.
 #[derive(Debug, Clone)]
 pub struct Options {
     /// Keep an engine-owned write-ahead log. Off when the caller (Raft) is the log: then writes not
     /// yet flushed are lost on a crash and the caller replays them after [`crate::Engine::persisted_seq`].
     pub wal: bool,
-    /// Fsync the WAL on every write batch. Off by default (the OS page cache survives a process crash).
-    pub sync_writes: bool,
+    /// When the WAL is fsynced, and so what a power cut can lose (see [`SyncMode`]).
+    pub sync: SyncMode,
     /// Size of one memtable in bytes; a full memtable is sealed and flushed in the background.
     pub write_buffer_size: usize,
     /// Sealed memtables waiting for flush before writes stall.
@@ -221,7 +241,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             wal: true,
-            sync_writes: false,
+            sync: SyncMode::Always,
             write_buffer_size: 64 << 20,
             max_immutable_memtables: 2,
             memtable_max_age: Some(Duration::from_secs(600)),
@@ -303,6 +323,10 @@ impl Options {
         }
         if self.max_immutable_memtables == 0 {
             return bad("max_immutable_memtables must be at least 1");
+        }
+        if matches!(self.sync, SyncMode::Interval(i) if i.is_zero() || i > Duration::from_secs(60))
+        {
+            return bad("the WAL sync interval must be between 1 ms and 60 s");
         }
         if self.delete_deadline.is_some_and(|d| d.as_millis() < 10) {
             return bad("delete_deadline must be at least 10 ms");

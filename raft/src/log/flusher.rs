@@ -63,7 +63,11 @@ fn run(rx: Receiver<FlushJob>, poisoned: Arc<AtomicBool>) {
             if failure.is_some() {
                 break;
             }
-            if let Err(e) = f.sync_data() {
+            let synced = f.sync_data();
+            if synced.is_ok() {
+                ebb_storage::durable::synced_file(f);
+            }
+            if let Err(e) = synced {
                 tracing::error!("raft log fsync failed, refusing further writes: {e}");
                 poisoned.store(true, Ordering::Release);
                 failure = Some(e.to_string());

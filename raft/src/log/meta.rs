@@ -48,6 +48,7 @@ impl Meta {
         f.write_all(&crc32fast::hash(&body).to_le_bytes()).map_err(LogError::io(&tmp))?;
         f.write_all(&body).map_err(LogError::io(&tmp))?;
         f.sync_all().map_err(LogError::io(&tmp))?;
+        ebb_storage::durable::synced_file(&f);
         std::fs::rename(&tmp, dir.join(FILE)).map_err(LogError::io(dir))?;
         sync_dir(dir)
     }
@@ -55,7 +56,9 @@ impl Meta {
 
 /// Fsyncs a directory, making created, renamed and removed entries durable.
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), LogError> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(LogError::io(dir))
+    File::open(dir).and_then(|d| d.sync_all()).map_err(LogError::io(dir))?;
+    ebb_storage::durable::synced_dir(dir);
+    Ok(())
 }
 
 #[cfg(test)]

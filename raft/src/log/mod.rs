@@ -72,7 +72,7 @@ impl LogStore {
     /// append at the end.
     pub fn open(dir: impl AsRef<Path>, opts: LogOptions) -> Result<LogStore, LogError> {
         let dir = dir.as_ref().to_path_buf();
-        std::fs::create_dir_all(&dir).map_err(LogError::io(&dir))?;
+        ebb_storage::durable::create_dir_all(&dir).map_err(LogError::io(&dir))?;
         let meta = Meta::load(&dir)?;
         let mut firsts = Vec::new();
         for e in std::fs::read_dir(&dir).map_err(LogError::io(&dir))? {
@@ -179,6 +179,8 @@ impl LogStore {
                         buf.clear();
                         lens.clear();
                     }
+                    // Only the newest segment may have an unsynced tail (see `segment`).
+                    segment::sync(&s.file, &s.path)?;
                 }
                 st.segments.push(Segment::create(&self.shared.dir, index)?);
                 st.rotate_next = false;

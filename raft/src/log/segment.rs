@@ -6,9 +6,11 @@
 //! ```
 //!
 //! A segment is named after the index of its first entry (`00000000000000000042.log`). Records
-//! hold consecutive indexes. A torn record at the end of the newest segment (a crash during an
-//! append that was never acknowledged) is cut off on open; a bad record anywhere else is
-//! corruption.
+//! hold consecutive indexes. A segment is fsynced whole before the next one starts, so only the
+//! newest can hold records not yet fsynced; a power cut may lose those, cut them short or leave
+//! holes of zeros in them, anywhere past the last fsync. So in the newest segment the first bad
+//! record ends the log (it and everything after it was never acknowledged, and is cut off on
+//! open); a bad record in an older segment is corruption.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -56,7 +58,7 @@ impl Segment {
             .open(&path)
             .map_err(LogError::io(&path))?;
         file.write_all_at(MAGIC, 0).map_err(LogError::io(&path))?;
-        file.sync_all().map_err(LogError::io(&path))?;
+        sync(&file, &path)?;
         Ok(Segment {
             first,
             path,
@@ -76,7 +78,7 @@ impl Segment {
                 // Created but never written: start it again.
                 file.set_len(0).map_err(LogError::io(&path))?;
                 file.write_all_at(MAGIC, 0).map_err(LogError::io(&path))?;
-                file.sync_all().map_err(LogError::io(&path))?;
+                sync(&file, &path)?;
                 let len = MAGIC.len() as u64;
                 return Ok(Segment { first, path, file: Arc::new(file), len, records: Vec::new() });
             }
@@ -90,14 +92,15 @@ impl Segment {
                     records.push((at as u64, total as u32));
                     at += total;
                 }
-                None if newest && Self::is_tail(&data[at..]) => {
+                None if newest => {
                     tracing::warn!(
                         segment = %path.display(),
                         offset = at,
-                        "cutting off a torn record at the end of the raft log"
+                        dropped = data.len() - at,
+                        "cutting off the unacknowledged tail of the raft log at a torn record"
                     );
                     file.set_len(at as u64).map_err(LogError::io(&path))?;
-                    file.sync_all().map_err(LogError::io(&path))?;
+                    sync(&file, &path)?;
                     break;
                 }
                 None => {
@@ -110,15 +113,6 @@ impl Segment {
         }
         let len = at as u64;
         Ok(Segment { first, path, file: Arc::new(file), len, records })
-    }
-
-    /// True if the bad record at the start of `b` is the file's last: incomplete, or complete and
-    /// ending exactly at the end of the file. Only such a record can be a torn append; a bad
-    /// record followed by more data is corruption.
-    fn is_tail(b: &[u8]) -> bool {
-        let Some(head) = b.get(..HEADER) else { return true };
-        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
-        HEADER.saturating_add(len) >= b.len()
     }
 
     /// The total length of a valid record with index `index` at the start of `b`.
@@ -188,7 +182,7 @@ impl Segment {
         }
         let at = self.records[keep].0;
         self.file.set_len(at).map_err(LogError::io(&self.path))?;
-        self.file.sync_data().map_err(LogError::io(&self.path))?;
+        sync(&self.file, &self.path)?;
         self.records.truncate(keep);
         self.len = at;
         Ok(())
@@ -205,6 +199,13 @@ pub(crate) fn encode_record(index: u64, payload: &[u8], out: &mut Vec<u8>) -> u3
     let crc = crc32fast::hash(&out[start + 8..]);
     out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
     (out.len() - start) as u32
+}
+
+/// Fsyncs a segment file (recorded for simulated power cuts).
+pub(crate) fn sync(file: &File, path: &Path) -> Result<(), LogError> {
+    file.sync_all().map_err(LogError::io(path))?;
+    ebb_storage::durable::synced_file(file);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -236,6 +237,19 @@ mod tests {
         let s = Segment::open(path.clone(), 7, true).expect("repair");
         assert_eq!((s.first, s.count()), (7, 4));
         assert_eq!(s.read(10).expect("read"), b"entry 10");
+        drop(s);
+        // A hole of zeros in the newest segment (blocks never written before a power cut)
+        // ends the log there, even with records after it.
+        let clean = std::fs::read(&path).expect("read file");
+        let second = MAGIC.len() + (HEADER + 7);
+        let mut holed = clean.clone();
+        holed[second..second + 5].fill(0);
+        std::fs::write(&path, &holed).expect("write");
+        assert!(matches!(Segment::open(path.clone(), 7, false), Err(LogError::Corrupt(_))));
+        let s = Segment::open(path.clone(), 7, true).expect("cut at the hole");
+        assert_eq!(s.count(), 1);
+        drop(s);
+        std::fs::write(&path, &clean).expect("write");
         // A flipped byte inside a record of an older segment is corruption.
         let mut data = std::fs::read(&path).expect("read file");
         data[MAGIC.len() + HEADER + 2] ^= 1;

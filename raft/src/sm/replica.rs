@@ -59,9 +59,13 @@ impl Replica {
     /// Opens (or creates) the replica in `root`, removing what a crash left half done.
     pub fn open(root: impl AsRef<Path>, opts: Options) -> Result<Arc<Replica>, ShardError> {
         let root = root.as_ref().to_path_buf();
-        // The Raft log (and snapshots) hold writes too: deletes wait for them.
-        let opts = Options { external_log: true, ..opts };
-        std::fs::create_dir_all(root.join("snapshots")).map_err(ShardError::io(&root))?;
+        // The Raft log is the write-ahead log: entries above the engine's persisted sequence
+        // number are applied again from it after a crash (openraft re-applies what the engine's
+        // applied state does not cover). The log (and snapshots) hold writes too: deletes wait
+        // for them.
+        let opts = Options { wal: false, external_log: true, ..opts };
+        ebb_storage::durable::create_dir_all(&root.join("snapshots"))
+            .map_err(ShardError::io(&root))?;
         let gen_file = root.join("ENGINE");
         let generation = match std::fs::read_to_string(&gen_file) {
             Ok(s) => s.trim().parse::<u64>().map_err(|_| ShardError::Io {
@@ -130,7 +134,7 @@ impl Replica {
         }
         let dir = self.root.join("incoming").join(sanitize(id));
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).map_err(ShardError::io(&dir))?;
+        ebb_storage::durable::create_dir_all(&dir).map_err(ShardError::io(&dir))?;
         Ok(dir)
     }
 

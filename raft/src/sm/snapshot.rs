@@ -163,7 +163,7 @@ impl ShardSnapshot {
     /// Fills the new directory `target` with the snapshot's engine files: immutable files
     /// (SSTs, range-index files) are hard-linked, files an engine appends to are copied.
     pub fn materialize(&self, d: &Descriptor, target: &Path) -> Result<(), ShardError> {
-        std::fs::create_dir_all(target).map_err(ShardError::io(target))?;
+        ebb_storage::durable::create_dir_all(target).map_err(ShardError::io(target))?;
         for f in &d.files {
             let (src, dst) = (self.dir.join(&f.name), target.join(&f.name));
             if f.name == super::erasure::WATERMARK_FILE {
@@ -171,7 +171,7 @@ impl ShardSnapshot {
             }
             let immutable = f.name.ends_with(".sst") || f.name.ends_with(".rdi");
             if !immutable || std::fs::hard_link(&src, &dst).is_err() {
-                std::fs::copy(&src, &dst).map_err(ShardError::io(&dst))?;
+                copy_synced(&src, &dst)?;
             }
         }
         sync_dir(target)
@@ -181,16 +181,25 @@ impl ShardSnapshot {
     /// new directory `target`.
     pub fn copy_to(&self, target: &Path) -> Result<ShardSnapshot, ShardError> {
         let d = self.descriptor()?;
-        std::fs::create_dir_all(target).map_err(ShardError::io(target))?;
+        ebb_storage::durable::create_dir_all(target).map_err(ShardError::io(target))?;
         for f in &d.files {
             let (src, dst) = (self.dir.join(&f.name), target.join(&f.name));
             if std::fs::hard_link(&src, &dst).is_err() {
-                std::fs::copy(&src, &dst).map_err(ShardError::io(&dst))?;
+                copy_synced(&src, &dst)?;
             }
         }
         write_atomic(&target.join(DESCRIPTOR), &d.encode()?)?;
         Ok(ShardSnapshot { dir: target.to_path_buf() })
     }
+}
+
+/// Copies `src` to `dst` and fsyncs the copy (its directory entry is the caller's to sync).
+fn copy_synced(src: &Path, dst: &Path) -> Result<(), ShardError> {
+    std::fs::copy(src, dst).map_err(ShardError::io(dst))?;
+    let f = std::fs::File::open(dst).map_err(ShardError::io(dst))?;
+    f.sync_all().map_err(ShardError::io(dst))?;
+    ebb_storage::durable::synced_file(&f);
+    Ok(())
 }
 
 /// Length and CRC-32 of a file.
@@ -216,6 +225,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ShardError> {
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::File::create(&tmp).map_err(ShardError::io(&tmp))?;
     f.write_all(bytes).and_then(|_| f.sync_all()).map_err(ShardError::io(&tmp))?;
+    ebb_storage::durable::synced_file(&f);
     std::fs::rename(&tmp, path).map_err(ShardError::io(path))?;
     match path.parent() {
         Some(p) => sync_dir(p),
@@ -225,5 +235,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ShardError> {
 
 /// Fsyncs a directory.
 pub fn sync_dir(dir: &Path) -> Result<(), ShardError> {
-    std::fs::File::open(dir).and_then(|f| f.sync_all()).map_err(ShardError::io(dir))
+    std::fs::File::open(dir).and_then(|f| f.sync_all()).map_err(ShardError::io(dir))?;
+    ebb_storage::durable::synced_dir(dir);
+    Ok(())
 }

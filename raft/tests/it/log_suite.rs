@@ -108,12 +108,84 @@ async fn a_torn_append_is_cut_off_and_damage_is_reported() {
     assert_eq!(indexes(&mut log).await, (1..=4).map(|i| (1, i)).collect::<Vec<_>>());
     append(&mut log, vec![entry(1, 5)]).await;
     drop(log);
-    // A flipped bit in the first record of the segment is not a torn tail: opening refuses.
+    // In the newest segment, whose tail may never have been fsynced, a bad record ends the log
+    // even with valid records after it (a power cut leaves holes anywhere past the last fsync).
+    let clean = std::fs::read(&seg).expect("read");
+    let mut data = clean.clone();
+    data[40] ^= 0x10;
+    std::fs::write(&seg, &data).expect("write");
+    let mut log = LogStore::open(dir.path(), LogOptions::default()).expect("reopen");
+    assert_eq!(indexes(&mut log).await, vec![]);
+    drop(log);
+    // A segment is fsynced whole before the next starts: a bad record in an older one is
+    // corruption, and opening refuses.
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let mut log = LogStore::open(dir.path(), LogOptions { segment_bytes: 200 }).expect("open");
+        for i in 1..=6 {
+            append(&mut log, vec![entry(1, i)]).await;
+        }
+    }
+    let seg = dir.path().join("00000000000000000001.log");
     let mut data = std::fs::read(&seg).expect("read");
     data[40] ^= 0x10;
     std::fs::write(&seg, &data).expect("write");
-    match LogStore::open(dir.path(), LogOptions::default()) {
+    match LogStore::open(dir.path(), LogOptions { segment_bytes: 200 }) {
         Err(e) => assert!(e.to_string().contains("corrupt"), "{e}"),
-        Ok(_) => panic!("a damaged record followed by valid ones must not be cut off as torn"),
+        Ok(_) => panic!("a damaged record in an older segment must not be cut off as torn"),
     }
+}
+
+/// Bytes of the records of `entries` as the log writes them (after the segment header).
+async fn records(entries: Vec<Entry<TypeConfig>>) -> Vec<u8> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = entries[0].log_id.index;
+    let mut log = LogStore::open(dir.path(), LogOptions::default()).expect("open");
+    append(&mut log, entries).await;
+    drop(log);
+    let seg = dir.path().join(format!("{first:020}.log"));
+    std::fs::read(seg).expect("read")[8..].to_vec()
+}
+
+#[tokio::test]
+async fn a_power_cut_keeps_every_flushed_entry_and_the_log_opens() {
+    use ebb_storage::durable::{Loss, PowerCut};
+    use std::io::Write;
+    let opts = LogOptions { segment_bytes: 1500 };
+    let unacked = records((41..=70).map(|i| entry(1, i)).collect()).await;
+    let mut extra_kept = std::collections::BTreeSet::new();
+    for seed in 0..12u64 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let power = PowerCut::watch(dir.path()).expect("watch");
+        let path = dir.path().join("log");
+        let mut log = LogStore::open(&path, opts.clone()).expect("open");
+        for i in (1..=40).step_by(4) {
+            append(&mut log, (i..i + 4).map(|i| entry(1, i)).collect()).await;
+        }
+        log.save_vote(&openraft::Vote::new(3, 1)).await.expect("vote");
+        drop(log);
+        // Appends past the last fsync: written, never acknowledged.
+        let newest = std::fs::read_dir(&path)
+            .expect("dir")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| p.extension().is_some_and(|x| x == "log"))
+            .max()
+            .expect("a segment");
+        let mut f = std::fs::OpenOptions::new().append(true).open(&newest).expect("open");
+        f.write_all(&unacked).expect("write");
+        drop(f);
+        let loss = if seed.is_multiple_of(3) { Loss::Unsynced } else { Loss::Torn(seed) };
+        power.cut(loss).expect("cut");
+        let mut log = LogStore::open(&path, opts.clone()).expect("the log opens after a power cut");
+        let got = indexes(&mut log).await;
+        assert!(got.len() >= 40, "{loss:?}: flushed entries lost: {got:?}");
+        let want: Vec<(u64, u64)> = (1..=got.len() as u64).map(|i| (1, i)).collect();
+        assert_eq!(got, want, "{loss:?}: not a prefix");
+        extra_kept.insert(got.len() - 40);
+        assert_eq!(log.read_vote().await.expect("vote"), Some(openraft::Vote::new(3, 1)));
+        let next = got.len() as u64 + 1;
+        append(&mut log, vec![entry(2, next)]).await;
+        assert_eq!(indexes(&mut log).await.last(), Some(&(2, next)));
+    }
+    assert!(extra_kept.len() > 2, "torn cuts keep varying prefixes: {extra_kept:?}");
 }

@@ -93,6 +93,13 @@ fn applied_state_survives_restarts_and_is_never_applied_twice() {
         let r = Replica::open(d.path(), opts()).unwrap();
         r.apply(workload(6)).unwrap();
     }
+    // The engine keeps no WAL (the Raft log is the log): a crash forgets what was not flushed,
+    // and the entries are applied again from the log.
+    let r = Replica::open(d.path(), opts()).unwrap();
+    assert_eq!(r.applied_state().unwrap().0, None);
+    r.apply(workload(6)).unwrap();
+    r.engine().flush().unwrap();
+    drop(r);
     let r = Replica::open(d.path(), opts()).unwrap();
     assert_eq!(r.applied_state().unwrap().0, Some(log_id(6)));
     // Re-applying an applied entry is refused by the engine (its sequence numbers are taken),
@@ -159,9 +166,15 @@ fn snapshots_carry_data_and_the_deletion_ledger_to_another_replica() {
     assert_eq!(follower.current_snapshot().unwrap().0.meta, desc.meta);
     drop(old_engine);
 
-    // The follower goes on applying after the snapshot, and keeps it all across a restart.
+    // The follower goes on applying after the snapshot. A crash loses what was not flushed
+    // (the log holds it: applied again), and a restart keeps the rest.
     follower.apply([batch_entry(13, &b)]).unwrap();
     let after = contents(&follower.engine());
+    drop(follower);
+    let follower = Replica::open(d.path().join("b"), opts()).unwrap();
+    assert_eq!(follower.applied_state().unwrap(), leader_state_at(&desc));
+    follower.apply([batch_entry(13, &b)]).unwrap();
+    follower.engine().flush().unwrap();
     drop(follower);
     let follower = Replica::open(d.path().join("b"), opts()).unwrap();
     assert_eq!(contents(&follower.engine()), after);

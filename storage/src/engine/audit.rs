@@ -62,12 +62,13 @@ impl Engine {
             .filter(|p| p.extension().is_some_and(|x| x == "wal"))
             .collect();
         wals.sort();
+        let newest = wals.last().cloned();
         for path in wals {
             let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
             let mut scan =
                 SourceScan::new("wal", name.unwrap_or_default(), bytes).with_limit(limit);
-            let batches = match crate::wal::replay(&path) {
+            let batches = match crate::wal::replay(&path, Some(&path) == newest.as_ref()) {
                 Ok(b) => b,
                 Err(e) if is_not_found(&e) => continue, // removed since listed
                 Err(e) => return Err(e),

@@ -14,7 +14,32 @@ pub(super) fn spawn(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
     threads.push(spawn_named("ebb-flush", move || flush_loop(&i)));
     let i = inner.clone();
     threads.push(spawn_named("ebb-compact", move || compaction_loop(&i)));
+    if let (true, crate::SyncMode::Interval(every)) = (inner.opts.wal, inner.opts.sync) {
+        let i = inner.clone();
+        threads.push(spawn_named("ebb-wal-sync", move || wal_sync_loop(&i, every)));
+    }
     threads
+}
+
+/// Fsyncs the WAL every `every` (`SyncMode::Interval`).
+fn wal_sync_loop(inner: &Inner, every: Duration) {
+    loop {
+        {
+            let mut bg = inner.bg.lock();
+            if !bg.shutdown {
+                inner.bg_cv.wait_for(&mut bg, every);
+            }
+            if bg.shutdown {
+                return;
+            }
+        }
+        if inner.is_poisoned() {
+            continue;
+        }
+        if let Err(e) = inner.sync_wal(None) {
+            tracing::error!(error = %e, "WAL fsync failed");
+        }
+    }
 }
 
 fn spawn_named(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {

@@ -27,7 +27,7 @@ impl Inner {
         };
         let tmp = target.with_extension("checkpoint.tmp");
         let _ = std::fs::remove_dir_all(&tmp);
-        std::fs::create_dir_all(&tmp).at(&tmp)?;
+        crate::durable::create_dir_all(&tmp).at(&tmp)?;
         let tables = version.all_tables().map(|t| (t.path(), crate::sst::file_name(t.id())));
         let trees =
             version.all_trees().map(|t| (t.path(), crate::gloran::drtree::file_name(t.id())));
@@ -35,6 +35,7 @@ impl Inner {
             let dst = tmp.join(&name);
             if std::fs::hard_link(src, &dst).is_err() {
                 std::fs::copy(src, &dst).at(&dst)?;
+                crate::fs::sync_file(&std::fs::File::open(&dst).at(&dst)?, &dst)?;
             }
         }
         let number = edit.next_file_id.unwrap_or(1);

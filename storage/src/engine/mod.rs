@@ -30,6 +30,7 @@ pub use deletes::{DeletionCheck, RemainingEntry};
 pub use history::CompactionRecord;
 pub(crate) use read::RangeCheck;
 pub use stats::{EngineStats, LevelStats};
+pub use write::Staged;
 
 use crate::cache::PageCache;
 use crate::gloran::eve::Eve;
@@ -80,6 +81,8 @@ struct Counters {
     bytes_flushed: AtomicU64,
     bytes_compacted: AtomicU64,
     write_stalls: AtomicU64,
+    wal_writes: AtomicU64,
+    wal_syncs: AtomicU64,
     range_checks: AtomicU64,
     range_checks_eve_skipped: AtomicU64,
     window_pages_dropped: AtomicU64,
@@ -95,6 +98,8 @@ pub(crate) struct Inner {
     cache: Arc<PageCache>,
     sv: RwLock<Arc<SuperVersion>>,
     writer: Mutex<WriterState>,
+    /// How far the WAL is known fsynced; held while a group commit's fsync runs.
+    wal_synced: Mutex<crate::wal::WalPos>,
     meta: Mutex<MetaState>,
     next_file_id: AtomicU64,
     visible_seq: AtomicU64,
@@ -239,7 +244,7 @@ impl Engine {
             let _ = t.join();
         }
         if clean {
-            if let Some(wal) = &mut self.inner.writer.lock().wal {
+            if let Some(wal) = &self.inner.writer.lock().wal {
                 wal.sync()?;
             }
             if let Some(reason) = self.inner.poison_reason.lock().clone() {
@@ -317,6 +322,12 @@ impl Inner {
         // After a failed commit the manifest tail is unknown: nothing may be appended behind it.
         self.check_not_poisoned()?;
         edit.next_file_id = Some(self.next_file_id.load(Ordering::Relaxed));
+        // The manifest names new files only once their directory entries are durable.
+        if !edit.added.is_empty() || !edit.rd_added.is_empty() {
+            if let Err(e) = crate::fs::sync_dir(&self.dir) {
+                return Err(self.poison(e));
+            }
+        }
         if let Err(e) = meta.manifest.commit(&edit) {
             return Err(self.poison(e));
         }

@@ -110,7 +110,7 @@ fn open_table(dir: &Path, meta: &crate::sst::FileMeta, cache: &Arc<PageCache>) -
         tracing::warn!(path = %path.display(), len, size = meta.size, "cutting uncommitted tail");
         let f = OpenOptions::new().write(true).open(&path).at(&path)?;
         f.set_len(meta.size).at(&path)?;
-        f.sync_all().at(&path)?;
+        crate::fs::sync_file(&f, &path)?;
     }
     let table = Table::open(dir, meta.clone(), cache.clone())?;
     let unread = crate::kiwi::punch::gaps(&table.referenced_regions(), meta.size);
@@ -145,7 +145,11 @@ fn rebuild_eve(version: &Version, opts: &Options) -> Result<Eve> {
 
 pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     opts.validate()?;
-    std::fs::create_dir_all(dir).at(dir)?;
+    crate::durable::create_dir_all(dir).at(dir)?;
+    // The directory's own entry is durable before anything in it is relied on.
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        sync_dir(parent)?;
+    }
     let lock_file = lock_dir(dir)?;
     let listing = list_dir(dir)?;
     let recovered = match Manifest::recover(dir)? {
@@ -241,8 +245,9 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     last_seq =
         last_seq.max(version.all_tables().map(|t| t.meta().props.max_seq).max().unwrap_or(0));
     last_seq = last_seq.max(version.all_trees().map(|t| t.meta().props.max_seq).max().unwrap_or(0));
+    let newest_wal = listing.wals.last().copied();
     for &n in listing.wals.iter().filter(|&&n| n >= recovered.log_number) {
-        for (seq, batch) in wal::replay(&dir.join(wal_name(n)))? {
+        for (seq, batch) in wal::replay(&dir.join(wal_name(n)), Some(n) == newest_wal)? {
             if seq <= recovered.persisted_seq {
                 continue;
             }
@@ -368,6 +373,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         cache,
         sv: RwLock::new(Arc::new(sv)),
         writer: Mutex::new(WriterState { wal, last_seq }),
+        wal_synced: Mutex::new(Default::default()),
         rules: RwLock::new(Arc::new(super::retention::rules_of(&recovered.retention))),
         meta: Mutex::new(MetaState {
             manifest,

@@ -53,6 +53,10 @@ pub struct EngineStats {
     pub bytes_compacted: u64,
     /// Times a writer had to wait for flush or compaction.
     pub write_stalls: u64,
+    /// Write batches appended to the WAL.
+    pub wal_writes: u64,
+    /// WAL fsyncs by writers and the interval thread (group commit shares one among writers).
+    pub wal_syncs: u64,
     /// Range-delete checks of a found version (GLORAN mode: lookups and scans).
     pub range_checks: u64,
     /// Of those, the ones EVE answered "live" without consulting the index.
@@ -114,6 +118,8 @@ impl Inner {
             bytes_flushed: c.bytes_flushed.load(Ordering::Relaxed),
             bytes_compacted: c.bytes_compacted.load(Ordering::Relaxed),
             write_stalls: c.write_stalls.load(Ordering::Relaxed),
+            wal_writes: c.wal_writes.load(Ordering::Relaxed),
+            wal_syncs: c.wal_syncs.load(Ordering::Relaxed),
             range_checks: c.range_checks.load(Ordering::Relaxed),
             range_checks_eve_skipped: c.range_checks_eve_skipped.load(Ordering::Relaxed),
             window_pages_dropped: c.window_pages_dropped.load(Ordering::Relaxed),

@@ -9,14 +9,48 @@ use bytes::Bytes;
 use super::{Engine, Inner, SuperVersion, WriterState};
 use crate::batch::{BatchOp, EntryKind, WriteBatch};
 use crate::memtable::Memtable;
-use crate::wal::Wal;
+use crate::wal::{Wal, WalPos};
+use crate::SyncMode;
 use crate::{Error, Result};
+
+/// A write appended to the WAL and the memtable, not yet known durable (see [`Engine::stage`]).
+#[must_use = "a staged write is durable only once `durable` returns"]
+pub struct Staged<'a> {
+    inner: &'a Inner,
+    sync_to: Option<WalPos>,
+}
+
+impl std::fmt::Debug for Staged<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Staged").field("sync_to", &self.sync_to).finish()
+    }
+}
+
+impl Staged<'_> {
+    /// Waits until the write is durable as [`crate::SyncMode`] promises (under `Always`, until
+    /// an fsync covers it; it becomes visible to reads then).
+    pub fn durable(self) -> Result<()> {
+        match self.sync_to {
+            None => Ok(()),
+            Some(pos) => self.inner.sync_wal(Some(pos)),
+        }
+    }
+}
 
 impl Engine {
     /// Applies `batch` atomically. Operation `i` gets sequence number `seq + i`; `seq` must be above
-    /// every sequence number written before.
+    /// every sequence number written before. Returns once the write is durable as
+    /// [`crate::SyncMode`] promises.
     pub fn write(&self, batch: &WriteBatch, seq: u64) -> Result<()> {
-        self.inner.write(batch, seq)
+        self.stage(batch, seq)?.durable()
+    }
+
+    /// The first half of [`Engine::write`]: orders and applies the write, without waiting for
+    /// it to be durable. A caller that numbers writes under its own lock stages under it and
+    /// waits for [`Staged::durable`] after releasing it, so concurrent writers share fsyncs.
+    pub fn stage(&self, batch: &WriteBatch, seq: u64) -> Result<Staged<'_>> {
+        let sync_to = self.inner.write(batch, seq)?;
+        Ok(Staged { inner: &self.inner, sync_to })
     }
 
     /// Writes one key.
@@ -44,12 +78,13 @@ impl Engine {
 }
 
 impl Inner {
-    fn write(&self, batch: &WriteBatch, seq: u64) -> Result<()> {
+    /// Applies a write; returns where the WAL must be fsynced to before it is acknowledged.
+    fn write(&self, batch: &WriteBatch, seq: u64) -> Result<Option<WalPos>> {
         self.check_writable()?;
         batch.validate()?;
         self.check_retention(batch)?;
         if batch.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let last = seq
             .checked_add(batch.len() as u64 - 1)
@@ -63,11 +98,15 @@ impl Inner {
         }
         self.make_room(&mut w)?;
         let issued_ms = batch.issued_at().unwrap_or_else(|| self.opts.clock.now_ms());
+        // Under `SyncMode::Always` the write becomes visible once an fsync covers it.
+        let mut sync_to = None;
         if let Some(wal) = &mut w.wal {
-            let res = wal.append(batch, seq, issued_ms);
-            let res = res.and_then(|_| if self.opts.sync_writes { wal.sync() } else { Ok(()) });
-            if let Err(e) = res {
+            if let Err(e) = wal.append(batch, seq, issued_ms) {
                 return Err(self.poison(e));
+            }
+            self.counters.wal_writes.fetch_add(1, Ordering::Relaxed);
+            if self.opts.sync == SyncMode::Always {
+                sync_to = Some(wal.pos());
             }
         }
         let due = self.issue_deletes(batch, seq, issued_ms);
@@ -101,7 +140,37 @@ impl Inner {
             }
         }
         w.last_seq = last;
-        self.visible_seq.store(last, Ordering::Release);
+        if sync_to.is_none() {
+            self.visible_seq.fetch_max(last, Ordering::Release);
+        }
+        Ok(sync_to)
+    }
+
+    /// Group commit: returns once an fsync covers the WAL up to `upto` (`None`: everything
+    /// appended so far), and makes every write that fsync covers visible. Writers arriving
+    /// while one fsync runs wait for it, then the first of them fsyncs for all the others.
+    pub(super) fn sync_wal(&self, upto: Option<WalPos>) -> Result<()> {
+        let mut synced = self.wal_synced.lock();
+        if upto.is_some_and(|p| *synced >= p) {
+            return Ok(());
+        }
+        // After a failed fsync the state of the file is unknown: never report it synced.
+        self.check_not_poisoned()?;
+        let (handle, end, seq) = {
+            let w = self.writer.lock();
+            let Some(wal) = &w.wal else { return Ok(()) };
+            (wal.sync_handle(), wal.pos(), w.last_seq)
+        };
+        if upto.is_some_and(|p| p.number < end.number) || end <= *synced {
+            // Sealing fsynced that WAL and made its writes visible; or nothing is new.
+            return Ok(());
+        }
+        if let Err(e) = handle.sync() {
+            return Err(self.poison(e));
+        }
+        self.counters.wal_syncs.fetch_add(1, Ordering::Relaxed);
+        *synced = end;
+        self.visible_seq.fetch_max(seq, Ordering::Release);
         Ok(())
     }
 
@@ -143,9 +212,16 @@ impl Inner {
         }
     }
 
-    /// Replaces the active memtable with an empty one (and a new WAL file).
+    /// Replaces the active memtable with an empty one (and a new WAL file, after fsyncing the
+    /// old one, so only the newest WAL ever has an unsynced tail).
     pub(super) fn seal(&self, w: &mut WriterState) -> Result<()> {
         let wal_number = if self.opts.wal {
+            if let Some(old) = &w.wal {
+                if let Err(e) = old.sync() {
+                    return Err(self.poison(e));
+                }
+            }
+            self.visible_seq.fetch_max(w.last_seq, Ordering::Release);
             let n = self.alloc_file_id();
             let wal = Wal::create(&self.dir, n, self.opts.fail_points.clone())?;
             w.wal = Some(wal);

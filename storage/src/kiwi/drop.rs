@@ -27,7 +27,7 @@ fn unshare(path: &std::path::Path) -> Result<()> {
     }
     let tmp = path.with_extension("sst.tmp");
     std::fs::copy(path, &tmp).at(&tmp)?;
-    std::fs::File::open(&tmp).and_then(|f| f.sync_all()).at(&tmp)?;
+    crate::fs::sync_file(&std::fs::File::open(&tmp).at(&tmp)?, &tmp)?;
     std::fs::rename(&tmp, path).at(path)?;
     match path.parent() {
         Some(dir) => crate::fs::sync_dir(dir),
@@ -213,7 +213,7 @@ pub(crate) fn drop_window(
     file.write_all(&footer).at(&path)?;
     offset += footer.len() as u64;
     file.flush().at(&path)?;
-    file.get_ref().sync_all().at(&path)?;
+    crate::fs::sync_file(file.get_ref(), &path)?;
     out.bytes_written = offset - meta.size;
     out.meta = Some(FileMeta { id: meta.id, size: offset, props });
     Ok(Some(out))

@@ -51,7 +51,7 @@ pub(crate) fn punch(path: &Path, regions: &[(u64, u64)]) -> Result<()> {
             }
         }
     }
-    file.sync_all().at(path)
+    crate::fs::sync_file(&file, path)
 }
 
 #[cfg(test)]

@@ -86,7 +86,8 @@ impl Ledger {
         let mut valid_len = 0;
         if let Some(n) = newest {
             let path = dir.join(file_name(n));
-            let (raw, len) = read_records(&path)?;
+            // Records are fsynced in groups: an unsynced group may be torn anywhere.
+            let (raw, len) = read_records(&path, crate::log::OnBad::EndsLog)?;
             valid_len = len;
             for r in raw {
                 let entry: Entry = postcard::from_bytes(&r.payload).map_err(|e| {

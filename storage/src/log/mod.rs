@@ -13,7 +13,7 @@
 mod reader;
 mod writer;
 
-pub(crate) use reader::read_records;
+pub(crate) use reader::{read_records, OnBad};
 pub(crate) use writer::RecordWriter;
 
 /// Bytes of a record header.

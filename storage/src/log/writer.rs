@@ -3,6 +3,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::{checksum, len_check, HEADER_LEN};
 use crate::error::IoContext;
@@ -12,7 +13,7 @@ use crate::Result;
 /// process crash never loses an acknowledged record.
 #[derive(Debug)]
 pub(crate) struct RecordWriter {
-    file: File,
+    file: Arc<File>,
     path: PathBuf,
     len: u64,
     buf: Vec<u8>,
@@ -22,7 +23,7 @@ impl RecordWriter {
     /// Creates a new, empty log file (fails if it exists).
     pub fn create(path: &Path) -> Result<Self> {
         let file = OpenOptions::new().write(true).create_new(true).open(path).at(path)?;
-        Ok(RecordWriter { file, path: path.to_path_buf(), len: 0, buf: Vec::new() })
+        Ok(RecordWriter { file: Arc::new(file), path: path.to_path_buf(), len: 0, buf: Vec::new() })
     }
 
     /// Opens an existing log to append after its first `valid_len` bytes (a torn tail beyond
@@ -30,17 +31,24 @@ impl RecordWriter {
     pub fn open_append(path: &Path, valid_len: u64) -> Result<Self> {
         let file = OpenOptions::new().write(true).open(path).at(path)?;
         file.set_len(valid_len).at(path)?;
-        let mut w =
-            RecordWriter { file, path: path.to_path_buf(), len: valid_len, buf: Vec::new() };
         use std::io::Seek;
-        w.file.seek(std::io::SeekFrom::Start(valid_len)).at(path)?;
-        w.len = valid_len;
-        Ok(w)
+        (&file).seek(std::io::SeekFrom::Start(valid_len)).at(path)?;
+        Ok(RecordWriter {
+            file: Arc::new(file),
+            path: path.to_path_buf(),
+            len: valid_len,
+            buf: Vec::new(),
+        })
     }
 
     /// Path of the file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// A handle on the file, to fsync it without holding the writer.
+    pub fn handle(&self) -> Arc<File> {
+        self.file.clone()
     }
 
     /// Bytes written so far.
@@ -61,7 +69,7 @@ impl RecordWriter {
     /// Appends one record.
     pub fn append(&mut self, payload: &[u8]) -> Result<()> {
         self.frame(payload);
-        self.file.write_all(&self.buf).at(&self.path)?;
+        (&*self.file).write_all(&self.buf).at(&self.path)?;
         self.len += self.buf.len() as u64;
         Ok(())
     }
@@ -73,7 +81,7 @@ impl RecordWriter {
             self.frame(p);
             all.extend_from_slice(&self.buf);
         }
-        self.file.write_all(&all).at(&self.path)?;
+        (&*self.file).write_all(&all).at(&self.path)?;
         self.len += all.len() as u64;
         Ok(())
     }
@@ -82,13 +90,13 @@ impl RecordWriter {
     pub fn append_torn(&mut self, payload: &[u8]) -> Result<()> {
         self.frame(payload);
         let half = self.buf.len() / 2;
-        self.file.write_all(&self.buf[..half]).at(&self.path)?;
+        (&*self.file).write_all(&self.buf[..half]).at(&self.path)?;
         self.len += half as u64;
         Ok(())
     }
 
     /// Fsyncs the file.
     pub fn sync(&mut self) -> Result<()> {
-        self.file.sync_data().at(&self.path)
+        crate::fs::sync_data(&self.file, &self.path)
     }
 }

@@ -304,7 +304,7 @@ impl TableWriter {
         self.file.write_all(&footer).at(&self.path)?;
         self.offset += footer.len() as u64;
         self.file.flush().at(&self.path)?;
-        self.file.get_ref().sync_all().at(&self.path)?;
+        crate::fs::sync_file(self.file.get_ref(), &self.path)?;
         Ok(FileMeta { id: self.id, size: self.offset, props: self.props })
     }
 

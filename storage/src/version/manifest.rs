@@ -140,7 +140,7 @@ impl Manifest {
                 format!("{name} named by CURRENT is missing"),
             ));
         }
-        let (records, _) = read_records(&path)?;
+        let (records, _) = read_records(&path, crate::log::OnBad::Refuse)?;
         if records.is_empty() {
             return Err(Error::corruption(&path, 0, "manifest has no complete record"));
         }
@@ -199,7 +199,7 @@ fn set_current(dir: &Path, number: u64) -> Result<()> {
         use std::io::Write;
         let mut f = std::fs::File::create(&tmp).at(&tmp)?;
         f.write_all(content.as_bytes()).at(&tmp)?;
-        f.sync_all().at(&tmp)?;
+        crate::fs::sync_file(&f, &tmp)?;
     }
     let current = dir.join("CURRENT");
     std::fs::rename(&tmp, &current).at(&current)?;

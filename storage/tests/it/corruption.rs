@@ -1,6 +1,9 @@
 //! Corruption tests: flip bytes in every kind of file the engine writes (SST pages, filter and
-//! index blocks, footer; range-index DR-trees; manifest; CURRENT; WAL). The engine must report a typed corruption error
-//! naming the file, and never return wrong data or panic.
+//! index blocks, footer; range-index DR-trees; manifest; CURRENT; WAL). The engine must report a
+//! typed corruption error naming the file, and never return wrong data or panic. The one
+//! exception is the newest WAL, whose unsynced tail a power cut may tear anywhere: a bad record
+//! there ends the log, so a flip may lose that record and the ones after it, never more, and
+//! never return wrong data.
 
 #![allow(clippy::unwrap_used)] // tests: a failed step should fail the test
 
@@ -81,6 +84,8 @@ enum Outcome {
     OpenFailed,
     ReadFailed,
     ReadAllCorrect,
+    /// The newest WAL ended at the flipped record: the writes from it on are gone.
+    LostWalTail,
 }
 
 /// Opens a copy with one byte flipped and reads everything. Panics on wrong data or a non-corruption
@@ -121,9 +126,21 @@ fn trial(
             check(e, "scan");
             Outcome::ReadFailed
         }
+        Ok(got) if got == expected => Outcome::ReadAllCorrect,
         Ok(got) => {
-            assert_eq!(got, expected, "flip in {file}@{offset} returned wrong data");
-            Outcome::ReadAllCorrect
+            // Only the WAL's writes (the last 100, keys 1500..1600 in order) may be missing,
+            // and only a suffix of them.
+            let wal_keys: Vec<Vec<u8>> = (1500..1600u32).map(key).collect();
+            let kept: Vec<_> = got.iter().filter(|(k, _)| wal_keys.contains(k)).collect();
+            let others: Vec<_> = got.iter().filter(|(k, _)| !wal_keys.contains(k)).collect();
+            let want_others: Vec<_> =
+                expected.iter().filter(|(k, _)| !wal_keys.contains(k)).collect();
+            assert!(file.ends_with(".wal"), "flip in {file}@{offset} returned wrong data");
+            assert_eq!(others, want_others, "flip in {file}@{offset} returned wrong data");
+            let want_kept: Vec<_> =
+                expected.iter().filter(|(k, _)| wal_keys[..kept.len()].contains(k)).collect();
+            assert_eq!(kept, want_kept, "flip in {file}@{offset}: not a prefix of the WAL");
+            Outcome::LostWalTail
         }
     }
 }
@@ -179,8 +196,8 @@ fn current_flips_fail_open() {
 }
 
 #[test]
-fn wal_flips_fail_open() {
-    run_kind(|n| n.ends_with(".wal"), 41, true);
+fn wal_flips_fail_open_or_end_the_newest_wal() {
+    run_kind(|n| n.ends_with(".wal"), 41, false);
 }
 
 #[test]

@@ -190,7 +190,7 @@ fn directory_lock_prevents_a_second_instance() {
 #[test]
 fn failed_fsync_poisons_until_reopen() {
     let d = tempfile::tempdir().unwrap();
-    let o = Options { sync_writes: true, ..opts() };
+    let o = Options { sync: ebb_storage::SyncMode::Always, ..opts() };
     let e = Engine::open(d.path(), o.clone()).unwrap();
     e.put("a", "1", 1).unwrap();
     o.fail_points.arm(points::WAL_SYNC, 0);

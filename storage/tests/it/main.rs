@@ -6,6 +6,7 @@
 mod common;
 mod corruption;
 mod deadlines;
+mod durability;
 mod engine;
 mod model;
 mod range_delete;

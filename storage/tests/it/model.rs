@@ -2,7 +2,8 @@
 //! with puts, point deletes, range deletes (overlapping, nested, empty, unbounded, the whole key
 //! space), time-window deletes (with and without a key range), retention rules with a moving
 //! logical clock and purges, flushes, compactions, snapshots, clean reopens and crashes (drop
-//! without close, fail points inside flush and compaction, torn manifest writes). Any divergence
+//! without close, fail points inside flush and compaction, torn manifest writes, power cuts that
+//! lose or tear everything not fsynced, see `ebb_storage::durable`). Any divergence
 //! fails the test, and so does a time-window delete the ledger calls persisted while a covered
 //! entry is still stored.
 //! (Retention runs with the engine WAL only: without it the caller's replay would
@@ -21,6 +22,7 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use ebb_storage::durable::{Loss, PowerCut};
 use ebb_storage::failpoint::points;
 use ebb_storage::{
     Clock, Compression, Engine, Error, ManualClock, Options, RangeDeleteMode, RangeIndexOptions,
@@ -70,6 +72,9 @@ enum Crash {
     CompactionBeforeCommit,
     CompactionAfterCommit,
     TornManifest,
+    /// The power goes: unsynced writes are lost or torn (seed), and so are unsynced directory
+    /// entries.
+    PowerCut(u64),
 }
 
 /// One operation of a write batch.
@@ -159,6 +164,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
             Just(Crash::CompactionBeforeCommit),
             Just(Crash::CompactionAfterCommit),
             Just(Crash::TornManifest),
+            any::<u64>().prop_map(Crash::PowerCut),
+            any::<u64>().prop_map(Crash::PowerCut),
         ]
         .prop_map(Op::Crash),
     ]
@@ -240,6 +247,8 @@ impl Oracle {
 }
 
 struct Harness {
+    /// Declared before the directory: the watch ends before the directory goes.
+    power: PowerCut,
     _dir: tempfile::TempDir,
     path: std::path::PathBuf,
     opts: Options,
@@ -279,8 +288,10 @@ impl Harness {
         let path = dir.path().join("db");
         let clock = ManualClock::new(CLOCK_START);
         opts.clock = Clock::manual(&clock);
+        let power = PowerCut::watch(dir.path()).unwrap();
         let engine = Engine::open(&path, opts.clone()).unwrap();
         Harness {
+            power,
             _dir: dir,
             path,
             opts,
@@ -418,12 +429,20 @@ impl Harness {
     }
 
     fn reopen(&mut self, clean: bool) {
+        self.reopen_after(clean, None);
+    }
+
+    /// Reopens the engine; after a crash (`!clean`), perhaps a power cut with `loss`.
+    fn reopen_after(&mut self, clean: bool, loss: Option<Loss>) {
         self.snaps.clear();
         let e = self.engine.take().unwrap();
         if clean {
             e.close().unwrap();
         } else {
             drop(e);
+        }
+        if let Some(loss) = loss {
+            self.power.cut(loss).unwrap();
         }
         self.opts.fail_points.clear();
         let e = Engine::open(&self.path, self.opts.clone()).expect("recovery must succeed");
@@ -470,6 +489,12 @@ impl Harness {
         let fp = self.opts.fail_points.clone();
         match c {
             Crash::Drop => {}
+            Crash::PowerCut(seed) => {
+                // Every write was acknowledged after its fsync (`SyncMode::Always`), or lives in
+                // the caller's log: nothing may be lost.
+                let loss = if seed.is_multiple_of(2) { Loss::Unsynced } else { Loss::Torn(*seed) };
+                return self.reopen_after(false, Some(loss));
+            }
             Crash::Flush | Crash::TornManifest => {
                 self.write(&[W::Put(1)]);
                 let point = match c {

@@ -36,6 +36,9 @@ pub struct Cluster {
     pub nodes: BTreeMap<NodeId, Node>,
     /// Addresses of every node ever started (kept across kills, for restarts).
     pub addrs: BTreeMap<NodeId, String>,
+    /// Records fsyncs for [`Cluster::power_cut`] (only if asked for: it rereads every synced
+    /// file).
+    power: Option<ebb_storage::durable::PowerCut>,
 }
 
 pub fn engine_opts() -> ebb_storage::Options {
@@ -57,7 +60,20 @@ impl Cluster {
             opts,
             nodes: BTreeMap::new(),
             addrs: BTreeMap::new(),
+            power: None,
         }
+    }
+
+    /// Starts recording fsyncs so that [`Cluster::power_cut`] can cut the power.
+    pub fn watch_power(&mut self) {
+        self.power = Some(ebb_storage::durable::PowerCut::watch(self.dir.path()).unwrap());
+    }
+
+    /// Cuts the power of every node (all must be killed first): each loses what it had not
+    /// fsynced.
+    pub fn power_cut(&self, loss: ebb_storage::durable::Loss) {
+        assert!(self.nodes.is_empty(), "kill every node first");
+        self.power.as_ref().expect("watch_power first").cut(loss).unwrap();
     }
 
     fn node_dir(&self, id: NodeId) -> PathBuf {
