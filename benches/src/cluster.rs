@@ -13,7 +13,7 @@ use crate::report::{Better, Comparison};
 use crate::tsbs::{generate, load, load_spread, Dataset};
 
 /// What `ebb-bench cluster` runs.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Settings {
     /// The data set.
     pub dataset: Dataset,
@@ -23,6 +23,8 @@ pub struct Settings {
     pub shards: u32,
     /// Raft log entries between snapshots in the snapshot-move run.
     pub snapshot_every: u64,
+    /// An earlier `ebb` build to compare three-node ingest against (`before` in `RESULT`).
+    pub baseline_bin: Option<std::path::PathBuf>,
 }
 
 /// Runs every part, printing progress and `RESULT` lines.
@@ -86,6 +88,10 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    if let Some(bin) = &s.baseline_bin {
+        compare_builds(work, s, &batches, bin, default_settings)?;
+    }
+
     // The same again with snapshots every few entries, so the log a new replica would need is
     // gone and it is sent a snapshot.
     let dir = work.join("cluster-snap");
@@ -131,6 +137,55 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
             .line()
         );
     }
+    Ok(())
+}
+
+/// Three-node RF=3 ingest with this build and with `bin`, alternating, three rounds each;
+/// prints the medians.
+fn compare_builds(
+    work: &Path,
+    s: &Settings,
+    batches: &[String],
+    bin: &Path,
+    settings: ClusterSettings,
+) -> Result<(), String> {
+    let rows = s.dataset.rows() as f64;
+    let mut rates = [Vec::new(), Vec::new()];
+    for round in 0..3 {
+        for (i, which) in [(0, None), (1, Some(bin))] {
+            let dir = work.join(format!("compare-{round}-{i}"));
+            let c = Cluster::start_with(&dir, 3, settings, which)?;
+            let secs = load_spread(&c.urls(), "ebb cluster", batches, s.clients)?;
+            check_count(&c, s.dataset.rows())?;
+            let name = if i == 0 { "this build" } else { "baseline build" };
+            println!("  round {round} {name:<15} 3 nodes RF=3 {:>10.0} rows/s", rows / secs);
+            rates[i].push(rows / secs);
+            drop(c);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (ebb, base) = (median(&mut rates[0]), median(&mut rates[1]));
+    println!(
+        "{}",
+        Comparison {
+            bench: "cluster".into(),
+            metric: "ingest_rows_per_sec".into(),
+            params: vec![
+                ("nodes".into(), "3".into()),
+                ("rf".into(), "3".into()),
+                ("dataset".into(), s.dataset.label()),
+            ],
+            ebb,
+            baseline: "before".into(),
+            base,
+            better: Better::Higher,
+        }
+        .line()
+    );
     Ok(())
 }
 

@@ -54,6 +54,8 @@ pub struct Cluster {
     pub nodes: Vec<Node>,
     dir: PathBuf,
     settings: ClusterSettings,
+    /// The `ebb` binary nodes run.
+    bin: PathBuf,
 }
 
 /// Splits one CSV record (fields may be double-quoted, with `""` for a quote).
@@ -81,7 +83,21 @@ impl Cluster {
     /// Starts `n` nodes under `dir`: the first creates the cluster, the others join it. Returns
     /// once every shard has `min(replication, n)` replicas and no move is in progress.
     pub fn start(dir: &Path, n: usize, settings: ClusterSettings) -> Result<Cluster, String> {
-        let mut c = Cluster { nodes: Vec::new(), dir: dir.to_path_buf(), settings };
+        Self::start_with(dir, n, settings, None)
+    }
+
+    /// [`Cluster::start`] with another `ebb` binary (an earlier build, to compare against).
+    pub fn start_with(
+        dir: &Path,
+        n: usize,
+        settings: ClusterSettings,
+        bin: Option<&Path>,
+    ) -> Result<Cluster, String> {
+        let bin = match bin {
+            Some(b) => b.to_path_buf(),
+            None => ebb_binary()?,
+        };
+        let mut c = Cluster { nodes: Vec::new(), dir: dir.to_path_buf(), settings, bin };
         for _ in 0..n {
             c.add()?;
         }
@@ -103,7 +119,7 @@ impl Cluster {
             std::fs::File::create(self.dir.join(format!("n{i}.log"))).map_err(|e| e.to_string())?;
         let log2 = log.try_clone().map_err(|e| e.to_string())?;
         let s = self.settings;
-        let mut cmd = Command::new(ebb_binary()?);
+        let mut cmd = Command::new(&self.bin);
         cmd.args(["server", "--data-dir"])
             .arg(&dir)
             .args(["--http-addr", &format!("127.0.0.1:{http}")])

@@ -10,6 +10,8 @@
 pub mod cluster;
 pub mod cluster_nodes;
 pub mod deletes;
+pub mod durability;
+mod ebb_server;
 pub mod engine;
 pub mod erasure;
 pub mod peers;

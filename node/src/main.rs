@@ -40,6 +40,14 @@ enum Command {
         /// [default: 24h; env EBB_DELETE_DEADLINE].
         #[arg(long)]
         delete_deadline: Option<String>,
+        /// When a single node fsyncs its write-ahead log: always (before acknowledging a
+        /// write), interval (every --sync-interval) or none (see README "Durability")
+        /// [default: always; env EBB_SYNC].
+        #[arg(long)]
+        sync: Option<String>,
+        /// How often --sync interval fsyncs, e.g. 100ms [default: 100ms; env EBB_SYNC_INTERVAL].
+        #[arg(long)]
+        sync_interval: Option<String>,
         /// Create a new cluster with this node as its first member [env EBB_CLUSTER].
         #[arg(long)]
         cluster: bool,
@@ -279,6 +287,8 @@ fn main() -> ExitCode {
             pg_addr,
             grpc_addr,
             delete_deadline,
+            sync,
+            sync_interval,
             cluster,
             join,
             advertise_grpc,
@@ -308,6 +318,8 @@ fn main() -> ExitCode {
                 pg_addr,
                 grpc_addr,
                 delete_deadline,
+                sync,
+                sync_interval,
                 cluster: cluster.then_some(true),
                 join,
                 advertise_grpc,
@@ -434,6 +446,11 @@ fn check(file: Option<PathBuf>, flags: Overrides) -> Result<(), NodeError> {
         d(c.default_retention),
         c.retention_check_interval
     );
+    if c.cluster_mode() {
+        println!("  writes durable: fsynced in the Raft log of a majority before acknowledged");
+    } else {
+        println!("  WAL sync {}", ebb_node::config::durability::describe(c.sync));
+    }
     let access = if c.admin_password.is_some() {
         "an admin password creates user admin on a server without users"
     } else if c.loopback_only() {

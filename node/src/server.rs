@@ -71,9 +71,13 @@ impl Server {
         if config.cluster_mode() {
             return Self::start_cluster(config).await;
         }
-        let opts = Options { delete_deadline: config.delete_deadline, ..Options::default() };
+        let opts = Options {
+            delete_deadline: config.delete_deadline,
+            sync: config.sync,
+            ..Options::default()
+        };
         let dir = config.data_dir.clone();
-        std::fs::create_dir_all(&dir)
+        ebb_storage::durable::create_dir_all(&dir)
             .map_err(|source| NodeError::DataDir { dir: dir.clone(), source })?;
         let db = tokio::task::spawn_blocking(move || Database::open(&dir, opts))
             .await?
@@ -118,7 +122,7 @@ impl Server {
         use crate::cluster::view::Settings;
         use crate::cluster::{ClusterConfig, ClusterNode};
         let dir = config.data_dir.clone();
-        std::fs::create_dir_all(&dir)
+        ebb_storage::durable::create_dir_all(&dir)
             .map_err(|source| NodeError::DataDir { dir: dir.clone(), source })?;
         let tls = Tls::load(config)?;
         let http = bind("HTTP", config.http_addr).await?;

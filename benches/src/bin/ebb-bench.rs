@@ -34,6 +34,24 @@ enum Cmd {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Single-node ingest under each `--sync` mode (always, interval, none), alternating rounds.
+    Durability {
+        /// Data set, hosts x hours.
+        #[arg(long, default_value = "200x6")]
+        set: String,
+        /// Concurrent writers.
+        #[arg(long, default_value_t = 4)]
+        clients: usize,
+        /// Rows per write request (one run per size).
+        #[arg(long, value_delimiter = ',', default_value = "5000,100")]
+        rows_per_request: Vec<usize>,
+        /// Rounds (the modes alternate); RESULT lines report the medians.
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+        /// Working directory (default: a temporary directory, removed afterwards).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// RocksDB's db_bench workload (fillrandom, readrandom, seekrandom) on EbbDB and on db_bench.
     Engine {
         /// Keys written by fillrandom.
@@ -156,6 +174,10 @@ enum Cmd {
         /// Raft log entries between snapshots in the snapshot-move run.
         #[arg(long, default_value_t = 16)]
         snapshot_every: u64,
+        /// An earlier `ebb` binary: three-node ingest is also measured with it, alternating
+        /// with this build (`before=` in the RESULT line).
+        #[arg(long)]
+        baseline_bin: Option<PathBuf>,
         /// Working directory (default: a temporary directory, removed afterwards).
         #[arg(long)]
         dir: Option<PathBuf>,
@@ -308,12 +330,13 @@ fn main() {
                 std::process::exit(1);
             }
         }
-        Cmd::Cluster { set, clients, shards, snapshot_every, dir } => {
+        Cmd::Cluster { set, clients, shards, snapshot_every, baseline_bin, dir } => {
             let s = ebb_benches::cluster::Settings {
                 dataset: dataset(&set),
                 clients: clients.max(1),
                 shards: shards.max(1),
                 snapshot_every: snapshot_every.max(16),
+                baseline_bin,
             };
             let mut tmp = None;
             let work = work_dir(dir, &mut tmp);
@@ -347,6 +370,24 @@ fn main() {
                 ds,
                 clients.max(1),
                 reps.max(1),
+                repeat.max(1),
+            ) {
+                Ok(results) => results.iter().for_each(|c| println!("{}", c.line())),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    std::process::exit(1);
+                }
+            }
+        }
+        Cmd::Durability { set, clients, rows_per_request, repeat, dir } => {
+            let mut tmp = None;
+            let work = work_dir(dir, &mut tmp);
+            let sizes: Vec<usize> = rows_per_request.iter().map(|n| (*n).max(1)).collect();
+            match ebb_benches::durability::durability(
+                &work,
+                dataset(&set),
+                clients.max(1),
+                &sizes,
                 repeat.max(1),
             ) {
                 Ok(results) => results.iter().for_each(|c| println!("{}", c.line())),

@@ -146,7 +146,7 @@ impl ClusterNode {
         listener: TcpListener,
         faults: Arc<Faults>,
     ) -> Result<ClusterNode> {
-        std::fs::create_dir_all(&cfg.data_dir)
+        ebb_storage::durable::create_dir_all(&cfg.data_dir)
             .map_err(|source| NodeError::DataDir { dir: cfg.data_dir.clone(), source })?;
         let stored = read_node_id(&cfg.data_dir)?;
         // A node is never its own seed.
@@ -276,6 +276,13 @@ impl ClusterNode {
         for id in self.groups.ids() {
             if let Some(g) = self.groups.remove(id) {
                 let _ = g.raft.shutdown().await;
+                // Shard engines keep no WAL: flushed now, a restart need not replay the log.
+                let engine = g.replica.engine();
+                match tokio::task::spawn_blocking(move || engine.flush()).await {
+                    Ok(Err(e)) => tracing::warn!(group = id, error = %e, "flushing a shard"),
+                    Err(e) => tracing::warn!(group = id, error = %e, "flushing a shard"),
+                    Ok(Ok(())) => {}
+                }
             }
         }
         for t in self.tasks {

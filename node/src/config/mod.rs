@@ -7,6 +7,8 @@
 //! pg_addr = "127.0.0.1:7432"
 //! grpc_addr = "127.0.0.1:7090"
 //! delete_deadline = "24h"        # every delete physically gone within this
+//! sync = "always"                # single node: fsync before acknowledging ("interval", "none")
+//! sync_interval = "100ms"        # how often sync = "interval" fsyncs
 //! retention_check_interval = "60s"
 //! max_body_bytes = 67108864      # largest accepted HTTP request body (after decompression)
 //! log_format = "text"            # or "json"
@@ -49,6 +51,8 @@ use serde::Deserialize;
 use crate::error::{NodeError, Result};
 use crate::tls::{CertFiles, ClusterFiles};
 
+pub mod durability;
+
 /// Everything `ebb server` needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -62,6 +66,9 @@ pub struct Config {
     pub grpc_addr: SocketAddr,
     /// Deadline within which every delete is physically gone (`None`: no deadline).
     pub delete_deadline: Option<Duration>,
+    /// When a single node fsyncs its WAL (see [`durability`]; cluster mode always fsyncs the
+    /// Raft log before an entry counts).
+    pub sync: ebb_storage::SyncMode,
     /// How often retention purges run.
     pub retention_check_interval: Duration,
     /// Largest accepted request body, after decompression.
@@ -163,6 +170,7 @@ impl Default for Config {
             pg_addr: ([127, 0, 0, 1], 7432).into(),
             grpc_addr: ([127, 0, 0, 1], 7090).into(),
             delete_deadline: Some(Duration::from_secs(24 * 3600)),
+            sync: ebb_storage::SyncMode::Always,
             retention_check_interval: Duration::from_secs(60),
             max_body_bytes: 64 << 20,
             log_format: LogFormat::Text,
@@ -199,6 +207,10 @@ pub struct Overrides {
     pub grpc_addr: Option<String>,
     /// See [`Config::delete_deadline`] (`"24h"`, or `"none"`).
     pub delete_deadline: Option<String>,
+    /// See [`Config::sync`] (`"always"`, `"interval"` or `"none"`).
+    pub sync: Option<String>,
+    /// The interval of `sync = "interval"` (`"100ms"`, `"1s"`).
+    pub sync_interval: Option<String>,
     /// See [`Config::retention_check_interval`].
     pub retention_check_interval: Option<String>,
     /// See [`Config::max_body_bytes`].
@@ -259,6 +271,8 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("EBB_PG_ADDR", "pg_addr"),
     ("EBB_GRPC_ADDR", "grpc_addr"),
     ("EBB_DELETE_DEADLINE", "delete_deadline"),
+    ("EBB_SYNC", "sync"),
+    ("EBB_SYNC_INTERVAL", "sync_interval"),
     ("EBB_RETENTION_CHECK_INTERVAL", "retention_check_interval"),
     ("EBB_MAX_BODY_BYTES", "max_body_bytes"),
     ("EBB_LOG_FORMAT", "log_format"),
@@ -337,6 +351,8 @@ impl Overrides {
                 "EBB_PG_ADDR" => o.pg_addr = Some(v),
                 "EBB_GRPC_ADDR" => o.grpc_addr = Some(v),
                 "EBB_DELETE_DEADLINE" => o.delete_deadline = Some(v),
+                "EBB_SYNC" => o.sync = Some(v),
+                "EBB_SYNC_INTERVAL" => o.sync_interval = Some(v),
                 "EBB_RETENTION_CHECK_INTERVAL" => o.retention_check_interval = Some(v),
                 "EBB_MAX_BODY_BYTES" => {
                     o.max_body_bytes =
@@ -409,6 +425,8 @@ impl Overrides {
             c.delete_deadline = ebb_query::sql::ddl::parse_retention(d)
                 .map_err(|e| bad(format!("delete_deadline: {e}")))?;
         }
+        c.sync =
+            durability::sync_mode(self.sync.as_deref(), self.sync_interval.as_deref(), c.sync)?;
         if let Some(d) = &self.retention_check_interval {
             c.retention_check_interval = ebb_query::sql::ddl::parse_retention(d)
                 .map_err(|e| bad(format!("retention_check_interval: {e}")))?

@@ -79,7 +79,7 @@ impl Database {
         if self.catalog.table_by_id(table.id).is_none() {
             return Err(QueryError::UnknownTable(format!("{}.{}", table.database, table.name)));
         }
-        let snap = self.engine().snapshot();
+        let snap = self.engine().staged_snapshot();
         let mut seen: HashSet<bytes::Bytes> = HashSet::new();
         let dedupe = targets.len() > 1;
         let mut rows = 0u64;

@@ -100,24 +100,41 @@ impl Database {
     }
 
     /// Writes `batch` at the next sequence numbers, then installs `delta`. Returns the first
-    /// sequence number used.
+    /// sequence number used once the write is durable.
     fn commit(&self, w: &mut Writer, batch: &WriteBatch, delta: CatalogDelta) -> Result<u64> {
+        let (seq, staged) = self.commit_staged(w, batch, delta)?;
+        if let Some(s) = staged {
+            s.durable()?;
+        }
+        Ok(seq)
+    }
+
+    /// [`Database::commit`] without waiting for durability: the caller waits for the returned
+    /// [`ebb_storage::Staged`] after releasing the writer lock, so that concurrent requests share
+    /// one fsync (group commit).
+    fn commit_staged(
+        &self,
+        w: &mut Writer,
+        batch: &WriteBatch,
+        delta: CatalogDelta,
+    ) -> Result<(u64, Option<ebb_storage::Staged>)> {
         if let Some(rep) = &self.replicator {
             // The catalog follows from the applied batch (`Database::on_applied`).
-            return self.propose(rep.as_ref(), batch);
+            return Ok((self.propose(rep.as_ref(), batch)?, None));
         }
         let seq = w.next_seq;
+        let mut staged = None;
         if !batch.is_empty() {
-            self.engine().write(batch, seq).map_err(|e| match e {
+            staged = Some(self.engine().stage(batch, seq).map_err(|e| match e {
                 ebb_storage::Error::BeyondRetention { .. } => {
                     QueryError::BeyondRetention(e.to_string())
                 }
                 e => QueryError::Storage(e),
-            })?;
+            })?);
             w.next_seq += batch.len() as u64;
         }
         self.catalog.apply(delta);
-        Ok(seq)
+        Ok((seq, staged))
     }
 
     /// Creates database `db` if it does not exist.

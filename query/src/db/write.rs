@@ -183,7 +183,7 @@ impl Database {
             let t = touched.entry((table, series)).or_insert(time);
             *t = (*t).max(time);
         }
-        self.commit_write(&mut w, &batch, plan.delta)?;
+        let staged = self.commit_write(&mut w, &batch, plan.delta)?;
         // A replicated database noted them when the batch was applied (`on_applied`).
         if !self.is_replicated() {
             for ((table, series), t) in touched {
@@ -191,6 +191,10 @@ impl Database {
             }
         }
         drop(w);
+        // Acknowledged once durable; writers that arrived meanwhile share the fsync.
+        if let Some(s) = staged {
+            s.durable()?;
+        }
         // Tables this write created get the default retention.
         if let Some(d) = self.default_retention() {
             for name in created {
@@ -202,8 +206,13 @@ impl Database {
         Ok(summary)
     }
 
-    fn commit_write(&self, w: &mut Writer, batch: &WriteBatch, delta: CatalogDelta) -> Result<()> {
-        self.commit(w, batch, delta).map(|_| ())
+    fn commit_write(
+        &self,
+        w: &mut Writer,
+        batch: &WriteBatch,
+        delta: CatalogDelta,
+    ) -> Result<Option<ebb_storage::Staged>> {
+        self.commit_staged(w, batch, delta).map(|(_, staged)| staged)
     }
 
     fn plan_line(
@@ -317,6 +326,8 @@ impl Database {
     /// written since open, the stored rows from the request's earliest time on are read.
     fn existing_rows(&self, plan: &Plan<'_>) -> Result<HashMap<(u32, u64, i64), Fields>> {
         let mut out = HashMap::new();
+        // Writes staged before this one under the writer lock may still wait for their fsync.
+        let snap = self.engine().staged_snapshot();
         let mut first_time: BTreeMap<(u32, u64), i64> = BTreeMap::new();
         let new: std::collections::HashSet<u64> = plan.new_series.values().copied().collect();
         for &(table, series, time) in plan.rows.keys() {
@@ -333,14 +344,14 @@ impl Database {
                     let hi = (table, series, max);
                     for (&(t, s, time), _) in plan.rows.range(lo..=hi) {
                         let key = row_key(t, s, time);
-                        if let Some(v) = self.engine().get(&key, None)? {
+                        if let Some(v) = self.engine().get(&key, Some(&snap))? {
                             out.insert((t, s, time), decode_row(&v)?);
                         }
                     }
                 }
                 None => {
                     let (lo, hi) = series_range(table, series, t0, None);
-                    for item in self.engine().scan(lo..hi, None)? {
+                    for item in self.engine().scan(lo..hi, Some(&snap))? {
                         let (k, v) = item?;
                         if k.len() != ROW_KEY_LEN {
                             continue;

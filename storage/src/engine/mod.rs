@@ -169,6 +169,15 @@ impl Engine {
         Snapshot::new(self.inner.visible_seq.load(Ordering::Acquire), self.inner.snapshots.clone())
     }
 
+    /// A snapshot that also sees writes staged but not yet durable ([`Engine::stage`]): for a
+    /// caller that orders its writes under its own lock and reads what it wrote before under
+    /// that lock (a read-modify-write), while those writes wait for their fsync.
+    pub fn staged_snapshot(&self) -> Snapshot {
+        let staged = self.inner.writer.lock().last_seq;
+        let seq = staged.max(self.inner.visible_seq.load(Ordering::Acquire));
+        Snapshot::new(seq, self.inner.snapshots.clone())
+    }
+
     /// Highest sequence number applied (visible to reads).
     pub fn last_seq(&self) -> u64 {
         self.inner.visible_seq.load(Ordering::Acquire)

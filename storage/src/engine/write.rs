@@ -15,18 +15,18 @@ use crate::{Error, Result};
 
 /// A write appended to the WAL and the memtable, not yet known durable (see [`Engine::stage`]).
 #[must_use = "a staged write is durable only once `durable` returns"]
-pub struct Staged<'a> {
-    inner: &'a Inner,
+pub struct Staged {
+    inner: Arc<Inner>,
     sync_to: Option<WalPos>,
 }
 
-impl std::fmt::Debug for Staged<'_> {
+impl std::fmt::Debug for Staged {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Staged").field("sync_to", &self.sync_to).finish()
     }
 }
 
-impl Staged<'_> {
+impl Staged {
     /// Waits until the write is durable as [`crate::SyncMode`] promises (under `Always`, until
     /// an fsync covers it; it becomes visible to reads then).
     pub fn durable(self) -> Result<()> {
@@ -48,9 +48,9 @@ impl Engine {
     /// The first half of [`Engine::write`]: orders and applies the write, without waiting for
     /// it to be durable. A caller that numbers writes under its own lock stages under it and
     /// waits for [`Staged::durable`] after releasing it, so concurrent writers share fsyncs.
-    pub fn stage(&self, batch: &WriteBatch, seq: u64) -> Result<Staged<'_>> {
+    pub fn stage(&self, batch: &WriteBatch, seq: u64) -> Result<Staged> {
         let sync_to = self.inner.write(batch, seq)?;
-        Ok(Staged { inner: &self.inner, sync_to })
+        Ok(Staged { inner: self.inner.clone(), sync_to })
     }
 
     /// Writes one key.

@@ -1,0 +1,111 @@
+//! The WAL sync setting of a single node: `sync` and `sync_interval`.
+//!
+//! In cluster mode these do not apply: the Raft log is the write-ahead log, and an entry counts
+//! as written on a node only once the log has fsynced it (appends arriving meanwhile share
+//! one fsync).
+
+use std::time::Duration;
+
+use ebb_storage::SyncMode;
+
+use crate::error::Result;
+
+/// The interval `sync = "interval"` uses unless `sync_interval` says otherwise.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The mode `mode` (`always`, `interval` or `none`) names, with `interval` (`"100ms"`, `"1s"`,
+/// or milliseconds) for the interval mode; either may be absent, keeping `current`'s part.
+pub(super) fn sync_mode(
+    mode: Option<&str>,
+    interval: Option<&str>,
+    current: SyncMode,
+) -> Result<SyncMode> {
+    let every = match interval {
+        Some(s) => parse_interval(s)?,
+        None => match current {
+            SyncMode::Interval(d) => d,
+            _ => DEFAULT_INTERVAL,
+        },
+    };
+    let mode = match mode {
+        None if interval.is_none() => return Ok(current),
+        None => match current {
+            SyncMode::Interval(_) => "interval",
+            _ => return Err(super::bad("sync_interval is set but sync is not \"interval\"")),
+        },
+        Some(m) => m,
+    };
+    match mode.trim().to_ascii_lowercase().as_str() {
+        "always" => Ok(SyncMode::Always),
+        "interval" => Ok(SyncMode::Interval(every)),
+        "none" => Ok(SyncMode::None),
+        other => Err(super::bad(format!(
+            "sync: {other:?} is not one of \"always\", \"interval\" or \"none\""
+        ))),
+    }
+}
+
+fn parse_interval(s: &str) -> Result<Duration> {
+    let t = s.trim();
+    let (digits, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => t.split_at(i),
+        None => (t, "ms"),
+    };
+    let n: u64 =
+        digits.parse().map_err(|_| super::bad(format!("sync_interval: not a duration: {s:?}")))?;
+    let d = match unit.trim() {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        _ => return Err(super::bad(format!("sync_interval: use ms or s: {s:?}"))),
+    };
+    if d.is_zero() || d > Duration::from_secs(60) {
+        return Err(super::bad("sync_interval must be between 1 ms and 60 s"));
+    }
+    Ok(d)
+}
+
+/// How a mode is shown (`ebb server --check-config`, `system.nodes`).
+pub fn describe(mode: SyncMode) -> String {
+    match mode {
+        SyncMode::Always => "always".into(),
+        SyncMode::Interval(d) => format!("interval ({} ms)", d.as_millis()),
+        _ => "none".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_and_intervals_parse_and_bad_values_are_refused() {
+        let ms = Duration::from_millis;
+        assert_eq!(sync_mode(None, None, SyncMode::Always).ok(), Some(SyncMode::Always));
+        assert_eq!(sync_mode(Some("none"), None, SyncMode::Always).ok(), Some(SyncMode::None));
+        assert_eq!(
+            sync_mode(Some("Interval"), None, SyncMode::Always).ok(),
+            Some(SyncMode::Interval(DEFAULT_INTERVAL))
+        );
+        assert_eq!(
+            sync_mode(Some("interval"), Some("250ms"), SyncMode::Always).ok(),
+            Some(SyncMode::Interval(ms(250)))
+        );
+        assert_eq!(
+            sync_mode(None, Some("2s"), SyncMode::Interval(ms(5))).ok(),
+            Some(SyncMode::Interval(ms(2000)))
+        );
+        assert_eq!(
+            sync_mode(Some("interval"), Some("40"), SyncMode::None).ok(),
+            Some(SyncMode::Interval(ms(40)))
+        );
+        for (mode, interval) in [
+            (Some("sometimes"), None),
+            (Some("interval"), Some("0ms")),
+            (Some("interval"), Some("2m")),
+            (Some("interval"), Some("fast")),
+            (None, Some("100ms")),
+        ] {
+            assert!(sync_mode(mode, interval, SyncMode::Always).is_err(), "{mode:?} {interval:?}");
+        }
+    }
+}
