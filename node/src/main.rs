@@ -48,6 +48,11 @@ enum Command {
         /// How often --sync interval fsyncs, e.g. 100ms [default: 100ms; env EBB_SYNC_INTERVAL].
         #[arg(long)]
         sync_interval: Option<String>,
+        /// Free space kept for deletes and compactions: below it writes are refused (HTTP 507,
+        /// SQLSTATE 53100), e.g. 2GiB, 5%, or 0 for none [default: 5% of the volume, at most
+        /// 2 GiB; env EBB_DISK_RESERVE].
+        #[arg(long)]
+        disk_reserve: Option<String>,
         /// Create a new cluster with this node as its first member [env EBB_CLUSTER].
         #[arg(long)]
         cluster: bool,
@@ -289,6 +294,7 @@ fn main() -> ExitCode {
             delete_deadline,
             sync,
             sync_interval,
+            disk_reserve,
             cluster,
             join,
             advertise_grpc,
@@ -320,6 +326,7 @@ fn main() -> ExitCode {
                 delete_deadline,
                 sync,
                 sync_interval,
+                disk_reserve,
                 cluster: cluster.then_some(true),
                 join,
                 advertise_grpc,

@@ -83,6 +83,7 @@ impl Server {
             .await?
             .map_err(|source| NodeError::Open { dir: config.data_dir.clone(), source })?;
         db.set_default_retention(config.default_retention);
+        db.set_disk_reserve(config.disk_reserve.for_dir(&config.data_dir));
         let db = Arc::new(db);
         let door = FrontDoor::with_limits(Target::Local(db.clone()), config.limits)
             .map_err(|e| NodeError::Config(format!("query runtime: {e}")))?;
@@ -150,6 +151,7 @@ impl Server {
             join: config.join.clone(),
             init_here: config.is_init_node(),
             default_retention: config.default_retention,
+            disk_reserve: config.disk_reserve,
             settings: Settings { shards: config.shards, replication: config.replication },
             groups,
             tls: tls.cluster_client.clone(),

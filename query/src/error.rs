@@ -65,9 +65,19 @@ pub enum QueryError {
     /// may be retried. Parts of a statement run on every shard may have been applied.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// The data directory's free space is below the reserve: writes that add data are
+    /// refused until space is freed (deletes, erasures and drops still run).
+    #[error("{0}")]
+    DiskFull(String),
     /// A bug or an unexpected state.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl From<ebb_storage::disk::BelowReserve> for QueryError {
+    fn from(e: ebb_storage::disk::BelowReserve) -> Self {
+        QueryError::DiskFull(e.to_string())
+    }
 }
 
 impl QueryError {
@@ -102,7 +112,18 @@ impl QueryError {
             | QueryError::Internal(_)
             | QueryError::NotLeader(_)
             | QueryError::Replication(_)
-            | QueryError::Unavailable(_) => false,
+            | QueryError::Unavailable(_)
+            | QueryError::DiskFull(_) => false,
+        }
+    }
+
+    /// True if the request failed for lack of disk space: below the reserve, or a write the
+    /// file system refused (HTTP 507, SQLSTATE 53100).
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            QueryError::DiskFull(_) => true,
+            QueryError::Storage(e) => e.is_disk_full(),
+            _ => false,
         }
     }
 }

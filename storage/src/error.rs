@@ -7,6 +7,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Errors the engine returns. Every corruption names the file and byte offset it was found at.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// An I/O operation on `path` failed.
     #[error("I/O error on {path}: {source}")]
@@ -68,6 +69,17 @@ impl Error {
     /// True if this error reports corrupt data.
     pub fn is_corruption(&self) -> bool {
         matches!(self, Error::Corruption { .. })
+    }
+
+    /// True if the file system ran out of space (or quota).
+    pub fn is_disk_full(&self) -> bool {
+        matches!(
+            self,
+            Error::Io { source, .. } if matches!(
+                source.kind(),
+                std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+            )
+        )
     }
 }
 

@@ -37,6 +37,7 @@ mod cache;
 mod clock;
 mod coding;
 pub mod compaction;
+pub mod disk;
 pub mod durable;
 mod engine;
 mod error;

@@ -56,6 +56,8 @@ pub struct ClusterConfig {
     pub init_here: bool,
     /// Retention of tables created without one.
     pub default_retention: Option<Duration>,
+    /// Free space kept for deletes and compactions.
+    pub disk_reserve: crate::config::durability::DiskReserve,
     /// Settings of a new cluster.
     pub settings: Settings,
     /// How the node's Raft groups run.
@@ -243,6 +245,7 @@ impl ClusterNode {
             conns: conns.clone(),
             groups: groups.clone(),
             default_retention: cfg.default_retention,
+            reserve: cfg.disk_reserve.for_dir(&cfg.data_dir),
         };
         shards::sync(&env, &meta.view(), &shards).await?;
         tasks.push(tokio::spawn(shard_loop(env, meta.clone(), shards.clone(), rx.clone())));

@@ -69,6 +69,10 @@ pub enum RouteError {
     /// for other shards may have been written.
     #[error("{0}")]
     Unavailable(String),
+    /// A shard leader's data volume is below its free space reserve: writes are refused there
+    /// until space is freed. Parts for other shards may have been written.
+    #[error("{0}")]
+    DiskFull(String),
 }
 
 /// Routes this node's writes to shard leaders.
@@ -167,6 +171,7 @@ impl Router {
             match r {
                 Ok(s) => add(&mut total, &s),
                 Err(e @ RouteError::Rejected(_)) => return Err(e),
+                Err(e @ RouteError::DiskFull(_)) => failed = Some(e),
                 Err(e) => failed = Some(e),
             }
         }
@@ -184,7 +189,7 @@ impl Router {
         while Instant::now() < deadline {
             match tokio::time::timeout(ATTEMPT_TIMEOUT, self.try_write_shard(&req)).await {
                 Ok(Ok(s)) => return Ok(s),
-                Ok(Err(e @ RouteError::Rejected(_))) => return Err(e),
+                Ok(Err(e @ (RouteError::Rejected(_) | RouteError::DiskFull(_)))) => return Err(e),
                 Ok(Err(RouteError::Unavailable(why))) => last = why,
                 Err(_) => last = format!("no answer within {ATTEMPT_TIMEOUT:?}"),
             }
@@ -212,6 +217,7 @@ impl Router {
                 QueryError::NotLeader(_) | QueryError::Replication(_) => {
                     RouteError::Unavailable(e.to_string())
                 }
+                e if e.is_disk_full() => RouteError::DiskFull(e.to_string()),
                 e if e.is_client_error() => RouteError::Rejected(e.to_string()),
                 e => RouteError::Unavailable(e.to_string()),
             });
@@ -232,7 +238,10 @@ impl Router {
             .max_encoding_message_size(crate::cluster::MAX_MESSAGE_BYTES)
             .write_lines(fwd)
             .await
-            .map_err(|s| RouteError::Unavailable(format!("{addr}: {}", s.message())))?
+            .map_err(|s| match s.code() {
+                tonic::Code::ResourceExhausted => RouteError::DiskFull(s.message().to_string()),
+                _ => RouteError::Unavailable(format!("{addr}: {}", s.message())),
+            })?
             .into_inner();
         if !r.rejected.is_empty() {
             return Err(RouteError::Rejected(r.rejected));

@@ -257,6 +257,7 @@ impl Cluster for ClusterService {
                 Ok(Response::new(WriteLinesReply { rejected: why, ..Default::default() }))
             }
             Err(RouteError::Unavailable(why)) => Err(Status::unavailable(why)),
+            Err(RouteError::DiskFull(why)) => Err(Status::resource_exhausted(why)),
         }
     }
 

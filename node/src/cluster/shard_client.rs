@@ -59,6 +59,7 @@ impl ShardClient for Router {
         Router::write_lines(self, database, body, precision, now_ns).await.map_err(|e| match e {
             RouteError::Rejected(m) => QueryError::Invalid(m),
             RouteError::Unavailable(m) => QueryError::Unavailable(m),
+            RouteError::DiskFull(m) => QueryError::DiskFull(m),
         })
     }
 

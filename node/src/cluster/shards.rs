@@ -52,6 +52,8 @@ pub struct ShardEnv {
     pub groups: Arc<Groups>,
     /// Retention of tables created without one.
     pub default_retention: Option<std::time::Duration>,
+    /// The free space reserve of the data directory (writes are refused below it).
+    pub reserve: Arc<ebb_storage::disk::Reserve>,
 }
 
 fn shard_dir(dir: &Path, id: u64) -> PathBuf {
@@ -69,6 +71,7 @@ pub async fn sync(env: &ShardEnv, view: &MetaView, shards: &Shards) -> Result<()
         let shard =
             Shard::open(env.node, s.id, &dir, &env.opts, env.conns.clone(), &env.groups).await?;
         shard.db.set_default_retention(env.default_retention);
+        shard.db.set_disk_reserve(env.reserve.clone());
         let fresh = !shard
             .group
             .raft

@@ -1,8 +1,9 @@
-//! The WAL sync setting of a single node: `sync` and `sync_interval`.
+//! Durability settings: the WAL sync of a single node (`sync`, `sync_interval`) and the free
+//! space reserve (`disk_reserve`).
 //!
-//! In cluster mode these do not apply: the Raft log is the write-ahead log, and an entry counts
-//! as written on a node only once the log has fsynced it (appends arriving meanwhile share
-//! one fsync).
+//! In cluster mode `sync` does not apply: the Raft log is the write-ahead log, and an entry
+//! counts as written on a node only once the log has fsynced it (appends arriving meanwhile
+//! share one fsync).
 
 use std::time::Duration;
 
@@ -64,6 +65,60 @@ fn parse_interval(s: &str) -> Result<Duration> {
     Ok(d)
 }
 
+/// The free space kept for deletes, erasures, drops and compactions: writes that add data are
+/// refused below it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DiskReserve {
+    /// 5% of the data directory's file system, at most 2 GiB.
+    Default,
+    /// This many bytes (0: no reserve).
+    Bytes(u64),
+    /// This share of the file system, in percent.
+    Percent(f64),
+}
+
+impl DiskReserve {
+    /// Parses `"2GiB"`, `"512MiB"`, a number of bytes, `"10%"`, or `"0"`.
+    pub(super) fn parse(s: &str) -> Result<DiskReserve> {
+        let t = s.trim();
+        if let Some(p) = t.strip_suffix('%') {
+            let p: f64 = p
+                .trim()
+                .parse()
+                .map_err(|_| super::bad(format!("disk_reserve: not a percentage: {s:?}")))?;
+            if !(0.0..=50.0).contains(&p) {
+                return Err(super::bad("disk_reserve must be between 0% and 50%"));
+            }
+            return Ok(DiskReserve::Percent(p));
+        }
+        if t == "0" {
+            return Ok(DiskReserve::Bytes(0));
+        }
+        Ok(DiskReserve::Bytes(super::bytes("disk_reserve", t)? as u64))
+    }
+
+    /// The reserve in bytes on a file system of `total` bytes.
+    pub fn bytes(self, total: u64) -> u64 {
+        match self {
+            DiskReserve::Default => ebb_storage::disk::default_reserve(total),
+            DiskReserve::Bytes(b) => b,
+            DiskReserve::Percent(p) => (total as f64 * p / 100.0) as u64,
+        }
+    }
+
+    /// The reserve of `dir`'s file system, ready to check writes against.
+    pub fn for_dir(self, dir: &std::path::Path) -> std::sync::Arc<ebb_storage::disk::Reserve> {
+        let total = match ebb_storage::disk::space(dir) {
+            Ok(s) => s.total,
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot measure the data volume");
+                0
+            }
+        };
+        std::sync::Arc::new(ebb_storage::disk::Reserve::new(dir, self.bytes(total)))
+    }
+}
+
 /// How a mode is shown (`ebb server --check-config`, `system.nodes`).
 pub fn describe(mode: SyncMode) -> String {
     match mode {
@@ -98,6 +153,14 @@ mod tests {
             sync_mode(Some("interval"), Some("40"), SyncMode::None).ok(),
             Some(SyncMode::Interval(ms(40)))
         );
+        assert_eq!(DiskReserve::parse("10%").ok(), Some(DiskReserve::Percent(10.0)));
+        assert_eq!(DiskReserve::parse("2GiB").ok(), Some(DiskReserve::Bytes(2 << 30)));
+        assert_eq!(DiskReserve::parse("0").ok(), Some(DiskReserve::Bytes(0)));
+        assert_eq!(DiskReserve::Default.bytes(100 << 30), 2 << 30);
+        assert_eq!(DiskReserve::Percent(10.0).bytes(1000), 100);
+        for bad in ["-1%", "80%", "lots", "%"] {
+            assert!(DiskReserve::parse(bad).is_err(), "{bad}");
+        }
         for (mode, interval) in [
             (Some("sometimes"), None),
             (Some("interval"), Some("0ms")),

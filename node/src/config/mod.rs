@@ -9,6 +9,7 @@
 //! delete_deadline = "24h"        # every delete physically gone within this
 //! sync = "always"                # single node: fsync before acknowledging ("interval", "none")
 //! sync_interval = "100ms"        # how often sync = "interval" fsyncs
+//! disk_reserve = "2GiB"          # writes refused below this free space ("5%"; default: 5%, at most 2 GiB)
 //! retention_check_interval = "60s"
 //! max_body_bytes = 67108864      # largest accepted HTTP request body (after decompression)
 //! log_format = "text"            # or "json"
@@ -69,6 +70,8 @@ pub struct Config {
     /// When a single node fsyncs its WAL (see [`durability`]; cluster mode always fsyncs the
     /// Raft log before an entry counts).
     pub sync: ebb_storage::SyncMode,
+    /// Free space kept for deletes and compactions: writes that add data are refused below it.
+    pub disk_reserve: durability::DiskReserve,
     /// How often retention purges run.
     pub retention_check_interval: Duration,
     /// Largest accepted request body, after decompression.
@@ -171,6 +174,7 @@ impl Default for Config {
             grpc_addr: ([127, 0, 0, 1], 7090).into(),
             delete_deadline: Some(Duration::from_secs(24 * 3600)),
             sync: ebb_storage::SyncMode::Always,
+            disk_reserve: durability::DiskReserve::Default,
             retention_check_interval: Duration::from_secs(60),
             max_body_bytes: 64 << 20,
             log_format: LogFormat::Text,
@@ -211,6 +215,8 @@ pub struct Overrides {
     pub sync: Option<String>,
     /// The interval of `sync = "interval"` (`"100ms"`, `"1s"`).
     pub sync_interval: Option<String>,
+    /// See [`Config::disk_reserve`] (`"2GiB"`, `"5%"`, `"0"`).
+    pub disk_reserve: Option<String>,
     /// See [`Config::retention_check_interval`].
     pub retention_check_interval: Option<String>,
     /// See [`Config::max_body_bytes`].
@@ -273,6 +279,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("EBB_DELETE_DEADLINE", "delete_deadline"),
     ("EBB_SYNC", "sync"),
     ("EBB_SYNC_INTERVAL", "sync_interval"),
+    ("EBB_DISK_RESERVE", "disk_reserve"),
     ("EBB_RETENTION_CHECK_INTERVAL", "retention_check_interval"),
     ("EBB_MAX_BODY_BYTES", "max_body_bytes"),
     ("EBB_LOG_FORMAT", "log_format"),
@@ -353,6 +360,7 @@ impl Overrides {
                 "EBB_DELETE_DEADLINE" => o.delete_deadline = Some(v),
                 "EBB_SYNC" => o.sync = Some(v),
                 "EBB_SYNC_INTERVAL" => o.sync_interval = Some(v),
+                "EBB_DISK_RESERVE" => o.disk_reserve = Some(v),
                 "EBB_RETENTION_CHECK_INTERVAL" => o.retention_check_interval = Some(v),
                 "EBB_MAX_BODY_BYTES" => {
                     o.max_body_bytes =
@@ -427,6 +435,9 @@ impl Overrides {
         }
         c.sync =
             durability::sync_mode(self.sync.as_deref(), self.sync_interval.as_deref(), c.sync)?;
+        if let Some(r) = &self.disk_reserve {
+            c.disk_reserve = durability::DiskReserve::parse(r)?;
+        }
         if let Some(d) = &self.retention_check_interval {
             c.retention_check_interval = ebb_query::sql::ddl::parse_retention(d)
                 .map_err(|e| bad(format!("retention_check_interval: {e}")))?

@@ -72,6 +72,7 @@ fn query_error(e: &QueryError) -> Response {
         QueryError::Unavailable(_) | QueryError::NotLeader(_) | QueryError::Replication(_) => {
             StatusCode::SERVICE_UNAVAILABLE
         }
+        e if e.is_disk_full() => StatusCode::INSUFFICIENT_STORAGE,
         // Over its memory or time limit.
         QueryError::DataFusion(d)
             if matches!(

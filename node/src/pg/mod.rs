@@ -505,6 +505,7 @@ fn sqlstate(err: &QueryError) -> &'static str {
         QueryError::Line(_) => return "22P02",
         QueryError::BeyondRetention(_) => return "22008",
         QueryError::Corrupt(_) => return "XX001",
+        e if e.is_disk_full() => return "53100",
         QueryError::Internal(_) => return "XX000",
         // Try again: no leader or quorum just now.
         QueryError::NotLeader(_) | QueryError::Replication(_) | QueryError::Unavailable(_) => {
@@ -572,5 +573,7 @@ mod tests {
         assert_eq!(sqlstate(&QueryError::UnknownTable("t".into())), "42P01");
         assert_eq!(sqlstate(&QueryError::Unsupported("UPDATE".into())), "0A000");
         assert_eq!(sqlstate(&QueryError::Internal("boom".into())), "XX000");
+        let full = ebb_storage::disk::BelowReserve { dir: "/d".into(), available: 1, reserve: 2 };
+        assert_eq!(sqlstate(&QueryError::from(full)), "53100");
     }
 }

@@ -56,6 +56,7 @@ impl Harness {
             join: join.iter().map(|j| self.addrs[j].clone()).collect(),
             init_here: false,
             default_retention: None,
+            disk_reserve: ebb_node::config::durability::DiskReserve::Bytes(0),
             settings: Settings { shards: 4, replication: 3 },
             groups: GroupOptions::new(Duration::from_millis(50), 1000, engine).unwrap(),
             tls: None,

@@ -9,6 +9,7 @@ mod cluster;
 mod cluster_erasure;
 mod cluster_server;
 mod common;
+mod disk_full;
 mod limits;
 mod local_cluster;
 mod replicated_shard;

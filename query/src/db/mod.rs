@@ -51,6 +51,8 @@ pub struct Database {
     default_retention: RwLock<Option<Duration>>,
     /// Users, grants and tokens (of a single node; a cluster keeps them in its metadata group).
     access: RwLock<Arc<crate::access::AccessState>>,
+    /// Writes that add data are refused below this free space (none: no reserve).
+    reserve: RwLock<Option<Arc<ebb_storage::disk::Reserve>>>,
 }
 
 impl Database {
@@ -78,7 +80,21 @@ impl Database {
             replicator: None,
             default_retention: RwLock::new(None),
             access: RwLock::new(Arc::new(access)),
+            reserve: RwLock::new(None),
         })
+    }
+
+    /// Refuses writes that add data while the data directory's free space is below `reserve`.
+    pub fn set_disk_reserve(&self, reserve: Arc<ebb_storage::disk::Reserve>) {
+        *self.reserve.write() = Some(reserve);
+    }
+
+    /// `Err` if a write that adds data must be refused for lack of space.
+    fn check_reserve(&self) -> Result<()> {
+        match &*self.reserve.read() {
+            Some(r) => Ok(r.check()?),
+            None => Ok(()),
+        }
     }
 
     /// The storage engine (replaced whole when a replica installs a snapshot: hold it for one

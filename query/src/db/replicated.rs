@@ -42,6 +42,7 @@ impl Database {
             replicator: Some(replicator),
             default_retention: RwLock::new(None),
             access: RwLock::new(Default::default()),
+            reserve: RwLock::new(None),
         })
     }
 

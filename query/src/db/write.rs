@@ -124,6 +124,7 @@ impl Database {
         now_ns: i64,
     ) -> Result<WriteSummary> {
         check_name("database", db)?;
+        self.check_reserve()?;
         let mut w = self.writer.lock();
         let (next_table, next_series) = self.catalog.next_ids();
         let mut plan = Plan {

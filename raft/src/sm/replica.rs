@@ -242,6 +242,7 @@ impl Replica {
         } else if snapshot.dir().starts_with(self.root.join("incoming")) {
             let _ = std::fs::remove_dir_all(&own);
             std::fs::rename(snapshot.dir(), &own).map_err(ShardError::io(&own))?;
+            sync_dir(&self.root.join("snapshots"))?;
             ShardSnapshot::at(own)
         } else {
             let _ = std::fs::remove_dir_all(&own);

@@ -73,7 +73,8 @@ pub(crate) fn write_tables(
     spec: &OutputSpec<'_>,
 ) -> Result<(Vec<Arc<Table>>, RunStats)> {
     let mut metas: Vec<FileMeta> = Vec::new();
-    let result = write_inner(cursor, spec, &mut metas);
+    let mut created: Vec<std::path::PathBuf> = Vec::new();
+    let result = write_inner(cursor, spec, &mut metas, &mut created);
     match result {
         Ok(stats) => {
             let mut tables = Vec::with_capacity(metas.len());
@@ -83,8 +84,9 @@ pub(crate) fn write_tables(
             Ok((tables, stats))
         }
         Err(e) => {
-            for m in &metas {
-                let _ = std::fs::remove_file(spec.dir.join(crate::sst::file_name(m.id)));
+            // Finished outputs and the one being written (a full disk fails mid-file).
+            for path in &created {
+                let _ = std::fs::remove_file(path);
             }
             Err(e)
         }
@@ -95,6 +97,7 @@ fn write_inner(
     cursor: &mut dyn EntryCursor,
     spec: &OutputSpec<'_>,
     metas: &mut Vec<FileMeta>,
+    created: &mut Vec<std::path::PathBuf>,
 ) -> Result<RunStats> {
     let wopts = WriterOptions {
         page_size: spec.opts.page_size,
@@ -103,9 +106,10 @@ fn write_inner(
         compression: spec.opts.compression,
         delete_key: spec.opts.delete_key.clone(),
     };
-    let new_writer = || -> Result<TableWriter> {
+    let mut new_writer = || -> Result<TableWriter> {
         let id = (spec.next_id)();
         let path = spec.dir.join(crate::sst::file_name(id));
+        created.push(path.clone());
         let mut w = TableWriter::create(id, &path, wopts.clone())?;
         w.set_rd_applied(spec.rd_applied);
         Ok(w)

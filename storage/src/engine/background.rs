@@ -87,9 +87,22 @@ fn flush_loop(inner: &Inner) {
         if let Err(e) = inner.advance_ledger() {
             inner.poison(e);
         }
-        if let Err(e) = res {
-            inner.poison(e);
+        match res {
+            // Postponed (see `Inner::abort_step`): try again after a while.
+            Err(e) if e.is_disk_full() && !inner.is_poisoned() => backoff(inner),
+            Err(e) => {
+                inner.poison(e);
+            }
+            Ok(()) => {}
         }
+    }
+}
+
+/// Waits a second (or until shutdown) before retrying work a full disk stopped.
+fn backoff(inner: &Inner) {
+    let mut bg = inner.bg.lock();
+    if !bg.shutdown {
+        inner.bg_cv.wait_for(&mut bg, Duration::from_secs(1));
     }
 }
 
@@ -112,6 +125,11 @@ fn compaction_loop(inner: &Inner) {
             match inner.compact_once() {
                 Ok(true) => inner.notify_bg(false),
                 Ok(false) => break,
+                Err(e) if e.is_disk_full() && !inner.is_poisoned() => {
+                    backoff(inner);
+                    inner.notify_bg(true);
+                    break;
+                }
                 Err(e) => {
                     inner.poison(e);
                     break;

@@ -194,13 +194,20 @@ impl Inner {
             next_id: &next_id,
             fail: Some(&self.opts.fail_points),
         };
-        let (outputs, stats) = write_tables(&mut merged, &spec).map_err(|e| self.poison(e))?;
+        let (outputs, stats) = write_tables(&mut merged, &spec).map_err(|e| self.abort_step(e))?;
         self.opts
             .fail_points
             .check(points::COMPACTION_BEFORE_COMMIT)
             .map_err(|e| self.poison(e))?;
         edit.added = outputs.iter().map(|t| (task.output_level as u32, t.meta().clone())).collect();
-        self.commit(edit, &Opened::tables(outputs.iter().cloned()), None)?;
+        if let Err(e) = self.commit(edit, &Opened::tables(outputs.iter().cloned()), None) {
+            if !self.is_poisoned() {
+                for t in &outputs {
+                    let _ = std::fs::remove_file(t.path());
+                }
+            }
+            return Err(e);
+        }
         // A crash here leaves the inputs on disk although the manifest dropped them: recovery
         // deletes them as orphans.
         self.opts.fail_points.check(points::COMPACTION_AFTER_COMMIT).map_err(|e| self.poison(e))?;

@@ -232,7 +232,7 @@ impl Inner {
     pub(super) fn advance_ledger(&self) -> Result<()> {
         let clear = self.log_clearance();
         let w = self.persistence_watermark().min(clear.below);
-        let early = self.cleared_expedited(w, Some(&clear)).map_err(|e| self.poison(e))?;
+        let early = self.cleared_expedited(w, Some(&clear)).map_err(|e| self.abort_step(e))?;
         let now = self.opts.clock.now_ms();
         let retention = self.opts.ledger_retention.as_millis() as u64;
         let mut ledger = self.ledger.lock();
@@ -246,7 +246,9 @@ impl Inner {
             ledger.prune(now, retention, || self.alloc_file_id())
         })();
         drop(ledger);
-        res.and_then(|_| self.advance_windows()).map_err(|e| self.poison(e))
+        // A full disk postpones this (the ledger's failed append was cut back off); a failed
+        // fsync of the ledger is `Error::Poisoned` and poisons.
+        res.and_then(|_| self.advance_windows()).map_err(|e| self.abort_step(e))
     }
 
     /// Expedited deletes at or above the watermark `w` (and clear of the caller's log, if

@@ -62,12 +62,23 @@ impl Inner {
             next_id: &next_id,
             fail: None,
         };
-        let (tables, stats) = write_tables(&mut cursor, &spec).map_err(|e| self.poison(e))?;
-        let tree = self.flush_ranges(&mem).map_err(|e| self.poison(e))?;
+        let (tables, stats) = write_tables(&mut cursor, &spec).map_err(|e| self.abort_step(e))?;
+        let discard = |e: crate::Error| {
+            for t in &tables {
+                let _ = std::fs::remove_file(t.path());
+            }
+            self.abort_step(e)
+        };
+        let tree = self.flush_ranges(&mem).map_err(discard)?;
         // A crash here leaves an SST the manifest never names: recovery deletes it.
         self.opts.fail_points.check(points::FLUSH_BEFORE_COMMIT).map_err(|e| self.poison(e))?;
         // The memtable's deletes are recorded durably before its WAL goes.
-        self.ledger.lock().sync().map_err(|e| self.poison(e))?;
+        if let Err(e) = self.ledger.lock().sync() {
+            if let Some(t) = &tree {
+                let _ = std::fs::remove_file(t.path());
+            }
+            return Err(discard(e));
+        }
         let edit = VersionEdit {
             added: tables.iter().map(|t| (0, t.meta().clone())).collect(),
             rd_added: tree.iter().map(|t| (0, t.meta().clone())).collect(),
@@ -77,7 +88,15 @@ impl Inner {
         };
         let mut opened = Opened::tables(tables.iter().cloned());
         opened.trees.extend(tree.iter().map(|t| (t.id(), t.clone())));
-        self.commit(edit, &opened, Some(&mem))?;
+        if let Err(e) = self.commit(edit, &opened, Some(&mem)) {
+            if !self.is_poisoned() {
+                // Not committed: the outputs are nobody's.
+                for p in tables.iter().map(|t| t.path()).chain(tree.iter().map(|t| t.path())) {
+                    let _ = std::fs::remove_file(p);
+                }
+            }
+            return Err(e);
+        }
         self.counters.flushes.fetch_add(1, Ordering::Relaxed);
         self.record_history(
             started,

@@ -108,6 +108,8 @@ pub(crate) struct Inner {
     eve: RwLock<Eve>,
     poisoned: AtomicBool,
     poison_reason: Mutex<Option<String>>,
+    /// The last flush or compaction failed on a full disk (see `Inner::abort_step`).
+    disk_full: Mutex<Option<String>>,
     bg: Mutex<BgState>,
     bg_cv: Condvar,
     compaction_lock: Mutex<()>,
@@ -311,6 +313,24 @@ impl Inner {
         e
     }
 
+    /// A flush, compaction or commit failed before committing anything. On a full disk only
+    /// the step fails (its outputs are removed; it is retried once space is freed, and writes
+    /// that would wait for it are refused meanwhile); anything else poisons the engine.
+    fn abort_step(&self, e: Error) -> Error {
+        if !e.is_disk_full() {
+            return self.poison(e);
+        }
+        tracing::warn!(error = %e, dir = %self.dir.display(), "disk full: flush or compaction postponed");
+        *self.disk_full.lock() = Some(e.to_string());
+        e
+    }
+
+    /// Why the last flush or compaction failed for lack of space, if it did (and nothing has
+    /// been committed since).
+    pub(crate) fn disk_full(&self) -> Option<String> {
+        self.disk_full.lock().clone()
+    }
+
     fn notify_bg(&self, compaction: bool) {
         let mut bg = self.bg.lock();
         if compaction {
@@ -338,8 +358,12 @@ impl Inner {
             }
         }
         if let Err(e) = meta.manifest.commit(&edit) {
+            if meta.manifest.is_intact() {
+                return Err(self.abort_step(e));
+            }
             return Err(self.poison(e));
         }
+        *self.disk_full.lock() = None;
         if let Some(s) = edit.persisted_seq {
             meta.persisted_seq = meta.persisted_seq.max(s);
         }
@@ -357,8 +381,15 @@ impl Inner {
             *sv = Arc::new(SuperVersion { mem: sv.mem.clone(), imms, version });
         }
         if meta.manifest.size() > MANIFEST_ROTATE_BYTES {
+            // The edit is committed whatever happens here: a rotation that fails before
+            // `CURRENT` names the new manifest leaves the old one in use (tried again at the
+            // next commit); one that fails after it poisons.
             if let Err(e) = self.rotate_manifest(&mut meta) {
-                return Err(self.poison(e));
+                if e.is_disk_full() && !self.is_poisoned() {
+                    tracing::warn!(error = %e, "manifest rotation postponed");
+                } else {
+                    self.poison(e);
+                }
             }
         }
         Ok(())
@@ -393,7 +424,14 @@ impl Inner {
         let number = self.alloc_file_id();
         let edit = self.snapshot_edit(meta, &self.current().version);
         let old = meta.manifest.path();
-        meta.manifest = Manifest::create(&self.dir, number, &edit, self.opts.fail_points.clone())?;
+        match Manifest::create(&self.dir, number, &edit, self.opts.fail_points.clone()) {
+            Ok(m) => meta.manifest = m,
+            Err(e) if e.is_disk_full() && !Manifest::is_current(&self.dir, number) => {
+                let _ = std::fs::remove_file(self.dir.join(crate::fs::manifest_name(number)));
+                return Err(e);
+            }
+            Err(e) => return Err(self.poison(e)),
+        }
         let _ = std::fs::remove_file(old);
         Ok(())
     }

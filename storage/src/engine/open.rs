@@ -387,6 +387,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         eve: RwLock::new(eve),
         poisoned: AtomicBool::new(false),
         poison_reason: Mutex::new(None),
+        disk_full: Mutex::new(None),
         bg: Mutex::new(BgState { shutdown: false, compaction_requested: true }),
         bg_cv: Condvar::new(),
         compaction_lock: Mutex::new(()),

@@ -205,7 +205,7 @@ impl Inner {
         let refs: Vec<&[Piece]> = lists.iter().map(Vec::as_slice).collect();
         let gc = self.gc_watermark(sv);
         let merged = combine(&refs, Some(&self.snapshots.seqs()), gc);
-        let out = self.write_tree(&merged).map_err(|e| self.poison(e))?;
+        let out = self.write_tree(&merged).map_err(|e| self.abort_step(e))?;
         let mut edit = VersionEdit {
             rd_deleted: task.inputs.iter().map(|&(l, id)| (l as u32, id)).collect(),
             ..Default::default()
@@ -215,7 +215,12 @@ impl Inner {
             edit.rd_added.push((task.output_level as u32, t.meta().clone()));
             opened.trees.insert(t.id(), t.clone());
         }
-        self.commit(edit, &opened, None)?;
+        if let Err(e) = self.commit(edit, &opened, None) {
+            if let (Some(t), false) = (&out, self.is_poisoned()) {
+                let _ = std::fs::remove_file(t.path());
+            }
+            return Err(e);
+        }
         for t in &inputs {
             t.mark_obsolete();
         }

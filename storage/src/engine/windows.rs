@@ -138,7 +138,8 @@ impl Inner {
             return Ok(false);
         }
         for w in &todo {
-            self.execute_window(w).map_err(|e| self.poison(e))?;
+            // A full disk postpones the window (its appended pages are cut off on the retry).
+            self.execute_window(w).map_err(|e| self.abort_step(e))?;
         }
         Ok(true)
     }

@@ -102,7 +102,8 @@ impl Inner {
         let mut sync_to = None;
         if let Some(wal) = &mut w.wal {
             if let Err(e) = wal.append(batch, seq, issued_ms) {
-                return Err(self.poison(e));
+                // Cut back off (a full disk): the write fails, the engine goes on.
+                return Err(if wal.is_broken() { self.poison(e) } else { e });
             }
             self.counters.wal_writes.fetch_add(1, Ordering::Relaxed);
             if self.opts.sync == SyncMode::Always {
@@ -194,14 +195,21 @@ impl Inner {
                 stalled = true;
                 self.counters.write_stalls.fetch_add(1, Ordering::Relaxed);
             }
-            if !self.opts.background_threads {
-                // No one else will make room: do the flush or compaction here.
+            // No one else will make room, or the last flush or compaction failed on a full
+            // disk: do it here, so the write fails at once if the disk is still full, and goes
+            // on as soon as space is back. Under an external log (Raft) a refused write would
+            // stop the group, so it waits for the background threads instead (the leader
+            // refuses new writes below the reserve).
+            let disk_full = self.disk_full().is_some() && !self.opts.external_log;
+            if !self.opts.background_threads || disk_full {
                 let progressed =
                     if too_many_imms { self.flush_oldest()? } else { self.compact_once()? };
-                if !progressed {
+                if progressed {
+                    continue;
+                }
+                if !self.opts.background_threads {
                     return Ok(()); // nothing can run: let the memtable grow rather than hang
                 }
-                continue;
             }
             self.notify_bg(true);
             let mut bg = self.bg.lock();

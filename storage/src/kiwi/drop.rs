@@ -122,7 +122,14 @@ pub(crate) fn drop_window(
     }
     let path = table.path().to_path_buf();
     unshare(&path)?;
-    let mut file = std::io::BufWriter::new(OpenOptions::new().append(true).open(&path).at(&path)?);
+    // Bytes past the committed size are an earlier attempt cut short (a full disk): cut off.
+    let f = OpenOptions::new().write(true).open(&path).at(&path)?;
+    if f.metadata().at(&path)?.len() > meta.size {
+        f.set_len(meta.size).at(&path)?;
+    }
+    let mut f = f;
+    std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(meta.size)).at(&path)?;
+    let mut file = std::io::BufWriter::new(f);
     let mut offset = meta.size;
     let mut pages: Vec<PageMeta> = Vec::new();
     let mut tiles: Vec<TileMeta> = Vec::new();

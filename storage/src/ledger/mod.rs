@@ -24,6 +24,7 @@ pub(crate) use request::DeleteRequestV1;
 pub use request::{DeleteRequest, RequestRecord, RequestStatus};
 
 use crate::batch::{BatchOp, WriteBatch};
+use crate::error::IoContext;
 use crate::log::{read_records, RecordWriter};
 use crate::{Error, Result};
 
@@ -74,6 +75,8 @@ pub(crate) struct Ledger {
     base_len: u64,
     /// Bytes written since the last fsync.
     unsynced: bool,
+    /// An fsync failed (see [`Ledger::sync`]).
+    sync_failed: bool,
 }
 
 impl Ledger {
@@ -138,6 +141,7 @@ impl Ledger {
             buffered: Vec::new(),
             base_len: valid_len,
             unsynced: false,
+            sync_failed: false,
         };
         if newest.is_none() {
             ledger.write_snapshot()?;
@@ -342,16 +346,26 @@ impl Ledger {
         if self.buffered.is_empty() {
             return Ok(());
         }
-        let batch = std::mem::take(&mut self.buffered);
+        // Kept until written: a failed write (a full disk) is retried with the next sync.
+        self.writer.append_all(&self.buffered)?;
+        self.buffered.clear();
         self.unsynced = true;
-        self.writer.append_all(&batch)
+        Ok(())
     }
 
-    /// Writes buffered records and fsyncs the file.
+    /// Writes buffered records and fsyncs the file. A failed fsync is final (whether the
+    /// records are durable is unknown, and a second fsync could wrongly report them so): this
+    /// and every later sync fail with [`Error::Poisoned`].
     pub fn sync(&mut self) -> Result<()> {
+        if self.sync_failed {
+            return Err(Error::Poisoned("an earlier fsync of the deletion ledger failed".into()));
+        }
         self.write_buffered()?;
         if self.unsynced {
-            self.writer.sync()?;
+            if let Err(e) = self.writer.sync() {
+                self.sync_failed = true;
+                return Err(Error::Poisoned(format!("fsync of the deletion ledger failed: {e}")));
+            }
             self.unsynced = false;
         }
         Ok(())
@@ -386,10 +400,35 @@ impl Ledger {
             return Ok(());
         }
         self.sync()?;
-        let old = self.number;
-        self.number = number();
-        self.writer = RecordWriter::create(&self.dir.join(file_name(self.number)))?;
-        self.write_snapshot()?;
+        // The new file gets its name only once it holds everything (the newest file wins on
+        // open): written as a temporary file, fsynced, renamed, and the directory fsynced.
+        let (old, new) = (self.number, number());
+        let tmp = self.dir.join(format!("{}.tmp", file_name(new)));
+        let path = self.dir.join(file_name(new));
+        let written = (|| {
+            let mut w = RecordWriter::create(&tmp)?;
+            w.append_all(&self.encoded_state())?;
+            w.sync()?;
+            let len = w.len();
+            std::fs::rename(&tmp, &path).at(&path)?;
+            Ok(len)
+        })();
+        let len = match written {
+            Ok(len) => len,
+            Err(e) => {
+                // Nothing changed: the old file goes on.
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
+            }
+        };
+        // From here the new file is the ledger (it wins on open if its name survives).
+        self.writer = RecordWriter::open_append(&path, len)?;
+        self.number = new;
+        self.base_len = len;
+        if let Err(e) = crate::fs::sync_dir(&self.dir) {
+            self.sync_failed = true;
+            return Err(Error::Poisoned(format!("fsync of the ledger's directory failed: {e}")));
+        }
         let _ = std::fs::remove_file(self.dir.join(file_name(old)));
         Ok(())
     }

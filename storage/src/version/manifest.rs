@@ -115,6 +115,8 @@ pub(crate) fn apply_retention(
 pub(crate) struct Manifest {
     writer: RecordWriter,
     fail: FailPoints,
+    /// An fsync failed: whether the last records are durable is unknown.
+    sync_failed: bool,
 }
 
 impl Manifest {
@@ -164,8 +166,16 @@ impl Manifest {
         let mut writer = RecordWriter::create(&path)?;
         writer.append(&snapshot.encode())?;
         writer.sync()?;
+        // Its entry is durable before `CURRENT` names it.
+        sync_dir(dir)?;
         set_current(dir, number)?;
-        Ok(Manifest { writer, fail })
+        Ok(Manifest { writer, fail, sync_failed: false })
+    }
+
+    /// True if `CURRENT` in `dir` names manifest `number`.
+    pub fn is_current(dir: &Path, number: u64) -> bool {
+        std::fs::read_to_string(dir.join("CURRENT"))
+            .is_ok_and(|s| s.trim_end() == manifest_name(number))
     }
 
     /// Bytes written to this manifest.
@@ -182,7 +192,15 @@ impl Manifest {
             return Err(Error::Injected(points::MANIFEST_TORN_WRITE));
         }
         self.writer.append(&payload)?;
-        self.writer.sync()
+        let synced = self.writer.sync();
+        self.sync_failed |= synced.is_err();
+        synced
+    }
+
+    /// True if every commit either succeeded or left the manifest as it was before it (a write
+    /// that failed on a full disk and was cut back off): commits may go on.
+    pub fn is_intact(&self) -> bool {
+        !self.sync_failed && !self.writer.is_broken()
     }
 
     /// Path of the manifest file.

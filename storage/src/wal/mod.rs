@@ -32,8 +32,13 @@ pub(crate) struct WalPos {
 impl Wal {
     /// Creates WAL file `number` in `dir`, its directory entry durable.
     pub fn create(dir: &Path, number: u64, fail: FailPoints) -> Result<Self> {
-        let writer = RecordWriter::create(&dir.join(crate::fs::wal_name(number)))?;
-        crate::fs::sync_dir(dir)?;
+        let path = dir.join(crate::fs::wal_name(number));
+        let writer = RecordWriter::create(&path)?;
+        if let Err(e) = crate::fs::sync_dir(dir) {
+            // Not used: it must not look like the newest WAL to the next open.
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
         Ok(Wal { number, writer, buf: Vec::new(), fail })
     }
 
@@ -42,6 +47,11 @@ impl Wal {
         self.buf.clear();
         batch.encode(seq, issued_at_ms, &mut self.buf);
         self.writer.append(&self.buf)
+    }
+
+    /// True if a failed append could not be undone (the engine must poison itself).
+    pub fn is_broken(&self) -> bool {
+        self.writer.is_broken()
     }
 
     /// The end of what was appended.

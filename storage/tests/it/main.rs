@@ -6,6 +6,7 @@
 mod common;
 mod corruption;
 mod deadlines;
+mod disk_full;
 mod durability;
 mod engine;
 mod model;
