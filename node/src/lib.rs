@@ -23,6 +23,7 @@ pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod grpc;
+pub mod health;
 pub mod http;
 pub mod metrics;
 pub mod pg;

@@ -83,7 +83,8 @@ impl Server {
             .await?
             .map_err(|source| NodeError::Open { dir: config.data_dir.clone(), source })?;
         db.set_default_retention(config.default_retention);
-        db.set_disk_reserve(config.disk_reserve.for_dir(&config.data_dir));
+        let reserve = config.disk_reserve.for_dir(&config.data_dir);
+        db.set_disk_reserve(reserve.clone());
         let db = Arc::new(db);
         let door = FrontDoor::with_limits(Target::Local(db.clone()), config.limits)
             .map_err(|e| NodeError::Config(format!("query runtime: {e}")))?;
@@ -96,7 +97,18 @@ impl Server {
         let (http_addr, pg_addr, grpc_addr) = (addr(&http)?, addr(&pg)?, addr(&grpc)?);
         let (stop, rx) = watch::channel(false);
         let metrics = Arc::new(Metrics::default());
-        let mut tasks = serve_clients(http, pg, &door, None, &metrics, config, &tls, &rx)?;
+        let health = Arc::new(crate::health::Health::default());
+        let checked = db.clone();
+        let check = move || {
+            let mut r = crate::health::Readiness::ready();
+            let engine = checked.engine();
+            crate::health::check_storage([("data".to_string(), &*engine)], &reserve, &mut r);
+            std::future::ready(r)
+        };
+        health.set(check().await);
+        let mut tasks =
+            serve_clients(http, pg, &door, None, health.clone(), &metrics, config, &tls, &rx)?;
+        tasks.push(tokio::spawn(crate::health::run(health, check, stopped(rx.clone()))));
         let grpc = crate::tls::conn::incoming(grpc, tls.cluster.clone(), config.max_connections)?;
         let shutdown = stopped(rx.clone());
         tasks.push(tokio::spawn(async move {
@@ -179,6 +191,7 @@ impl Server {
             pg,
             &door,
             Some(node.router.clone()),
+            node.router.health().clone(),
             &metrics,
             config,
             &tls,
@@ -284,6 +297,7 @@ fn serve_clients(
     pg: TcpListener,
     door: &Arc<FrontDoor>,
     cluster: Option<Arc<crate::cluster::Router>>,
+    health: Arc<crate::health::Health>,
     metrics: &Arc<Metrics>,
     config: &Config,
     tls: &Tls,
@@ -294,6 +308,7 @@ fn serve_clients(
         cluster,
         metrics: metrics.clone(),
         max_body_bytes: config.max_body_bytes,
+        health,
     });
     let mut tasks = Vec::new();
     let http = crate::tls::conn::incoming(http, tls.http.clone(), config.max_connections)?;

@@ -7,6 +7,7 @@ mod meta;
 pub mod metrics;
 mod node;
 pub mod placement;
+pub mod readiness;
 mod rebalance;
 pub mod router;
 mod service;

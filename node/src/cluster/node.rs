@@ -238,6 +238,7 @@ impl ClusterNode {
             };
             meta.bootstrap(me, cfg.settings).await?;
         }
+        let reserve = cfg.disk_reserve.for_dir(&cfg.data_dir);
         let env = ShardEnv {
             node: id,
             dir: cfg.data_dir.clone(),
@@ -245,7 +246,7 @@ impl ClusterNode {
             conns: conns.clone(),
             groups: groups.clone(),
             default_retention: cfg.default_retention,
-            reserve: cfg.disk_reserve.for_dir(&cfg.data_dir),
+            reserve: reserve.clone(),
         };
         shards::sync(&env, &meta.view(), &shards).await?;
         tasks.push(tokio::spawn(shard_loop(env, meta.clone(), shards.clone(), rx.clone())));
@@ -254,6 +255,15 @@ impl ClusterNode {
             shards.clone(),
             interval,
             rx.clone(),
+        )));
+        let (r, health) = (router.clone(), router.health().clone());
+        tasks.push(tokio::spawn(crate::health::run(
+            health,
+            move || {
+                let (r, reserve) = (r.clone(), reserve.clone());
+                async move { super::readiness::check(&r, &reserve).await }
+            },
+            stopped(rx.clone()),
         )));
         tasks.push(tokio::spawn(reconcile_loop(meta.clone(), rx)));
         // A joining node serves once it holds the metadata (the leader adds it as a learner).

@@ -85,6 +85,8 @@ pub struct Router {
     /// Turns through a shard's replicas when this node does not know the leader, so a dead
     /// replica is not asked forever.
     rotation: std::sync::atomic::AtomicUsize,
+    /// The node's readiness, kept current by [`super::readiness`].
+    health: Arc<crate::health::Health>,
 }
 
 fn add(a: &mut WriteSummary, b: &WriteSummary) {
@@ -102,7 +104,19 @@ impl Router {
         conns: Arc<Connections>,
         groups: Arc<Groups>,
     ) -> Router {
-        Router { meta, shards, conns, groups, rotation: Default::default() }
+        Router {
+            meta,
+            shards,
+            conns,
+            groups,
+            rotation: Default::default(),
+            health: Default::default(),
+        }
+    }
+
+    /// This node's readiness (see [`crate::health`]).
+    pub fn health(&self) -> &Arc<crate::health::Health> {
+        &self.health
     }
 
     /// This node's connections to the others.

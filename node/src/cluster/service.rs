@@ -53,6 +53,8 @@ impl ClusterService {
 
 /// How long one forwarded cluster call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long one attempt to join through one seed may take.
+const JOIN_ATTEMPT: Duration = Duration::from_secs(3);
 
 async fn connect(
     conns: &Connections,
@@ -208,10 +210,16 @@ impl Cluster for ClusterService {
                     shard: s.id,
                     leader: m.current_leader.unwrap_or(0),
                     term: m.current_term,
+                    last_log_index: m.last_log_index.unwrap_or(0),
                 }
             })
             .collect();
-        Ok(Response::new(LeadersReply { leaders }))
+        let health = self.router.health().get();
+        Ok(Response::new(LeadersReply {
+            leaders,
+            ready: health.is_ready(),
+            not_ready: health.reasons,
+        }))
     }
 
     async fn deletions(
@@ -377,19 +385,19 @@ pub async fn join(
     let mut last = String::from("no seed address given");
     while Instant::now() < deadline {
         for seed in seeds {
-            let ep = ebb_raft::transport::endpoint(seed, tls.clone(), Duration::from_secs(2));
-            let ch = match ep {
-                Ok(ep) => {
-                    ep.timeout(CALL_TIMEOUT).connect().await.map_err(|e| format!("{seed}: {e}"))
-                }
-                Err(e) => Err(format!("{seed}: {e}")),
+            // Bounded: a seed that is starting too has its port bound (connections queue) but
+            // answers nothing until it has joined.
+            let attempt = async {
+                let ep = ebb_raft::transport::endpoint(seed, tls.clone(), Duration::from_secs(2))
+                    .map_err(|e| e.to_string())?;
+                let ch = ep.timeout(CALL_TIMEOUT).connect().await.map_err(|e| e.to_string())?;
+                let r = ClusterClient::new(ch).join(req.clone()).await;
+                r.map(|r| r.into_inner()).map_err(|s| s.message().to_string())
             };
-            match ch.map(ClusterClient::new) {
-                Ok(mut c) => match c.join(req.clone()).await {
-                    Ok(r) => return Ok(r.into_inner()),
-                    Err(s) => last = format!("{seed}: {}", s.message()),
-                },
-                Err(e) => last = e,
+            match tokio::time::timeout(JOIN_ATTEMPT, attempt).await {
+                Ok(Ok(r)) => return Ok(r),
+                Ok(Err(e)) => last = format!("{seed}: {e}"),
+                Err(_) => last = format!("{seed}: no answer within {JOIN_ATTEMPT:?}"),
             }
         }
         tracing::info!(%last, "waiting to join the cluster");

@@ -22,6 +22,31 @@ fn arrow(e: datafusion::arrow::error::ArrowError) -> QueryError {
     QueryError::Internal(e.to_string())
 }
 
+/// Why each of `nodes` is not ready (empty: ready), from the node itself ([`crate::health`]).
+async fn readiness(router: &Router, nodes: &[&super::view::NodeInfo]) -> Vec<Vec<String>> {
+    use super::proto::cluster_client::ClusterClient;
+    let me = router.meta().node();
+    let calls = nodes.iter().map(|n| async move {
+        if n.id == me {
+            return router.health().get().reasons;
+        }
+        let reply = async {
+            let ch = router.conns().channel(&n.grpc_addr).ok()?;
+            let mut client = ClusterClient::new(ch);
+            let call = client.leaders(super::proto::LeadersRequest {});
+            tokio::time::timeout(std::time::Duration::from_secs(1), call).await.ok()?.ok()
+        }
+        .await;
+        match reply.map(|r| r.into_inner()) {
+            Some(r) if r.ready => Vec::new(),
+            Some(r) if r.not_ready.is_empty() => vec!["not ready".into()],
+            Some(r) => r.not_ready,
+            None => vec!["does not answer".into()],
+        }
+    });
+    futures::future::join_all(calls).await
+}
+
 /// System table `name`, as of now.
 pub async fn table(router: &Router, name: &str) -> Result<Option<RecordBatch>> {
     let view = router.meta().view();
@@ -43,6 +68,7 @@ pub async fn table(router: &Router, name: &str) -> Result<Option<RecordBatch>> {
                     "none"
                 }
             };
+            let health = readiness(router, &nodes).await;
             let schema = Arc::new(Schema::new(vec![
                 Field::new("id", DataType::UInt64, false),
                 Field::new("state", DataType::Utf8, false),
@@ -51,6 +77,8 @@ pub async fn table(router: &Router, name: &str) -> Result<Option<RecordBatch>> {
                 Field::new("http_addr", DataType::Utf8, false),
                 Field::new("pg_addr", DataType::Utf8, false),
                 Field::new("replicas", DataType::UInt64, false),
+                Field::new("ready", DataType::Boolean, false),
+                Field::new("not_ready", DataType::Utf8, true),
             ]));
             let replicas =
                 |id: u64| view.shards.values().filter(|s| s.replicas.contains(&id)).count() as u64;
@@ -64,6 +92,10 @@ pub async fn table(router: &Router, name: &str) -> Result<Option<RecordBatch>> {
                 Arc::new(StringArray::from_iter_values(nodes.iter().map(|n| n.http_addr.clone()))),
                 Arc::new(StringArray::from_iter_values(nodes.iter().map(|n| n.pg_addr.clone()))),
                 Arc::new(UInt64Array::from_iter_values(nodes.iter().map(|n| replicas(n.id)))),
+                Arc::new(BooleanArray::from_iter(health.iter().map(|h| Some(h.is_empty())))),
+                Arc::new(StringArray::from_iter(
+                    health.iter().map(|h| (!h.is_empty()).then(|| h.join("; "))),
+                )),
             ];
             RecordBatch::try_new(schema, cols).map_err(arrow)?
         }

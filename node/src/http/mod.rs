@@ -6,7 +6,8 @@
 //! - `POST /v1/sql?db=`: the body is SQL; JSON rows by default, CSV (`Accept: text/csv`),
 //!   Arrow IPC (`Accept: application/vnd.apache.arrow.stream`) or a text table
 //!   (`Accept: text/plain`).
-//! - `GET /health` (the process is up), `GET /ready` (it serves requests), `GET /metrics`
+//! - `GET /health` (the process is up), `GET /ready` (it can serve: see [`crate::health`]),
+//!   `GET /metrics`
 //!   (Prometheus text format).
 
 mod admin;
@@ -45,6 +46,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Largest body accepted (after decompression).
     pub max_body_bytes: usize,
+    /// The node's readiness, for `/ready`.
+    pub health: Arc<crate::health::Health>,
 }
 
 /// The router.
@@ -54,7 +57,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v2/write", post(write_v2))
         .route("/v1/sql", post(sql))
         .route("/health", get(|| async { "ok\n" }))
-        .route("/ready", get(|| async { "ready\n" }))
+        .route("/ready", get(ready))
         .route("/metrics", get(metrics))
         .route("/v1/audit/verify", get(admin::audit_verify))
         .route("/v1/cluster/decommission", post(admin::decommission))
@@ -64,6 +67,16 @@ pub fn router(state: AppState) -> Router {
 }
 
 use auth::{access_error, error};
+
+/// `/ready`: 200 while the node can serve its share, else 503 with the reasons, one per line.
+async fn ready(State(state): State<AppState>) -> Response {
+    let r = state.health.get();
+    if r.is_ready() {
+        return "ready\n".into_response();
+    }
+    let body: String = r.reasons.iter().map(|w| format!("not ready: {w}\n")).collect();
+    (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
+}
 
 fn query_error(e: &QueryError) -> Response {
     let status = match e {

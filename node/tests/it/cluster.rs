@@ -13,74 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ebb_node::cluster::view::Settings;
-use ebb_node::cluster::{ClusterConfig, ClusterNode, NODE_ID_FILE};
-use ebb_raft::transport::Faults;
-use ebb_raft::GroupOptions;
+use ebb_node::cluster::{ClusterNode, NODE_ID_FILE};
 
-struct Harness {
-    dir: tempfile::TempDir,
-    faults: Arc<Faults>,
-    /// Running nodes by their index in the test (not their id).
-    nodes: BTreeMap<usize, ClusterNode>,
-    addrs: BTreeMap<usize, String>,
-}
-
-impl Harness {
-    fn new() -> Harness {
-        Harness {
-            dir: tempfile::tempdir().unwrap(),
-            faults: Arc::new(Faults::new()),
-            nodes: BTreeMap::new(),
-            addrs: BTreeMap::new(),
-        }
-    }
-
-    async fn start(&mut self, i: usize, join: &[usize]) {
-        let listener = match self.addrs.get(&i) {
-            Some(a) => loop {
-                if let Ok(l) = tokio::net::TcpListener::bind(a).await {
-                    break l;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            },
-            None => tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
-        };
-        let addr = listener.local_addr().unwrap().to_string();
-        self.addrs.insert(i, addr.clone());
-        let engine = ebb_storage::Options { write_buffer_size: 256 << 10, ..Default::default() };
-        let cfg = ClusterConfig {
-            data_dir: self.dir.path().join(format!("n{i}")),
-            advertise_grpc: addr,
-            http_addr: format!("127.0.0.1:{}", 8000 + i),
-            pg_addr: format!("127.0.0.1:{}", 9000 + i),
-            join: join.iter().map(|j| self.addrs[j].clone()).collect(),
-            init_here: false,
-            default_retention: None,
-            disk_reserve: ebb_node::config::durability::DiskReserve::Bytes(0),
-            settings: Settings { shards: 4, replication: 3 },
-            groups: GroupOptions::new(Duration::from_millis(50), 1000, engine).unwrap(),
-            tls: None,
-            server_tls: None,
-            max_connections: 256,
-        };
-        let node = ClusterNode::start(&cfg, listener, self.faults.clone()).await.unwrap();
-        self.nodes.insert(i, node);
-    }
-
-    async fn stop(&mut self, i: usize) {
-        self.nodes.remove(&i).unwrap().stop().await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-
-    /// Waits until `check` holds on every running node's view of the metadata group.
-    async fn wait(&self, what: &str, check: impl Fn(&ClusterNode) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !self.nodes.values().all(&check) {
-            assert!(Instant::now() < deadline, "timed out waiting until {what}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
+use crate::cluster_harness::Harness;
 
 fn voters(n: &ClusterNode) -> BTreeSet<u64> {
     n.meta.raft().metrics().borrow().membership_config.membership().voter_ids().collect()
@@ -343,7 +278,7 @@ async fn writes_through_any_node_reach_their_shards_and_survive_losing_a_node() 
     }
 }
 
-async fn sql(h: &Harness, i: usize, q: &str) -> String {
+pub(crate) async fn sql(h: &Harness, i: usize, q: &str) -> String {
     let s = ebb_query::cluster::ClusterSql::new(
         h.nodes[&i].router.clone(),
         h.nodes[&i].meta.clone(),

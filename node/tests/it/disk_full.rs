@@ -111,6 +111,18 @@ fn below_the_reserve_writes_are_refused_until_a_delete_frees_space() {
     }
     let refusal = refusal.expect("the volume never reached the reserve");
     assert!(refusal.contains("disk full") && refusal.contains("reserve"), "{refusal}");
+    // The node says it is not ready, and why.
+    let start = Instant::now();
+    loop {
+        let mut r = s.agent.get(&format!("{}/ready", s.url)).call().unwrap();
+        let body = r.body_mut().read_to_string().unwrap_or_default();
+        if r.status().as_u16() == 503 {
+            assert!(body.contains("not ready: disk full"), "{body}");
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "/ready stayed ready: {body}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     // Below the reserve: reads work, writes are still refused, and nothing acknowledged is lost.
     assert_eq!(s.count(), acked);
     assert_eq!(s.post("/write?db=public", &batch(999, 0)).0, 507);
@@ -131,4 +143,9 @@ fn below_the_reserve_writes_are_refused_until_a_delete_frees_space() {
         std::thread::sleep(Duration::from_millis(500));
     }
     assert_eq!(s.count(), kept + 1000);
+    let start = Instant::now();
+    while s.get_status("/ready") != Some(200) {
+        assert!(start.elapsed() < Duration::from_secs(5), "not ready again with space back");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }

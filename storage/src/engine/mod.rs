@@ -180,6 +180,14 @@ impl Engine {
         Snapshot::new(seq, self.inner.snapshots.clone())
     }
 
+    /// Why the engine refuses writes until it is reopened (a failed fsync), if it does.
+    pub fn poisoned(&self) -> Option<String> {
+        if !self.inner.is_poisoned() {
+            return None;
+        }
+        Some(self.inner.poison_reason.lock().clone().unwrap_or_default())
+    }
+
     /// Highest sequence number applied (visible to reads).
     pub fn last_seq(&self) -> u64 {
         self.inner.visible_seq.load(Ordering::Acquire)

@@ -1,0 +1,80 @@
+//! The readiness checks of a cluster node (see [`crate::health`]).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::proto::cluster_client::ClusterClient;
+use super::proto::LeadersRequest;
+use super::router::Router;
+use crate::health::{Readiness, MAX_LAG};
+
+/// Checks the node: joined, metadata leader known, each local replica led and caught up, engines
+/// healthy, free space above the reserve.
+pub async fn check(router: &Router, reserve: &ebb_storage::disk::Reserve) -> Readiness {
+    let mut out = Readiness::ready();
+    let meta = router.meta();
+    if meta.view().settings.is_none() {
+        out.fail("has not received the cluster metadata yet");
+    }
+    if meta.raft().metrics().borrow().current_leader.is_none() {
+        out.fail("the metadata group has no leader");
+    }
+    let me = meta.node();
+    let shards = router.shards().all();
+    // Leaders on other nodes: how far their logs reach, asked once per node.
+    let mut ask: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    let mut applied: BTreeMap<u64, u64> = BTreeMap::new();
+    for s in &shards {
+        let m = s.group.raft.metrics().borrow().clone();
+        if let Err(e) = &m.running_state {
+            out.fail(format!("shard {}: Raft stopped: {e}", s.id));
+            continue;
+        }
+        let Some(leader) = m.current_leader else {
+            out.fail(format!("shard {}: no leader", s.id));
+            continue;
+        };
+        if leader == me {
+            continue;
+        }
+        match m.membership_config.membership().get_node(&leader) {
+            Some(n) => ask.entry(n.addr.clone()).or_default().push(s.id),
+            None => out.fail(format!("shard {}: leader {leader} unknown", s.id)),
+        }
+        applied.insert(s.id, m.last_applied.map_or(0, |l| l.index));
+    }
+    let calls = ask.into_iter().map(|(addr, ids)| async move {
+        let reply = async {
+            let ch = router.conns().channel(&addr).ok()?;
+            let mut client = ClusterClient::new(ch);
+            let r = client.leaders(LeadersRequest {});
+            Some(tokio::time::timeout(Duration::from_secs(1), r).await.ok()?.ok()?.into_inner())
+        }
+        .await;
+        (addr, ids, reply)
+    });
+    for (addr, ids, reply) in futures::future::join_all(calls).await {
+        let Some(reply) = reply else {
+            out.fail(format!("shards {ids:?}: their leader at {addr} does not answer"));
+            continue;
+        };
+        for id in ids {
+            let mine = applied.get(&id).copied().unwrap_or(0);
+            match reply.leaders.iter().find(|l| l.shard == id) {
+                Some(l) if l.last_log_index.saturating_sub(mine) > MAX_LAG => out.fail(format!(
+                    "shard {id}: catching up, {mine} of its leader's {} entries applied",
+                    l.last_log_index
+                )),
+                Some(_) => {}
+                None => out.fail(format!("shard {id}: its leader at {addr} does not hold it")),
+            }
+        }
+    }
+    let engines: Vec<_> = shards.iter().map(|s| (s.id, s.group.replica.engine())).collect();
+    crate::health::check_storage(
+        engines.iter().map(|(id, e)| (format!("shard {id}"), e.as_ref())),
+        reserve,
+        &mut out,
+    );
+    out
+}
