@@ -56,6 +56,11 @@ enum Command {
         /// Create a new cluster with this node as its first member [env EBB_CLUSTER].
         #[arg(long)]
         cluster: bool,
+        /// Disaster recovery: if the data directory holds no node id, create a new cluster
+        /// here without asking the --join seeds (nodes holding an old cluster's data will not
+        /// join it) [env EBB_INIT_CLUSTER].
+        #[arg(long)]
+        init_cluster: bool,
         /// Join the cluster of these nodes (gRPC addresses, comma-separated) [env EBB_JOIN].
         #[arg(long)]
         join: Option<String>,
@@ -296,6 +301,7 @@ fn main() -> ExitCode {
             sync_interval,
             disk_reserve,
             cluster,
+            init_cluster,
             join,
             advertise_grpc,
             shards,
@@ -328,6 +334,7 @@ fn main() -> ExitCode {
                 sync_interval,
                 disk_reserve,
                 cluster: cluster.then_some(true),
+                init_cluster: init_cluster.then_some(true),
                 join,
                 advertise_grpc,
                 shards,

@@ -162,6 +162,7 @@ impl Server {
             pg_addr: reachable(pg_addr, &advertise),
             join: config.join.clone(),
             init_here: config.is_init_node(),
+            force_init: config.init_cluster,
             default_retention: config.default_retention,
             disk_reserve: config.disk_reserve,
             settings: Settings { shards: config.shards, replication: config.replication },

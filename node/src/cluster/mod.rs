@@ -18,7 +18,7 @@ mod system;
 pub mod view;
 
 pub use meta::{Meta, MetaError, META_GROUP, META_VOTERS};
-pub use node::{ClusterConfig, ClusterNode, NODE_ID_FILE};
+pub use node::{ClusterConfig, ClusterNode, INIT_PROBE, NODE_ID_FILE};
 pub use service::{decommission, join, set_shard_members, ClusterService, MOVE_TIMEOUT};
 pub use shard::{RaftReplicator, Shard, PROPOSE_TIMEOUT};
 pub use shards::{ShardEnv, Shards};

@@ -31,8 +31,9 @@ pub const NODE_ID_FILE: &str = "node_id";
 /// before cluster ids; such a cluster neither sends nor checks one).
 pub const CLUSTER_ID_FILE: &str = "cluster_id";
 
-/// How long the initial node tries its seeds before it creates the cluster itself.
-pub const INIT_PROBE: Duration = Duration::from_secs(10);
+/// How long the initial node tries its seeds before it creates the cluster itself (if none
+/// of them answered at all).
+pub const INIT_PROBE: Duration = Duration::from_secs(20);
 
 /// How long a new node tries to join before it gives up (and, in Kubernetes, is restarted).
 pub const JOIN_TIMEOUT: Duration = Duration::from_secs(300);
@@ -54,6 +55,10 @@ pub struct ClusterConfig {
     /// Whether this node creates the cluster when its data directory is new and no node of
     /// `join` answers (the first pod of a StatefulSet, whose seeds include itself).
     pub init_here: bool,
+    /// Create a new cluster on this node if its data directory holds none, without asking the
+    /// seeds (`--init-cluster`: for recovering from the loss of a whole cluster; other nodes
+    /// still holding the old cluster's data will not join it).
+    pub force_init: bool,
     /// Retention of tables created without one.
     pub default_retention: Option<Duration>,
     /// Free space kept for deletes and compactions.
@@ -159,21 +164,38 @@ impl ClusterNode {
             http_addr: cfg.http_addr.clone(),
             pg_addr: cfg.pg_addr.clone(),
         };
-        let mut bootstrap = stored.is_none() && seeds.is_empty();
+        let mut bootstrap = stored.is_none() && (seeds.is_empty() || cfg.force_init);
         let tls = cfg.tls.clone();
+        let failed = |e: super::service::JoinFailed| NodeError::Cluster(e.to_string());
         let joined = match stored {
             Some(id) => (id, read_cluster_id(&cfg.data_dir)?),
-            None if bootstrap => (1, Some(new_cluster_id())),
-            None if cfg.init_here => match join(&seeds, req, INIT_PROBE, tls).await {
+            None if bootstrap => {
+                if cfg.force_init {
+                    tracing::warn!(
+                        "--init-cluster: creating a new cluster without asking the seeds"
+                    );
+                }
+                (1, Some(new_cluster_id()))
+            }
+            // The initial node creates the cluster only if no seed answers at all: a seed that
+            // answers serves a cluster already (perhaps without a quorum just now), and this
+            // node, with an empty volume, must join it rather than start a second one.
+            None if cfg.init_here => match join(&seeds, req.clone(), INIT_PROBE, tls.clone()).await
+            {
                 Ok(r) => (r.node_id, Some(r.cluster_id)),
-                Err(e) => {
-                    tracing::info!(%e, "no seed answers as a cluster member: creating the cluster");
+                Err(e) if !e.answered => {
+                    tracing::info!(%e, "no seed answers: creating the cluster");
                     bootstrap = true;
                     (1, Some(new_cluster_id()))
                 }
+                Err(e) => {
+                    tracing::warn!(%e, "a seed serves a cluster already: joining it");
+                    let r = join(&seeds, req, JOIN_TIMEOUT, tls).await.map_err(failed)?;
+                    (r.node_id, Some(r.cluster_id))
+                }
             },
             None => {
-                let r = join(&seeds, req, JOIN_TIMEOUT, tls).await?;
+                let r = join(&seeds, req, JOIN_TIMEOUT, tls).await.map_err(failed)?;
                 (r.node_id, Some(r.cluster_id))
             }
         };

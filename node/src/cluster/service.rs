@@ -54,7 +54,9 @@ impl ClusterService {
 /// How long one forwarded cluster call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long one attempt to join through one seed may take.
-const JOIN_ATTEMPT: Duration = Duration::from_secs(3);
+const JOIN_ATTEMPT: Duration = Duration::from_secs(5);
+/// How long a node forwards a join to the metadata leader before answering that it cannot.
+const JOIN_FORWARD: Duration = Duration::from_secs(2);
 
 async fn connect(
     conns: &Connections,
@@ -177,9 +179,19 @@ impl Cluster for ClusterService {
             })),
             Err(MetaError::NotLeader(Some((_, addr)))) => {
                 // One hop to the leader; the joining node retries if leadership moves again.
-                let mut leader =
-                    connect(self.router.conns(), &addr).await.map_err(Status::unavailable)?;
-                leader.join(r).await
+                // Bounded, so the joining node hears back (an answer tells it a cluster is
+                // here) well within its own attempt.
+                let forward = async {
+                    let mut leader =
+                        connect(self.router.conns(), &addr).await.map_err(Status::unavailable)?;
+                    leader.join(r).await
+                };
+                match tokio::time::timeout(JOIN_FORWARD, forward).await {
+                    Ok(res) => res,
+                    Err(_) => Err(Status::unavailable(format!(
+                        "the metadata leader at {addr} does not answer"
+                    ))),
+                }
             }
             Err(MetaError::NotLeader(None)) => {
                 Err(Status::unavailable("the cluster has no metadata leader right now"))
@@ -372,6 +384,19 @@ pub async fn decommission(meta: &Meta, id: u64) -> std::result::Result<(), Statu
     }
 }
 
+/// Why a node could not join.
+#[derive(Debug, thiserror::Error)]
+#[error("could not join through {seeds:?}: {last}")]
+pub struct JoinFailed {
+    /// The seeds tried.
+    pub seeds: Vec<String>,
+    /// The last failure.
+    pub last: String,
+    /// Some seed answered (it serves a cluster, which could not take the node just then), as
+    /// opposed to none answering at all.
+    pub answered: bool,
+}
+
 /// Registers this node with the cluster through any of `seeds` (gRPC addresses, reached with
 /// `tls` when given), retrying until `timeout`. Returns the node id the cluster assigned and
 /// its cluster id.
@@ -380,28 +405,38 @@ pub async fn join(
     req: JoinRequest,
     timeout: Duration,
     tls: Option<ClientTlsConfig>,
-) -> Result<JoinReply> {
+) -> std::result::Result<JoinReply, JoinFailed> {
     let deadline = Instant::now() + timeout;
     let mut last = String::from("no seed address given");
+    let mut answered = false;
     while Instant::now() < deadline {
         for seed in seeds {
             // Bounded: a seed that is starting too has its port bound (connections queue) but
             // answers nothing until it has joined.
             let attempt = async {
+                let unreached = |e: String| (false, e);
                 let ep = ebb_raft::transport::endpoint(seed, tls.clone(), Duration::from_secs(2))
-                    .map_err(|e| e.to_string())?;
-                let ch = ep.timeout(CALL_TIMEOUT).connect().await.map_err(|e| e.to_string())?;
+                    .map_err(|e| unreached(e.to_string()))?;
+                let ch = ep
+                    .timeout(CALL_TIMEOUT)
+                    .connect()
+                    .await
+                    .map_err(|e| unreached(e.to_string()))?;
                 let r = ClusterClient::new(ch).join(req.clone()).await;
-                r.map(|r| r.into_inner()).map_err(|s| s.message().to_string())
+                // An answer, even a refusal, comes from a node serving a cluster.
+                r.map(|r| r.into_inner()).map_err(|s| (true, s.message().to_string()))
             };
             match tokio::time::timeout(JOIN_ATTEMPT, attempt).await {
                 Ok(Ok(r)) => return Ok(r),
-                Ok(Err(e)) => last = format!("{seed}: {e}"),
+                Ok(Err((a, e))) => {
+                    answered |= a;
+                    last = format!("{seed}: {e}");
+                }
                 Err(_) => last = format!("{seed}: no answer within {JOIN_ATTEMPT:?}"),
             }
         }
         tracing::info!(%last, "waiting to join the cluster");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    Err(NodeError::Cluster(format!("could not join through {seeds:?}: {last}")))
+    Err(JoinFailed { seeds: seeds.to_vec(), last, answered })
 }

@@ -22,6 +22,7 @@
 //! raft_snapshot_every = 10000    # Raft log entries between snapshots of a shard
 //! node_name = "ebb-0"            # this node's name (a pod's name; default: none)
 //! init_node = "ebb-0"            # the node that creates the cluster if no `join` seed answers
+//! init_cluster = false           # disaster recovery: create a new cluster here without asking
 //! default_retention = "30d"      # retention of tables created without one (default: none)
 //! # Access control:
 //! admin_password_file = "/run/secrets/ebb-admin"  # creates user `admin` on a server without users
@@ -67,6 +68,9 @@ pub struct Config {
     pub grpc_addr: SocketAddr,
     /// Deadline within which every delete is physically gone (`None`: no deadline).
     pub delete_deadline: Option<Duration>,
+    /// Create a new cluster on this node if its data directory holds none, without asking the
+    /// seeds (disaster recovery).
+    pub init_cluster: bool,
     /// When a single node fsyncs its WAL (see [`durability`]; cluster mode always fsyncs the
     /// Raft log before an entry counts).
     pub sync: ebb_storage::SyncMode,
@@ -131,6 +135,7 @@ impl Config {
     /// True if the server runs as a cluster node.
     pub fn cluster_mode(&self) -> bool {
         self.cluster
+            || self.init_cluster
             || !self.join.is_empty()
             || self.is_init_node()
             || self.data_dir.join(crate::cluster::NODE_ID_FILE).exists()
@@ -173,6 +178,7 @@ impl Default for Config {
             pg_addr: ([127, 0, 0, 1], 7432).into(),
             grpc_addr: ([127, 0, 0, 1], 7090).into(),
             delete_deadline: Some(Duration::from_secs(24 * 3600)),
+            init_cluster: false,
             sync: ebb_storage::SyncMode::Always,
             disk_reserve: durability::DiskReserve::Default,
             retention_check_interval: Duration::from_secs(60),
@@ -211,6 +217,8 @@ pub struct Overrides {
     pub grpc_addr: Option<String>,
     /// See [`Config::delete_deadline`] (`"24h"`, or `"none"`).
     pub delete_deadline: Option<String>,
+    /// See [`Config::init_cluster`].
+    pub init_cluster: Option<bool>,
     /// See [`Config::sync`] (`"always"`, `"interval"` or `"none"`).
     pub sync: Option<String>,
     /// The interval of `sync = "interval"` (`"100ms"`, `"1s"`).
@@ -277,6 +285,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("EBB_PG_ADDR", "pg_addr"),
     ("EBB_GRPC_ADDR", "grpc_addr"),
     ("EBB_DELETE_DEADLINE", "delete_deadline"),
+    ("EBB_INIT_CLUSTER", "init_cluster"),
     ("EBB_SYNC", "sync"),
     ("EBB_SYNC_INTERVAL", "sync_interval"),
     ("EBB_DISK_RESERVE", "disk_reserve"),
@@ -359,6 +368,7 @@ impl Overrides {
                 "EBB_GRPC_ADDR" => o.grpc_addr = Some(v),
                 "EBB_DELETE_DEADLINE" => o.delete_deadline = Some(v),
                 "EBB_SYNC" => o.sync = Some(v),
+                "EBB_INIT_CLUSTER" => o.init_cluster = Some(boolean(var, &v)?),
                 "EBB_SYNC_INTERVAL" => o.sync_interval = Some(v),
                 "EBB_DISK_RESERVE" => o.disk_reserve = Some(v),
                 "EBB_RETENTION_CHECK_INTERVAL" => o.retention_check_interval = Some(v),
@@ -435,6 +445,9 @@ impl Overrides {
         }
         c.sync =
             durability::sync_mode(self.sync.as_deref(), self.sync_interval.as_deref(), c.sync)?;
+        if let Some(b) = self.init_cluster {
+            c.init_cluster = b;
+        }
         if let Some(r) = &self.disk_reserve {
             c.disk_reserve = durability::DiskReserve::parse(r)?;
         }

@@ -31,6 +31,19 @@ impl Harness {
     }
 
     pub async fn start(&mut self, i: usize, join: &[usize]) {
+        let (cfg, listener) = self.prepare(i, join, false).await;
+        let node = ClusterNode::start(&cfg, listener, self.faults.clone()).await.unwrap();
+        self.nodes.insert(i, node);
+    }
+
+    /// The configuration and listener node `i` starts with (`init_here`: it is the initial
+    /// node, which creates the cluster if no seed answers).
+    pub async fn prepare(
+        &mut self,
+        i: usize,
+        join: &[usize],
+        init_here: bool,
+    ) -> (ClusterConfig, tokio::net::TcpListener) {
         let listener = match self.addrs.get(&i) {
             Some(a) => loop {
                 if let Ok(l) = tokio::net::TcpListener::bind(a).await {
@@ -49,7 +62,8 @@ impl Harness {
             http_addr: format!("127.0.0.1:{}", 8000 + i),
             pg_addr: format!("127.0.0.1:{}", 9000 + i),
             join: join.iter().map(|j| self.addrs[j].clone()).collect(),
-            init_here: false,
+            init_here,
+            force_init: false,
             default_retention: None,
             disk_reserve: ebb_node::config::durability::DiskReserve::Bytes(0),
             settings: Settings { shards: 4, replication: 3 },
@@ -58,8 +72,7 @@ impl Harness {
             server_tls: None,
             max_connections: 256,
         };
-        let node = ClusterNode::start(&cfg, listener, self.faults.clone()).await.unwrap();
-        self.nodes.insert(i, node);
+        (cfg, listener)
     }
 
     pub async fn stop(&mut self, i: usize) {
