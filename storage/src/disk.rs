@@ -69,7 +69,7 @@ impl Reserve {
         self.bytes
     }
 
-    /// The file system's sizes (measured at most [`FRESH`] ago).
+    /// The file system's sizes (measured at most 100 ms ago).
     pub fn space(&self) -> std::io::Result<Space> {
         let mut last = self.last.lock();
         if let Some((at, s)) = *last {

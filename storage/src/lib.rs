@@ -9,8 +9,14 @@
 //! - **Compaction** is leveled with size ratio T; the policy ([`compaction::policy`]) is a pure
 //!   function of the live files, the execution separate.
 //! - **Recovery**: version edits commit atomically through the manifest; on open a torn manifest
-//!   tail is ignored, orphan files are removed, the WAL is replayed, and any corruption surfaces
-//!   as [`Error::Corruption`] naming the file and offset. A failed fsync poisons the engine.
+//!   tail is ignored, orphan files are removed, the WAL is replayed (its newest file ends at the
+//!   first bad record: what a power cut tore was never acknowledged), and any other corruption
+//!   surfaces as [`Error::Corruption`] naming the file and offset. A failed fsync poisons the
+//!   engine; a full disk only fails the write or postpones the flush or compaction.
+//! - **Durability**: [`SyncMode`] says when the WAL is fsynced (`Always` with group commit,
+//!   `Interval`, `None`); every file and directory entry is fsynced before anything relies on
+//!   it, through [`durable`], whose [`durable::PowerCut`] simulates power cuts in tests.
+//!   [`disk::Reserve`] refuses writes below a free-space reserve (used by the SQL layer).
 //!
 //! The crate is synchronous and knows nothing of Raft, SQL or the network.
 //!
