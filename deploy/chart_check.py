@@ -45,7 +45,9 @@ def check_container(sts, configmaps, ebb, pod_index=0):
     pod = f"{name}-{pod_index}"
     spec = sts["spec"]["template"]["spec"]
     (c,) = [c for c in spec["containers"] if c["name"] == "ebb"]
-    for probe, path in (("livenessProbe", "/health"), ("readinessProbe", "/ready")):
+    for probe, path in (
+        ("startupProbe", "/health"), ("livenessProbe", "/health"), ("readinessProbe", "/ready"),
+    ):
         if c[probe]["httpGet"]["path"] != path:
             fail(f"{probe} checks {c[probe]['httpGet']['path']}, not {path}")
     if not spec["securityContext"].get("runAsNonRoot"):
@@ -61,7 +63,7 @@ def check_container(sts, configmaps, ebb, pod_index=0):
     mounts = {m["name"]: m["mountPath"] for m in c.get("volumeMounts", [])}
     volumes = {v["name"]: v for v in spec.get("volumes", [])}
     tls_on = "tls" in mounts
-    for probe in ("livenessProbe", "readinessProbe"):
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         scheme = c[probe]["httpGet"].get("scheme", "HTTP")
         if scheme != ("HTTPS" if tls_on else "HTTP"):
             fail(f"{probe} uses {scheme} while client TLS is {'on' if tls_on else 'off'}")

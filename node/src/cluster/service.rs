@@ -172,7 +172,16 @@ impl Cluster for ClusterService {
         if r.grpc_addr.is_empty() {
             return Err(Status::invalid_argument("a joining node must give its gRPC address"));
         }
-        match self.meta.register(&r.grpc_addr, &r.http_addr, &r.pg_addr).await {
+        // Bounded, so the joining node hears back well within its attempt: a leader that has
+        // lost its quorum would otherwise keep it waiting, and an answer is what tells it a
+        // cluster is here.
+        let registered = tokio::time::timeout(
+            JOIN_FORWARD,
+            self.meta.register(&r.grpc_addr, &r.http_addr, &r.pg_addr),
+        )
+        .await
+        .map_err(|_| Status::unavailable("the metadata group cannot take a node right now"))?;
+        match registered {
             Ok(node_id) => Ok(Response::new(JoinReply {
                 node_id,
                 cluster_id: self.router.conns().cluster_id().unwrap_or_default(),
@@ -223,6 +232,7 @@ impl Cluster for ClusterService {
                     leader: m.current_leader.unwrap_or(0),
                     term: m.current_term,
                     last_log_index: m.last_log_index.unwrap_or(0),
+                    applied_index: m.last_applied.map_or(0, |l| l.index),
                 }
             })
             .collect();
