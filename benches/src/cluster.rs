@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::cluster_nodes::{Cluster, ClusterSettings, ShardRow};
 use crate::peers::{dir_bytes, start, System};
-use crate::report::{Better, Comparison};
+use crate::report::{median, Better, Comparison};
 use crate::tsbs::{generate, load, load_spread, Dataset};
 
 /// What `ebb-bench cluster` runs.
@@ -164,11 +164,7 @@ fn compare_builds(
             let _ = std::fs::remove_dir_all(&dir);
         }
     }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let (ebb, base) = (median(&mut rates[0]), median(&mut rates[1]));
+    let (ebb, base) = (median(&rates[0]), median(&rates[1]));
     println!(
         "{}",
         Comparison {
@@ -312,10 +308,10 @@ fn rebalance(c: &mut Cluster, work: &Path) -> Result<Move, String> {
         let _ = std::fs::remove_dir_all(&dst);
     }
     let m = Move {
-        seconds: median(times),
+        seconds: median(&times),
         bytes: (snap_bytes + append_bytes) as f64 / moved.len() as f64,
         replica_bytes: replica_bytes.iter().sum::<f64>() / replica_bytes.len() as f64,
-        copy_seconds: median(copies),
+        copy_seconds: median(&copies),
     };
     println!(
         "    per move: {:.2} s, {} KiB received; a replica is {} KiB on disk, copied locally in \
@@ -326,11 +322,6 @@ fn rebalance(c: &mut Cluster, work: &Path) -> Result<Move, String> {
         m.copy_seconds
     );
     Ok(m)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 /// Copies the files under `src` to `dst` and syncs each, as a bare file transfer would.

@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use crate::ebb_server::Server;
-use crate::report::{Better, Comparison};
+use crate::report::{median, Better, Comparison};
 use crate::tsbs::{generate, Dataset};
 
 /// The modes, in the order they run in a round.
@@ -49,11 +49,6 @@ pub fn durability(
                 let _ = std::fs::remove_dir_all(&dir);
             }
         }
-        let median = |v: &Vec<f64>| {
-            let mut v = v.clone();
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
         let none = median(&rates[0]);
         for (m, (name, _)) in MODES.iter().enumerate().skip(1) {
             out.push(Comparison {

@@ -62,6 +62,13 @@ fn fmt(v: f64) -> String {
     }
 }
 
+/// The median of `v` (the upper one of an even count); `v` must not be empty.
+pub fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

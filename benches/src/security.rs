@@ -10,7 +10,7 @@
 use std::path::Path;
 
 use crate::ebb_server::Server;
-use crate::report::{Better, Comparison};
+use crate::report::{median, Better, Comparison};
 use crate::tsbs::{generate, Dataset, START_S};
 
 /// Runs the comparison `repeat` times (plain and secured alternate) and reports medians.
@@ -56,11 +56,6 @@ pub fn security(
             let _ = std::fs::remove_dir_all(&dir);
         }
     }
-    let median = |v: &Vec<f64>| {
-        let mut v = v.clone();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     let metrics = [
         ("ingest_rows_per_sec", Better::Higher),
         ("small_query_ms", Better::Lower),

@@ -90,8 +90,12 @@ pub fn check_storage<'a>(
             out.fail(format!("{name}: storage engine poisoned ({why}); restart the node"));
         }
     }
+    // `/ready` needs no credentials: the reason leaves out the data directory's path.
     if let Err(e) = reserve.check() {
-        out.fail(e.to_string());
+        out.fail(format!(
+            "disk full: {} bytes free, below the reserve of {} bytes",
+            e.available, e.reserve
+        ));
     }
 }
 

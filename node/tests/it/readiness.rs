@@ -22,13 +22,8 @@ async fn wait_ready(h: &Harness, i: usize, limit: Duration) {
     }
 }
 
-/// One row in each of 40 series (spread over every shard) at second `t`.
-fn lines(t: u64) -> String {
-    (0..40).map(|s| format!("cpu,host=h{s} v={t} {t}\n")).collect()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_node_is_ready_only_once_its_replicas_have_caught_up() {
+/// Three nodes (the first created the cluster), each ready.
+async fn three_ready_nodes() -> Harness {
     let mut h = Harness::new();
     h.start(0, &[]).await;
     h.start(1, &[0]).await;
@@ -36,6 +31,17 @@ async fn a_node_is_ready_only_once_its_replicas_have_caught_up() {
     for i in 0..3 {
         wait_ready(&h, i, Duration::from_secs(60)).await;
     }
+    h
+}
+
+/// One row in each of 40 series (spread over every shard) at second `t`.
+fn lines(t: u64) -> String {
+    (0..40).map(|s| format!("cpu,host=h{s} v={t} {t}\n")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_is_ready_only_once_its_replicas_have_caught_up() {
+    let mut h = three_ready_nodes().await;
     let p = ebb_query::lp::Precision::Seconds;
     h.nodes[&0].router.write_lines("db", &lines(0), p, 0).await.unwrap();
     // Node 2 goes down; the others take more than MAX_LAG entries on every shard.
@@ -84,13 +90,7 @@ async fn a_node_is_ready_only_once_its_replicas_have_caught_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_empty_initial_node_joins_the_cluster_its_seeds_serve() {
-    let mut h = Harness::new();
-    h.start(0, &[]).await;
-    h.start(1, &[0]).await;
-    h.start(2, &[0]).await;
-    for i in 0..3 {
-        wait_ready(&h, i, Duration::from_secs(60)).await;
-    }
+    let mut h = three_ready_nodes().await;
     let id_file =
         |i: usize, f: &str| std::fs::read_to_string(h.dir.path().join(format!("n{i}/{f}")));
     let cluster = id_file(1, "cluster_id").unwrap();
