@@ -170,6 +170,7 @@ impl Server {
             tls: tls.cluster_client.clone(),
             server_tls: tls.cluster.clone(),
             max_connections: config.max_connections,
+            intent_patience: crate::cluster::router::DEFAULT_INTENT_PATIENCE,
         };
         let node =
             ClusterNode::start(&cc, grpc, Arc::new(ebb_raft::transport::Faults::new())).await?;

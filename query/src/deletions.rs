@@ -34,8 +34,8 @@ pub struct ReplicaDeletion {
     pub rows: Option<u64>,
     /// When it was issued (ms).
     pub issued_at_ms: u64,
-    /// Its deadline (ms; `u64::MAX`: none).
-    pub deadline_ms: u64,
+    /// Its deadline (ms), if it has one.
+    pub deadline_ms: Option<u64>,
     /// The shard (0 on a single node).
     pub shard: u64,
     /// The node holding the replica (0 on a single node).
@@ -48,6 +48,9 @@ pub struct ReplicaDeletion {
     pub deletes: u64,
     /// Of those, not yet persisted.
     pub pending: u64,
+    /// True for a shard that has not applied the request yet while the cluster still drives
+    /// it there (an open intent): pending, not at risk.
+    pub awaiting: bool,
 }
 
 /// Where a request stands.
@@ -78,19 +81,19 @@ impl DeletionState {
 impl ReplicaDeletion {
     /// This replica's state at `now_ms`.
     pub fn state(&self, now_ms: u64) -> DeletionState {
+        let within = |t: u64| self.deadline_ms.is_none_or(|d| t <= d);
         match (self.applied_at_ms, self.persisted_at_ms) {
-            (_, Some(t)) if t <= self.deadline_ms => DeletionState::Persisted,
+            (_, Some(t)) if within(t) => DeletionState::Persisted,
             (_, Some(_)) => DeletionState::Late,
-            _ if now_ms > self.deadline_ms => DeletionState::Late,
+            _ if !within(now_ms) => DeletionState::Late,
+            (None, None) if self.awaiting => DeletionState::Pending,
             (None, None) => DeletionState::AtRisk,
-            (Some(_), None) => {
-                let window = self.deadline_ms.saturating_sub(self.issued_at_ms);
-                if self.deadline_ms != u64::MAX && now_ms >= self.deadline_ms - window / 4 {
+            (Some(_), None) => match self.deadline_ms {
+                Some(d) if now_ms >= d - d.saturating_sub(self.issued_at_ms) / 4 => {
                     DeletionState::AtRisk
-                } else {
-                    DeletionState::Pending
                 }
-            }
+                _ => DeletionState::Pending,
+            },
         }
     }
 }
@@ -118,13 +121,15 @@ pub fn local_deletions(db: &Database, shard: u64, node: u64) -> Vec<ReplicaDelet
             rows: (r.request.rows != ebb_storage::DeleteRequest::ROWS_NOT_COUNTED)
                 .then_some(r.request.rows),
             issued_at_ms: r.issued_at_ms,
-            deadline_ms: r.deadline_ms,
+            deadline_ms: (r.deadline_ms != ebb_storage::ledger::NO_DEADLINE)
+                .then_some(r.deadline_ms),
             shard,
             node,
             applied_at_ms: Some(r.applied_at_ms),
             persisted_at_ms: r.persisted_at_ms,
             deletes: r.deletes,
             pending: r.pending,
+            awaiting: false,
         })
         .collect()
 }
@@ -185,7 +190,7 @@ pub fn batch(rows: &[ReplicaDeletion], now_ms: u64) -> Result<RecordBatch> {
         )),
         Arc::new(UInt64Array::from(rows.iter().map(|r| r.rows).collect::<Vec<_>>())),
         t(&|r| Some(r.issued_at_ms)),
-        t(&|r| (r.deadline_ms != u64::MAX).then_some(r.deadline_ms)),
+        t(&|r| r.deadline_ms),
         u(&|r| r.shard),
         u(&|r| r.node),
         t(&|r| r.applied_at_ms),
@@ -209,13 +214,14 @@ mod tests {
             issued_by: "tester".into(),
             rows: Some(3),
             issued_at_ms: 1_000,
-            deadline_ms: 2_000,
+            deadline_ms: Some(2_000),
             shard: 1,
             node,
             applied_at_ms: applied,
             persisted_at_ms: persisted,
             deletes: 1,
             pending: u64::from(persisted.is_none()),
+            awaiting: false,
         }
     }
 
@@ -228,6 +234,11 @@ mod tests {
         assert_eq!(row(1, Some(2_000), Some(1_000)).state(9_000), DeletionState::Persisted);
         assert_eq!(row(1, Some(2_001), Some(1_000)).state(2_001), DeletionState::Late);
         assert_eq!(row(1, None, None).state(1_100), DeletionState::AtRisk, "did not answer");
+        let awaiting = ReplicaDeletion { awaiting: true, ..row(0, None, None) };
+        assert_eq!(awaiting.state(1_100), DeletionState::Pending, "an open intent");
+        assert_eq!(awaiting.state(2_001), DeletionState::Late);
+        let open = [row(1, Some(1_200), Some(1_000)), awaiting];
+        assert_eq!(overall(&open, 1_300)[&1], DeletionState::Pending, "pending until every shard");
         let rows = [row(1, Some(1_200), Some(1_000)), row(2, None, Some(1_000))];
         assert_eq!(overall(&rows, 1_100)[&1], DeletionState::Pending);
         assert_eq!(overall(&rows, 1_900)[&1], DeletionState::AtRisk);

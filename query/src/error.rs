@@ -69,6 +69,10 @@ pub enum QueryError {
     /// refused until space is freed (deletes, erasures and drops still run).
     #[error("{0}")]
     DiskFull(String),
+    /// A request a coordinator issued on every shard had already completed on this shard
+    /// when this attempt at it was applied (the attempt changed nothing).
+    #[error("request {0} had already completed on this shard")]
+    Completed(u64),
     /// A bug or an unexpected state.
     #[error("internal error: {0}")]
     Internal(String),
@@ -113,7 +117,8 @@ impl QueryError {
             | QueryError::NotLeader(_)
             | QueryError::Replication(_)
             | QueryError::Unavailable(_)
-            | QueryError::DiskFull(_) => false,
+            | QueryError::DiskFull(_)
+            | QueryError::Completed(_) => false,
         }
     }
 

@@ -42,6 +42,10 @@ pub struct Response {
     pub seq: u64,
     /// Why the entry was applied as a no-op (on every replica alike), if it was.
     pub error: Option<String>,
+    /// True if the entry was applied as a no-op because it completes a request already
+    /// completed (an earlier attempt at the same request got there first).
+    #[serde(default)]
+    pub duplicate: bool,
 }
 
 /// Byte vectors as serde byte strings (compact in postcard, unlike a sequence of integers).

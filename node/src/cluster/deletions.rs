@@ -67,8 +67,8 @@ pub fn row_to_proto(r: &ReplicaDeletion) -> proto::ReplicaDeletion {
         deadline_ms: r.deadline_ms,
         shard: r.shard,
         node: r.node,
-        applied_at_ms: r.applied_at_ms.unwrap_or(0),
-        persisted_at_ms: r.persisted_at_ms.unwrap_or(0),
+        applied_at_ms: r.applied_at_ms,
+        persisted_at_ms: r.persisted_at_ms,
         deletes: r.deletes,
         pending: r.pending,
     }
@@ -85,10 +85,11 @@ fn row_from_proto(r: proto::ReplicaDeletion) -> ReplicaDeletion {
         deadline_ms: r.deadline_ms,
         shard: r.shard,
         node: r.node,
-        applied_at_ms: (r.applied_at_ms != 0).then_some(r.applied_at_ms),
-        persisted_at_ms: (r.persisted_at_ms != 0).then_some(r.persisted_at_ms),
+        applied_at_ms: r.applied_at_ms,
+        persisted_at_ms: r.persisted_at_ms,
         deletes: r.deletes,
         pending: r.pending,
+        awaiting: false,
     }
 }
 
@@ -182,6 +183,8 @@ pub async fn gather(router: &Router) -> Vec<ReplicaDeletion> {
         }
     }
     rows.extend(missing);
+    let awaiting = super::intents::awaiting(router, &rows);
+    rows.extend(awaiting);
     rows
 }
 

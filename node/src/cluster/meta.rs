@@ -357,8 +357,34 @@ impl Meta {
     }
 }
 
-/// How long an access change may take to reach this node.
-const ACCESS_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a forwarded metadata change may take to reach this node.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Meta {
+    /// Proposes `batch` (records any node may change: see [`view::forwardable`]) on the
+    /// metadata leader, through the `ChangeMeta` call when that is another node, then waits
+    /// until this node has applied it.
+    pub async fn change(&self, batch: WriteBatch) -> std::result::Result<(), MetaError> {
+        let failed = |e: String| MetaError::Failed(format!("metadata group: {e}"));
+        let index = match self.propose_at(batch.clone()).await {
+            Ok(i) => i,
+            Err(MetaError::NotLeader(Some((_, addr)))) => {
+                let req = super::proto::ChangeMetaRequest { batch: batch.to_bytes() };
+                let ch = self.conns.channel(&addr).map_err(|e| failed(e.to_string()))?;
+                let mut c = super::proto::cluster_client::ClusterClient::new(ch);
+                let call = tokio::time::timeout(FORWARD_TIMEOUT, c.change_meta(req));
+                match call.await {
+                    Ok(Ok(r)) => r.into_inner().index,
+                    Ok(Err(s)) => return Err(failed(s.message().to_string())),
+                    Err(_) => return Err(failed("the leader did not answer".into())),
+                }
+            }
+            Err(MetaError::NotLeader(None)) => return Err(failed("no leader".into())),
+            Err(MetaError::Failed(e)) => return Err(failed(e)),
+        };
+        self.wait_applied(index, FORWARD_TIMEOUT).await
+    }
+}
 
 #[async_trait::async_trait]
 impl ebb_query::access::AccessStore for Meta {
@@ -366,8 +392,8 @@ impl ebb_query::access::AccessStore for Meta {
         self.view.read().access.clone()
     }
 
-    /// Proposes the records on the metadata leader (asked through the `ChangeAccess` call when
-    /// that is another node), then waits until this node has applied them.
+    /// Proposes the records on the metadata leader, then waits until this node has applied
+    /// them.
     async fn write_access(
         &self,
         ops: Vec<ebb_query::access::AccessOp>,
@@ -375,23 +401,6 @@ impl ebb_query::access::AccessStore for Meta {
         use ebb_query::QueryError;
         let mut batch = WriteBatch::new();
         view::put_access(&mut batch, &ops).map_err(|e| QueryError::Internal(e.to_string()))?;
-        let unavailable = |e: String| QueryError::Unavailable(format!("metadata group: {e}"));
-        let index = match self.propose_at(batch.clone()).await {
-            Ok(i) => i,
-            Err(MetaError::NotLeader(Some((_, addr)))) => {
-                let req = super::proto::ChangeAccessRequest { batch: batch.to_bytes() };
-                let ch = self.conns.channel(&addr).map_err(|e| unavailable(e.to_string()))?;
-                let mut c = super::proto::cluster_client::ClusterClient::new(ch);
-                let call = tokio::time::timeout(ACCESS_TIMEOUT, c.change_access(req));
-                match call.await {
-                    Ok(Ok(r)) => r.into_inner().index,
-                    Ok(Err(s)) => return Err(unavailable(s.message().to_string())),
-                    Err(_) => return Err(unavailable("the leader did not answer".into())),
-                }
-            }
-            Err(MetaError::NotLeader(None)) => return Err(unavailable("no leader".into())),
-            Err(MetaError::Failed(e)) => return Err(unavailable(e)),
-        };
-        self.wait_applied(index, ACCESS_TIMEOUT).await.map_err(|e| unavailable(e.to_string()))
+        self.change(batch).await.map_err(|e| QueryError::Unavailable(e.to_string()))
     }
 }

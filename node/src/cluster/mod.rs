@@ -3,6 +3,7 @@
 //! through which cluster SQL (in `ebb_query`) reaches the shards.
 
 pub mod deletions;
+mod intents;
 mod meta;
 pub mod metrics;
 mod node;
@@ -16,6 +17,7 @@ mod shard_client;
 mod shards;
 mod system;
 pub mod view;
+mod write_check;
 
 pub use meta::{Meta, MetaError, META_GROUP, META_VOTERS};
 pub use node::{ClusterConfig, ClusterNode, INIT_PROBE, NODE_ID_FILE};

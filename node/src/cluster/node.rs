@@ -73,6 +73,9 @@ pub struct ClusterConfig {
     pub server_tls: Option<Arc<TlsSource>>,
     /// Open connections the gRPC port accepts.
     pub max_connections: usize,
+    /// How long a `DELETE`, `ERASE` or DDL statement waits for every shard to apply it before
+    /// answering that it is recorded and still running (the metadata leader finishes it).
+    pub intent_patience: Duration,
 }
 
 /// A running cluster node.
@@ -228,8 +231,10 @@ impl ClusterNode {
         let mut tasks = Vec::new();
         let raft_svc = RaftService::new(id, groups.clone()).into_server();
         let shards = Arc::new(Shards::default());
-        let router =
-            Arc::new(Router::new(meta.clone(), shards.clone(), conns.clone(), groups.clone()));
+        let router = Arc::new(
+            Router::new(meta.clone(), shards.clone(), conns.clone(), groups.clone())
+                .with_intent_patience(cfg.intent_patience),
+        );
         let cluster_svc =
             ClusterService::new(meta.clone(), shards.clone(), router.clone()).into_server();
         let shutdown = stopped(rx.clone());
@@ -287,6 +292,7 @@ impl ClusterNode {
             },
             stopped(rx.clone()),
         )));
+        tasks.push(tokio::spawn(super::intents::intent_loop(router.clone(), rx.clone())));
         tasks.push(tokio::spawn(reconcile_loop(meta.clone(), rx)));
         // A joining node serves once it holds the metadata (the leader adds it as a learner).
         let mut changes = meta.subscribe();

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ebb_query::lp::shape::Shape;
 use ebb_query::lp::{LineError, Lines, Precision};
 use ebb_query::{QueryError, WriteSummary};
 use xxhash_rust::xxh3::xxh3_64;
@@ -78,6 +79,7 @@ pub enum RouteError {
 /// Routes this node's writes to shard leaders.
 #[derive(Debug)]
 pub struct Router {
+    intent_patience: Duration,
     meta: Arc<Meta>,
     shards: Arc<Shards>,
     conns: Arc<Connections>,
@@ -87,6 +89,8 @@ pub struct Router {
     rotation: std::sync::atomic::AtomicUsize,
     /// The node's readiness, kept current by [`super::readiness`].
     health: Arc<crate::health::Health>,
+    /// Table shapes every shard accepted lately (see [`super::write_check`]).
+    checked: super::write_check::CheckedShapes,
 }
 
 fn add(a: &mut WriteSummary, b: &WriteSummary) {
@@ -95,6 +99,9 @@ fn add(a: &mut WriteSummary, b: &WriteSummary) {
     a.tables_created += b.tables_created;
     a.series_created += b.series_created;
 }
+
+/// How long a statement run on every shard waits for all of them by default.
+pub const DEFAULT_INTENT_PATIENCE: Duration = Duration::from_secs(30);
 
 impl Router {
     /// The router over this node's metadata, shard replicas, connections and Raft groups.
@@ -111,7 +118,21 @@ impl Router {
             groups,
             rotation: Default::default(),
             health: Default::default(),
+            checked: Default::default(),
+            intent_patience: DEFAULT_INTENT_PATIENCE,
         }
+    }
+
+    /// The router, waiting `patience` for every shard to answer a statement run on all of
+    /// them before answering that it is recorded and still running.
+    pub fn with_intent_patience(mut self, patience: Duration) -> Router {
+        self.intent_patience = patience;
+        self
+    }
+
+    /// How long a statement run on every shard waits for all of them.
+    pub fn intent_patience(&self) -> Duration {
+        self.intent_patience
     }
 
     /// This node's readiness (see [`crate::health`]).
@@ -161,32 +182,47 @@ impl Router {
             .ok_or_else(|| RouteError::Unavailable("the cluster is not created yet".into()))?;
         let raw: Vec<&str> = body.split('\n').collect();
         let mut parts: BTreeMap<u64, String> = BTreeMap::new();
+        let mut shape = Shape::default();
         for item in Lines::new(body) {
             let (no, line) = item.map_err(|e: LineError| RouteError::Rejected(e.to_string()))?;
+            shape.add(no, &line).map_err(|e| RouteError::Rejected(e.to_string()))?;
             let shard = shard_of(&line.measurement, &line.tags, shards);
             let part = parts.entry(shard).or_default();
             part.push_str(raw.get(no - 1).copied().unwrap_or_default());
             part.push('\n');
         }
-        let writes = parts.into_iter().map(|(shard, text)| {
-            let req = WriteLinesRequest {
-                shard,
-                database: db.to_string(),
-                body: text,
-                precision: precision_name(precision).to_string(),
-                now_ns,
-                hops: MAX_HOPS,
-            };
-            self.write_shard(req)
-        });
+        let request = |shard: u64, body: String, check_only: bool| WriteLinesRequest {
+            shard,
+            database: db.to_string(),
+            body,
+            precision: precision_name(precision).to_string(),
+            now_ns,
+            hops: MAX_HOPS,
+            check_only,
+        };
+        let prints = shape.fingerprints(db);
+        if parts.len() > 1 && !self.checked.all_fresh(&prints) {
+            // Every shard checks its part before any writes: a refusal rejects the request
+            // whole, with nothing written.
+            let checks =
+                parts.iter().map(|(s, text)| self.write_shard(request(*s, text.clone(), true)));
+            for r in futures::future::join_all(checks).await {
+                r?;
+            }
+            self.checked.remember(&prints);
+        }
+        let writes =
+            parts.into_iter().map(|(shard, text)| self.write_shard(request(shard, text, false)));
         let mut total = WriteSummary::default();
         let mut failed = None;
         for r in futures::future::join_all(writes).await {
             match r {
                 Ok(s) => add(&mut total, &s),
-                Err(e @ RouteError::Rejected(_)) => return Err(e),
-                Err(e @ RouteError::DiskFull(_)) => failed = Some(e),
-                Err(e) => failed = Some(e),
+                Err(e @ RouteError::Rejected(_)) => {
+                    self.checked.forget(&prints);
+                    failed = Some(e);
+                }
+                Err(e) => failed = failed.or(Some(e)),
             }
         }
         match failed {
@@ -223,10 +259,15 @@ impl Router {
         if let Some(shard) = self.shards.get(req.shard).filter(|s| s.is_leader()) {
             let (db, name, body, now) =
                 (shard.db.clone(), req.database.clone(), req.body.clone(), req.now_ns);
-            let res =
-                tokio::task::spawn_blocking(move || db.write_lines(&name, &body, precision, now))
-                    .await
-                    .map_err(|e| RouteError::Unavailable(e.to_string()))?;
+            let check_only = req.check_only;
+            let res = tokio::task::spawn_blocking(move || match check_only {
+                true => {
+                    db.check_lines(&name, &body, precision, now).map(|()| WriteSummary::default())
+                }
+                false => db.write_lines(&name, &body, precision, now),
+            })
+            .await
+            .map_err(|e| RouteError::Unavailable(e.to_string()))?;
             return res.map_err(|e| match e {
                 QueryError::NotLeader(_) | QueryError::Replication(_) => {
                     RouteError::Unavailable(e.to_string())

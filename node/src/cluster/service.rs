@@ -14,7 +14,7 @@ use super::meta::{Meta, MetaError};
 use super::proto::cluster_client::ClusterClient;
 use super::proto::cluster_server::{Cluster, ClusterServer};
 use super::proto::{
-    ChangeAccessReply, ChangeAccessRequest, DecommissionReply, DecommissionRequest, JoinReply,
+    ChangeMetaReply, ChangeMetaRequest, DecommissionReply, DecommissionRequest, JoinReply,
     JoinRequest, LeadersReply, LeadersRequest, Member, QueryChunk, QueryRequest,
     SetShardMembersReply, SetShardMembersRequest, ShardLeader, WriteLinesReply, WriteLinesRequest,
 };
@@ -330,18 +330,20 @@ impl Cluster for ClusterService {
         Ok(Response::new(SetShardMembersReply {}))
     }
 
-    async fn change_access(
+    async fn change_meta(
         &self,
-        req: Request<ChangeAccessRequest>,
-    ) -> std::result::Result<Response<ChangeAccessReply>, Status> {
+        req: Request<ChangeMetaRequest>,
+    ) -> std::result::Result<Response<ChangeMetaReply>, Status> {
         let r = req.into_inner();
         let batch = ebb_storage::WriteBatch::from_bytes(&r.batch)
             .ok_or_else(|| Status::invalid_argument("not a write batch"))?;
-        if !super::view::only_access(&batch) {
-            return Err(Status::invalid_argument("only access records may be written here"));
+        if !super::view::forwardable(&batch) {
+            return Err(Status::invalid_argument(
+                "only access records and intents may be written here",
+            ));
         }
         match self.meta.propose_at(batch).await {
-            Ok(index) => Ok(Response::new(ChangeAccessReply { index })),
+            Ok(index) => Ok(Response::new(ChangeMetaReply { index })),
             Err(MetaError::NotLeader(_)) => {
                 Err(Status::unavailable("this node no longer leads the metadata group"))
             }

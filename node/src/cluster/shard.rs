@@ -72,7 +72,11 @@ impl Replicator for RaftReplicator {
                 batch.len()
             )));
         }
-        Ok(self.write(Command::Batch(batch.to_bytes_issued(issued_at_ms)))?.seq)
+        let applied = self.write(Command::Batch(batch.to_bytes_issued(issued_at_ms)))?;
+        match batch.request() {
+            Some(r) if applied.duplicate => Err(QueryError::Completed(r.id)),
+            _ => Ok(applied.seq),
+        }
     }
 
     fn propose_retention(
@@ -94,6 +98,14 @@ impl ApplyHook for DatabaseHook {
         if let Some(db) = self.0.upgrade() {
             db.on_applied(batch);
         }
+    }
+
+    fn admits(
+        &self,
+        engine: &Arc<Engine>,
+        batch: &WriteBatch,
+    ) -> std::result::Result<bool, ebb_storage::Error> {
+        ebb_query::db::admits(engine, batch)
     }
 
     fn replaced(&self, engine: &Arc<Engine>) {

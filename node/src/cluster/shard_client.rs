@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use ebb_query::cluster::ipc;
-use ebb_query::cluster::{Batches, ShardClient, ShardError, ShardRequest};
+use ebb_query::cluster::{Batches, Intent, ShardClient, ShardError, ShardRequest};
 use ebb_query::deletions::ReplicaDeletion;
 use ebb_query::lp::Precision;
 use ebb_query::{QueryError, WriteSummary};
@@ -61,6 +61,22 @@ impl ShardClient for Router {
             RouteError::Unavailable(m) => QueryError::Unavailable(m),
             RouteError::DiskFull(m) => QueryError::DiskFull(m),
         })
+    }
+
+    fn intent_patience(&self) -> Duration {
+        Router::intent_patience(self)
+    }
+
+    async fn open_intent(&self, intent: &Intent) -> Result<(), QueryError> {
+        let mut b = ebb_storage::WriteBatch::new();
+        super::view::put_intent(&mut b, intent);
+        self.meta().change(b).await.map_err(|e| QueryError::Unavailable(e.to_string()))
+    }
+
+    async fn close_intent(&self, id: u64) -> Result<(), QueryError> {
+        let mut b = ebb_storage::WriteBatch::new();
+        super::view::close_intent(&mut b, id);
+        self.meta().change(b).await.map_err(|e| QueryError::Unavailable(e.to_string()))
     }
 
     async fn deletions(&self) -> Vec<ReplicaDeletion> {

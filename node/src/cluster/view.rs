@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ebb_query::access::{AccessOp, AccessState};
+use ebb_query::cluster::Intent;
 
 use ebb_storage::{BatchOp, Engine, WriteBatch};
 use serde::{Deserialize, Serialize};
@@ -19,6 +20,9 @@ const NODE: &[u8] = b"meta/node/";
 const SHARD: &[u8] = b"meta/shard/";
 /// Prefix of the access records (users, grants, tokens; see `ebb_query::access`).
 pub const ACCESS: &[u8] = b"meta/access/";
+/// Prefix of the intents of statements run on every shard (`meta/intent/` + request id
+/// big-endian; see `ebb_query::cluster::Intent`).
+const INTENT: &[u8] = b"meta/intent/";
 
 /// Cluster-wide settings, fixed when the cluster is created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,6 +98,8 @@ pub struct MetaView {
     pub next_node_id: u64,
     /// Users, grants and tokens.
     pub access: Arc<AccessState>,
+    /// Statements run on every shard that have not completed everywhere, by request id.
+    pub intents: BTreeMap<u64, Intent>,
 }
 
 /// Errors decoding metadata records.
@@ -132,6 +138,11 @@ impl MetaView {
         for op in batch.ops() {
             match op {
                 BatchOp::Put { key, value } => self.put(key, value)?,
+                BatchOp::Delete { key } if key.starts_with(INTENT) => {
+                    if let Some(id) = key[INTENT.len()..].try_into().ok().map(u64::from_be_bytes) {
+                        self.intents.remove(&id);
+                    }
+                }
                 BatchOp::Delete { key } if key.starts_with(ACCESS) => {
                     self.access_op(AccessOp::Delete { key: key[ACCESS.len()..].to_vec() })?
                 }
@@ -166,6 +177,9 @@ impl MetaView {
         } else if key.starts_with(SHARD) {
             let s: ShardInfo = serde_json::from_slice(value).map_err(|e| err(e.to_string()))?;
             self.shards.insert(s.id, s);
+        } else if key.starts_with(INTENT) {
+            let i: Intent = serde_json::from_slice(value).map_err(|e| err(e.to_string()))?;
+            self.intents.insert(i.id, i);
         } else if key.starts_with(ACCESS) {
             let op = AccessOp::Put { key: key[ACCESS.len()..].to_vec(), value: value.to_vec() };
             self.access_op(op)?;
@@ -211,11 +225,22 @@ pub fn put_access(batch: &mut WriteBatch, ops: &[AccessOp]) -> Result<(), ViewEr
     Ok(())
 }
 
-/// True if every operation of `batch` is on an access record (what a node may ask the
-/// metadata leader to write for it).
-pub fn only_access(batch: &WriteBatch) -> bool {
+/// Adds the record of `intent` to `batch`.
+pub fn put_intent(batch: &mut WriteBatch, intent: &Intent) {
+    batch.put(id_key(INTENT, intent.id), serde_json::to_vec(intent).unwrap_or_default());
+}
+
+/// Adds the removal of intent `id` (done on every shard) to `batch`.
+pub fn close_intent(batch: &mut WriteBatch, id: u64) {
+    batch.delete(id_key(INTENT, id));
+}
+
+/// True if every operation of `batch` is on an access record or an intent (what a node may
+/// ask the metadata leader to write for it).
+pub fn forwardable(batch: &WriteBatch) -> bool {
+    let ours = |k: &[u8]| k.starts_with(ACCESS) || k.starts_with(INTENT);
     batch.ops().iter().all(|op| match op {
-        BatchOp::Put { key, .. } | BatchOp::Delete { key } => key.starts_with(ACCESS),
+        BatchOp::Put { key, .. } | BatchOp::Delete { key } => ours(key),
         BatchOp::DeleteRange { lo, hi } => lo.starts_with(ACCESS) && hi.starts_with(ACCESS),
         _ => false,
     })

@@ -79,7 +79,7 @@ async fn nodes_join_get_ids_and_share_the_metadata() {
 
 /// For every shard: its replicas according to the metadata, and the voters of its group on
 /// every node that holds it, which must agree.
-fn placement(h: &Harness) -> BTreeMap<u64, BTreeSet<u64>> {
+pub(crate) fn placement(h: &Harness) -> BTreeMap<u64, BTreeSet<u64>> {
     let view = h.nodes.values().next().unwrap().meta.view();
     view.shards.values().map(|s| (s.id, s.replicas.iter().copied().collect())).collect()
 }
@@ -125,7 +125,7 @@ fn settled(h: &Harness, want_rf: usize) -> bool {
     true
 }
 
-async fn wait_settled(h: &Harness, rf: usize) {
+pub(crate) async fn wait_settled(h: &Harness, rf: usize) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !settled(h, rf) {
         assert!(Instant::now() < deadline, "shards did not settle: {:?}", placement(h));

@@ -18,6 +18,10 @@ pub(crate) struct Harness {
     /// Running nodes by their index in the test (not their id).
     pub nodes: BTreeMap<usize, ClusterNode>,
     pub addrs: BTreeMap<usize, String>,
+    /// Settings of the cluster the first node creates.
+    pub settings: Settings,
+    /// How long statements run on every shard wait for all of them.
+    pub intent_patience: Duration,
 }
 
 impl Harness {
@@ -27,6 +31,8 @@ impl Harness {
             faults: Arc::new(Faults::new()),
             nodes: BTreeMap::new(),
             addrs: BTreeMap::new(),
+            settings: Settings { shards: 4, replication: 3 },
+            intent_patience: Duration::from_secs(30),
         }
     }
 
@@ -66,11 +72,12 @@ impl Harness {
             force_init: false,
             default_retention: None,
             disk_reserve: ebb_node::config::durability::DiskReserve::Bytes(0),
-            settings: Settings { shards: 4, replication: 3 },
+            settings: self.settings,
             groups: GroupOptions::new(Duration::from_millis(50), 1000, engine).unwrap(),
             tls: None,
             server_tls: None,
             max_connections: 256,
+            intent_patience: self.intent_patience,
         };
         (cfg, listener)
     }

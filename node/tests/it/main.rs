@@ -8,6 +8,8 @@ mod auth;
 mod cluster;
 mod cluster_erasure;
 mod cluster_harness;
+mod cluster_intent;
+mod cluster_writes;
 mod cluster_server;
 mod common;
 mod disk_full;

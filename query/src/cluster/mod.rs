@@ -3,12 +3,16 @@
 //!
 //! - [`ClusterSql`]: statements planned here over [`ClusterTable`]s (one scan partition per
 //!   shard); `INSERT` rows routed to their series' shards like line-protocol writes; `DELETE`,
-//!   `ERASE` and DDL run on every shard's leader, each becoming that shard's own log entry.
+//!   `ERASE` and DDL run on every shard's leader as one intent, each shard's part becoming
+//!   that shard's own log entry.
+//! - [`intent`]: `DELETE`, `ERASE` and DDL recorded in the metadata group, then run on every
+//!   shard in parallel until each has answered.
 //! - `system.deletions` gathered from every replica, and the tables the cluster itself
 //!   describes (`system.nodes`, `system.shards`), through the client.
 //! - [`ipc`]: the Arrow IPC framing of result batches between nodes.
 
 mod insert;
+pub mod intent;
 pub mod ipc;
 mod session;
 mod system;
@@ -24,6 +28,7 @@ use crate::error::{QueryError, Result};
 use crate::lp::Precision;
 use crate::WriteSummary;
 
+pub use intent::Intent;
 pub use session::ClusterSql;
 pub use table::ClusterTable;
 
@@ -92,6 +97,18 @@ pub trait ShardClient: Send + Sync + std::fmt::Debug {
         precision: Precision,
         now_ns: i64,
     ) -> Result<WriteSummary>;
+
+    /// How long a statement run on every shard waits for all of them before answering that it
+    /// is recorded and still running.
+    fn intent_patience(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(30)
+    }
+
+    /// Records `intent` in the metadata group, before any shard runs it.
+    async fn open_intent(&self, intent: &Intent) -> Result<()>;
+
+    /// Removes intent `id` from the metadata group once every shard has answered it.
+    async fn close_intent(&self, id: u64) -> Result<()>;
 
     /// Every delete request on every replica of the cluster (`system.deletions`).
     async fn deletions(&self) -> Vec<ReplicaDeletion>;

@@ -18,8 +18,9 @@ use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use futures::TryStreamExt;
 
+use super::intent::{self, Intent, ShardOutcome};
 use super::table::ClusterTable;
-use super::{ShardClient, ShardError, ShardRequest};
+use super::{ShardClient, ShardRequest};
 use crate::access::{access_table, AccessStore, ACCESS_TABLES};
 use crate::db::new_request_id;
 use crate::error::{QueryError, Result};
@@ -236,27 +237,53 @@ impl ClusterSql {
         Ok(QueryOutput { schema, stream, kind })
     }
 
-    /// Runs a statement on every shard's leader. Each shard's answer comes back with a
-    /// leading `shard` column (a DELETE's row count and ledger id are per shard).
+    /// Runs a statement on every shard's leader as one intent (see [`super::intent`]).
+    /// Each shard's answer comes back with a leading `shard` column (a DELETE's row count and
+    /// ledger id are per shard).
     async fn on_every_shard(
         &self,
         sql: &str,
         kind: StatementKind,
         request: &ShardRequest,
     ) -> Result<QueryOutput> {
-        let mut out = Vec::new();
-        let mut reached = false;
-        for shard in self.client.shard_ids() {
-            let res = self.client.query(shard, &self.database, sql, Some(request)).await;
-            let batches: Vec<RecordBatch> = match res {
-                Ok((_, stream)) => stream.try_collect().await?,
-                Err(ShardError::NotFound(_)) => continue, // the table never reached it
-                Err(e) => return Err(e.into()),
+        let intent = Intent::new(&self.database, sql, &kind, request);
+        self.client.open_intent(&intent).await?;
+        let answers =
+            match intent::drive(self.client.as_ref(), &intent, self.client.intent_patience()).await
+            {
+                Ok(a) => a,
+                Err(open) => {
+                    let shards: Vec<String> =
+                        open.iter().map(|(s, why)| format!("shard {s}: {why}")).collect();
+                    return Err(QueryError::Unavailable(format!(
+                        "request {} is recorded and runs on every shard until done (see \
+                     system.deletions); not answered yet: {}",
+                        intent.id,
+                        shards.join("; ")
+                    )));
+                }
             };
-            reached = true;
-            for b in batches {
-                out.push(with_shard(shard, &b)?);
+        if let Err(e) = self.client.close_intent(intent.id).await {
+            // The metadata leader closes it when it next drives open intents.
+            tracing::warn!(request = intent.id, %e, "closing a completed intent");
+        }
+        let mut out = Vec::new();
+        let mut refused = None;
+        let mut reached = false;
+        for (shard, answer) in answers {
+            match answer {
+                ShardOutcome::Done(batches) => {
+                    reached = true;
+                    for b in batches {
+                        out.push(with_shard(shard, &b)?);
+                    }
+                }
+                ShardOutcome::Absent => {} // the table never reached it
+                ShardOutcome::Refused(why) => refused = refused.or(Some(why)),
             }
+        }
+        if let Some(why) = refused {
+            return Err(QueryError::Invalid(why));
         }
         if !reached {
             let what = if kind == StatementKind::Erase { "database" } else { "table" };

@@ -143,6 +143,10 @@ impl Database {
         drop(snap);
         let n = batch.len() as u64;
         batch.set_request(spec.request(rows));
+        if spec.recorded {
+            let done = super::RequestOutcome { rows, deletes: n, ..Default::default() };
+            super::outcome::put_outcome(&mut batch, spec.id, &done);
+        }
         let seq = self.commit(&mut w, &batch, CatalogDelta::default())?;
         Ok(DeleteOutcome {
             rows,

@@ -71,7 +71,8 @@ impl Database {
         }
         drop(snap);
         // Each series takes two operations: its rows and its index record.
-        for chunk in doomed.chunks(OPS_PER_BATCH / 2) {
+        let chunks = doomed.chunks(OPS_PER_BATCH / 2).count();
+        for (i, chunk) in doomed.chunks(OPS_PER_BATCH / 2).enumerate() {
             let mut batch = WriteBatch::new();
             let mut delta = CatalogDelta::default();
             let mut rows = 0;
@@ -84,6 +85,16 @@ impl Database {
             delta.write_to(&mut batch)?;
             batch.set_request(spec.request(rows));
             let n = batch.len() as u64;
+            if spec.recorded && i + 1 == chunks {
+                // The last batch completes the erasure.
+                let done = super::RequestOutcome {
+                    rows: out.rows + rows,
+                    series: out.series + chunk.len() as u64,
+                    tables: out.tables,
+                    deletes: out.ids.len() as u64 + n,
+                };
+                super::outcome::put_outcome(&mut batch, spec.id, &done);
+            }
             let seq = self.commit(&mut w, &batch, delta)?;
             out.ids.extend(seq..seq + n);
             out.rows += rows;

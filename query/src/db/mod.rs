@@ -5,6 +5,7 @@
 mod access;
 mod delete;
 mod erase;
+mod outcome;
 mod replicated;
 mod request;
 mod write;
@@ -18,6 +19,7 @@ use parking_lot::{Mutex, RwLock};
 
 pub use delete::{DeleteOutcome, DeleteTarget};
 pub use erase::EraseOutcome;
+pub use outcome::{admits, RequestOutcome};
 pub use replicated::Replicator;
 pub use request::{human_duration, new_request_id, request_id_ms, RequestSpec};
 pub use write::WriteSummary;

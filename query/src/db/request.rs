@@ -21,6 +21,9 @@ pub struct RequestSpec {
     /// Who asked for it: user, protocol and client address (see
     /// [`crate::front::Principal`]), or what part of the server.
     pub issued_by: String,
+    /// True for a request a coordinator issues on every shard (and may issue again): its
+    /// outcome is recorded with its last change (see [`crate::db::RequestOutcome`]).
+    pub recorded: bool,
 }
 
 impl RequestSpec {
@@ -32,6 +35,7 @@ impl RequestSpec {
             text: text.into(),
             deadline_ms: None,
             issued_by: String::new(),
+            recorded: false,
         }
     }
 
@@ -44,6 +48,12 @@ impl RequestSpec {
     /// The request with id `id` (one a coordinator gave every shard).
     pub fn with_id(mut self, id: u64) -> RequestSpec {
         self.id = id;
+        self
+    }
+
+    /// The request with its outcome recorded (see [`RequestSpec::recorded`]).
+    pub fn recorded(mut self) -> RequestSpec {
+        self.recorded = true;
         self
     }
 

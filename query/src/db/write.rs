@@ -126,24 +126,8 @@ impl Database {
         check_name("database", db)?;
         self.check_reserve()?;
         let mut w = self.writer.lock();
-        let (next_table, next_series) = self.catalog.next_ids();
-        let mut plan = Plan {
-            db: self,
-            database: db.to_string(),
-            delta: CatalogDelta::default(),
-            tables: HashMap::new(),
-            new_series: HashMap::new(),
-            next_table,
-            next_series,
-            rows: BTreeMap::new(),
-        };
-        if !self.catalog.has_database(db) {
-            plan.delta.databases.insert(db.to_string());
-        }
-        let mut key_buf = Vec::new();
-        for (no, line) in numbered {
-            self.plan_line(&mut plan, *no, line, precision, now_ns, &mut key_buf)?;
-        }
+        let (next_table, _) = self.catalog.next_ids();
+        let mut plan = self.plan(db, numbered, precision, now_ns)?;
         let mut summary = WriteSummary {
             lines: numbered.len(),
             rows: plan.rows.len(),
@@ -205,6 +189,54 @@ impl Database {
             }
         }
         Ok(summary)
+    }
+
+    /// Checks a line-protocol request body against the schema of database `db` as a write
+    /// would (names, field types against the tables and earlier lines, retention) without
+    /// writing anything: what a coordinator asks every shard before any of them writes its part
+    /// of a request.
+    pub fn check_lines(
+        &self,
+        db: &str,
+        body: &str,
+        precision: Precision,
+        now_ns: i64,
+    ) -> Result<()> {
+        check_name("database", db)?;
+        self.check_reserve()?;
+        let numbered: Vec<(usize, Line<'_>)> =
+            Lines::new(body).collect::<Result<_, LineError>>()?;
+        self.plan(db, &numbered, precision, now_ns).map(|_| ())
+    }
+
+    /// The tentative catalog and rows of a request (catalog ids are final only under the
+    /// writer lock).
+    fn plan(
+        &self,
+        db: &str,
+        numbered: &[(usize, Line<'_>)],
+        precision: Precision,
+        now_ns: i64,
+    ) -> Result<Plan<'_>> {
+        let (next_table, next_series) = self.catalog.next_ids();
+        let mut plan = Plan {
+            db: self,
+            database: db.to_string(),
+            delta: CatalogDelta::default(),
+            tables: HashMap::new(),
+            new_series: HashMap::new(),
+            next_table,
+            next_series,
+            rows: BTreeMap::new(),
+        };
+        if !self.catalog.has_database(db) {
+            plan.delta.databases.insert(db.to_string());
+        }
+        let mut key_buf = Vec::new();
+        for (no, line) in numbered {
+            self.plan_line(&mut plan, *no, line, precision, now_ns, &mut key_buf)?;
+        }
+        Ok(plan)
     }
 
     fn commit_write(

@@ -18,6 +18,7 @@
 //! allocates nothing in the common case.
 
 mod parser;
+pub mod shape;
 mod writer;
 
 pub use parser::{parse_line, Lines};

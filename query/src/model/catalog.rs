@@ -25,12 +25,20 @@ use crate::error::QueryError;
 const DB: u8 = b'D';
 const TABLE: u8 = b'T';
 const SERIES: u8 = b'S';
+/// Outcome records of requests a coordinator issued on every shard (see
+/// `crate::db::RequestOutcome`).
+const OUTCOME: u8 = b'R';
 
 fn cat_key(kind: u8, rest: &[u8]) -> Vec<u8> {
     let mut k = table_prefix(CATALOG_TABLE).to_vec();
     k.push(kind);
     k.extend_from_slice(rest);
     k
+}
+
+/// The key of the outcome record of request `id`.
+pub(crate) fn outcome_key(id: u64) -> Vec<u8> {
+    cat_key(OUTCOME, &id.to_be_bytes())
 }
 
 fn series_cat_key(table: u32, series: u64) -> Vec<u8> {

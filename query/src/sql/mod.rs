@@ -7,6 +7,7 @@ pub mod delete;
 pub mod erase;
 mod provider;
 pub mod pushdown;
+pub mod requested;
 pub mod rows;
 mod scan;
 mod session;

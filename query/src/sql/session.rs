@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{RecordBatch, UInt64Array};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::execution::context::SessionContext;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::{DmlStatement, LogicalPlan, WriteOp};
@@ -96,6 +96,16 @@ impl SqlSession {
         self
     }
 
+    /// The id of the request the session runs its statements as, if a coordinator gave one.
+    pub(super) fn request_id(&self) -> Option<u64> {
+        self.request.as_ref().map(|r| r.id)
+    }
+
+    /// The session's database handle.
+    pub(super) fn db(&self) -> &Arc<Database> {
+        &self.db
+    }
+
     /// Who the session's requests are issued by, if not told per statement.
     fn issuer(&self) -> &str {
         self.request.as_ref().map_or("", |r| r.issued_by.as_str())
@@ -155,6 +165,15 @@ impl SqlSession {
         stmt: DfStatement,
         issuer: &str,
     ) -> Result<QueryOutput> {
+        match super::requested::requested_kind(&stmt) {
+            Some(kind) if self.request.is_some() => {
+                self.as_request(kind, self.run_statement(stmt, issuer)).await
+            }
+            _ => self.run_statement(stmt, issuer).await,
+        }
+    }
+
+    async fn run_statement(&self, stmt: DfStatement, issuer: &str) -> Result<QueryOutput> {
         if let DfStatement::Statement(s) = &stmt {
             if let Some(out) = self.ebb_statement(s, issuer).await? {
                 return Ok(out);
@@ -294,7 +313,7 @@ impl SqlSession {
     fn request_spec(&self, kind: &str, text: String, issuer: &str) -> RequestSpec {
         let spec = RequestSpec::new(kind, text).with_issuer(issuer);
         match &self.request {
-            Some(r) => spec.with_id(r.id).with_deadline(r.deadline_ms),
+            Some(r) => spec.with_id(r.id).with_deadline(r.deadline_ms).recorded(),
             None => spec,
         }
     }
@@ -325,32 +344,17 @@ impl SqlSession {
         }
         let db = self.db.clone();
         let (tag, value) = (stmt.tag, stmt.value);
-        let out = blocking(move || db.erase(&database, &tag, &value, &spec)).await?;
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("rows_erased", DataType::UInt64, false),
-            Field::new("erasure_id", DataType::UInt64, false),
-            Field::new("series", DataType::UInt64, false),
-            Field::new("tables", DataType::UInt64, false),
-            Field::new("deletes", DataType::UInt64, false),
-        ]));
-        let col =
-            |v: u64| Arc::new(UInt64Array::from(vec![v])) as datafusion::arrow::array::ArrayRef;
-        let batch = RecordBatch::try_new(
-            schema.clone(),
-            vec![
-                col(out.rows),
-                col(out.request),
-                col(out.series),
-                col(out.tables),
-                col(out.ids.len() as u64),
-            ],
-        )
-        .map_err(|e| QueryError::Internal(e.to_string()))?;
-        Ok(QueryOutput {
-            schema: schema.clone(),
-            stream: once(schema, batch),
-            kind: StatementKind::Erase,
-        })
+        let run = async move {
+            let out = blocking(move || db.erase(&database, &tag, &value, &spec)).await?;
+            let done = crate::db::RequestOutcome {
+                rows: out.rows,
+                series: out.series,
+                tables: out.tables,
+                deletes: out.ids.len() as u64,
+            };
+            super::requested::erase_output(out.request, &done)
+        };
+        self.as_request(StatementKind::Erase, run).await
     }
 
     async fn delete(&self, d: &DmlStatement, text: String, issuer: &str) -> Result<QueryOutput> {
@@ -370,27 +374,8 @@ impl SqlSession {
             db.delete(&def, &targets, &spec)
         })
         .await?;
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("rows_deleted", DataType::UInt64, false),
-            Field::new("delete_id", DataType::UInt64, true),
-            Field::new("deletes", DataType::UInt64, false),
-        ]));
-        let batch = RecordBatch::try_new(
-            schema.clone(),
-            vec![
-                Arc::new(UInt64Array::from(vec![outcome.rows])),
-                Arc::new(UInt64Array::from(vec![
-                    (!outcome.ids.is_empty()).then_some(outcome.request)
-                ])),
-                Arc::new(UInt64Array::from(vec![outcome.ids.len() as u64])),
-            ],
-        )
-        .map_err(|e| QueryError::Internal(e.to_string()))?;
-        Ok(QueryOutput {
-            schema: schema.clone(),
-            stream: once(schema, batch),
-            kind: StatementKind::Delete,
-        })
+        let id = (!outcome.ids.is_empty()).then_some(outcome.request);
+        super::requested::delete_output(outcome.rows, id, outcome.ids.len() as u64)
     }
 }
 
@@ -452,7 +437,9 @@ fn command(tag: &str) -> QueryOutput {
 }
 
 /// Runs engine work off the async threads.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+pub(super) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| QueryError::Internal(format!("task failed: {e}")))?

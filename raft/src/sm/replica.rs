@@ -29,6 +29,15 @@ pub trait ApplyHook: Send + Sync {
     fn applied(&self, engine: &Arc<Engine>, batch: &WriteBatch, seq: u64);
     /// A snapshot replaced the engine with `engine`.
     fn replaced(&self, engine: &Arc<Engine>);
+    /// False if `batch` must be applied as a no-op (it completes a request `engine` records as
+    /// already completed). Must decide alike on every replica: from `batch` and `engine` only.
+    fn admits(
+        &self,
+        _engine: &Arc<Engine>,
+        _batch: &WriteBatch,
+    ) -> Result<bool, ebb_storage::Error> {
+        Ok(true)
+    }
 }
 
 /// How many snapshots a replica keeps: the current one and the one before it.
@@ -153,7 +162,7 @@ impl Replica {
         for entry in entries {
             let seq = applied::entry_seq(entry.log_id.index)?;
             let mut membership = None;
-            let mut reply = Response { seq, error: None };
+            let mut reply = Response { seq, error: None, duplicate: false };
             let mut batch = match entry.payload {
                 EntryPayload::Blank => WriteBatch::new(),
                 EntryPayload::Membership(m) => {
@@ -177,6 +186,12 @@ impl Replica {
                     WriteBatch::new()
                 }
             };
+            if let Some(h) = hook.as_ref().filter(|_| batch.request().is_some()) {
+                if !h.admits(&engine, &batch)? {
+                    reply.duplicate = true;
+                    batch = WriteBatch::new();
+                }
+            }
             applied::record(&mut batch, &entry.log_id, membership.as_ref())?;
             if let Err(e) = engine.write(&batch, seq) {
                 if !deterministic(&e) {

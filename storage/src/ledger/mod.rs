@@ -28,6 +28,10 @@ use crate::error::IoContext;
 use crate::log::{read_records, RecordWriter};
 use crate::{Error, Result};
 
+/// The deadline the ledger records for a delete without one (no deadline configured, none
+/// asked for).
+pub const NO_DEADLINE: u64 = u64::MAX;
+
 /// Name of ledger file `n`.
 pub(crate) fn file_name(n: u64) -> String {
     format!("{n:08}.ledger")
