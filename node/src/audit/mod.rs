@@ -4,7 +4,10 @@
 //! A verification asks every replica that holds data of the request's shards to read every
 //! place it stores entries (memtables, SSTs, WAL segments and, in a cluster, Raft log segments,
 //! snapshots, and engine directories a snapshot install replaced) for values the request's
-//! deletes cover, and to say what it read and what it found. Zero found on every replica, and
+//! deletes cover, and to say what it read and what it found. It also accounts for every byte of
+//! every file in the replica's directories (the engine's and, in a cluster, the Raft log's):
+//! each run of bytes is referenced by a live structure and verified, or zero; any other run is
+//! reported with its file and offset. Zero found and nothing unaccounted on every replica, and
 //! at least one replica that knows the request, is the pass.
 
 pub mod report;
@@ -61,12 +64,64 @@ pub struct ReplicaReport {
     pub sources: Vec<SourceReport>,
     /// Why the replica could not be scanned, if it could not.
     pub error: Option<String>,
+    /// Files of the replica whose every byte was accounted for (see
+    /// [`ebb_storage::audit::FileAccount`]), and their bytes.
+    #[serde(default)]
+    pub files_accounted: u64,
+    /// Bytes of those files.
+    #[serde(default)]
+    pub bytes_accounted: u64,
+    /// Byte runs no live structure references and that are not zero.
+    #[serde(default)]
+    pub unaccounted: Vec<Unaccounted>,
+}
+
+/// A run of bytes on disk nothing accounts for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unaccounted {
+    /// What the file is (`sst`, `wal`, `raft log`, `unknown`...).
+    pub kind: String,
+    /// The file, relative to the replica's directory.
+    pub file: String,
+    /// Offset of the run.
+    pub offset: u64,
+    /// Its length.
+    pub len: u64,
 }
 
 impl ReplicaReport {
+    /// An empty report of the replica of `shard` on `node`.
+    pub fn new(shard: u64, node: u64) -> ReplicaReport {
+        ReplicaReport {
+            shard,
+            node,
+            holds_request: false,
+            sources: vec![],
+            error: None,
+            files_accounted: 0,
+            bytes_accounted: 0,
+            unaccounted: vec![],
+        }
+    }
+
     /// Covered values found on the replica.
     pub fn found(&self) -> u64 {
         self.sources.iter().map(|s| s.found).sum()
+    }
+
+    /// Adds the accounts of the files of directory `dir` (relative to the replica's).
+    pub fn add_accounts(&mut self, dir: &str, accounts: &[ebb_storage::audit::FileAccount]) {
+        for a in accounts {
+            self.files_accounted += 1;
+            self.bytes_accounted += a.bytes;
+            let file = if dir.is_empty() { a.name.clone() } else { format!("{dir}/{}", a.name) };
+            self.unaccounted.extend(a.unaccounted.iter().map(|&(offset, len)| Unaccounted {
+                kind: a.kind.to_string(),
+                file: file.clone(),
+                offset,
+                len,
+            }));
+        }
     }
 }
 
@@ -85,7 +140,8 @@ pub struct VerifyReport {
     pub entries_scanned: u64,
     /// Covered values found in all.
     pub found: u64,
-    /// Every replica scanned, at least one knew the request, nothing found.
+    /// Every replica scanned, at least one knew the request, nothing found, and every byte of
+    /// every file accounted for.
     pub pass: bool,
 }
 
@@ -102,7 +158,7 @@ impl VerifyReport {
         }
         let found = replicas.iter().map(ReplicaReport::found).sum();
         let pass = found == 0
-            && replicas.iter().all(|r| r.error.is_none())
+            && replicas.iter().all(|r| r.error.is_none() && r.unaccounted.is_empty())
             && replicas.iter().any(|r| r.holds_request);
         VerifyReport {
             id,
@@ -128,7 +184,7 @@ pub fn request_delete_ids(db: &Database, id: u64) -> Vec<u64> {
 
 /// Scans `db`'s engine (a single node's database) for request `id`.
 pub fn audit_database(db: &Database, id: u64, shard: u64, node: u64) -> ReplicaReport {
-    let mut r = ReplicaReport { shard, node, holds_request: false, sources: vec![], error: None };
+    let mut r = ReplicaReport::new(shard, node);
     let ids = request_delete_ids(db, id);
     if ids.is_empty() {
         return r;
@@ -137,6 +193,10 @@ pub fn audit_database(db: &Database, id: u64, shard: u64, node: u64) -> ReplicaR
     let engine = db.engine();
     match engine.coverage(&ids).and_then(|c| engine.audit(&c)) {
         Ok(scans) => r.sources = scans.into_iter().map(SourceReport::from).collect(),
+        Err(e) => r.error = Some(e.to_string()),
+    }
+    match engine.account() {
+        Ok(accounts) => r.add_accounts("", &accounts),
         Err(e) => r.error = Some(e.to_string()),
     }
     r

@@ -79,11 +79,21 @@ pub fn verify(base: &str, id: u64, json: bool) -> Result<(String, bool)> {
             (Some(e), _) => format!("NOT SCANNED: {e}"),
             (None, false) => "holds no delete of this request (nothing was deleted here)".into(),
             (None, true) => format!(
-                "scanned {files} files ({bytes} bytes, {entries} entries): {} found",
-                r.found()
+                "scanned {files} files ({bytes} bytes, {entries} entries): {} found; \
+                 {} files ({} bytes) accounted for byte by byte: {} unaccounted runs",
+                r.found(),
+                r.files_accounted,
+                r.bytes_accounted,
+                r.unaccounted.len()
             ),
         };
         o.push_str(&format!("  shard {} node {}: {what}\n", r.shard, r.node));
+        for u in r.unaccounted.iter().take(20) {
+            o.push_str(&format!(
+                "    UNACCOUNTED {} {}: {} bytes at offset {}\n",
+                u.kind, u.file, u.len, u.offset
+            ));
+        }
         for s in r.sources.iter().filter(|s| s.found > 0) {
             o.push_str(&format!(
                 "    {} {}: {} covered values, e.g. {}\n",
@@ -94,8 +104,10 @@ pub fn verify(base: &str, id: u64, json: bool) -> Result<(String, bool)> {
             ));
         }
     }
+    let unaccounted: usize = v.replicas.iter().map(|r| r.unaccounted.len()).sum();
     o.push_str(&format!(
-        "{}: {} files, {} bytes, {} entries scanned on {} replica(s); {} deleted values found\n",
+        "{}: {} files, {} bytes, {} entries scanned on {} replica(s); {} deleted values found; \
+         {unaccounted} unaccounted byte runs\n",
         if v.pass { "PASS" } else { "FAIL" },
         v.sources_scanned,
         v.bytes_scanned,

@@ -16,7 +16,7 @@ use super::proto::cluster_client::ClusterClient;
 use super::router::Router;
 use super::shard::Shard;
 use super::shards::Shards;
-use crate::audit::{request_delete_ids, ReplicaReport, SourceReport, VerifyReport};
+use crate::audit::{request_delete_ids, ReplicaReport, SourceReport, Unaccounted, VerifyReport};
 
 /// How long a node may take to answer for its replicas.
 const ASK_TIMEOUT: Duration = Duration::from_secs(30);
@@ -28,8 +28,7 @@ pub fn local_rows(shards: &Shards, node: u64) -> Vec<ReplicaDeletion> {
 
 /// Scans one replica for request `id`: its engine, its Raft log, its snapshots.
 pub fn audit_shard(shard: &Shard, id: u64, node: u64) -> ReplicaReport {
-    let mut r =
-        ReplicaReport { shard: shard.id, node, holds_request: false, sources: vec![], error: None };
+    let mut r = ReplicaReport::new(shard.id, node);
     let ids = request_delete_ids(&shard.db, id);
     if ids.is_empty() {
         return r;
@@ -46,6 +45,16 @@ pub fn audit_shard(shard: &Shard, id: u64, node: u64) -> ReplicaReport {
     match scans {
         Ok(s) => r.sources = s.into_iter().map(SourceReport::from).collect(),
         Err(e) => r.error = Some(e),
+    }
+    let engine_dir = engine.dir().file_name().map(|n| n.to_string_lossy().into_owned());
+    let log_dir = shard.group.log.dir().file_name().map(|n| n.to_string_lossy().into_owned());
+    match engine.account() {
+        Ok(a) => r.add_accounts(&engine_dir.unwrap_or_default(), &a),
+        Err(e) => r.error = Some(e.to_string()),
+    }
+    match shard.group.log.account() {
+        Ok(a) => r.add_accounts(&log_dir.unwrap_or_default(), &a),
+        Err(e) => r.error = Some(e.to_string()),
     }
     r
 }
@@ -112,6 +121,18 @@ pub fn report_to_proto(r: &ReplicaReport) -> proto::ReplicaAudit {
             })
             .collect(),
         error: r.error.clone().unwrap_or_default(),
+        files_accounted: r.files_accounted,
+        bytes_accounted: r.bytes_accounted,
+        unaccounted: r
+            .unaccounted
+            .iter()
+            .map(|u| proto::UnaccountedBytes {
+                kind: u.kind.clone(),
+                file: u.file.clone(),
+                offset: u.offset,
+                len: u.len,
+            })
+            .collect(),
     }
 }
 
@@ -133,6 +154,13 @@ fn report_from_proto(r: proto::ReplicaAudit) -> ReplicaReport {
             })
             .collect(),
         error: (!r.error.is_empty()).then_some(r.error),
+        files_accounted: r.files_accounted,
+        bytes_accounted: r.bytes_accounted,
+        unaccounted: r
+            .unaccounted
+            .into_iter()
+            .map(|u| Unaccounted { kind: u.kind, file: u.file, offset: u.offset, len: u.len })
+            .collect(),
     }
 }
 
@@ -215,11 +243,8 @@ pub async fn verify(router: &Router, id: u64) -> VerifyReport {
             Err(e) => {
                 for s in v.shards.values().filter(|s| s.holders().contains(&n)) {
                     reports.push(ReplicaReport {
-                        shard: s.id,
-                        node: n,
-                        holds_request: false,
-                        sources: vec![],
                         error: Some(format!("node {n} could not be scanned: {e}")),
+                        ..ReplicaReport::new(s.id, n)
                     });
                 }
             }

@@ -49,8 +49,18 @@ fn erasures_are_verified_go_late_when_held_back_and_report_renders() {
     let carol = v[0]["erasure_id"].as_u64().expect("id");
     until(30, "carol persisted", || status(&h, carol) == "persisted");
     let (out, pass) = verify(&h.base, carol, false).expect("verify");
-    assert!(pass && out.contains("PASS"), "{out}");
+    assert!(pass && out.contains("PASS") && out.contains("; 0 unaccounted byte runs"), "{out}");
     assert_eq!(h.metric("ebb_deletions_late_total"), 0.0);
+    // Bytes nothing on disk accounts for fail the audit, named with their file and offset.
+    let stray = db.engine().dir().join("left-behind.bin");
+    std::fs::write(&stray, b"\0\0carol-marker-7").expect("stray file");
+    let (out, pass) = verify(&h.base, carol, false).expect("verify");
+    assert!(
+        !pass && out.contains("UNACCOUNTED unknown left-behind.bin: 14 bytes at offset 2"),
+        "{out}"
+    );
+    std::fs::remove_file(&stray).expect("remove");
+    assert!(verify(&h.base, carol, false).expect("verify").1);
 
     // Alice: a reader holds a snapshot from before the erasure, so nothing can drop her data.
     let snapshot = db.engine().snapshot();
@@ -66,7 +76,7 @@ fn erasures_are_verified_go_late_when_held_back_and_report_renders() {
     assert!(h.metric("ebb_deletion_oldest_pending_seconds") >= 4.0);
     // Still stored: the verification finds it (the check can fail).
     let (out, pass) = verify(&h.base, alice, false).expect("verify");
-    assert!(!pass && out.contains("FAIL") && !out.contains(": 0 found\n"), "{out}");
+    assert!(!pass && out.contains("FAIL") && !out.contains(": 0 found;"), "{out}");
     // The reader goes; the data goes, late.
     drop(snapshot);
     until(30, "alice persisted", || {

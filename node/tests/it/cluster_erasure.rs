@@ -164,7 +164,7 @@ async fn erasure_under_writes_is_persisted_everywhere_and_proven() {
         .expect("task")
         .expect("verify");
     assert!(pass, "{out}");
-    assert_eq!(out.matches("): 0 found\n").count(), shards.len() * 3, "{out}");
+    assert_eq!(out.matches("): 0 found; ").count(), shards.len() * 3, "{out}");
 
     stop.store(true, Ordering::Relaxed);
     writer.join().expect("writer");

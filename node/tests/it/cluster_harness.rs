@@ -22,6 +22,10 @@ pub(crate) struct Harness {
     pub settings: Settings,
     /// How long statements run on every shard wait for all of them.
     pub intent_patience: Duration,
+    /// Log entries between a shard's snapshots.
+    pub snapshot_every: u64,
+    /// The engines' clock, if not the system's.
+    pub clock: Option<ebb_storage::ManualClock>,
 }
 
 impl Harness {
@@ -33,13 +37,29 @@ impl Harness {
             addrs: BTreeMap::new(),
             settings: Settings { shards: 4, replication: 3 },
             intent_patience: Duration::from_secs(30),
+            snapshot_every: 1000,
+            clock: None,
         }
     }
 
+    /// Starts node `i`, joining through the nodes `join`. A node restarted while a client
+    /// still holds a handle to its previous instance (an operation in flight) waits for that
+    /// instance to let go of its data directory.
     pub async fn start(&mut self, i: usize, join: &[usize]) {
-        let (cfg, listener) = self.prepare(i, join, false).await;
-        let node = ClusterNode::start(&cfg, listener, self.faults.clone()).await.unwrap();
-        self.nodes.insert(i, node);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (cfg, listener) = self.prepare(i, join, false).await;
+            match ClusterNode::start(&cfg, listener, self.faults.clone()).await {
+                Ok(node) => {
+                    self.nodes.insert(i, node);
+                    return;
+                }
+                Err(e) if e.to_string().contains("locked") && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(e) => panic!("starting node {i}: {e}"),
+            }
+        }
     }
 
     /// The configuration and listener node `i` starts with (`init_here`: it is the initial
@@ -61,7 +81,11 @@ impl Harness {
         };
         let addr = listener.local_addr().unwrap().to_string();
         self.addrs.insert(i, addr.clone());
-        let engine = ebb_storage::Options { write_buffer_size: 256 << 10, ..Default::default() };
+        let mut engine =
+            ebb_storage::Options { write_buffer_size: 256 << 10, ..Default::default() };
+        if let Some(c) = &self.clock {
+            engine.clock = ebb_storage::Clock::manual(c);
+        }
         let cfg = ClusterConfig {
             data_dir: self.dir.path().join(format!("n{i}")),
             advertise_grpc: addr,
@@ -73,7 +97,8 @@ impl Harness {
             default_retention: None,
             disk_reserve: ebb_node::config::durability::DiskReserve::Bytes(0),
             settings: self.settings,
-            groups: GroupOptions::new(Duration::from_millis(50), 1000, engine).unwrap(),
+            groups: GroupOptions::new(Duration::from_millis(50), self.snapshot_every, engine)
+                .unwrap(),
             tls: None,
             server_tls: None,
             max_connections: 256,

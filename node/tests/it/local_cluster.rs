@@ -9,13 +9,19 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-struct LocalCluster {
+pub(crate) struct LocalCluster {
     dir: tempfile::TempDir,
     base: u16,
 }
 
 impl LocalCluster {
-    fn script(&self, args: &[&str]) -> String {
+    /// A cluster of `deploy/local-cluster.sh` in a new directory, on ports from `base`, not yet
+    /// started.
+    pub(crate) fn new(base: u16) -> LocalCluster {
+        LocalCluster { dir: tempfile::tempdir().unwrap(), base }
+    }
+
+    pub(crate) fn script(&self, args: &[&str]) -> String {
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/local-cluster.sh");
         let out = Command::new("bash")
             .arg(script)
@@ -31,19 +37,19 @@ impl LocalCluster {
         text
     }
 
-    fn url(&self, node: u16) -> String {
+    pub(crate) fn url(&self, node: u16) -> String {
         format!("https://127.0.0.1:{}", self.base + node)
     }
 
     /// A POST to `url` as `admin`, trusting only the script's CA.
-    fn post(&self, url: &str) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
+    pub(crate) fn post(&self, url: &str) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
         use base64::Engine;
         let pw = std::fs::read_to_string(self.dir.path().join("admin.pw")).unwrap();
         let pair = base64::engine::general_purpose::STANDARD.encode(format!("admin:{}", pw.trim()));
         self.agent().post(url).header("Authorization", &format!("Basic {pair}"))
     }
 
-    fn agent(&self) -> ureq::Agent {
+    pub(crate) fn agent(&self) -> ureq::Agent {
         let pem = std::fs::read(self.dir.path().join("certs/ca.crt")).unwrap();
         let certs: Vec<_> = ureq::tls::parse_pem(&pem)
             .filter_map(|i| match i {
@@ -81,7 +87,7 @@ fn count(c: &LocalCluster, node: u16, want: u64) {
 }
 
 /// Waits until every shard has three replicas and none is moving.
-fn settled(c: &LocalCluster, node: u16) {
+pub(crate) fn settled(c: &LocalCluster, node: u16) {
     let q = "SELECT count(*) AS n FROM system.shards \
              WHERE NOT moving AND length(replicas) - length(replace(replicas, ',', '')) = 2";
     until(c, node, q, 4);
@@ -111,7 +117,7 @@ fn lines(from: u32, to: u32) -> String {
 #[test]
 fn a_sigkilled_node_loses_nothing_and_a_new_node_joins() {
     let base = 20_000 + (std::process::id() % 900) as u16 * 10;
-    let c = LocalCluster { dir: tempfile::tempdir().unwrap(), base };
+    let c = LocalCluster::new(base);
     let started = c.script(&["3"]);
     assert!(started.contains("3 nodes running with TLS"), "{started}");
     // Nothing is answered without credentials.

@@ -39,7 +39,12 @@ pub struct Shape {
 impl Shape {
     /// Adds line `no` to the shape; an error if it conflicts with an earlier line.
     pub fn add(&mut self, no: usize, line: &Line<'_>) -> Result<(), QueryError> {
-        let t = self.tables.entry(line.measurement.to_string()).or_default();
+        if !self.tables.contains_key(line.measurement.as_ref()) {
+            self.tables.insert(line.measurement.to_string(), TableShape::default());
+        }
+        let Some(t) = self.tables.get_mut(line.measurement.as_ref()) else {
+            return Ok(());
+        };
         for (k, _) in &line.tags {
             if t.fields.contains_key(k.as_ref()) {
                 let reason = format!("{k:?} is a field of {} in an earlier line", line.measurement);

@@ -1,7 +1,9 @@
 //! What deletes need of the log: knowing which entries are still on disk, ending the newest
 //! segment so a purge can remove it whole, and auditing segments for values deletes cover.
 
-use ebb_storage::audit::{scan_batches, Coverage, SourceScan};
+use ebb_storage::audit::{
+    account_prefix, account_unknown, scan_batches, Coverage, FileAccount, SourceScan,
+};
 use ebb_storage::WriteBatch;
 use openraft::EntryPayload;
 
@@ -55,6 +57,48 @@ impl LogStore {
                 scan_batches([(seq, &batch)], coverage, &mut scan);
             }
             out.push(scan);
+        }
+        Ok(out)
+    }
+
+    /// Accounts for every byte of every file in the log's directory: each segment's records
+    /// are read and verified and the rest of the segment must be zero; the log's meta file is
+    /// checked when it decodes; any other file is unaccounted (see
+    /// [`ebb_storage::audit::FileAccount`]).
+    pub fn account(&self) -> Result<Vec<FileAccount>, LogError> {
+        let storage = |e: ebb_storage::Error| LogError::Corrupt(e.to_string());
+        let mut out = Vec::new();
+        let mut known = std::collections::HashSet::new();
+        {
+            let st = self.shared.state.lock();
+            for seg in &st.segments {
+                for index in seg.first..seg.next_index() {
+                    seg.read(index)?;
+                }
+                known.insert(seg.path.clone());
+                out.push(account_prefix(&seg.path, "raft log", seg.bytes()).map_err(storage)?);
+            }
+        }
+        let dir = self.dir().to_path_buf();
+        let mut others: Vec<_> = std::fs::read_dir(&dir)
+            .map_err(LogError::io(&dir))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_file() && !known.contains(p))
+            .collect();
+        others.sort();
+        for path in others {
+            let meta = path.file_name().is_some_and(|n| n == super::meta::FILE);
+            let acc = if meta && super::meta::Meta::load(&dir).is_ok() {
+                let len = std::fs::metadata(&path).map_err(LogError::io(&path))?.len();
+                account_prefix(&path, "raft log meta", len)
+            } else {
+                account_unknown(&path, "unknown")
+            };
+            match acc {
+                Ok(a) => out.push(a),
+                Err(_) if !path.exists() => {} // a segment purged meanwhile
+                Err(e) => return Err(storage(e)),
+            }
         }
         Ok(out)
     }

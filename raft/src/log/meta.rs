@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::LogError;
 use crate::types::NodeId;
 
-const FILE: &str = "meta";
+pub(super) const FILE: &str = "meta";
 const TMP: &str = "meta.tmp";
 
 /// The log's durable state besides the entries.

@@ -1,5 +1,6 @@
 //! The engine of one shard replica.
 
+mod account;
 mod audit;
 mod background;
 mod checkpoint;

@@ -1,0 +1,283 @@
+//! A randomized fault campaign on a cluster in one process. Clients write, delete and read a
+//! small set of keys through random nodes while a nemesis isolates nodes (also while a fourth
+//! node joins and shards move to it), drops and delays messages, restarts nodes and jumps the
+//! engines' clock forward. Afterwards every replica flushes and compacts, snapshots are taken,
+//! and every node restarts in turn (leader changes; a node that was behind installs a
+//! snapshot); then every key is read again. Each key's history of acknowledged operations
+//! (operations whose outcome is unknown may or may not have happened) must be linearizable
+//! ([`crate::linearizable`]); in particular no deleted value is ever read again.
+//!
+//! The campaign runs for 20 s; `EBB_NEMESIS_SECS` makes it longer and `EBB_NEMESIS_SEED` picks
+//! the random choices.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::array::{Array, Int64Array};
+use ebb_node::cluster::view::Settings;
+use ebb_query::cluster::ClusterSql;
+use ebb_query::lp::Precision;
+use ebb_query::QueryError;
+use parking_lot::Mutex;
+use tokio::sync::Mutex as AsyncMutex;
+
+use crate::cluster_harness::Harness;
+use crate::linearizable::{campaign, linearizable, Action, Op, Rng, Run};
+
+const KEYS: usize = 5;
+const CLIENTS: usize = 3;
+/// How long one client operation may take before its outcome counts as unknown.
+const OP_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A running node's router and metadata, picked at random.
+async fn any_node(
+    h: &AsyncMutex<Harness>,
+    rng: &Mutex<Rng>,
+) -> Option<(Arc<ebb_node::cluster::Router>, Arc<ebb_node::cluster::Meta>)> {
+    let h = h.lock().await;
+    let running: Vec<_> = h.nodes.values().collect();
+    if running.is_empty() {
+        return None;
+    }
+    let n = running[rng.lock().below(running.len() as u64) as usize];
+    Some((n.router.clone(), n.meta.clone()))
+}
+
+/// Reads key `k` through `node`: its value, `None` if absent; `Err` if the read failed.
+async fn read(
+    node: &(Arc<ebb_node::cluster::Router>, Arc<ebb_node::cluster::Meta>),
+    k: usize,
+) -> Result<Option<i64>, String> {
+    let sql = ClusterSql::new(node.0.clone(), node.1.clone(), "db");
+    let q = format!("SELECT v FROM reg WHERE host = 'h{k}'");
+    match tokio::time::timeout(OP_TIMEOUT, sql.query(&q)).await {
+        Err(_) => Err("timed out".into()),
+        Ok(Err(QueryError::DataFusion(e))) if e.to_string().contains("not found") => Ok(None),
+        Ok(Err(e)) => Err(e.to_string()),
+        Ok(Ok(batches)) => {
+            let mut vals = Vec::new();
+            for b in &batches {
+                let c = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                vals.extend((0..c.len()).filter(|i| c.is_valid(*i)).map(|i| c.value(i)));
+            }
+            assert!(vals.len() <= 1, "one row per key: {vals:?}");
+            Ok(vals.first().copied())
+        }
+    }
+}
+
+/// One client: random operations on random keys through random nodes until `stop`.
+async fn client(
+    h: Arc<AsyncMutex<Harness>>,
+    run: Arc<Run>,
+    rng: Arc<Mutex<Rng>>,
+    stop: Arc<AtomicBool>,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        let Some(node) = any_node(&h, &rng).await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let (k, choice) = {
+            let mut r = rng.lock();
+            (r.below(KEYS as u64) as usize, r.below(10))
+        };
+        let call = run.now();
+        match choice {
+            0..=3 => {
+                let v = run.next_value.fetch_add(1, Ordering::Relaxed);
+                let line = format!("reg,host=h{k} v={v}i 1\n");
+                let w = node.0.write_lines("db", &line, Precision::Seconds, 0);
+                match tokio::time::timeout(OP_TIMEOUT, w).await {
+                    Ok(Ok(_)) => run.record(k, call, Some(run.now()), Action::Write(Some(v))),
+                    Ok(Err(ebb_node::cluster::RouteError::Rejected(e))) => {
+                        panic!("a valid write was refused: {e}")
+                    }
+                    _ => run.record(k, call, None, Action::Write(Some(v))),
+                }
+            }
+            4..=5 => {
+                let sql = ClusterSql::new(node.0.clone(), node.1.clone(), "db");
+                let q = format!("DELETE FROM reg WHERE host = 'h{k}'");
+                match tokio::time::timeout(OP_TIMEOUT, sql.query(&q)).await {
+                    Ok(Ok(_)) => run.record(k, call, Some(run.now()), Action::Write(None)),
+                    // Before the table exists: nothing to delete, nothing done.
+                    Ok(Err(e)) if e.is_client_error() => {}
+                    _ => run.record(k, call, None, Action::Write(None)),
+                }
+            }
+            _ => {
+                if let Ok(v) = read(&node, k).await {
+                    run.record(k, call, Some(run.now()), Action::Read(v));
+                }
+            }
+        }
+    }
+}
+
+/// The nemesis: one fault at a time, then healing, until `until`.
+async fn nemesis(h: Arc<AsyncMutex<Harness>>, rng: Arc<Mutex<Rng>>, until: Instant) {
+    let mut joined = false;
+    while Instant::now() < until {
+        let (fault, pause) = {
+            let mut r = rng.lock();
+            (r.below(6), Duration::from_millis(500 + r.below(2000)))
+        };
+        let (faults, ids, idx) = {
+            let g = h.lock().await;
+            let ids: Vec<(usize, u64)> = g.nodes.iter().map(|(i, n)| (*i, n.id)).collect();
+            (g.faults.clone(), ids, g.nodes.keys().copied().collect::<Vec<_>>())
+        };
+        let victim = ids[rng.lock().below(ids.len() as u64) as usize];
+        let others: Vec<u64> = ids.iter().map(|(_, id)| *id).filter(|id| *id != victim.1).collect();
+        match fault {
+            0 => {
+                faults.isolate(victim.1, &others);
+                if !joined && idx.len() == 3 {
+                    // A node joins while another is cut off: shards move to it meanwhile.
+                    joined = true;
+                    let mut g = h.lock().await;
+                    let seeds: Vec<usize> =
+                        idx.iter().copied().filter(|i| *i != victim.0).collect();
+                    g.start(3, &seeds).await;
+                }
+                tokio::time::sleep(pause).await;
+                faults.heal();
+            }
+            1 => {
+                faults.set_drop(0.2);
+                tokio::time::sleep(pause).await;
+                faults.heal();
+            }
+            2 => {
+                faults.set_delay(Duration::from_millis(30));
+                tokio::time::sleep(pause).await;
+                faults.heal();
+            }
+            3 => {
+                let mut g = h.lock().await;
+                g.stop(victim.0).await;
+                drop(g);
+                tokio::time::sleep(pause).await;
+                h.lock().await.start(victim.0, &[]).await;
+            }
+            4 => {
+                if let Some(c) = &h.lock().await.clock {
+                    c.advance(3_600_000); // an hour forward
+                }
+            }
+            _ => tokio::time::sleep(pause).await,
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Reads every key through every node and records the reads.
+async fn read_all(h: &AsyncMutex<Harness>, run: &Run) {
+    let nodes: Vec<_> = {
+        let g = h.lock().await;
+        g.nodes.values().map(|n| (n.router.clone(), n.meta.clone())).collect()
+    };
+    for k in 0..KEYS {
+        for node in &nodes {
+            let call = run.now();
+            let v = read(node, k).await.unwrap_or_else(|e| panic!("reading key {k}: {e}"));
+            run.record(k, call, Some(run.now()), Action::Read(v));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn histories_under_partitions_restarts_and_lost_messages_are_linearizable() {
+    let (secs, seed) = campaign();
+    eprintln!("nemesis: {secs} s, EBB_NEMESIS_SEED={seed}");
+    let mut h = Harness::new();
+    h.settings = Settings { shards: 2, replication: 3 };
+    h.intent_patience = Duration::from_secs(5);
+    h.snapshot_every = 20;
+    h.clock = Some(ebb_storage::ManualClock::new(1_700_000_000_000));
+    h.start(0, &[]).await;
+    h.start(1, &[0]).await;
+    h.start(2, &[0]).await;
+    let h = Arc::new(AsyncMutex::new(h));
+    let run = Arc::new(Run::new());
+    let rng = Arc::new(Mutex::new(Rng(seed)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| tokio::spawn(client(h.clone(), run.clone(), rng.clone(), stop.clone())))
+        .collect();
+    nemesis(h.clone(), rng.clone(), Instant::now() + Duration::from_secs(secs)).await;
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.await.unwrap();
+    }
+
+    // Healed, every node up: wait for the open intents (deletes still running) to finish.
+    {
+        let mut g = h.lock().await;
+        g.faults.heal();
+        for i in 0..4 {
+            if !g.nodes.contains_key(&i) && g.addrs.contains_key(&i) {
+                g.start(i, &[]).await;
+            }
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let open = h.lock().await.nodes.values().next().unwrap().meta.view().intents.len();
+        if open == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{open} intents still open");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    read_all(&h, &run).await;
+
+    // Flush, compact and snapshot every replica; restart every node in turn (leader changes,
+    // snapshot installs); nothing deleted comes back.
+    {
+        let g = h.lock().await;
+        for n in g.nodes.values() {
+            for s in n.shards.all() {
+                let e = s.db.engine();
+                tokio::task::spawn_blocking(move || {
+                    e.flush().unwrap();
+                    e.compact_range(None, None).unwrap();
+                })
+                .await
+                .unwrap();
+                let _ = s.group.raft.trigger().snapshot().await;
+            }
+        }
+    }
+    let idx: Vec<usize> = h.lock().await.nodes.keys().copied().collect();
+    for i in idx {
+        let mut g = h.lock().await;
+        g.stop(i).await;
+        g.start(i, &[]).await;
+    }
+    read_all(&h, &run).await;
+
+    let history = run.history.lock().clone();
+    let total: usize = history.values().map(Vec::len).sum();
+    let all: Vec<&Op> = history.values().flatten().collect();
+    let unknown = all.iter().filter(|o| o.ret.is_none()).count();
+    let deletes = all.iter().filter(|o| o.action == Action::Write(None)).count();
+    let absent = all.iter().filter(|o| o.action == Action::Read(None)).count();
+    eprintln!(
+        "nemesis: {total} operations checked on {} keys: {deletes} deletes, {absent} reads of a \
+         deleted or unwritten key, {unknown} with unknown outcome",
+        history.len()
+    );
+    assert!(deletes > 0 && absent > 0, "the campaign deleted and read deleted keys");
+    for (k, ops) in &history {
+        assert!(linearizable(ops), "key {k} (seed {seed}) is not linearizable: {ops:#?}");
+    }
+    let mut g = h.lock().await;
+    for i in g.nodes.keys().copied().collect::<Vec<_>>() {
+        g.stop(i).await;
+    }
+}

@@ -1,0 +1,151 @@
+//! The fault campaign with real processes: three `ebb server`s of `deploy/local-cluster.sh`
+//! (TLS, mutual TLS between nodes), clients writing, deleting and reading a few keys over HTTP
+//! through random nodes while a nemesis kills random nodes with SIGKILL and starts them again.
+//! Afterwards every key is read through every node, and each key's history of acknowledged
+//! operations must be linearizable ([`crate::linearizable`]): nothing acknowledged is lost and
+//! no deleted value is read again.
+//!
+//! It runs for 20 s; `EBB_NEMESIS_SECS` makes it longer and `EBB_NEMESIS_SEED` picks the random
+//! choices.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::linearizable::{campaign, linearizable, Action, Op, Rng, Run};
+use crate::local_cluster::{settled, LocalCluster};
+
+const KEYS: usize = 4;
+const CLIENTS: usize = 3;
+const NODES: u16 = 3;
+
+/// What an HTTP request came back with: its status and body, or `None` if it got no answer.
+fn post(c: &LocalCluster, node: u16, path: &str, body: &str) -> Option<(u16, String)> {
+    let url = format!("{}{path}", c.url(node));
+    let mut r = c.post(&url).header("Accept", "text/csv").send(body).ok()?;
+    let status = r.status().as_u16();
+    Some((status, r.body_mut().read_to_string().ok()?))
+}
+
+/// Reads key `k` through `node`: `Some(value or None)`, or `None` if the read failed.
+fn read(c: &LocalCluster, node: u16, k: usize) -> Option<Option<i64>> {
+    let sql = format!("SELECT v FROM reg WHERE host = 'h{k}'");
+    match post(c, node, "/v1/sql?db=demo", &sql)? {
+        (200, csv) => {
+            let rows: Vec<i64> =
+                csv.lines().skip(1).filter_map(|l| l.trim().parse().ok()).collect();
+            assert!(rows.len() <= 1, "one row per key: {csv}");
+            Some(rows.first().copied())
+        }
+        (_, body) if body.contains("not found") => Some(None), // no write reached any shard
+        _ => None,
+    }
+}
+
+fn client(c: Arc<LocalCluster>, run: Arc<Run>, rng: Arc<Mutex<Rng>>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::Relaxed) {
+        let (k, node, choice) = {
+            let mut r = rng.lock();
+            (r.below(KEYS as u64) as usize, 1 + r.below(NODES as u64) as u16, r.below(10))
+        };
+        let call = run.now();
+        match choice {
+            0..=3 => {
+                let v = run.next_value.fetch_add(1, Ordering::Relaxed);
+                let line = format!("reg,host=h{k} v={v}i 1\n");
+                match post(&c, node, "/write?db=demo&precision=s", &line) {
+                    Some((204, _)) => run.record(k, call, Some(run.now()), Action::Write(Some(v))),
+                    Some((400, body)) => panic!("a valid write was refused: {body}"),
+                    _ => run.record(k, call, None, Action::Write(Some(v))),
+                }
+            }
+            4..=5 => {
+                let sql = format!("DELETE FROM reg WHERE host = 'h{k}'");
+                match post(&c, node, "/v1/sql?db=demo", &sql) {
+                    Some((200, _)) => run.record(k, call, Some(run.now()), Action::Write(None)),
+                    Some((400, _)) => {} // before the table exists: nothing done
+                    _ => run.record(k, call, None, Action::Write(None)),
+                }
+            }
+            _ => {
+                if let Some(v) = read(&c, node, k) {
+                    run.record(k, call, Some(run.now()), Action::Read(v));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn histories_across_sigkills_of_real_processes_are_linearizable() {
+    let (secs, seed) = campaign();
+    eprintln!("nemesis (processes): {secs} s, EBB_NEMESIS_SEED={seed}");
+    let base = 24_000 + (std::process::id() % 900) as u16 * 10;
+    let c = Arc::new(LocalCluster::new(base));
+    let started = c.script(&["3"]);
+    assert!(started.contains("3 nodes running"), "{started}");
+    settled(&c, 1);
+    let run = Arc::new(Run::new());
+    let rng = Arc::new(Mutex::new(Rng(seed)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (c, run, rng, stop) = (c.clone(), run.clone(), rng.clone(), stop.clone());
+            std::thread::spawn(move || client(c, run, rng, stop))
+        })
+        .collect();
+    let until = Instant::now() + Duration::from_secs(secs);
+    let mut kills = 0;
+    while Instant::now() < until {
+        let (victim, down) = {
+            let mut r = rng.lock();
+            (1 + r.below(NODES as u64) as u16, Duration::from_millis(500 + r.below(3000)))
+        };
+        assert!(c.script(&["kill", &victim.to_string()]).contains("killed"));
+        kills += 1;
+        std::thread::sleep(down);
+        let back = c.script(&["start", &victim.to_string()]);
+        assert!(back.contains(&format!("node {victim}: HTTP")), "{back}");
+        std::thread::sleep(Duration::from_millis(1000 + rng.lock().below(2000)));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in clients {
+        t.join().unwrap();
+    }
+    // Every key through every node once the cluster has settled (deletes still running finish
+    // first: a read waits for nothing, so give them their time).
+    settled(&c, 1);
+    std::thread::sleep(Duration::from_secs(2));
+    for k in 0..KEYS {
+        for node in 1..=NODES {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let call = run.now();
+                if let Some(v) = read(&c, node, k) {
+                    run.record(k, call, Some(run.now()), Action::Read(v));
+                    break;
+                }
+                assert!(Instant::now() < deadline, "key {k} unreadable through node {node}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
+    let history = run.history.lock().clone();
+    let all: Vec<&Op> = history.values().flatten().collect();
+    let unknown = all.iter().filter(|o| o.ret.is_none()).count();
+    let deletes = all.iter().filter(|o| o.action == Action::Write(None)).count();
+    eprintln!(
+        "nemesis (processes): {kills} SIGKILLs, {} operations on {} keys: {deletes} deletes, \
+         {unknown} with unknown outcome",
+        all.len(),
+        history.len()
+    );
+    assert!(kills > 0 && deletes > 0);
+    for (k, ops) in &history {
+        assert!(linearizable(ops), "key {k} (seed {seed}) is not linearizable: {ops:#?}");
+    }
+}
