@@ -56,6 +56,14 @@ pub fn audit_shard(shard: &Shard, id: u64, node: u64) -> ReplicaReport {
         Ok(a) => r.add_accounts(&log_dir.unwrap_or_default(), &a),
         Err(e) => r.error = Some(e.to_string()),
     }
+    match shard.group.replica.account_other_files() {
+        Ok(dirs) => {
+            for (dir, a) in dirs {
+                r.add_accounts(&dir, &a);
+            }
+        }
+        Err(e) => r.error = Some(e.to_string()),
+    }
     r
 }
 

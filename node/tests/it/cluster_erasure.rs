@@ -164,6 +164,7 @@ async fn erasure_under_writes_is_persisted_everywhere_and_proven() {
         .expect("task")
         .expect("verify");
     assert!(pass, "{out}");
+    eprintln!("{out}");
     assert_eq!(out.matches("): 0 found; ").count(), shards.len() * 3, "{out}");
 
     stop.store(true, Ordering::Relaxed);

@@ -183,9 +183,19 @@ async fn read_all(h: &AsyncMutex<Harness>, run: &Run) {
     };
     for k in 0..KEYS {
         for node in &nodes {
-            let call = run.now();
-            let v = read(node, k).await.unwrap_or_else(|e| panic!("reading key {k}: {e}"));
-            run.record(k, call, Some(run.now()), Action::Read(v));
+            // Retried: right after a restart a shard may still be electing its leader.
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let call = run.now();
+                match read(node, k).await {
+                    Ok(v) => {
+                        run.record(k, call, Some(run.now()), Action::Read(v));
+                        break;
+                    }
+                    Err(e) if Instant::now() > deadline => panic!("reading key {k}: {e}"),
+                    Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                }
+            }
         }
     }
 }

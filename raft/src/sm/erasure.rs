@@ -26,7 +26,7 @@ use crate::error::ShardError;
 /// The file in a snapshot holding the watermark its files are clear of.
 pub const WATERMARK_FILE: &str = "WATERMARK";
 
-fn subdirs(dir: &Path) -> Vec<PathBuf> {
+pub(super) fn subdirs(dir: &Path) -> Vec<PathBuf> {
     let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
     let mut out: Vec<PathBuf> =
         rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_dir()).collect();

@@ -2,6 +2,7 @@
 //! committed entries at sequence numbers derived from their log index, keeps its applied state
 //! in the engine, and snapshots itself as engine checkpoints.
 
+mod account;
 pub mod applied;
 mod erasure;
 mod replica;
