@@ -8,8 +8,8 @@ use super::proto::LeadersRequest;
 use super::router::Router;
 use crate::health::{Readiness, MAX_LAG};
 
-/// Checks the node: joined, metadata leader known, each local replica led and caught up, engines
-/// healthy, free space above the reserve.
+/// Checks the node: joined, metadata leader known, every replica placed here open, led and
+/// caught up, engines healthy, free space above the reserve.
 pub async fn check(router: &Router, reserve: &ebb_storage::disk::Reserve) -> Readiness {
     let mut out = Readiness::ready();
     let meta = router.meta();
@@ -21,6 +21,12 @@ pub async fn check(router: &Router, reserve: &ebb_storage::disk::Reserve) -> Rea
     }
     let me = meta.node();
     let shards = router.shards().all();
+    // Replicas the metadata places here (or moves here) that this node has not opened yet.
+    for info in meta.view().shards.values().filter(|i| i.involves(me)) {
+        if !shards.iter().any(|s| s.id == info.id) {
+            out.fail(format!("shard {}: placed here, not opened yet", info.id));
+        }
+    }
     // Leaders on other nodes: how far their logs reach, asked once per node.
     let mut ask: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     let mut applied: BTreeMap<u64, u64> = BTreeMap::new();
