@@ -69,10 +69,10 @@ pub enum QueryError {
     /// refused until space is freed (deletes, erasures and drops still run).
     #[error("{0}")]
     DiskFull(String),
-    /// A request a coordinator issued on every shard had already completed on this shard
-    /// when this attempt at it was applied (the attempt changed nothing).
-    #[error("request {0} had already completed on this shard")]
-    Completed(u64),
+    /// A request or write a coordinator sent a shard had already been applied there when this
+    /// attempt at it was (the attempt changed nothing).
+    #[error("already applied on this shard by an earlier attempt")]
+    Completed,
     /// A bug or an unexpected state.
     #[error("internal error: {0}")]
     Internal(String),
@@ -118,7 +118,7 @@ impl QueryError {
             | QueryError::Replication(_)
             | QueryError::Unavailable(_)
             | QueryError::DiskFull(_)
-            | QueryError::Completed(_) => false,
+            | QueryError::Completed => false,
         }
     }
 

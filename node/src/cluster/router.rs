@@ -191,6 +191,7 @@ impl Router {
             part.push_str(raw.get(no - 1).copied().unwrap_or_default());
             part.push('\n');
         }
+        // Each shard's part goes under an id of its own, so retries apply it once.
         let request = |shard: u64, body: String, check_only: bool| WriteLinesRequest {
             shard,
             database: db.to_string(),
@@ -199,6 +200,7 @@ impl Router {
             now_ns,
             hops: MAX_HOPS,
             check_only,
+            write_id: (!check_only).then(ebb_query::db::new_request_id),
         };
         let prints = shape.fingerprints(db);
         if parts.len() > 1 && !self.checked.all_fresh(&prints) {
@@ -259,12 +261,13 @@ impl Router {
         if let Some(shard) = self.shards.get(req.shard).filter(|s| s.is_leader()) {
             let (db, name, body, now) =
                 (shard.db.clone(), req.database.clone(), req.body.clone(), req.now_ns);
-            let check_only = req.check_only;
-            let res = tokio::task::spawn_blocking(move || match check_only {
-                true => {
+            let (check_only, id) = (req.check_only, req.write_id);
+            let res = tokio::task::spawn_blocking(move || match (check_only, id) {
+                (true, _) => {
                     db.check_lines(&name, &body, precision, now).map(|()| WriteSummary::default())
                 }
-                false => db.write_lines(&name, &body, precision, now),
+                (false, Some(id)) => db.write_lines_once(&name, &body, precision, now, id),
+                (false, None) => db.write_lines(&name, &body, precision, now),
             })
             .await
             .map_err(|e| RouteError::Unavailable(e.to_string()))?;

@@ -73,9 +73,9 @@ impl Replicator for RaftReplicator {
             )));
         }
         let applied = self.write(Command::Batch(batch.to_bytes_issued(issued_at_ms)))?;
-        match batch.request() {
-            Some(r) if applied.duplicate => Err(QueryError::Completed(r.id)),
-            _ => Ok(applied.seq),
+        match applied.duplicate {
+            true => Err(QueryError::Completed),
+            false => Ok(applied.seq),
         }
     }
 

@@ -52,3 +52,51 @@ async fn a_request_one_shard_would_refuse_writes_nothing_anywhere() {
         h.stop(i).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_sent_again_is_applied_once_even_after_a_delete() {
+    let mut h = Harness::new();
+    h.start(0, &[]).await;
+    h.start(1, &[0]).await;
+    h.start(2, &[0]).await;
+    wait_settled(&h, 3).await;
+    let router = h.nodes[&1].router.clone();
+    let p = Precision::Seconds;
+    router.write_lines("db", "reg,host=a v=1i 1\n", p, 0).await.unwrap();
+    // What a coordinator sends a shard, and sends again when it heard nothing back.
+    let shard = (1..=4)
+        .find(|s| {
+            h.nodes.values().any(|n| {
+                n.shards.get(*s).is_some_and(|r| {
+                    r.db.catalog().table("db", "reg").is_some_and(|t| {
+                        r.db.catalog().with_series(t.id, |idx| idx.iter().next().is_some())
+                    })
+                })
+            })
+        })
+        .unwrap();
+    let req = ebb_node::cluster::proto::WriteLinesRequest {
+        shard,
+        database: "db".into(),
+        body: "reg,host=a v=2i 1\n".into(),
+        precision: "s".into(),
+        now_ns: 0,
+        hops: 3,
+        check_only: false,
+        write_id: Some(ebb_query::db::new_request_id()),
+    };
+    let first = router.write_shard(req.clone()).await.unwrap();
+    assert_eq!(first.rows, 1);
+    let v = sql(&h, 0, "SELECT v FROM reg").await;
+    assert!(v.contains("| 2 |"), "{v}");
+    let s = ebb_query::cluster::ClusterSql::new(router.clone(), h.nodes[&1].meta.clone(), "db");
+    s.query("DELETE FROM reg WHERE host = 'a'").await.unwrap();
+    // The same write again (a retry): answered as the first, and the deleted row stays gone.
+    let again = router.write_shard(req).await.unwrap();
+    assert_eq!(again, first);
+    let n = sql(&h, 2, "SELECT count(*) AS n FROM reg").await;
+    assert!(n.contains("| 0 |"), "a retried write brought back a deleted row: {n}");
+    for i in h.nodes.keys().copied().collect::<Vec<_>>() {
+        h.stop(i).await;
+    }
+}

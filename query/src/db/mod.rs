@@ -39,6 +39,8 @@ pub const DEFAULT_DATABASE: &str = "public";
 #[derive(Debug)]
 struct Writer {
     next_seq: u64,
+    /// When records of writes older than their keeping time were last removed (ms).
+    written_forgotten_ms: u64,
 }
 
 /// An EbbDB database's data: the engine, the catalog and the writer. On a single node the
@@ -78,7 +80,7 @@ impl Database {
         Ok(Database {
             engine: RwLock::new(Arc::new(engine)),
             catalog,
-            writer: Mutex::new(Writer { next_seq }),
+            writer: Mutex::new(Writer { next_seq, written_forgotten_ms: 0 }),
             replicator: None,
             default_retention: RwLock::new(None),
             access: RwLock::new(Arc::new(access)),

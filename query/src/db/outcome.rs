@@ -1,5 +1,7 @@
 //! What a request a coordinator issues on every shard did on this shard, recorded under its id
-//! in the catalog, in the same batch as the request's (last) change. The coordinator retries a
+//! in the catalog, in the same batch as the request's (last) change; and likewise each part of
+//! a line-protocol request a coordinator sends a shard under a write id (those records are
+//! kept ten minutes). The coordinator retries a
 //! request until every shard answers, so a shard may see one twice: it answers a request it
 //! has completed from the record, and a replica applies a batch that completes a request only
 //! once (a proposal still in flight from an earlier attempt becomes a no-op).
@@ -9,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Database;
 use crate::error::{QueryError, Result};
-use crate::model::catalog::outcome_key;
+use crate::model::catalog::{outcome_key, written_key};
 
 /// What a request did on one shard.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,8 +32,14 @@ pub(crate) fn put_outcome(batch: &mut WriteBatch, id: u64, outcome: &RequestOutc
     batch.put(outcome_key(id), serde_json::to_vec(outcome).unwrap_or_default());
 }
 
-/// The request whose outcome record `batch` writes, if any.
+/// The record of a request or write that `batch` completes, if any: a request's outcome
+/// record, or the record of a line-protocol write, which leads its batch.
 fn completes(batch: &WriteBatch) -> Option<Vec<u8>> {
+    if let Some(BatchOp::Put { key, .. }) = batch.ops().first() {
+        if is_written_key(key) {
+            return Some(key.to_vec());
+        }
+    }
     let id = batch.request()?.id;
     let key = outcome_key(id);
     batch
@@ -41,7 +49,41 @@ fn completes(batch: &WriteBatch) -> Option<Vec<u8>> {
         .then_some(key)
 }
 
+fn is_written_key(key: &[u8]) -> bool {
+    let any = written_key(0);
+    key.len() == any.len() && key[..any.len() - 8] == any[..any.len() - 8]
+}
+
+/// How long the records of writes are kept: far longer than a coordinator retries one.
+pub(crate) const WRITES_KEPT_MS: u64 = 10 * 60 * 1000;
+
+/// Adds the record of write `id`, which did `summary`, to `batch` (as its first operation: the
+/// batch must be empty).
+pub(crate) fn put_written(batch: &mut WriteBatch, id: u64, summary: &crate::WriteSummary) {
+    let n = [summary.lines, summary.rows, summary.tables_created, summary.series_created];
+    batch.put(written_key(id), serde_json::to_vec(&n.map(|n| n as u64)).unwrap_or_default());
+}
+
+/// Adds the removal of the records of writes made before `cutoff_ms` to `batch` (write ids
+/// begin with their time, so those are one key range).
+pub(crate) fn forget_written(batch: &mut WriteBatch, cutoff_ms: u64) {
+    batch.delete_range(written_key(0), written_key(super::request::request_id_at(cutoff_ms)));
+}
+
 impl Database {
+    /// What write `id` did on this shard, if it was applied here.
+    pub fn written(&self, id: u64) -> Result<Option<crate::WriteSummary>> {
+        let Some(v) = self.engine().get(&written_key(id), None)? else { return Ok(None) };
+        let n: [u64; 4] = serde_json::from_slice(&v)
+            .map_err(|e| QueryError::Corrupt(format!("record of write {id}: {e}")))?;
+        Ok(Some(crate::WriteSummary {
+            lines: n[0] as usize,
+            rows: n[1] as usize,
+            tables_created: n[2] as usize,
+            series_created: n[3] as usize,
+        }))
+    }
+
     /// The recorded outcome of request `id` on this shard, if it completed here.
     pub fn outcome(&self, id: u64) -> Result<Option<RequestOutcome>> {
         match self.engine().get(&outcome_key(id), None)? {

@@ -38,7 +38,7 @@ impl Database {
         Ok(Database {
             engine: RwLock::new(engine),
             catalog,
-            writer: Mutex::new(Writer { next_seq }),
+            writer: Mutex::new(Writer { next_seq, written_forgotten_ms: 0 }),
             replicator: Some(replicator),
             default_retention: RwLock::new(None),
             access: RwLock::new(Default::default()),

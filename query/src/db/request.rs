@@ -106,6 +106,11 @@ pub fn human_duration(secs: u64) -> String {
     }
 }
 
+/// The smallest request id made at `ms` (ms since the Unix epoch) or later.
+pub fn request_id_at(ms: u64) -> u64 {
+    (ms & ((1 << 43) - 1)) << 20
+}
+
 /// The time (ms since the Unix epoch) request id `id` was made at.
 pub fn request_id_ms(id: u64) -> u64 {
     id >> 20

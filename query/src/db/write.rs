@@ -123,6 +123,43 @@ impl Database {
         precision: Precision,
         now_ns: i64,
     ) -> Result<WriteSummary> {
+        self.write_parsed_as(db, numbered, precision, now_ns, None)
+    }
+
+    /// [`Database::write_lines`] as write `id`, which a coordinator may send again (a retry
+    /// after a timeout): a replicated database applies it once, and answers a repeat with what
+    /// the first did. Records of writes are kept ten minutes.
+    pub fn write_lines_once(
+        &self,
+        db: &str,
+        body: &str,
+        precision: Precision,
+        now_ns: i64,
+        id: u64,
+    ) -> Result<WriteSummary> {
+        if let Some(done) = self.written(id)? {
+            return Ok(done);
+        }
+        check_name("database", db)?;
+        let numbered: Vec<(usize, Line<'_>)> =
+            Lines::new(body).collect::<Result<_, LineError>>()?;
+        match self.write_parsed_as(db, &numbered, precision, now_ns, Some(id)) {
+            // An earlier attempt was applied while this one was planned.
+            Err(QueryError::Completed) => self
+                .written(id)?
+                .ok_or_else(|| QueryError::Internal(format!("write {id} completed unrecorded"))),
+            other => other,
+        }
+    }
+
+    fn write_parsed_as(
+        &self,
+        db: &str,
+        numbered: &[(usize, Line<'_>)],
+        precision: Precision,
+        now_ns: i64,
+        once: Option<u64>,
+    ) -> Result<WriteSummary> {
         check_name("database", db)?;
         self.check_reserve()?;
         let mut w = self.writer.lock();
@@ -154,6 +191,16 @@ impl Database {
             .collect();
         let existing = self.existing_rows(&plan)?;
         let mut batch = WriteBatch::new();
+        if let Some(id) = once {
+            // First: a replica applies a batch whose record it already holds as a no-op.
+            super::outcome::put_written(&mut batch, id, &summary);
+            let now_ms = crate::now_ms();
+            if now_ms.saturating_sub(w.written_forgotten_ms) >= 60_000 {
+                w.written_forgotten_ms = now_ms;
+                let cutoff = now_ms.saturating_sub(super::outcome::WRITES_KEPT_MS);
+                super::outcome::forget_written(&mut batch, cutoff);
+            }
+        }
         plan.delta.write_to(&mut batch)?;
         let mut value = Vec::new();
         let mut touched: HashMap<(u32, u64), i64> = HashMap::new();

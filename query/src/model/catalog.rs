@@ -28,12 +28,20 @@ const SERIES: u8 = b'S';
 /// Outcome records of requests a coordinator issued on every shard (see
 /// `crate::db::RequestOutcome`).
 const OUTCOME: u8 = b'R';
+/// Records of the line-protocol writes a coordinator sent a shard under a write id (see
+/// `crate::db::Database::write_lines_once`).
+const WRITTEN: u8 = b'W';
 
 fn cat_key(kind: u8, rest: &[u8]) -> Vec<u8> {
     let mut k = table_prefix(CATALOG_TABLE).to_vec();
     k.push(kind);
     k.extend_from_slice(rest);
     k
+}
+
+/// The key of the record of write `id`.
+pub(crate) fn written_key(id: u64) -> Vec<u8> {
+    cat_key(WRITTEN, &id.to_be_bytes())
 }
 
 /// The key of the outcome record of request `id`.

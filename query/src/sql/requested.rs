@@ -46,7 +46,7 @@ impl SqlSession {
         }
         match run.await {
             // An earlier attempt completed it while this one was planned.
-            Err(QueryError::Completed(_)) => match self.db().outcome(id)? {
+            Err(QueryError::Completed) => match self.db().outcome(id)? {
                 Some(done) => output(&kind, id, &done),
                 None => Err(QueryError::Internal(format!("request {id} completed unrecorded"))),
             },

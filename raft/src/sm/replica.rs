@@ -186,7 +186,7 @@ impl Replica {
                     WriteBatch::new()
                 }
             };
-            if let Some(h) = hook.as_ref().filter(|_| batch.request().is_some()) {
+            if let Some(h) = &hook {
                 if !h.admits(&engine, &batch)? {
                     reply.duplicate = true;
                     batch = WriteBatch::new();
