@@ -2,7 +2,7 @@
 //! receives a write splits it by shard and hands each part to the shard's leader, here or on
 //! another node, acknowledging only what every leader committed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -74,6 +74,16 @@ pub enum RouteError {
     /// until space is freed. Parts for other shards may have been written.
     #[error("{0}")]
     DiskFull(String),
+}
+
+/// One shard's part of a line-protocol request.
+struct Part {
+    /// Its lines.
+    text: String,
+    /// The tables they write.
+    tables: BTreeSet<String>,
+    /// The time of its oldest line (ns).
+    oldest_ns: i64,
 }
 
 /// Routes this node's writes to shard leaders.
@@ -181,15 +191,24 @@ impl Router {
             .map(|s| s.shards)
             .ok_or_else(|| RouteError::Unavailable("the cluster is not created yet".into()))?;
         let raw: Vec<&str> = body.split('\n').collect();
-        let mut parts: BTreeMap<u64, String> = BTreeMap::new();
+        let mut parts: BTreeMap<u64, Part> = BTreeMap::new();
         let mut shape = Shape::default();
         for item in Lines::new(body) {
             let (no, line) = item.map_err(|e: LineError| RouteError::Rejected(e.to_string()))?;
             shape.add(no, &line).map_err(|e| RouteError::Rejected(e.to_string()))?;
             let shard = shard_of(&line.measurement, &line.tags, shards);
-            let part = parts.entry(shard).or_default();
-            part.push_str(raw.get(no - 1).copied().unwrap_or_default());
-            part.push('\n');
+            let part = parts.entry(shard).or_insert_with(|| Part {
+                text: String::new(),
+                tables: BTreeSet::new(),
+                oldest_ns: i64::MAX,
+            });
+            part.text.push_str(raw.get(no - 1).copied().unwrap_or_default());
+            part.text.push('\n');
+            if !part.tables.contains(line.measurement.as_ref()) {
+                part.tables.insert(line.measurement.to_string());
+            }
+            let t = line.timestamp.map_or(Some(now_ns), |ts| precision.to_nanos(ts));
+            part.oldest_ns = part.oldest_ns.min(t.unwrap_or(i64::MIN));
         }
         // Each shard's part goes under an id of its own, so retries apply it once.
         let request = |shard: u64, body: String, check_only: bool| WriteLinesRequest {
@@ -202,26 +221,37 @@ impl Router {
             check_only,
             write_id: (!check_only).then(ebb_query::db::new_request_id),
         };
-        let prints = shape.fingerprints(db);
-        if parts.len() > 1 && !self.checked.all_fresh(&prints) {
-            // Every shard checks its part before any writes: a refusal rejects the request
-            // whole, with nothing written.
+        let prints: BTreeMap<u64, Vec<u64>> = parts
+            .iter()
+            .map(|(s, p)| (*s, p.tables.iter().filter_map(|t| shape.fingerprint(db, t)).collect()))
+            .collect();
+        if parts.len() > 1 {
+            // Every shard checks its part before any writes (unless it accepted the same
+            // shapes lately): a refusal rejects the request whole, with nothing written.
+            let stale: Vec<(u64, &Part)> = parts
+                .iter()
+                .filter(|(s, p)| !self.checked.all_fresh(**s, &prints[*s], p.oldest_ns))
+                .map(|(s, p)| (*s, p))
+                .collect();
             let checks =
-                parts.iter().map(|(s, text)| self.write_shard(request(*s, text.clone(), true)));
+                stale.iter().map(|(s, p)| self.write_shard(request(*s, p.text.clone(), true)));
             for r in futures::future::join_all(checks).await {
                 r?;
             }
-            self.checked.remember(&prints);
+            for (s, p) in &stale {
+                self.checked.remember(*s, &prints[s], p.oldest_ns);
+            }
         }
-        let writes =
-            parts.into_iter().map(|(shard, text)| self.write_shard(request(shard, text, false)));
+        let writes = parts.into_iter().map(|(shard, p)| async move {
+            (shard, self.write_shard(request(shard, p.text, false)).await)
+        });
         let mut total = WriteSummary::default();
         let mut failed = None;
-        for r in futures::future::join_all(writes).await {
+        for (shard, r) in futures::future::join_all(writes).await {
             match r {
                 Ok(s) => add(&mut total, &s),
                 Err(e @ RouteError::Rejected(_)) => {
-                    self.checked.forget(&prints);
+                    self.checked.forget(shard, &prints[&shard]);
                     failed = Some(e);
                 }
                 Err(e) => failed = failed.or(Some(e)),

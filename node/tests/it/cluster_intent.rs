@@ -79,6 +79,23 @@ async fn a_delete_runs_once_per_shard_and_completes_on_a_shard_that_was_down() {
         sql(&h, 2, "SELECT count(*) AS n FROM cpu WHERE time = '1970-01-01T00:00:01Z'").await;
     assert!(back.contains("| 40 |"), "rows written after the request survive its retry: {back}");
 
+    // A request that matched nothing is recorded too: sent again after matching rows were
+    // written, it still deletes nothing.
+    let req = ShardRequest {
+        id: ebb_query::db::new_request_id(),
+        deadline_ms: None,
+        issued_by: "t".into(),
+    };
+    let none = "DELETE FROM cpu WHERE time = '1970-01-01T00:00:30Z'";
+    let first = on_shard(&h, 3, none, &req).await;
+    assert_eq!(column(&first, "rows_deleted"), vec![Some(0)]);
+    let later: String = (0..40).map(|s| format!("cpu,host=h{s} v=1 30\n")).collect();
+    h.nodes[&0].router.write_lines("db", &later, p, 0).await.unwrap();
+    assert_eq!(on_shard(&h, 3, none, &req).await, first);
+    let kept =
+        sql(&h, 1, "SELECT count(*) AS n FROM cpu WHERE time = '1970-01-01T00:00:30Z'").await;
+    assert!(kept.contains("| 40 |"), "a repeat of a request that matched nothing deleted: {kept}");
+
     // Attempts at one request racing each other: one applies, the others get its answer.
     let req = ShardRequest {
         id: ebb_query::db::new_request_id(),

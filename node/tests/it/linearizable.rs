@@ -159,6 +159,31 @@ pub fn campaign() -> (u64, u64) {
     (env("EBB_NEMESIS_SECS").unwrap_or(20), seed)
 }
 
+/// Asserts that `history` exercised what it is meant to check: acknowledged writes and deletes,
+/// and a read that found a key absent after an acknowledged delete of it.
+pub fn assert_not_vacuous(history: &BTreeMap<usize, Vec<Op>>) {
+    let all: Vec<&Op> = history.values().flatten().collect();
+    let acked = |a: Action| all.iter().filter(|o| o.ret.is_some() && o.action == a).count();
+    let writes = all
+        .iter()
+        .filter(|o| o.ret.is_some() && matches!(o.action, Action::Write(Some(_))))
+        .count();
+    let deletes = acked(Action::Write(None));
+    let absent_after_delete = history.values().any(|ops| {
+        ops.iter().any(|d| {
+            d.action == Action::Write(None)
+                && d.ret.is_some_and(|r| {
+                    ops.iter().any(|o| o.action == Action::Read(None) && o.call > r)
+                })
+        })
+    });
+    assert!(
+        writes > 0 && deletes > 0 && absent_after_delete,
+        "the campaign acknowledged {writes} writes and {deletes} deletes, absent read after a \
+         delete: {absent_after_delete}"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

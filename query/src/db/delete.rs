@@ -76,6 +76,7 @@ impl Database {
             return Err(QueryError::Internal("delete without targets".into()));
         }
         let mut w = self.writer.lock();
+        self.check_not_completed(spec)?;
         if self.catalog.table_by_id(table.id).is_none() {
             return Err(QueryError::UnknownTable(format!("{}.{}", table.database, table.name)));
         }

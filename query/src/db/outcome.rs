@@ -32,21 +32,29 @@ pub(crate) fn put_outcome(batch: &mut WriteBatch, id: u64, outcome: &RequestOutc
     batch.put(outcome_key(id), serde_json::to_vec(outcome).unwrap_or_default());
 }
 
-/// The record of a request or write that `batch` completes, if any: a request's outcome
-/// record, or the record of a line-protocol write, which leads its batch.
+/// The record that decides whether `batch` may be applied, if any: a line-protocol write's
+/// record (which leads its batch), the outcome record of the request a batch belongs to (every
+/// batch of a request completed already is stale), or the outcome record a batch of its own
+/// writes (a request that changed nothing, or DDL).
 fn completes(batch: &WriteBatch) -> Option<Vec<u8>> {
-    if let Some(BatchOp::Put { key, .. }) = batch.ops().first() {
+    let ops = batch.ops();
+    if let Some(BatchOp::Put { key, .. }) = ops.first() {
         if is_written_key(key) {
             return Some(key.to_vec());
         }
     }
-    let id = batch.request()?.id;
-    let key = outcome_key(id);
-    batch
-        .ops()
-        .iter()
-        .any(|op| matches!(op, BatchOp::Put { key: k, .. } if *k == key))
-        .then_some(key)
+    if let Some(r) = batch.request() {
+        return Some(outcome_key(r.id));
+    }
+    match ops.last() {
+        Some(BatchOp::Put { key, .. }) if is_outcome_key(key) => Some(key.to_vec()),
+        _ => None,
+    }
+}
+
+fn is_outcome_key(key: &[u8]) -> bool {
+    let any = outcome_key(0);
+    key.len() == any.len() && key[..any.len() - 8] == any[..any.len() - 8]
 }
 
 fn is_written_key(key: &[u8]) -> bool {
@@ -98,9 +106,24 @@ impl Database {
     /// are idempotent, recorded after them).
     pub fn record_outcome(&self, id: u64, outcome: &RequestOutcome) -> Result<()> {
         let mut w = self.writer.lock();
+        if self.outcome(id)?.is_some() {
+            return Ok(());
+        }
         let mut batch = WriteBatch::new();
         put_outcome(&mut batch, id, outcome);
-        self.commit(&mut w, &batch, Default::default()).map(|_| ())
+        match self.commit(&mut w, &batch, Default::default()) {
+            Ok(_) | Err(QueryError::Completed) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Fails with [`QueryError::Completed`] if `spec` is a recorded request that has completed
+    /// here (checked under the writer lock, before any work).
+    pub(crate) fn check_not_completed(&self, spec: &super::RequestSpec) -> Result<()> {
+        match spec.recorded && self.outcome(spec.id)?.is_some() {
+            true => Err(QueryError::Completed),
+            false => Ok(()),
+        }
     }
 }
 

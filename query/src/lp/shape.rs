@@ -81,17 +81,18 @@ impl Shape {
 
     /// A fingerprint of each table's shape in database `db` (equal shapes, equal prints).
     pub fn fingerprints(&self, db: &str) -> Vec<u64> {
-        self.tables
-            .iter()
-            .map(|(name, t)| {
-                let mut h = DefaultHasher::new();
-                (db, name, &t.tags).hash(&mut h);
-                for (f, (ty, _)) in &t.fields {
-                    (f, ty.name()).hash(&mut h);
-                }
-                h.finish()
-            })
-            .collect()
+        self.tables.keys().filter_map(|name| self.fingerprint(db, name)).collect()
+    }
+
+    /// The fingerprint of table `name`'s shape in database `db`, if the request writes it.
+    pub fn fingerprint(&self, db: &str, name: &str) -> Option<u64> {
+        let t = self.tables.get(name)?;
+        let mut h = DefaultHasher::new();
+        (db, name, &t.tags).hash(&mut h);
+        for (f, (ty, _)) in &t.fields {
+            (f, ty.name()).hash(&mut h);
+        }
+        Some(h.finish())
     }
 }
 

@@ -50,6 +50,14 @@ impl SqlSession {
                 Some(done) => output(&kind, id, &done),
                 None => Err(QueryError::Internal(format!("request {id} completed unrecorded"))),
             },
+            // Refused here (the table is not on this shard, say): recorded as having done
+            // nothing, so a repeat after the table appears does nothing either.
+            Err(e) if e.is_client_error() => {
+                let db = self.db().clone();
+                super::session::blocking(move || db.record_outcome(id, &RequestOutcome::default()))
+                    .await?;
+                Err(e)
+            }
             Ok(out) if matches!(kind, StatementKind::Command(_)) => {
                 let db = self.db().clone();
                 super::session::blocking(move || db.record_outcome(id, &RequestOutcome::default()))

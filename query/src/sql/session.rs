@@ -369,6 +369,10 @@ impl SqlSession {
         let outcome = blocking(move || {
             let targets = delete_targets(&db, &def, predicate.as_ref())?;
             if targets.is_empty() {
+                if spec.recorded {
+                    // Recorded all the same, so a repeat does nothing either.
+                    db.record_outcome(spec.id, &crate::db::RequestOutcome::default())?;
+                }
                 return Ok(crate::DeleteOutcome { rows: 0, ids: Vec::new(), request: spec.id });
             }
             db.delete(&def, &targets, &spec)
