@@ -16,13 +16,32 @@ use super::snapshot::{checksum, ShardSnapshot, DESCRIPTOR};
 use super::Replica;
 use crate::error::ShardError;
 
+/// The files of `dir` (none if it was removed meanwhile: a snapshot pruned, an engine retired).
 fn files(dir: &Path) -> Result<Vec<std::path::PathBuf>, ShardError> {
-    let mut out: Vec<_> = std::fs::read_dir(dir)
-        .map_err(ShardError::io(dir))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file())
-        .collect();
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(ShardError::io(dir)(e)),
+    };
+    let mut out: Vec<_> =
+        rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_file()).collect();
     out.sort();
+    Ok(out)
+}
+
+/// `account(path)`, or nothing if the file was removed meanwhile.
+fn each(
+    paths: Vec<std::path::PathBuf>,
+    account: impl Fn(&Path) -> Result<FileAccount, ShardError>,
+) -> Result<Vec<FileAccount>, ShardError> {
+    let mut out = Vec::new();
+    for path in paths {
+        match account(&path) {
+            Ok(a) => out.push(a),
+            Err(_) if !path.exists() => {}
+            Err(e) => return Err(e),
+        }
+    }
     Ok(out)
 }
 
@@ -41,17 +60,15 @@ impl Replica {
     /// one list per directory, named relative to the replica's root.
     pub fn account_other_files(&self) -> Result<Vec<(String, Vec<FileAccount>)>, ShardError> {
         let mut out = Vec::new();
-        let mut top = Vec::new();
-        for path in files(&self.root)? {
-            let acc = if name_of(&path) == "ENGINE"
-                && std::fs::read_to_string(&path).is_ok_and(|s| s.trim().parse::<u64>().is_ok())
+        let top = each(files(&self.root)?, |path| {
+            if name_of(path) == "ENGINE"
+                && std::fs::read_to_string(path).is_ok_and(|s| s.trim().parse::<u64>().is_ok())
             {
-                whole(&path, "engine generation")?
+                whole(path, "engine generation")
             } else {
-                account_unknown(&path, "unknown")?
-            };
-            top.push(acc);
-        }
+                Ok(account_unknown(path, "unknown")?)
+            }
+        })?;
         out.push((String::new(), top));
         for parent in ["snapshots", "incoming"] {
             for dir in subdirs(&self.root.join(parent)) {
@@ -71,43 +88,48 @@ impl Replica {
 }
 
 /// A snapshot directory: every file its descriptor lists, with the listed length and CRC-32, is
-/// checked whole; so are the descriptor and the watermark when they decode.
+/// checked whole; so are the descriptor and the watermark when they decode. A snapshot without
+/// a descriptor yet (being built or received) is accounted like an engine directory.
 fn account_snapshot(dir: &Path) -> Result<Vec<FileAccount>, ShardError> {
-    let descriptor = ShardSnapshot::at(dir).descriptor().ok();
-    let mut out = Vec::new();
-    for path in files(dir)? {
-        let name = name_of(&path);
-        let listed = descriptor.as_ref().and_then(|d| d.files.iter().find(|f| f.name == name));
-        let acc = match listed {
-            Some(f) if checksum(&path).is_ok_and(|(len, crc)| len == f.len && crc == f.crc32) => {
-                whole(&path, "snapshot file")?
+    let Ok(descriptor) = ShardSnapshot::at(dir).descriptor() else {
+        return account_closed_engine(dir);
+    };
+    each(files(dir)?, |path| {
+        let name = name_of(path);
+        let listed = descriptor.files.iter().find(|f| f.name == name);
+        match listed {
+            Some(f) if checksum(path).is_ok_and(|(len, crc)| len == f.len && crc == f.crc32) => {
+                whole(path, "snapshot file")
             }
-            _ if name == DESCRIPTOR && descriptor.is_some() => whole(&path, "snapshot descriptor")?,
-            _ if name == WATERMARK_FILE => whole(&path, "snapshot watermark")?,
-            _ => account_unknown(&path, "snapshot file (unverified)")?,
-        };
-        out.push(acc);
-    }
-    Ok(out)
+            _ if name == DESCRIPTOR => whole(path, "snapshot descriptor"),
+            _ if name == WATERMARK_FILE => whole(path, "snapshot watermark"),
+            _ => Ok(account_unknown(path, "snapshot file (unverified)")?),
+        }
+    })
 }
 
-/// An engine directory no engine of this replica uses any more (readers still hold it): its
-/// SSTs as read through their own indexes, its logs record by record; the rest unaccounted.
+/// An engine directory no engine of this replica uses (a replaced one readers still hold, or a
+/// snapshot without a descriptor): its SSTs as read through their own indexes, its logs record
+/// by record, `CURRENT` when it names a manifest there; the rest (a file cut short, a range
+/// index no manifest here is read for) unaccounted.
 fn account_closed_engine(dir: &Path) -> Result<Vec<FileAccount>, ShardError> {
-    let mut out = Vec::new();
-    for path in files(dir)? {
-        let name = name_of(&path);
+    each(files(dir)?, |path| {
+        let name = name_of(path);
         let acc = if name.ends_with(".sst") {
-            account_sst_file(&path)?
+            account_sst_file(path).or_else(|_| account_unknown(path, "sst (unreadable)"))?
         } else if name.ends_with(".wal")
             || name.ends_with(".ledger")
             || name.starts_with("MANIFEST-")
         {
-            account_log(&path, "log")?
+            account_log(path, "log")?
+        } else if name == "CURRENT"
+            && std::fs::read_to_string(path).is_ok_and(|m| dir.join(m.trim_end()).is_file())
+        {
+            let len = std::fs::metadata(path).map_err(ShardError::io(path))?.len();
+            account_prefix(path, "current", len)?
         } else {
-            account_unknown(&path, "replaced engine file")?
+            account_unknown(path, "unverified engine file")?
         };
-        out.push(acc);
-    }
-    Ok(out)
+        Ok(acc)
+    })
 }

@@ -15,7 +15,7 @@ use crate::Result;
 
 /// How often [`Engine::account`] looks again at a file that did not add up (one being written
 /// or replaced meanwhile).
-const RECHECKS: usize = 3;
+const RECHECKS: usize = 5;
 
 impl Engine {
     /// Accounts for every byte of every file in the engine's directory (see the module docs).
