@@ -247,7 +247,15 @@ impl ClusterSql {
         request: &ShardRequest,
     ) -> Result<QueryOutput> {
         let intent = Intent::new(&self.database, sql, &kind, request);
-        self.client.open_intent(&intent).await?;
+        if let Err(e) = self.client.open_intent(&intent).await {
+            // The record may have been made although its answer was lost: then the metadata
+            // leader runs the statement.
+            return Err(QueryError::Unavailable(format!(
+                "request {} could not be confirmed as recorded ({e}); it may still run on every \
+                 shard (see system.deletions)",
+                intent.id
+            )));
+        }
         let answers =
             match intent::drive(self.client.as_ref(), &intent, self.client.intent_patience()).await
             {
