@@ -36,6 +36,11 @@ async fn on_shard(h: &Harness, shard: u64, sql: &str, request: &ShardRequest) ->
     stream.try_collect().await.unwrap()
 }
 
+/// A request as a coordinator issues it, with a new id.
+fn fresh_request() -> ShardRequest {
+    ShardRequest { id: ebb_query::db::new_request_id(), deadline_ms: None, issued_by: "t".into() }
+}
+
 fn column(batches: &[RecordBatch], name: &str) -> Vec<Option<u64>> {
     batches
         .iter()
@@ -63,11 +68,7 @@ async fn a_delete_runs_once_per_shard_and_completes_on_a_shard_that_was_down() {
 
     // The same request sent to a shard again, after more writes, is answered from its record
     // and deletes nothing more.
-    let req = ShardRequest {
-        id: ebb_query::db::new_request_id(),
-        deadline_ms: None,
-        issued_by: "t".into(),
-    };
+    let req = fresh_request();
     let early = "DELETE FROM cpu WHERE time < '1970-01-01T00:00:05Z'";
     let first = on_shard(&h, 1, early, &req).await;
     assert!(column(&first, "rows_deleted")[0].unwrap() > 0);
@@ -81,11 +82,7 @@ async fn a_delete_runs_once_per_shard_and_completes_on_a_shard_that_was_down() {
 
     // A request that matched nothing is recorded too: sent again after matching rows were
     // written, it still deletes nothing.
-    let req = ShardRequest {
-        id: ebb_query::db::new_request_id(),
-        deadline_ms: None,
-        issued_by: "t".into(),
-    };
+    let req = fresh_request();
     let none = "DELETE FROM cpu WHERE time = '1970-01-01T00:00:30Z'";
     let first = on_shard(&h, 3, none, &req).await;
     assert_eq!(column(&first, "rows_deleted"), vec![Some(0)]);
@@ -97,11 +94,7 @@ async fn a_delete_runs_once_per_shard_and_completes_on_a_shard_that_was_down() {
     assert!(kept.contains("| 40 |"), "a repeat of a request that matched nothing deleted: {kept}");
 
     // Attempts at one request racing each other: one applies, the others get its answer.
-    let req = ShardRequest {
-        id: ebb_query::db::new_request_id(),
-        deadline_ms: None,
-        issued_by: "t".into(),
-    };
+    let req = fresh_request();
     let mid = "DELETE FROM cpu WHERE time = '1970-01-01T00:00:05Z'";
     let (a, b, c) = tokio::join!(
         on_shard(&h, 2, mid, &req),
