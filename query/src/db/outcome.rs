@@ -1,7 +1,8 @@
 //! What a request a coordinator issues on every shard did on this shard, recorded under its id
 //! in the catalog, in the same batch as the request's (last) change; and likewise each part of
-//! a line-protocol request a coordinator sends a shard under a write id (those records are
-//! kept ten minutes). The coordinator retries a
+//! a line-protocol request a coordinator sends a shard under a write id. Records of writes are
+//! kept ten minutes and those of requests seven days: the write path removes older ones once a
+//! minute. The coordinator retries a
 //! request until every shard answers, so a shard may see one twice: it answers a request it
 //! has completed from the record, and a replica applies a batch that completes a request only
 //! once (a proposal still in flight from an earlier attempt becomes a no-op).
@@ -72,10 +73,16 @@ pub(crate) fn put_written(batch: &mut WriteBatch, id: u64, summary: &crate::Writ
     batch.put(written_key(id), serde_json::to_vec(&n.map(|n| n as u64)).unwrap_or_default());
 }
 
-/// Adds the removal of the records of writes made before `cutoff_ms` to `batch` (write ids
-/// begin with their time, so those are one key range).
-pub(crate) fn forget_written(batch: &mut WriteBatch, cutoff_ms: u64) {
-    batch.delete_range(written_key(0), written_key(super::request::request_id_at(cutoff_ms)));
+/// How long the outcome records of requests are kept: far longer than an intent stays open.
+pub(crate) const OUTCOMES_KEPT_MS: u64 = 7 * 24 * 3600 * 1000;
+
+/// Adds the removal of the records of writes made before `now_ms - WRITES_KEPT_MS`, and of
+/// requests issued before `now_ms - OUTCOMES_KEPT_MS`, to `batch` (ids begin with their time,
+/// so each is one key range).
+pub(crate) fn forget_old_records(batch: &mut WriteBatch, now_ms: u64) {
+    let id_at = |kept: u64| super::request::request_id_at(now_ms.saturating_sub(kept));
+    batch.delete_range(written_key(0), written_key(id_at(WRITES_KEPT_MS)));
+    batch.delete_range(outcome_key(0), outcome_key(id_at(OUTCOMES_KEPT_MS)));
 }
 
 impl Database {
@@ -136,5 +143,34 @@ pub fn admits(
     match completes(batch) {
         None => Ok(true),
         Some(key) => Ok(engine.get(&key, None)?.is_none()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::request::request_id_at;
+
+    #[test]
+    fn old_records_are_forgotten_and_recent_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(dir.path(), ebb_storage::Options::default()).unwrap();
+        let now = 1_800_000_000_000;
+        let (old_w, new_w) = (request_id_at(now - WRITES_KEPT_MS - 1), request_id_at(now - 1));
+        let (old_r, new_r) = (request_id_at(now - OUTCOMES_KEPT_MS - 1), request_id_at(now - 1));
+        let mut b = WriteBatch::new();
+        for id in [old_w, new_w] {
+            put_written(&mut b, id, &crate::WriteSummary::default());
+        }
+        for id in [old_r, new_r] {
+            put_outcome(&mut b, id, &RequestOutcome::default());
+        }
+        e.write(&b, 1).unwrap();
+        let mut forget = WriteBatch::new();
+        forget_old_records(&mut forget, now);
+        e.write(&forget, 10).unwrap();
+        let has = |k: Vec<u8>| e.get(&k, None).unwrap().is_some();
+        assert!(!has(written_key(old_w)) && has(written_key(new_w)));
+        assert!(!has(outcome_key(old_r)) && has(outcome_key(new_r)));
     }
 }

@@ -197,8 +197,7 @@ impl Database {
             let now_ms = crate::now_ms();
             if now_ms.saturating_sub(w.written_forgotten_ms) >= 60_000 {
                 w.written_forgotten_ms = now_ms;
-                let cutoff = now_ms.saturating_sub(super::outcome::WRITES_KEPT_MS);
-                super::outcome::forget_written(&mut batch, cutoff);
+                super::outcome::forget_old_records(&mut batch, now_ms);
             }
         }
         plan.delta.write_to(&mut batch)?;
