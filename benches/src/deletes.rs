@@ -70,7 +70,7 @@ fn ts_options(tiles: &[usize]) -> Options {
         target_file_size: 4 << 20,
         base_level_size: 8 << 20,
         page_size: 4096,
-        tile_pages: tiles.to_vec(),
+        tiles: ebb_storage::TileLayout::Fixed(tiles.to_vec()),
         compression: Compression::Lz4,
         page_cache_bytes: 8 << 20,
         delete_deadline: None,

@@ -65,8 +65,8 @@ mod wal;
 pub use batch::{BatchOp, EntryKind, WriteBatch, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use clock::{Clock, ManualClock};
 pub use engine::{
-    CompactionRecord, DeletionCheck, Engine, EngineStats, LevelStats, LogClearance, RemainingEntry,
-    Staged,
+    CompactionRecord, DeletionCheck, Engine, EngineStats, Layout, LayoutReason, LevelStats,
+    LogClearance, RemainingEntry, Staged,
 };
 pub use error::{Error, Result};
 pub use failpoint::FailPoints;
@@ -75,8 +75,8 @@ pub use ledger::{
     DeleteRequest, Deletion, DeletionKind, DeletionStatus, RequestRecord, RequestStatus,
 };
 pub use options::{
-    Compression, DeleteKeyExtractor, Options, RangeDeleteMode, RangeIndexOptions, SyncMode,
-    TimeToDeleteKey,
+    Compression, DeleteKeyExtractor, LayoutTuning, Options, RangeDeleteMode, RangeIndexOptions,
+    SyncMode, TileLayout, TimeToDeleteKey,
 };
 pub use snapshot::Snapshot;
 pub use sst::{FileMeta, TableProps};

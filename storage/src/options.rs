@@ -143,9 +143,9 @@ pub struct Options {
     pub target_file_size: u64,
     /// Target size of one page before compression.
     pub page_size: usize,
-    /// KiWi+ delete-tile size h (pages per tile) for each level; the last value repeats for deeper
-    /// levels. `1` everywhere is the classic layout.
-    pub tile_pages: Vec<usize>,
+    /// KiWi+ delete-tile sizes h (pages per tile): tuned from the measured workload (the
+    /// default), or fixed per level.
+    pub tiles: TileLayout,
     /// Bloom filter bits per key (0 disables filters).
     pub bloom_bits_per_key: u32,
     /// Page compression.
@@ -195,6 +195,44 @@ pub enum RangeDeleteMode {
     /// tombstones in memtables and in a block of every SST, checked on every lookup and carried
     /// down by compaction until the bottommost level.
     Tombstones,
+}
+
+/// How the KiWi+ delete-tile size h of each level is chosen.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum TileLayout {
+    /// Fixed sizes per level, level 0 first; the last value repeats for deeper levels. `1`
+    /// everywhere is the classic layout.
+    Fixed(Vec<usize>),
+    /// Files written from now on follow the KiWi+ cost model on the operations the engine
+    /// counted in recent epochs (see [`crate::Engine::layout`]).
+    Tuned(LayoutTuning),
+}
+
+/// Settings of the tuned layout.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayoutTuning {
+    /// Length of one counting epoch; the layout is recomputed when one ends.
+    pub epoch: Duration,
+    /// The mix assumed per epoch before a whole epoch was counted, once retention or a
+    /// time-window delete is present (without them every level keeps h = 1).
+    pub default_mix: crate::kiwi::WorkloadMix,
+}
+
+impl Default for LayoutTuning {
+    fn default() -> Self {
+        LayoutTuning {
+            epoch: Duration::from_secs(300),
+            // A time-series mix: a hundred short one-series scans and lookups per retention
+            // purge or time delete (h > 1 from level 1 at the default file size).
+            default_mix: crate::kiwi::WorkloadMix {
+                empty_lookups: 100.0,
+                lookups: 100.0,
+                short_scans: 100.0,
+                window_deletes: 1.0,
+            },
+        }
+    }
 }
 
 /// Settings of the global range-delete index (the LSM-DRtree and EVE).
@@ -252,7 +290,7 @@ impl Default for Options {
             num_levels: 7,
             target_file_size: 64 << 20,
             page_size: 4096,
-            tile_pages: vec![1, 1, 1, 2, 4, 8, 16],
+            tiles: TileLayout::Tuned(LayoutTuning::default()),
             bloom_bits_per_key: 10,
             compression: Compression::Lz4,
             page_cache_bytes: 64 << 20,
@@ -271,23 +309,22 @@ impl Default for Options {
 }
 
 impl Options {
-    /// Sets [`Options::tile_pages`] from the KiWi+ cost model ([`crate::kiwi::tile_pages`]) for
-    /// `mix`, with this configuration's levels, size ratio, pages per file
-    /// (`target_file_size / page_size`) and Bloom filter false-positive rate. Level 0 takes the
-    /// model's first level (its files are the model's first runs), level 1 the second, and so on.
+    /// Fixes the tile sizes from the KiWi+ cost model ([`crate::kiwi::tile_pages`]) for `mix`,
+    /// with this configuration's levels, size ratio, pages per file and Bloom filter
+    /// false-positive rate (what [`TileLayout::Tuned`] computes from measured counts).
     pub fn with_tuned_tiles(mut self, mix: &crate::kiwi::WorkloadMix) -> Self {
-        let pages = (self.target_file_size / self.page_size.max(1) as u64).clamp(1, 4096) as usize;
-        // Bloom filter with the optimal number of probes: fpr = 0.6185^bits.
-        let fpr = 0.6185f64.powf(f64::from(self.bloom_bits_per_key)).min(1.0);
-        let levels = self.num_levels.max(1);
-        self.tile_pages = crate::kiwi::tile_pages(mix, levels, self.size_ratio, pages, fpr);
+        self.tiles = TileLayout::Fixed(crate::kiwi::layout_for(&self, mix));
         self
     }
 
-    /// Delete-tile size h for `level`.
-    pub fn tile_pages_for(&self, level: usize) -> usize {
-        let h = self.tile_pages.get(level).or(self.tile_pages.last()).copied().unwrap_or(1);
-        h.max(1)
+    /// Pages per file at the target file size (the cost model's P), at most 4096.
+    pub fn pages_per_file(&self) -> usize {
+        (self.target_file_size / self.page_size.max(1) as u64).clamp(1, 4096) as usize
+    }
+
+    /// The Bloom filter false-positive rate with the optimal number of probes (`0.6185^bits`).
+    pub fn bloom_fpr(&self) -> f64 {
+        0.6185f64.powf(f64::from(self.bloom_bits_per_key)).min(1.0)
     }
 
     /// Target byte size of `level` (level >= 1).
@@ -315,8 +352,14 @@ impl Options {
         if self.page_size < 64 || self.page_size > (16 << 20) {
             return bad("page_size must be between 64 bytes and 16 MiB");
         }
-        if self.tile_pages.iter().any(|&h| h == 0 || h > 4096) {
-            return bad("tile_pages values must be between 1 and 4096");
+        match &self.tiles {
+            TileLayout::Fixed(h) if h.iter().any(|&h| h == 0 || h > 4096) => {
+                return bad("tile sizes must be between 1 and 4096 pages");
+            }
+            TileLayout::Tuned(t) if t.epoch < Duration::from_secs(1) => {
+                return bad("the layout tuning epoch must be at least 1 s");
+            }
+            _ => {}
         }
         if self.level0_stop_writes_trigger <= self.level0_compaction_trigger {
             return bad("level0_stop_writes_trigger must exceed level0_compaction_trigger");
@@ -361,14 +404,16 @@ mod tests {
             window_deletes: 1.0,
         };
         let opts = Options::default().with_tuned_tiles(&mix);
-        assert_eq!(opts.tile_pages.len(), opts.num_levels);
-        assert!(opts.tile_pages.windows(2).all(|w| w[0] <= w[1]), "{:?}", opts.tile_pages);
-        assert!(opts.tile_pages.last() > opts.tile_pages.first(), "{:?}", opts.tile_pages);
-        let pages = (opts.target_file_size / opts.page_size as u64) as usize;
-        assert!(opts.tile_pages.iter().all(|&h| (1..=pages).contains(&h)));
+        let TileLayout::Fixed(h) = &opts.tiles else { panic!("not fixed") };
+        assert_eq!(h.len(), opts.num_levels);
+        assert_eq!(h[0], 1, "level 0 keeps the classic layout: {h:?}");
+        assert!(h[1] > 1, "h > 1 from level 1: {h:?}");
+        assert!(h.windows(2).all(|w| w[0] <= w[1]), "{h:?}");
+        assert!(h.last() > h.get(1), "{h:?}");
+        assert!(h.iter().all(|&x| (1..=opts.pages_per_file()).contains(&x)));
         opts.validate().unwrap();
         // No time-window deletes expected: the classic layout.
         let none = Options::default().with_tuned_tiles(&WorkloadMix { window_deletes: 0.0, ..mix });
-        assert!(none.tile_pages.iter().all(|&h| h == 1));
+        assert_eq!(none.tiles, TileLayout::Fixed(vec![1; none.num_levels]));
     }
 }

@@ -359,6 +359,16 @@ async fn sql_on_any_node_reads_and_deletes_across_every_shard() {
     let leaders =
         sql(&h, 2, "SELECT count(*) AS n FROM system.shards WHERE leader IS NOT NULL").await;
     assert!(leaders.contains("| 4 |"), "{leaders}");
+    // Each shard leader's KiWi+ layout: the tables have the default retention, so h > 1 from
+    // level 1 on every shard.
+    let layout = sql(
+        &h,
+        0,
+        "SELECT count(DISTINCT shard) AS s, min(reason) AS r FROM system.layout \
+                             WHERE level = 1 AND tile_pages > 1",
+    )
+    .await;
+    assert!(layout.contains("| 4 | time-series default |"), "{layout}");
 
     // With a node down, every shard still has a leader and a quorum.
     h.stop(1).await;

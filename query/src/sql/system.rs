@@ -6,6 +6,7 @@
 //!   with what each covered in table terms.
 //! - `system.tables`: tables, their columns, retention and series count.
 //! - `system.compactions`: recent flushes, compactions and time-window executions.
+//! - `system.layout`: the KiWi+ delete-tile size h new files get per level, and why.
 
 use std::sync::Arc;
 
@@ -43,7 +44,7 @@ fn ts(name: &str, nullable: bool) -> Field {
 impl SystemTable {
     /// Names of the system tables.
     pub const NAMES: &'static [&'static str] =
-        &["compactions", "deletions", "engine_deletes", "tables"];
+        &["compactions", "deletions", "engine_deletes", "layout", "tables"];
 
     /// The system table `name`, if there is one.
     pub fn new(db: Arc<Database>, name: &str) -> Option<SystemTable> {
@@ -78,6 +79,7 @@ impl SystemTable {
                     Field::new("series", DataType::UInt64, false),
                 ],
             ),
+            "layout" => ("layout", layout_fields()),
             "compactions" => (
                 "compactions",
                 vec![
@@ -109,6 +111,7 @@ impl SystemTable {
             }
             "engine_deletes" => self.deletions(),
             "tables" => self.tables(),
+            "layout" => self.layout(),
             _ => self.compactions(),
         };
         Ok(RecordBatch::try_new(self.schema.clone(), cols)?)
@@ -218,6 +221,35 @@ impl SystemTable {
         ]
     }
 
+    fn layout(&self) -> Vec<ArrayRef> {
+        let engine = self.db.engine();
+        let l = engine.layout();
+        let files = engine.files();
+        let levels = engine.options().num_levels;
+        let h = |lvl: usize| l.tile_pages.get(lvl).or(l.tile_pages.last()).copied().unwrap_or(1);
+        let at = |lvl: usize| files.iter().filter(move |(fl, _)| *fl == lvl);
+        let reason = l.reason.to_string();
+        let detail = match &l.mix {
+            Some(m) => Some(format!(
+                "per epoch {:.0} lookups, {:.0} empty lookups, {:.0} short scans, {:.1} time \
+                 deletes ({} epochs counted)",
+                m.lookups, m.empty_lookups, m.short_scans, m.window_deletes, l.epochs
+            )),
+            None => None,
+        };
+        let u = |f: &dyn Fn(usize) -> u64| -> ArrayRef {
+            Arc::new(UInt64Array::from_iter_values((0..levels).map(f)))
+        };
+        vec![
+            u(&|lvl| lvl as u64),
+            u(&|lvl| h(lvl) as u64),
+            u(&|lvl| at(lvl).count() as u64),
+            u(&|lvl| at(lvl).filter(|(_, f)| f.props.tile_pages as usize == h(lvl)).count() as u64),
+            Arc::new(StringArray::from_iter_values((0..levels).map(|_| reason.clone()))),
+            Arc::new(StringArray::from((0..levels).map(|_| detail.clone()).collect::<Vec<_>>())),
+        ]
+    }
+
     fn compactions(&self) -> Vec<ArrayRef> {
         let h = self.db.engine().compaction_history();
         let u = |f: &dyn Fn(&ebb_storage::CompactionRecord) -> u64| -> ArrayRef {
@@ -239,6 +271,18 @@ impl SystemTable {
             u(&|r| r.duration_ms),
         ]
     }
+}
+
+/// Columns of `system.layout`.
+pub fn layout_fields() -> Vec<Field> {
+    vec![
+        Field::new("level", DataType::UInt64, false),
+        Field::new("tile_pages", DataType::UInt64, false),
+        Field::new("files", DataType::UInt64, false),
+        Field::new("files_at_tile_pages", DataType::UInt64, false),
+        Field::new("reason", DataType::Utf8, false),
+        Field::new("detail", DataType::Utf8, true),
+    ]
 }
 
 #[async_trait]

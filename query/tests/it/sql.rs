@@ -205,6 +205,16 @@ async fn ddl_retention_and_system_tables() {
             .expect("tables"),
     );
     assert!(t.contains("1h") && t.contains("city") && t.contains("temp:float"), "{t}");
+    // A table with retention: new files get the KiWi+ time-series layout, h > 1 from level 1.
+    let q = "SELECT count(*) FROM system.layout WHERE level >= 1 AND tile_pages > 1 \
+             AND reason = 'time-series default'";
+    assert_eq!(
+        one_u64(&s, q).await,
+        6,
+        "{}",
+        text(&s.query("SELECT * FROM system.layout").await.expect("layout"))
+    );
+    assert_eq!(one_u64(&s, "SELECT max(tile_pages) FROM system.layout WHERE level = 0").await, 1);
     // Shorter retention: the row expires at once.
     s.query("ALTER TABLE weather SET (retention = '10m')").await.expect("alter");
     assert_eq!(one_u64(&s, "SELECT count(*) FROM weather").await, 0);

@@ -28,7 +28,8 @@ pub(crate) struct OutputSpec<'a> {
     pub dir: &'a Path,
     pub opts: &'a Options,
     pub cache: &'a Arc<PageCache>,
-    pub level: usize,
+    /// Delete-tile size h of the outputs.
+    pub tile_pages: usize,
     /// Split outputs once they reach this size (at a key boundary).
     pub target_file_size: u64,
     pub retention: Retention,
@@ -101,7 +102,7 @@ fn write_inner(
 ) -> Result<RunStats> {
     let wopts = WriterOptions {
         page_size: spec.opts.page_size,
-        tile_pages: spec.opts.tile_pages_for(spec.level),
+        tile_pages: spec.tile_pages,
         bloom_bits_per_key: spec.opts.bloom_bits_per_key,
         compression: spec.opts.compression,
         delete_key: spec.opts.delete_key.clone(),

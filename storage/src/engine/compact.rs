@@ -177,7 +177,7 @@ impl Inner {
             dir: &self.dir,
             opts: &self.opts,
             cache: &self.cache,
-            level: task.output_level,
+            tile_pages: self.tile_pages_for(task.output_level),
             target_file_size: self.opts.target_file_size,
             retention: Retention::new(self.snapshots.seqs(), task.bottommost),
             stamp: &|seq| self.delete_stamp(seq),

@@ -49,7 +49,7 @@ impl Inner {
             dir: &self.dir,
             opts: &self.opts,
             cache: &self.cache,
-            level: 0,
+            tile_pages: self.tile_pages_for(0),
             target_file_size: u64::MAX,
             retention: Retention::new(self.snapshots.seqs(), false),
             ranges: Some(covering),

@@ -9,6 +9,7 @@ mod compact;
 mod deletes;
 mod flush;
 mod history;
+mod layout;
 mod open;
 mod ranges;
 mod read;
@@ -29,6 +30,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 pub use clearance::LogClearance;
 pub use deletes::{DeletionCheck, RemainingEntry};
 pub use history::CompactionRecord;
+pub use layout::{Layout, LayoutReason};
 pub(crate) use read::RangeCheck;
 pub use stats::{EngineStats, LevelStats};
 pub use write::Staged;
@@ -129,6 +131,8 @@ pub(crate) struct Inner {
     window_state: Mutex<windows::WindowState>,
     /// Retention rules (a copy of the manifest's, for readers and writers).
     rules: RwLock<Arc<Vec<retention::Rule>>>,
+    /// Operations counted for the KiWi+ layout, and the layout they give.
+    layout: layout::LayoutState,
     _lock_file: File,
 }
 

@@ -29,6 +29,12 @@ impl Engine {
 
     /// The value of `key` as of `snapshot` (latest if `None`).
     pub fn get(&self, key: &[u8], snapshot: Option<&Snapshot>) -> Result<Option<Bytes>> {
+        let found = self.get_uncounted(key, snapshot)?;
+        self.inner.layout.counters.lookup(found.is_some());
+        Ok(found)
+    }
+
+    fn get_uncounted(&self, key: &[u8], snapshot: Option<&Snapshot>) -> Result<Option<Bytes>> {
         let seq = self.read_seq(snapshot);
         let rules = self.inner.rules();
         if !rules.is_empty() && self.inner.expired(&rules, key) {
@@ -103,6 +109,7 @@ impl Engine {
             Bound::Included(k) | Bound::Excluded(k) => Some(k.as_slice()),
             Bound::Unbounded => None,
         };
+        self.inner.layout.counters.scan(lo, hi);
         let prune = Prune {
             end: match &end {
                 Bound::Included(k) => Some((k.clone(), true)),

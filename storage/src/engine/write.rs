@@ -129,6 +129,7 @@ impl Inner {
                 }
                 BatchOp::DeleteTimeRange { t_lo, t_hi, lo, hi } => {
                     mem.record_delete(s);
+                    self.layout.counters.window_delete();
                     self.add_window(crate::kiwi::TimeWindow {
                         seq: s,
                         t_lo: *t_lo,

@@ -16,6 +16,8 @@ pub(crate) mod drop;
 pub(crate) mod punch;
 pub mod tuning;
 mod window;
+pub mod workload;
 
 pub use tuning::{tile_pages, WorkloadMix};
 pub use window::TimeWindow;
+pub use workload::{layout_for, WorkloadCounts};

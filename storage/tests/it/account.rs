@@ -8,7 +8,7 @@
 use std::io::Write;
 
 use ebb_storage::audit::FileAccount;
-use ebb_storage::{Clock, Engine, ManualClock, Options};
+use ebb_storage::{Clock, Engine, ManualClock, Options, TileLayout};
 
 use crate::common::START_MS;
 
@@ -17,7 +17,7 @@ fn opts(clock: &ManualClock) -> Options {
         write_buffer_size: 16 << 10,
         page_size: 512,
         target_file_size: 32 << 10,
-        tile_pages: vec![8],
+        tiles: TileLayout::Fixed(vec![8]),
         memtable_max_age: None,
         clock: Clock::manual(clock),
         ..Options::default()

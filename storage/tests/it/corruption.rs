@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ebb_storage::{Engine, Error, Options};
+use ebb_storage::{Engine, Error, Options, TileLayout};
 
 fn opts() -> Options {
     Options {
@@ -17,7 +17,7 @@ fn opts() -> Options {
         page_size: 512,
         target_file_size: 32 << 10,
         base_level_size: 64 << 10,
-        tile_pages: vec![1, 2, 4],
+        tiles: TileLayout::Fixed(vec![1, 2, 4]),
         memtable_max_age: None,
         ..Options::default()
     }

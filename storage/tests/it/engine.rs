@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use ebb_storage::failpoint::points;
-use ebb_storage::{Engine, Error, Options, WriteBatch};
+use ebb_storage::{Engine, Error, Options, TileLayout, WriteBatch};
 
 fn opts() -> Options {
     Options {
@@ -69,7 +69,7 @@ fn bad_input_is_rejected_without_side_effects() {
     assert!(matches!(e.write(&b, 1), Err(Error::InvalidArgument(_))));
     assert_eq!(e.get(b"ok", None).unwrap(), None, "partial batch applied");
     assert_eq!(e.last_seq(), 0);
-    let bad = Options { tile_pages: vec![0], ..opts() };
+    let bad = Options { tiles: TileLayout::Fixed(vec![0]), ..opts() };
     assert!(matches!(Engine::open(d.path().join("x"), bad), Err(Error::InvalidArgument(_))));
 }
 

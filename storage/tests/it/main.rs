@@ -10,6 +10,7 @@ mod deadlines;
 mod disk_full;
 mod durability;
 mod engine;
+mod layout;
 mod model;
 mod range_delete;
 mod requests;

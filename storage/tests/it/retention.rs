@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use ebb_storage::{Clock, Engine, Error, ManualClock, Options, TimeToDeleteKey};
+use ebb_storage::{Clock, Engine, Error, ManualClock, Options, TileLayout, TimeToDeleteKey};
 
 use crate::common::START_MS;
 
@@ -15,7 +15,7 @@ fn opts(clock: &ManualClock) -> Options {
         page_size: 512,
         target_file_size: 32 << 10,
         base_level_size: 64 << 10,
-        tile_pages: vec![8],
+        tiles: TileLayout::Fixed(vec![8]),
         memtable_max_age: None,
         clock: Clock::manual(clock),
         time_to_delete_key: TimeToDeleteKey::millis(),

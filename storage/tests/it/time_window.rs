@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use ebb_storage::{Clock, Compression, DeletionStatus, Engine, ManualClock, Options};
+use ebb_storage::{Clock, Compression, DeletionStatus, Engine, ManualClock, Options, TileLayout};
 
 use crate::common::START_MS;
 
@@ -16,7 +16,7 @@ fn opts(clock: &ManualClock, compression: Compression) -> Options {
         target_file_size: 32 << 10,
         base_level_size: 64 << 10,
         level0_compaction_trigger: 2,
-        tile_pages: vec![8],
+        tiles: TileLayout::Fixed(vec![8]),
         memtable_max_age: None,
         compression,
         delete_deadline: Some(Duration::from_secs(60)),

@@ -22,7 +22,9 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use ebb_storage::{Compression, Options, RangeDeleteMode, RangeIndexOptions, TimeToDeleteKey};
+use ebb_storage::{
+    Compression, Options, RangeDeleteMode, RangeIndexOptions, TileLayout, TimeToDeleteKey,
+};
 use proptest::prelude::*;
 
 mod harness;
@@ -263,7 +265,7 @@ fn small_options(
         num_levels: 4,
         target_file_size: 8 << 10,
         page_size: 256,
-        tile_pages: vec![1, h, h * 2],
+        tiles: TileLayout::Fixed(vec![1, h, h * 2]),
         compression,
         page_cache_bytes: cache,
         time_to_delete_key: TimeToDeleteKey::millis(),
