@@ -49,6 +49,7 @@ mod engine;
 mod error;
 pub mod fade;
 pub mod failpoint;
+pub mod filter;
 mod fs;
 pub mod gloran;
 mod iter;

@@ -148,6 +148,9 @@ pub struct Options {
     pub tiles: TileLayout,
     /// Bloom filter bits per key (0 disables filters).
     pub bloom_bits_per_key: u32,
+    /// Range filters (Rosetta) in new files, probed before a one-series range scan opens a
+    /// file; `None` builds none.
+    pub range_filter: Option<crate::filter::RangeFilterOptions>,
     /// Page compression.
     pub compression: Compression,
     /// Capacity of the decoded page cache in bytes.
@@ -292,6 +295,7 @@ impl Default for Options {
             page_size: 4096,
             tiles: TileLayout::Tuned(LayoutTuning::default()),
             bloom_bits_per_key: 10,
+            range_filter: Some(crate::filter::RangeFilterOptions::default()),
             compression: Compression::Lz4,
             page_cache_bytes: 64 << 20,
             delete_key: DeleteKeyExtractor::trailing_u64_be(),
@@ -380,6 +384,14 @@ impl Options {
         }
         if ri.page_size < 256 || ri.base_level_pieces == 0 || ri.eve_initial_capacity == 0 {
             return bad("range_index: page_size >= 256, base_level_pieces and capacity > 0");
+        }
+        if let Some(f) = &self.range_filter {
+            if f.key_len < 8 || f.key_len > 1024 || !(0.0..=64.0).contains(&f.bits_per_key) {
+                return bad("range_filter: key_len 8..=1024 bytes, bits_per_key 0..=64");
+            }
+            if f.range_buckets == 0 || f.default_range == 0 {
+                return bad("range_filter: range_buckets and default_range must be positive");
+            }
         }
         if let Compression::Zstd(l) = self.compression {
             if !(1..=22).contains(&l) {

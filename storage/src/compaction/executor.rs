@@ -30,6 +30,8 @@ pub(crate) struct OutputSpec<'a> {
     pub cache: &'a Arc<PageCache>,
     /// Delete-tile size h of the outputs.
     pub tile_pages: usize,
+    /// Range filter parameters of the outputs (`None`: no range filter).
+    pub range_filter: Option<crate::filter::RangeFilterSpec>,
     /// Split outputs once they reach this size (at a key boundary).
     pub target_file_size: u64,
     pub retention: Retention,
@@ -103,6 +105,7 @@ fn write_inner(
     let wopts = WriterOptions {
         page_size: spec.opts.page_size,
         tile_pages: spec.tile_pages,
+        range_filter: spec.range_filter,
         bloom_bits_per_key: spec.opts.bloom_bits_per_key,
         compression: spec.opts.compression,
         delete_key: spec.opts.delete_key.clone(),

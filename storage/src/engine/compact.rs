@@ -178,6 +178,7 @@ impl Inner {
             opts: &self.opts,
             cache: &self.cache,
             tile_pages: self.tile_pages_for(task.output_level),
+            range_filter: self.range_filter_spec(),
             target_file_size: self.opts.target_file_size,
             retention: Retention::new(self.snapshots.seqs(), task.bottommost),
             stamp: &|seq| self.delete_stamp(seq),

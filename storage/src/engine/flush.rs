@@ -50,6 +50,7 @@ impl Inner {
             opts: &self.opts,
             cache: &self.cache,
             tile_pages: self.tile_pages_for(0),
+            range_filter: self.range_filter_spec(),
             target_file_size: u64::MAX,
             retention: Retention::new(self.snapshots.seqs(), false),
             ranges: Some(covering),

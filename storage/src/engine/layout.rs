@@ -4,6 +4,7 @@
 use parking_lot::Mutex;
 
 use super::{Engine, Inner};
+use crate::filter::RangeFilterSpec;
 use crate::kiwi::workload::{smooth, WorkloadCounters};
 use crate::kiwi::{layout_for, WorkloadCounts, WorkloadMix};
 use crate::TileLayout;
@@ -81,6 +82,14 @@ impl Engine {
 }
 
 impl Inner {
+    /// Range filter parameters for files written now: sized for the span most short scans
+    /// had, or the configured default before any.
+    pub(crate) fn range_filter_spec(&self) -> Option<RangeFilterSpec> {
+        let f = self.opts.range_filter.as_ref()?;
+        let range = self.layout.counters.typical_span().unwrap_or(f.default_range);
+        Some(RangeFilterSpec::for_range(f, range))
+    }
+
     /// Delete-tile size h for files written at `level` now.
     pub(crate) fn tile_pages_for(&self, level: usize) -> usize {
         let h = self.layout().tile_pages;

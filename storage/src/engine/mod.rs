@@ -93,6 +93,8 @@ struct Counters {
     window_pages_rewritten: AtomicU64,
     window_bytes_read: AtomicU64,
     window_bytes_written: AtomicU64,
+    range_filter_probes: AtomicU64,
+    range_filter_skips: AtomicU64,
 }
 
 pub(crate) struct Inner {

@@ -288,6 +288,10 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
             opts: &opts,
             cache: &cache,
             tile_pages: 1,
+            range_filter: opts
+                .range_filter
+                .as_ref()
+                .map(|f| crate::filter::RangeFilterSpec::for_range(f, f.default_range)),
             target_file_size: u64::MAX,
             retention: Retention::new(Vec::new(), false),
             ranges: None,

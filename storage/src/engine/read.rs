@@ -109,7 +109,7 @@ impl Engine {
             Bound::Included(k) | Bound::Excluded(k) => Some(k.as_slice()),
             Bound::Unbounded => None,
         };
-        self.inner.layout.counters.scan(lo, hi);
+        let _ = self.inner.layout.counters.scan(lo, hi);
         let prune = Prune {
             end: match &end {
                 Bound::Included(k) => Some((k.clone(), true)),
@@ -128,14 +128,30 @@ impl Engine {
         for m in &sv.imms {
             children.push(Box::new(MemCursor::new(m.clone())));
         }
+        // Range filters answer for bounded ranges (one series: the filter checks the heads).
+        let bounded = lo.is_some() && hi.is_some();
+        let c = &self.inner.counters;
+        let wanted = |t: &Arc<crate::sst::Table>| {
+            if !t.meta().overlaps(lo, hi) {
+                return false;
+            }
+            if !bounded || !t.has_range_filter() {
+                return true;
+            }
+            c.range_filter_probes.fetch_add(1, Ordering::Relaxed);
+            let keep = t.may_hold(as_ref(&start), as_ref(&end));
+            if !keep {
+                c.range_filter_skips.fetch_add(1, Ordering::Relaxed);
+            }
+            keep
+        };
         for t in &sv.version.levels[0] {
-            if t.meta().overlaps(lo, hi) {
+            if wanted(t) {
                 children.push(Box::new(TableCursor::new(t.clone(), true).pruned(prune.clone())));
             }
         }
         for files in sv.version.levels.iter().skip(1) {
-            let tables: Vec<_> =
-                files.iter().filter(|t| t.meta().overlaps(lo, hi)).cloned().collect();
+            let tables: Vec<_> = files.iter().filter(|t| wanted(t)).cloned().collect();
             if !tables.is_empty() {
                 children.push(Box::new(LevelCursor::new(tables, true).pruned(prune.clone())));
             }
@@ -151,6 +167,14 @@ impl Engine {
             RangeCheck { inner: self.inner.clone(), generation, sv, windows, rules, no_ranges };
         let time = time.map(|w| (w, self.inner.opts.delete_key.clone()));
         Ok(EngineIter::new(MergeCursor::new(children), seq, start, end, ranges).with_time(time))
+    }
+}
+
+fn as_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(k) => Bound::Included(k.as_slice()),
+        Bound::Excluded(k) => Bound::Excluded(k.as_slice()),
+        Bound::Unbounded => Bound::Unbounded,
     }
 }
 

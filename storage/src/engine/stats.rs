@@ -71,6 +71,10 @@ pub struct EngineStats {
     pub window_bytes_read: u64,
     /// Time-window deletes: bytes appended to files (pages, filter and index blocks, footers).
     pub window_bytes_written: u64,
+    /// Range scans: files whose range filter was probed.
+    pub range_filter_probes: u64,
+    /// Of those, files the filter showed hold nothing in the range (not opened).
+    pub range_filter_skips: u64,
     /// Highest applied sequence number.
     pub last_seq: u64,
     /// Highest sequence number persisted in SSTs.
@@ -127,6 +131,8 @@ impl Inner {
             window_pages_rewritten: c.window_pages_rewritten.load(Ordering::Relaxed),
             window_bytes_read: c.window_bytes_read.load(Ordering::Relaxed),
             window_bytes_written: c.window_bytes_written.load(Ordering::Relaxed),
+            range_filter_probes: c.range_filter_probes.load(Ordering::Relaxed),
+            range_filter_skips: c.range_filter_skips.load(Ordering::Relaxed),
             last_seq: self.visible_seq.load(Ordering::Relaxed),
             persisted_seq: self.meta.lock().persisted_seq,
         }

@@ -207,6 +207,8 @@ pub(crate) fn drop_window(
         pages,
         range_tombstones: ix.range_tombstones.clone(),
         props: props.clone(),
+        // Still sound: dropped keys only make it answer "maybe" more often.
+        range_filter: ix.range_filter,
     };
     let raw = postcard::to_stdvec(&index)
         .map_err(|e| Error::InvalidArgument(format!("index encoding failed: {e}")))?;

@@ -35,13 +35,28 @@ impl WorkloadCounts {
 }
 
 /// Live counters (relaxed atomics on the read path).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct WorkloadCounters {
     lookups: AtomicU64,
     empty_lookups: AtomicU64,
     short_scans: AtomicU64,
     long_scans: AtomicU64,
     window_deletes: AtomicU64,
+    /// Short scans by the bit length of their time span (since the engine opened).
+    spans: [AtomicU64; 65],
+}
+
+impl Default for WorkloadCounters {
+    fn default() -> Self {
+        WorkloadCounters {
+            lookups: AtomicU64::new(0),
+            empty_lookups: AtomicU64::new(0),
+            short_scans: AtomicU64::new(0),
+            long_scans: AtomicU64::new(0),
+            window_deletes: AtomicU64::new(0),
+            spans: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
 }
 
 impl WorkloadCounters {
@@ -50,10 +65,37 @@ impl WorkloadCounters {
         c.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts a scan from its inclusive-or-exclusive bounds (`None`: unbounded).
-    pub fn scan(&self, lo: Option<&[u8]>, hi: Option<&[u8]>) {
-        let c = if is_short(lo, hi) { &self.short_scans } else { &self.long_scans };
-        c.fetch_add(1, Ordering::Relaxed);
+    /// Counts a scan from its bounds (`None`: unbounded); true if it is short.
+    pub fn scan(&self, lo: Option<&[u8]>, hi: Option<&[u8]>) -> bool {
+        let (Some(l), Some(h)) = (lo, hi) else {
+            self.long_scans.fetch_add(1, Ordering::Relaxed);
+            return false;
+        };
+        if !is_short(lo, hi) {
+            self.long_scans.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        self.short_scans.fetch_add(1, Ordering::Relaxed);
+        let span = tail(h).saturating_sub(tail(l));
+        self.spans[(64 - span.leading_zeros()) as usize].fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// The span (in tail units) nine in ten short scans stayed within, if any were counted.
+    pub fn typical_span(&self) -> Option<u64> {
+        let counts: Vec<u64> = self.spans.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let mut seen = 0;
+        for (bits, c) in counts.iter().enumerate() {
+            seen += c;
+            if seen * 10 >= total * 9 {
+                return Some(if bits == 0 { 1 } else { u64::MAX >> (64 - bits) });
+            }
+        }
+        Some(u64::MAX)
     }
 
     pub fn window_delete(&self) {
@@ -83,6 +125,12 @@ impl WorkloadCounters {
             window_deletes: t(&self.window_deletes),
         }
     }
+}
+
+fn tail(key: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&key[key.len() - 8..]);
+    u64::from_be_bytes(b)
 }
 
 /// True for a scan inside one series: both bounds present, of one length over 8 bytes, equal

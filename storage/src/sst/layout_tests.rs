@@ -1,6 +1,7 @@
 //! KiWi+ layout invariants of written tables.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -10,6 +11,7 @@ use super::writer::WriterOptions;
 use super::{bloom, Table, TableCursor, TableWriter};
 use crate::batch::EntryKind;
 use crate::cache::PageCache;
+use crate::filter::{RangeFilterOptions, RangeFilterSpec};
 use crate::iter::EntryCursor;
 use crate::options::{Compression, DeleteKeyExtractor};
 
@@ -28,6 +30,15 @@ fn write(dir: &std::path::Path, id: u64, h: usize, entries: &[Entry]) -> Arc<Tab
         bloom_bits_per_key: 10,
         compression: Compression::Lz4,
         delete_key: DeleteKeyExtractor::trailing_u64_be(),
+        range_filter: Some(RangeFilterSpec::for_range(
+            &RangeFilterOptions {
+                key_len: 16,
+                bits_per_key: 12.0,
+                default_range: 64,
+                range_buckets: 16,
+            },
+            64,
+        )),
     };
     let mut w = TableWriter::create(id, &dir.join(super::file_name(id)), opts).unwrap();
     for (k, s, kind, v) in entries {
@@ -122,6 +133,14 @@ proptest! {
             }
         }
         prop_assert_eq!(read_all(&t), entries.clone());
+        // The range filter never hides a key of a one-series range.
+        prop_assert!(t.has_range_filter());
+        for (k, _, _, _) in entries.iter().step_by(3) {
+            let (s, ts) = (u64::from_be_bytes(k[..8].try_into().unwrap()), u64::from_be_bytes(k[8..].try_into().unwrap()));
+            let (lo, hi) = (ts_key(s, ts.saturating_sub(5)), ts_key(s, ts + 5));
+            prop_assert!(t.may_hold(Bound::Included(&lo), Bound::Excluded(&hi)));
+            prop_assert!(t.may_hold(Bound::Included(k), Bound::Included(k)));
+        }
         // Point lookups at the newest version and at a snapshot below it.
         for (k, s, kind, v) in entries.iter().step_by(5) {
             let got = t.get(k, bloom::key_hash(k), *s).unwrap().unwrap();
@@ -165,4 +184,59 @@ fn tiles_cluster_by_time_so_old_pages_hold_only_old_data() {
     let droppable = |t: &Arc<Table>| t.index().pages.iter().filter(|p| p.max_dkey < 20).count();
     assert_eq!(droppable(&classic), 0, "classic pages each span all timestamps");
     assert!(droppable(&kiwi) >= kiwi.index().tiles.len(), "every KiWi tile has an all-old page");
+}
+
+/// A file of format version 1 (no range filter) is still read, with the same entries.
+#[test]
+fn format_version_1_files_are_read() {
+    use std::io::Write;
+    let mut entries: Vec<Entry> =
+        (0..500u64).map(|i| (ts_key(i % 7, i), 10, EntryKind::Put, vec![b'x'; 30])).collect();
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    let dir = tempfile::tempdir().unwrap();
+    let t = write(dir.path(), 1, 4, &entries);
+    assert!(t.has_range_filter());
+    let empty = (ts_key(3, 1_000_000), ts_key(3, 1_000_010));
+    assert!(!t.may_hold(Bound::Included(&empty.0), Bound::Included(&empty.1)));
+    // Rewrite the index without the range filter, behind a version 1 footer.
+    let mut ix = t.index().clone();
+    ix.range_filter = None;
+    let v1 = super::IndexBlockV1 {
+        tiles: ix.tiles,
+        pages: ix.pages,
+        range_tombstones: ix.range_tombstones,
+        props: ix.props,
+    };
+    let path = t.path().to_path_buf();
+    let size = std::fs::metadata(&path).unwrap().len();
+    let mut block = Vec::new();
+    super::page::encode_block(&postcard::to_stdvec(&v1).unwrap(), Compression::Lz4, &mut block);
+    let (filter_off, filter_len) = t.filter_block();
+    let mut footer = Vec::new();
+    footer.extend_from_slice(&size.to_le_bytes());
+    footer.extend_from_slice(&(block.len() as u32).to_le_bytes());
+    footer.extend_from_slice(&filter_off.to_le_bytes());
+    footer.extend_from_slice(&filter_len.to_le_bytes());
+    footer.extend_from_slice(&1u32.to_le_bytes());
+    footer.extend_from_slice(&super::MAGIC.to_le_bytes());
+    let crc = crc32fast::hash(&footer);
+    footer.extend_from_slice(&crc.to_le_bytes());
+    drop(t);
+    let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+    f.write_all(&block).unwrap();
+    f.write_all(&footer).unwrap();
+    drop(f);
+    let old = Arc::new(Table::open_file(&path, Arc::new(PageCache::new(1 << 20))).unwrap());
+    assert!(!old.has_range_filter());
+    assert!(old.may_hold(Bound::Included(&empty.0), Bound::Included(&empty.1)), "no filter: maybe");
+    assert_eq!(read_all(&old), entries);
+    // An unknown future version is refused.
+    let mut bytes = std::fs::read(&path).unwrap();
+    let n = bytes.len();
+    bytes[n - 16..n - 12].copy_from_slice(&9u32.to_le_bytes());
+    let crc = crc32fast::hash(&bytes[n - 40..n - 4]);
+    bytes[n - 4..].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let err = Table::open_file(&path, Arc::new(PageCache::new(1 << 20))).unwrap_err();
+    assert!(err.to_string().contains("unsupported format version 9"), "{err}");
 }

@@ -13,7 +13,8 @@
 //! |  D 0..9    D 10..19  D 20..31     |  D 0..14   D 15..22  D 23..40     |               |
 //! |  S sorted  S sorted  S sorted     |  S sorted  S sorted  S sorted     |               |
 //! +--------------------------------------------------------------------------------------+
-//! | filter block: a Bloom filter on S per page and per tile of h > 1 pages (checksummed)  |
+//! | filter block: a Bloom filter on S per page and per tile of h > 1 pages, and the file's |
+//! |   range filter (Rosetta, see `crate::filter`) (checksummed)                          |
 //! | index block: tiles (S fence pointers: first and last key, page range) and pages       |
 //! |   (offset, length, entry count, min/max S, min/max D, filter slice), file properties  |
 //! | footer (40 bytes): index offset/len, filter offset/len, format version, magic, crc32  |
@@ -38,14 +39,15 @@ pub(crate) mod writer;
 
 pub(crate) use cursor::{Prune, TableCursor};
 pub use props::{FileMeta, TableProps};
-pub(crate) use props::{Fragment, IndexBlock, PageMeta, TileMeta};
+pub(crate) use props::{Fragment, IndexBlock, IndexBlockV1, PageMeta, TileMeta};
 pub(crate) use table::Table;
 pub(crate) use writer::TableWriter;
 
 /// Magic number at the end of every SST.
 pub(crate) const MAGIC: u64 = 0x4542_4253_5354_0001; // "EBBSST" v1
-/// Current SST format version.
-pub(crate) const FORMAT_VERSION: u32 = 1;
+/// Current SST format version: 2 adds the range filter (Rosetta) to the filter block. Files of
+/// version 1 are still read (without a range filter).
+pub(crate) const FORMAT_VERSION: u32 = 2;
 /// Footer length in bytes.
 pub(crate) const FOOTER_LEN: usize = 40;
 

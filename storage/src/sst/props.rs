@@ -126,4 +126,27 @@ pub(crate) struct IndexBlock {
     /// Range-tombstone fragments, key-sorted and disjoint (tombstone mode).
     pub range_tombstones: Vec<Fragment>,
     pub props: TableProps,
+    /// Offset and length of the range filter inside the filter block (format version 2).
+    pub range_filter: Option<(u32, u32)>,
+}
+
+/// The index block of format version 1 (no range filter).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct IndexBlockV1 {
+    pub tiles: Vec<TileMeta>,
+    pub pages: Vec<PageMeta>,
+    pub range_tombstones: Vec<Fragment>,
+    pub props: TableProps,
+}
+
+impl From<IndexBlockV1> for IndexBlock {
+    fn from(v: IndexBlockV1) -> Self {
+        IndexBlock {
+            tiles: v.tiles,
+            pages: v.pages,
+            range_tombstones: v.range_tombstones,
+            props: v.props,
+            range_filter: None,
+        }
+    }
 }

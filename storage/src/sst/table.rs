@@ -1,6 +1,7 @@
 //! An open SST: footer, index and filters in memory; pages read through the page cache.
 
 use std::fs::File;
+use std::ops::Bound;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -10,11 +11,12 @@ use bytes::Bytes;
 
 use super::fence::Fences;
 use super::page::{decode_block, Page};
-use super::{bloom, FileMeta, IndexBlock, FOOTER_LEN, FORMAT_VERSION, MAGIC};
+use super::{bloom, FileMeta, IndexBlock, IndexBlockV1, FOOTER_LEN, FORMAT_VERSION, MAGIC};
 use crate::batch::EntryKind;
 use crate::cache::PageCache;
 use crate::coding::{u32_at, u64_at};
 use crate::error::IoContext;
+use crate::filter::rosetta::Rosetta;
 use crate::gloran::piece::{before_end, find, Piece, SeqList};
 use crate::{Error, Result};
 
@@ -35,6 +37,8 @@ pub(crate) struct Table {
     fences: Fences,
     tombstones: Vec<Piece>,
     filters: Bytes,
+    /// The range filter (a view of `filters`), if the file has one.
+    range_filter: Option<Rosetta>,
     /// Offset and length of the filter block and of the index block.
     blocks: [(u64, u32); 2],
     /// Page-cache key of this layout: unique per opened table, so a file whose pages were
@@ -117,6 +121,16 @@ impl Table {
         if !ordered || !sane {
             return Err(corrupt(index_off, "range-tombstone fragments out of order"));
         }
+        let range_filter = match index.range_filter {
+            None => None,
+            Some((off, len)) => {
+                let (off, len) = (off as usize, len as usize);
+                let bytes = filters.slice(off..off + len); // bounds checked by `validate_index`
+                let f = Rosetta::decode(bytes)
+                    .map_err(|why| corrupt(blocks[0].0, &format!("range filter: {why}")))?;
+                Some(f)
+            }
+        };
         Ok(Table {
             meta,
             path: path.clone(),
@@ -125,6 +139,7 @@ impl Table {
             fences,
             tombstones,
             filters,
+            range_filter,
             blocks,
             cache_id: NEXT_CACHE_ID.fetch_add(1, Ordering::Relaxed),
             cache,
@@ -149,6 +164,17 @@ impl Table {
         let tiles: usize =
             self.index.tiles.iter().map(|t| t.first_key.len() + t.last_key.len() + 56).sum();
         self.filters.len() + self.fences.memory_bytes() + pages + tiles
+    }
+
+    /// False only if the file holds no key between `lo` and `hi` (its range filter says so);
+    /// true without a range filter.
+    pub fn may_hold(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
+        self.range_filter.as_ref().is_none_or(|f| f.may_overlap(lo, hi))
+    }
+
+    /// True if the file has a range filter.
+    pub fn has_range_filter(&self) -> bool {
+        self.range_filter.is_some()
     }
 
     /// Range-tombstone fragments stored in this file (tombstone mode).
@@ -304,6 +330,11 @@ fn validate_index(
     if next_page as usize != ix.pages.len() {
         return Err("pages not covered by tiles".into());
     }
+    if let Some((off, len)) = ix.range_filter {
+        if off as usize + len as usize > filters_len {
+            return Err("range filter out of bounds".into());
+        }
+    }
     Ok(())
 }
 
@@ -333,8 +364,9 @@ fn read_layout(file: &File, path: &Path, size: u64) -> Result<Layout> {
     if u64_at(&footer, 28) != Some(MAGIC) {
         return Err(corrupt(foot_at, "bad magic number"));
     }
-    if u32_at(&footer, 24) != Some(FORMAT_VERSION) {
-        return Err(corrupt(foot_at, "unsupported format version"));
+    let version = u32_at(&footer, 24).ok_or_else(bad_footer)?;
+    if !(1..=FORMAT_VERSION).contains(&version) {
+        return Err(corrupt(foot_at, &format!("unsupported format version {version}")));
     }
     let index_off = u64_at(&footer, 0).ok_or_else(bad_footer)?;
     let index_len = u32_at(&footer, 8).ok_or_else(bad_footer)?;
@@ -350,8 +382,13 @@ fn read_layout(file: &File, path: &Path, size: u64) -> Result<Layout> {
     };
     let filters = read_block(filter_off, filter_len, "filter")?;
     let raw_index = read_block(index_off, index_len, "index")?;
-    let index: IndexBlock = postcard::from_bytes(&raw_index)
-        .map_err(|e| corrupt(index_off, &format!("index block undecodable: {e}")))?;
+    let undecodable =
+        |e: postcard::Error| corrupt(index_off, &format!("index block undecodable: {e}"));
+    let index: IndexBlock = if version == 1 {
+        postcard::from_bytes::<IndexBlockV1>(&raw_index).map_err(undecodable)?.into()
+    } else {
+        postcard::from_bytes(&raw_index).map_err(undecodable)?
+    };
     let blocks = [(filter_off, filter_len), (index_off, index_len)];
     validate_index(&index, foot_at, &blocks, filters.len())
         .map_err(|why| corrupt(index_off, &format!("index block: {why}")))?;

@@ -11,6 +11,8 @@ use super::{bloom, FileMeta, Fragment, IndexBlock, PageMeta, TableProps, TileMet
 use crate::batch::EntryKind;
 use crate::batch::MAX_KEY_LEN;
 use crate::error::IoContext;
+use crate::filter::rosetta::RosettaBuilder;
+use crate::filter::RangeFilterSpec;
 use crate::gloran::piece::Piece;
 use crate::options::{Compression, DeleteKeyExtractor};
 use crate::{Error, Result};
@@ -23,6 +25,8 @@ pub(crate) struct WriterOptions {
     pub bloom_bits_per_key: u32,
     pub compression: Compression,
     pub delete_key: DeleteKeyExtractor,
+    /// Build a range filter (Rosetta) with these parameters.
+    pub range_filter: Option<RangeFilterSpec>,
 }
 
 #[derive(Debug)]
@@ -58,12 +62,14 @@ pub(crate) struct TableWriter {
     block: Vec<u8>,
     hashes: Vec<u64>,
     tombstones: Vec<Piece>,
+    range_filter: Option<RosettaBuilder>,
 }
 
 impl TableWriter {
     /// Creates file `path` for table `id`.
     pub fn create(id: u64, path: &Path, opts: WriterOptions) -> Result<Self> {
         let file = OpenOptions::new().write(true).create_new(true).open(path).at(path)?;
+        let range_filter = opts.range_filter.and_then(RosettaBuilder::new);
         Ok(TableWriter {
             id,
             path: path.to_path_buf(),
@@ -80,6 +86,7 @@ impl TableWriter {
             block: Vec::new(),
             hashes: Vec::new(),
             tombstones: Vec::new(),
+            range_filter,
         })
     }
 
@@ -123,6 +130,9 @@ impl TableWriter {
         let tile_limit = self.opts.page_size * self.opts.tile_pages;
         if new_key && self.tile_bytes >= tile_limit {
             self.flush_tile()?;
+        }
+        if let Some(f) = &mut self.range_filter {
+            f.add(&key);
         }
         let dkey = self.opts.delete_key.extract(&key);
         let p = &mut self.props;
@@ -270,6 +280,14 @@ impl TableWriter {
         if self.props.min_dkey == u64::MAX {
             self.props.min_dkey = 0;
         }
+        let mut range_filter = None;
+        if let Some(encoded) = self.range_filter.take().and_then(RosettaBuilder::finish) {
+            let at = self.filters.len();
+            if let (Ok(off), Ok(len)) = (u32::try_from(at), u32::try_from(encoded.len())) {
+                self.filters.extend_from_slice(&encoded);
+                range_filter = Some((off, len));
+            }
+        }
         let filter_offset = self.offset;
         self.block.clear();
         encode_block(&self.filters, Compression::None, &mut self.block);
@@ -290,6 +308,7 @@ impl TableWriter {
                 .map(|f| Fragment { lo: f.lo.to_vec(), hi: f.hi.to_vec(), seqs: f.seqs.to_vec() })
                 .collect(),
             props: self.props.clone(),
+            range_filter,
         };
         let raw = postcard::to_stdvec(&index)
             .map_err(|e| Error::InvalidArgument(format!("index encoding failed: {e}")))?;

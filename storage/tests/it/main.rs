@@ -13,6 +13,7 @@ mod engine;
 mod layout;
 mod model;
 mod range_delete;
+mod range_filter;
 mod requests;
 mod retention;
 mod time_window;

@@ -92,6 +92,10 @@ impl Harness {
     fn check_scan(&self, lo: u16, hi: u16, snap: Option<usize>) {
         let (klo, khi) = (key(lo), key(hi));
         let (lo_b, hi_b) = if klo <= khi { (klo, khi) } else { (khi, klo) };
+        self.check_scan_keys(lo_b, hi_b, snap);
+    }
+
+    fn check_scan_keys(&self, lo_b: Vec<u8>, hi_b: Vec<u8>, snap: Option<usize>) {
         let (s, at) = match snap.and_then(|i| self.snaps.get(i)).and_then(|s| s.as_ref()) {
             Some((s, at)) => (Some(s), *at),
             None => (None, self.oracle.last_seq),
@@ -327,6 +331,10 @@ impl Harness {
                 }
             }
             Op::ScanAt(i, a, b) => self.check_scan(*a, *b, Some(*i)),
+            Op::SeriesScan(s, t, len, at) => {
+                let (t, len) = (u64::from(*t), u64::from(*len));
+                self.check_scan_keys(series_time_key(*s, t), series_time_key(*s, t + len), *at);
+            }
             Op::Release(i) => {
                 if let Some(s) = self.snaps.get_mut(*i) {
                     *s = None;

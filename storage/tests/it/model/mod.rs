@@ -22,6 +22,7 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use ebb_storage::filter::RangeFilterOptions;
 use ebb_storage::{
     Compression, Options, RangeDeleteMode, RangeIndexOptions, TileLayout, TimeToDeleteKey,
 };
@@ -46,6 +47,13 @@ fn key(k: u16) -> Vec<u8> {
 /// The delete key (timestamp) of a key.
 fn dkey(key: &[u8]) -> u64 {
     u64::from_be_bytes(key[8..16].try_into().unwrap())
+}
+
+/// Key of series `s` at time `t`.
+fn series_time_key(s: u16, t: u64) -> Vec<u8> {
+    let mut v = (s as u64).to_be_bytes().to_vec();
+    v.extend_from_slice(&t.to_be_bytes());
+    v
 }
 
 /// First key of series `s`.
@@ -99,6 +107,9 @@ enum Op {
     Snapshot,
     GetAt(usize, u16),
     ScanAt(usize, u16, u16),
+    /// A one-series time range `[series_key(s) + t, + len)` (the range filters answer it), at
+    /// a snapshot or the latest.
+    SeriesScan(u16, u16, u16, Option<usize>),
     Release(usize),
     Flush,
     Compact(Option<u16>, Option<u16>),
@@ -149,6 +160,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         3 => Just(Op::Snapshot),
         6 => (0..8usize, k()).prop_map(|(s, k)| Op::GetAt(s, k)),
         2 => (0..8usize, k(), k()).prop_map(|(s, a, b)| Op::ScanAt(s, a.min(b), a.max(b))),
+        6 => (0..KEYS / 8 + 1, 0u16..8200, 0u16..200, prop::option::of(0..8usize))
+            .prop_map(|(s, t, l, at)| Op::SeriesScan(s, t, l, at)),
         2 => (0..8usize).prop_map(Op::Release),
         4 => Just(Op::Flush),
         2 => (prop::option::of(k()), prop::option::of(k())).prop_map(|(a, b)| Op::Compact(a, b)),
@@ -252,6 +265,7 @@ fn small_options(
     h: usize,
     compression: Compression,
     cache: usize,
+    range_filter: Option<RangeFilterOptions>,
 ) -> Options {
     Options {
         wal,
@@ -266,6 +280,7 @@ fn small_options(
         target_file_size: 8 << 10,
         page_size: 256,
         tiles: TileLayout::Fixed(vec![1, h, h * 2]),
+        range_filter,
         compression,
         page_cache_bytes: cache,
         time_to_delete_key: TimeToDeleteKey::millis(),
@@ -291,10 +306,28 @@ fn options_strategy(wal: bool, mode: RangeDeleteMode) -> impl Strategy<Value = O
         prop_oneof![Just(Compression::None), Just(Compression::Lz4), Just(Compression::Zstd(1))],
         prop_oneof![Just(0usize), Just(64 << 10)],
         any::<bool>(),
+        // Range filters over the 16-byte keys: tiny to generous, ranges of 1 to 4096 ms.
+        prop::option::of((
+            1.0f64..16.0,
+            prop_oneof![Just(1u64), Just(64), Just(4096)],
+            prop_oneof![Just(1u64), Just(16), Just(64)],
+        )),
     )
-        .prop_map(move |(h, c, cache, background)| Options {
+        .prop_map(move |(h, c, cache, background, rf)| Options {
             background_threads: background && std::env::var("EBB_MODEL_INLINE").is_err(),
-            ..small_options(wal, mode, h, c, cache)
+            ..small_options(
+                wal,
+                mode,
+                h,
+                c,
+                cache,
+                rf.map(|(bits_per_key, default_range, range_buckets)| RangeFilterOptions {
+                    key_len: 16,
+                    bits_per_key,
+                    default_range,
+                    range_buckets,
+                }),
+            )
         })
 }
 

@@ -1,0 +1,355 @@
+//! Rosetta: one range filter per SST (see the [module docs](super)).
+//!
+//! Layout (little-endian), stored in the SST's filter block:
+//!
+//! ```text
+//! 'R' | version 1 | key_len u16 | shift u8 | heights u8 | flags u8 | 0
+//! head level:          bits u64 | k u8 | bits/8 bytes
+//! bucket level j = 0.. bits u64 | k u8 | bits/8 bytes     (heights of them)
+//! ```
+//!
+//! The head level holds `(HEAD, head)` for every head of a `key_len` key and `(FOREIGN, head)`
+//! for the first `key_len - 8` bytes of every key of another length (flag 1: a key of another
+//! length exists and heads are empty). Bucket level `j` holds `(head, bucket >> j)`. A level of
+//! 0 bits answers "maybe".
+
+use std::ops::Bound;
+
+use bytes::Bytes;
+
+use super::alloc::allocate;
+use super::RangeFilterSpec;
+
+const VERSION: u8 = 1;
+const HEADER_LEN: usize = 8;
+const FLAG_FOREIGN_ANY: u8 = 1;
+const TAG_HEAD: u64 = 0x9e37_79b9_7f4a_7c15;
+const TAG_FOREIGN: u64 = 0xc2b2_ae3d_27d4_eb4f;
+/// Bloom probes one query may spend before it answers "maybe".
+const PROBE_BUDGET: u32 = 512;
+/// Bits per distinct head in the head level.
+const HEAD_BITS: u64 = 10;
+
+#[inline]
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[inline]
+fn head_hash(head: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(head)
+}
+
+#[inline]
+fn prefix_hash(head: u64, height: u32, value: u64) -> u64 {
+    mix(head ^ mix(value.wrapping_add(u64::from(height + 1).wrapping_mul(TAG_HEAD))))
+}
+
+fn tail(key: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&key[key.len() - 8..]);
+    u64::from_be_bytes(b)
+}
+
+/// The k bit positions of hash `h` in an array of `bits` bits (double hashing).
+#[inline]
+fn positions(h: u64, bits: u64, k: u32) -> impl Iterator<Item = u64> {
+    let h2 = h.rotate_left(32) | 1;
+    (0..u64::from(k)).map(move |i| {
+        let x = h.wrapping_add(i.wrapping_mul(h2));
+        ((u128::from(x) * u128::from(bits)) >> 64) as u64
+    })
+}
+
+/// Collects the keys of one SST (in key order) and encodes its filter.
+#[derive(Debug)]
+pub(crate) struct RosettaBuilder {
+    spec: RangeFilterSpec,
+    head_len: usize,
+    last_key: Vec<u8>,
+    last_head: Option<(Vec<u8>, u64)>,
+    heads: Vec<u64>,
+    foreign: Vec<u64>,
+    foreign_any: bool,
+    /// Distinct `(head hash, bucket)` in key order.
+    entries: Vec<(u64, u64)>,
+    keys: u64,
+}
+
+impl RosettaBuilder {
+    pub fn new(spec: RangeFilterSpec) -> Option<Self> {
+        if spec.key_len < 8 || spec.key_len > usize::from(u16::MAX) || spec.shift >= 64 {
+            return None;
+        }
+        Some(RosettaBuilder {
+            spec,
+            head_len: spec.key_len - 8,
+            last_key: Vec::new(),
+            last_head: None,
+            heads: Vec::new(),
+            foreign: Vec::new(),
+            foreign_any: false,
+            entries: Vec::new(),
+            keys: 0,
+        })
+    }
+
+    /// Adds a key; keys arrive in order, versions of one key repeat it.
+    pub fn add(&mut self, key: &[u8]) {
+        if key == self.last_key.as_slice() {
+            return;
+        }
+        self.last_key.clear();
+        self.last_key.extend_from_slice(key);
+        if key.len() != self.spec.key_len {
+            if key.len() >= self.head_len {
+                if self.head_len == 0 {
+                    self.foreign_any = true;
+                } else {
+                    let h = head_hash(&key[..self.head_len]);
+                    if self.foreign.last() != Some(&h) {
+                        self.foreign.push(h);
+                    }
+                }
+            }
+            return;
+        }
+        self.keys += 1;
+        let head = &key[..self.head_len];
+        let hh = match &self.last_head {
+            Some((h, hh)) if h.as_slice() == head => *hh,
+            _ => {
+                let hh = head_hash(head);
+                self.heads.push(hh);
+                self.last_head = Some((head.to_vec(), hh));
+                hh
+            }
+        };
+        let e = (hh, tail(key) >> self.spec.shift);
+        if self.entries.last() != Some(&e) {
+            self.entries.push(e);
+        }
+    }
+
+    /// Encodes the filter; `None` if no key was added.
+    pub fn finish(self) -> Option<Vec<u8>> {
+        if self.keys == 0 && self.foreign.is_empty() && !self.foreign_any {
+            return None;
+        }
+        let heights = self.spec.heights;
+        // Distinct prefixes per height (entries are in key order, so equal prefixes are adjacent).
+        let mut n = vec![0u64; heights as usize];
+        for (j, nj) in n.iter_mut().enumerate() {
+            let mut prev: Option<(u64, u64)> = None;
+            for &(h, b) in &self.entries {
+                let p = (h, b >> j);
+                if prev != Some(p) {
+                    *nj += 1;
+                    prev = Some(p);
+                }
+            }
+        }
+        let budget = self.spec.bits_per_key * self.keys as f64;
+        let sizes = allocate(&n, self.spec.range_buckets, budget, f64::from(PROBE_BUDGET) / 4.0);
+
+        let mut out = Vec::new();
+        out.extend_from_slice(&[b'R', VERSION]);
+        out.extend_from_slice(&(self.spec.key_len as u16).to_le_bytes());
+        out.push(self.spec.shift as u8);
+        out.push(heights as u8);
+        out.push(if self.foreign_any { FLAG_FOREIGN_ANY } else { 0 });
+        out.push(0);
+        let head_n = (self.heads.len() + self.foreign.len()) as u64;
+        let head_bits =
+            if head_n == 0 { 0 } else { (head_n * HEAD_BITS).max(64).next_multiple_of(8) };
+        let head_hashes = self
+            .heads
+            .iter()
+            .map(|&h| mix(h ^ TAG_HEAD))
+            .chain(self.foreign.iter().map(|&h| mix(h ^ TAG_FOREIGN)));
+        write_level(&mut out, head_bits, 7, head_hashes);
+        for (j, size) in sizes.iter().enumerate() {
+            let j = j as u32;
+            let mut prev: Option<(u64, u64)> = None;
+            let hashes = self.entries.iter().filter_map(|&(h, b)| {
+                let p = (h, b >> j);
+                (prev != Some(p)).then(|| {
+                    prev = Some(p);
+                    prefix_hash(h, j, b >> j)
+                })
+            });
+            write_level(&mut out, size.bits, size.k, hashes);
+        }
+        Some(out)
+    }
+}
+
+fn write_level(out: &mut Vec<u8>, bits: u64, k: u32, hashes: impl Iterator<Item = u64>) {
+    out.extend_from_slice(&bits.to_le_bytes());
+    out.push(k as u8);
+    let start = out.len();
+    out.resize(start + (bits / 8) as usize, 0);
+    if bits == 0 {
+        return;
+    }
+    let arr = &mut out[start..];
+    for h in hashes {
+        for bit in positions(h, bits, k) {
+            arr[(bit / 8) as usize] |= 1 << (bit % 8);
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Level {
+    off: usize,
+    bits: u64,
+    k: u32,
+}
+
+/// A decoded Rosetta filter (a view of the SST's filter block).
+#[derive(Debug, Clone)]
+pub(crate) struct Rosetta {
+    data: Bytes,
+    key_len: usize,
+    shift: u32,
+    foreign_any: bool,
+    head: Level,
+    levels: Vec<Level>,
+}
+
+impl Rosetta {
+    /// Decodes and bounds-checks a filter.
+    pub fn decode(data: Bytes) -> Result<Rosetta, String> {
+        if data.len() < HEADER_LEN || data[0] != b'R' {
+            return Err("not a range filter".into());
+        }
+        if data[1] != VERSION {
+            return Err(format!("range filter version {} unknown", data[1]));
+        }
+        let key_len = usize::from(u16::from_le_bytes([data[2], data[3]]));
+        let (shift, heights, flags) = (u32::from(data[4]), u32::from(data[5]), data[6]);
+        if key_len < 8 || shift >= 64 || heights > 65 {
+            return Err("range filter header out of range".into());
+        }
+        let mut at = HEADER_LEN;
+        let mut level = || -> Result<Level, String> {
+            let head = data.get(at..at + 9).ok_or("range filter truncated")?;
+            let bits = u64::from_le_bytes(head[..8].try_into().map_err(|_| "truncated")?);
+            let k = u32::from(head[8]);
+            let bytes = usize::try_from(bits / 8).map_err(|_| "range filter level too large")?;
+            if bits % 8 != 0 || (bits > 0 && !(1..=30).contains(&k)) {
+                return Err("range filter level malformed".into());
+            }
+            let off = at + 9;
+            if off.checked_add(bytes).is_none_or(|end| end > data.len()) {
+                return Err("range filter level out of bounds".into());
+            }
+            at = off + bytes;
+            Ok(Level { off, bits, k })
+        };
+        let head = level()?;
+        let levels = (0..heights).map(|_| level()).collect::<Result<Vec<_>, _>>()?;
+        Ok(Rosetta {
+            data,
+            key_len,
+            shift,
+            foreign_any: flags & FLAG_FOREIGN_ANY != 0,
+            head,
+            levels,
+        })
+    }
+
+    #[inline]
+    fn probe(&self, l: Level, h: u64) -> bool {
+        if l.bits == 0 {
+            return true;
+        }
+        let arr = &self.data[l.off..l.off + (l.bits / 8) as usize];
+        positions(h, l.bits, l.k).all(|bit| arr[(bit / 8) as usize] & (1 << (bit % 8)) != 0)
+    }
+
+    /// False only if no key of the file lies between `lo` and `hi`. Answers "maybe" (true) for
+    /// ranges that do not lie inside one head, and when the probe budget runs out.
+    pub fn may_overlap(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
+        let (Bound::Included(l) | Bound::Excluded(l)) = lo else { return true };
+        let (Bound::Included(h) | Bound::Excluded(h)) = hi else { return true };
+        let k = self.key_len;
+        if l.len() != k || h.len() != k || l[..k - 8] != h[..k - 8] {
+            return true;
+        }
+        // Keys of other lengths between the bounds share the head: the foreign entries.
+        if self.foreign_any {
+            return true;
+        }
+        let hh = head_hash(&l[..k - 8]);
+        if k > 8 {
+            if self.probe(self.head, mix(hh ^ TAG_FOREIGN)) {
+                return true;
+            }
+            if !self.probe(self.head, mix(hh ^ TAG_HEAD)) {
+                return false;
+            }
+        }
+        let a = match lo {
+            Bound::Excluded(_) => match tail(l).checked_add(1) {
+                Some(a) => a,
+                None => return false,
+            },
+            _ => tail(l),
+        };
+        let b = match hi {
+            Bound::Excluded(_) => match tail(h).checked_sub(1) {
+                Some(b) => b,
+                None => return false,
+            },
+            _ => tail(h),
+        };
+        if a > b {
+            return false;
+        }
+        let mut budget = PROBE_BUDGET;
+        let top = self.levels.len() as u32; // heights 0..top are stored
+        if top == 0 {
+            return true;
+        }
+        let (mut lo_b, hi_b) = (u128::from(a >> self.shift), u128::from(b >> self.shift));
+        while lo_b <= hi_b {
+            // The largest aligned block starting at lo_b inside [lo_b, hi_b].
+            let align = if lo_b == 0 { 128 } else { lo_b.trailing_zeros() };
+            let fit = 127 - (hi_b - lo_b + 1).leading_zeros();
+            let j = align.min(fit);
+            // Blocks above the stored heights are probed as their pieces at the top height.
+            let jj = j.min(top - 1);
+            let pieces = 1u128 << (j - jj);
+            if pieces > u128::from(budget) {
+                return true;
+            }
+            for i in 0..pieces {
+                let v = ((lo_b >> jj) + i) as u64;
+                if self.doubt(hh, jj, v, &mut budget) {
+                    return true;
+                }
+            }
+            lo_b += 1u128 << j;
+        }
+        false
+    }
+
+    /// True if prefix `v` at height `j` may have a key under it (Algorithm 2's `Doubt`).
+    fn doubt(&self, hh: u64, j: u32, v: u64, budget: &mut u32) -> bool {
+        if *budget == 0 {
+            return true;
+        }
+        *budget -= 1;
+        if !self.probe(self.levels[j as usize], prefix_hash(hh, j, v)) {
+            return false;
+        }
+        if j == 0 {
+            return true;
+        }
+        self.doubt(hh, j - 1, v << 1, budget) || self.doubt(hh, j - 1, (v << 1) | 1, budget)
+    }
+}
