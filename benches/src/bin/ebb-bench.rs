@@ -159,6 +159,34 @@ enum Cmd {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Empty short range queries (the Rosetta paper's workload): EbbDB with per-file Rosetta
+    /// filters against EbbDB without range filters and RocksDB with a prefix Bloom filter.
+    RangeQuery {
+        /// Keys loaded (uniform random 64-bit keys).
+        #[arg(long, default_value_t = 2_000_000)]
+        keys: u64,
+        /// Queries per distribution and range size.
+        #[arg(long, default_value_t = 20_000)]
+        queries: u64,
+        /// Range sizes in keys.
+        #[arg(long, value_delimiter = ',', default_value = "2,16,64")]
+        ranges: Vec<u64>,
+        /// Range filter (EbbDB) and Bloom filter (RocksDB) bits per key.
+        #[arg(long, default_value_t = 16)]
+        bits_per_key: u32,
+        /// Value size in bytes.
+        #[arg(long, default_value_t = 64)]
+        value_size: usize,
+        /// Page / block cache in bytes (both systems).
+        #[arg(long, default_value_t = 64 << 20)]
+        cache_size: usize,
+        /// Skip RocksDB (no librocksdb-dev here).
+        #[arg(long)]
+        no_rocksdb: bool,
+        /// Working directory (default: a temporary directory, removed afterwards).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Cluster ingest (single node vs 1 node RF=1 vs 3 nodes RF=3, all on this machine) and
     /// the time and bytes to move shard replicas onto a new node, by log replay and by snapshot.
     Cluster {
@@ -328,6 +356,35 @@ fn main() {
             if let Err(e) = ebb_benches::tsbs::ingest(&work, &sets, clients.max(1)) {
                 eprintln!("error: {e}");
                 std::process::exit(1);
+            }
+        }
+        Cmd::RangeQuery {
+            keys,
+            queries,
+            ranges,
+            bits_per_key,
+            value_size,
+            cache_size,
+            no_rocksdb,
+            dir,
+        } => {
+            let s = ebb_benches::range_query::Settings {
+                keys,
+                queries,
+                ranges: ranges.into_iter().filter(|&r| r >= 1).collect(),
+                value_size,
+                bits_per_key,
+                cache_size,
+                rocksdb: !no_rocksdb,
+            };
+            let mut tmp = None;
+            let work = work_dir(dir, &mut tmp);
+            match ebb_benches::range_query::run(&work, &s) {
+                Ok(lines) => lines.iter().for_each(|c| println!("{}", c.line())),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    std::process::exit(1);
+                }
             }
         }
         Cmd::Cluster { set, clients, shards, snapshot_every, baseline_bin, dir } => {
