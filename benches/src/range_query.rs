@@ -4,7 +4,6 @@
 //! filters, and RocksDB with a prefix Bloom filter (a small C++ driver built at run time against
 //! Debian's `librocksdb-dev`, `auto_prefix_mode`, prefix = the key without its last byte).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -175,26 +174,23 @@ fn run_rocksdb(
 ) -> Result<(Vec<f64>, u64), String> {
     let driver = build_driver(work)?;
     let file = work.join("range-query.workload");
-    let mut w = std::io::BufWriter::new(std::fs::File::create(&file).map_err(|e| e.to_string())?);
-    let mut put = |b: &[u8]| w.write_all(b).map_err(|e| e.to_string());
-    put(b"EBBRQW01")?;
-    put(&(keys.len() as u64).to_le_bytes())?;
-    put(&(s.value_size as u32).to_le_bytes())?;
-    put(&s.bits_per_key.to_le_bytes())?;
-    put(&7u32.to_le_bytes())?; // prefix: 7 of 8 bytes, so a range of up to 256 keys
-    put(&((DISTS.len() * s.ranges.len()) as u32).to_le_bytes())?;
-    put(&(qs.len() as u64).to_le_bytes())?;
+    let mut w: Vec<u8> = Vec::with_capacity(keys.len() * 8 + qs.len() * 20 + 64);
+    w.extend_from_slice(b"EBBRQW01");
+    w.extend_from_slice(&(keys.len() as u64).to_le_bytes());
+    w.extend_from_slice(&(s.value_size as u32).to_le_bytes());
+    w.extend_from_slice(&s.bits_per_key.to_le_bytes());
+    w.extend_from_slice(&7u32.to_le_bytes()); // prefix: 7 of 8 bytes, ranges of up to 256 keys
+    w.extend_from_slice(&((DISTS.len() * s.ranges.len()) as u32).to_le_bytes());
+    w.extend_from_slice(&(qs.len() as u64).to_le_bytes());
     for k in keys {
-        put(&k.to_le_bytes())?;
+        w.extend_from_slice(&k.to_le_bytes());
     }
     for &(lo, hi, c) in qs {
-        put(&lo.to_le_bytes())?;
-        put(&hi.to_le_bytes())?;
-        put(&c.to_le_bytes())?;
+        w.extend_from_slice(&lo.to_le_bytes());
+        w.extend_from_slice(&hi.to_le_bytes());
+        w.extend_from_slice(&c.to_le_bytes());
     }
-    drop(put);
-    w.flush().map_err(|e| e.to_string())?;
-    drop(w);
+    std::fs::write(&file, &w).map_err(|e| e.to_string())?;
     let out = Command::new(&driver)
         .arg(work.join("rocksdb"))
         .arg(&file)
