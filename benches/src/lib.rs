@@ -22,5 +22,6 @@ pub mod range_query;
 pub mod report;
 pub mod rocksdb;
 pub mod security;
+pub mod server_layout;
 pub mod tsbs;
 pub mod workload;

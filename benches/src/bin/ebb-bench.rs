@@ -187,6 +187,26 @@ enum Cmd {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// The KiWi+ layout and range filters through SQL: bytes a `DELETE ... WHERE time` of 10%
+    /// rewrites and one-host one-hour query latency, default engine against h = 1 without
+    /// range filters.
+    ServerLayout {
+        /// Hosts (series).
+        #[arg(long, default_value_t = 20_000)]
+        hosts: u64,
+        /// Points per host.
+        #[arg(long, default_value_t = 100)]
+        points: u64,
+        /// Seconds between two points of a host.
+        #[arg(long, default_value_t = 60)]
+        step_secs: u64,
+        /// One-host one-hour queries timed.
+        #[arg(long, default_value_t = 300)]
+        queries: u64,
+        /// Working directory (default: a temporary directory, removed afterwards).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Cluster ingest (single node vs 1 node RF=1 vs 3 nodes RF=3, all on this machine) and
     /// the time and bytes to move shard replicas onto a new node, by log replay and by snapshot.
     Cluster {
@@ -380,6 +400,18 @@ fn main() {
             let mut tmp = None;
             let work = work_dir(dir, &mut tmp);
             match ebb_benches::range_query::run(&work, &s) {
+                Ok(lines) => lines.iter().for_each(|c| println!("{}", c.line())),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    std::process::exit(1);
+                }
+            }
+        }
+        Cmd::ServerLayout { hosts, points, step_secs, queries, dir } => {
+            let s = ebb_benches::server_layout::Settings { hosts, points, step_secs, queries };
+            let mut tmp = None;
+            let work = work_dir(dir, &mut tmp);
+            match ebb_benches::server_layout::run(&work, &s) {
                 Ok(lines) => lines.iter().for_each(|c| println!("{}", c.line())),
                 Err(e) => {
                     eprintln!("error: {e}");
