@@ -5,7 +5,12 @@
 //!   memtable, and are flushed to level-0 SSTs by size and by age.
 //! - **SSTs** use the KiWi+ layout (see [`sst`]): delete tiles in sort-key order, pages inside a
 //!   tile ordered by the delete key (time), entries inside a page by sort key; per-page Bloom
-//!   filters, min/max keys and delete keys, checksums and compression.
+//!   filters, min/max keys and delete keys, checksums and compression. The tile size h of each
+//!   level follows the KiWi+ cost model on the operations the engine counts
+//!   ([`TileLayout::Tuned`], [`Engine::layout`]); each SST carries a Rosetta range filter
+//!   ([`filter`]) that one-series range scans probe before opening it.
+//!   Not yet here (see `DESIGN.md`): GRF (one global range filter per engine) and RangeReduce
+//!   (range scans writing their merged result back).
 //! - **Compaction** is leveled with size ratio T; the policy ([`compaction::policy`]) is a pure
 //!   function of the live files, the execution separate.
 //! - **Recovery**: version edits commit atomically through the manifest; on open a torn manifest

@@ -72,7 +72,9 @@ pub(crate) fn allocate(n: &[u64], range: u64, budget: f64, max_probes: f64) -> V
     for t in 0..n.len() {
         for phi_u in [0.5, 0.35, 0.2, 0.1, 0.05, 0.02] {
             let upper: f64 = n[1..=t].iter().map(|&x| x as f64 * bits_for(phi_u)).sum();
-            let b0 = (budget - upper) / n0 as f64;
+            // Past 32 bits per prefix a Bloom filter gains nothing measurable: keys that
+            // cluster in few buckets leave the rest of the budget unspent.
+            let b0 = ((budget - upper) / n0 as f64).min(32.0);
             if b0 < 1.0 {
                 continue;
             }

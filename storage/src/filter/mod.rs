@@ -66,7 +66,7 @@ impl RangeFilterSpec {
     /// The spec for ranges of about `range` tail units.
     pub fn for_range(opts: &RangeFilterOptions, range: u64) -> RangeFilterSpec {
         let per = 63 - opts.range_buckets.clamp(1, 1 << 20).leading_zeros(); // log2, rounded down
-        let shift = (64 - (range.max(1) - 1).leading_zeros()).saturating_sub(per);
+        let shift = (64 - (range.max(1) - 1).leading_zeros()).saturating_sub(per).min(63);
         let range_buckets = (range >> shift).max(1);
         let heights = (64 - range_buckets.leading_zeros() + 2).min(64 - shift + 1);
         RangeFilterSpec {

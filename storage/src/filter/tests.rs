@@ -172,3 +172,21 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn extreme_specs_do_not_overflow() {
+    let o = RangeFilterOptions { range_buckets: 1, ..opts(12, 10.0) };
+    for range in [0, 1, 2, u64::MAX / 2, u64::MAX - 1, u64::MAX] {
+        let spec = RangeFilterSpec::for_range(&o, range);
+        assert!(spec.shift < 64, "{spec:?}");
+        let keys: BTreeSet<Vec<u8>> = (0..50u64).map(|t| key12(1, t << 40)).collect();
+        let f = build(spec, &keys);
+        let (lo, hi) = (key12(1, 0), key12(1, u64::MAX));
+        assert!(f.may_overlap(Bound::Included(&lo), Bound::Included(&hi)));
+    }
+    // Every key in one bucket: the bottom level stays small.
+    let keys: BTreeSet<Vec<u8>> = (0..10_000u64).map(|t| key12(1, t)).collect();
+    let mut b = RosettaBuilder::new(RangeFilterSpec::for_range(&opts(12, 10.0), 1 << 40)).unwrap();
+    keys.iter().for_each(|k| b.add(k));
+    assert!(b.finish().unwrap().len() < 4096);
+}
