@@ -20,8 +20,12 @@ use bytes::Bytes;
 use super::alloc::allocate;
 use super::RangeFilterSpec;
 
-const VERSION: u8 = 1;
+/// Filter version: 2 uses cache-line blocked Bloom filters. Version 1 filters (plain Bloom
+/// filters, never in a release) are ignored: their files answer "maybe".
+const VERSION: u8 = 2;
 const HEADER_LEN: usize = 8;
+/// `decode`'s error for a filter of an older version (the table is read without it).
+pub(crate) const OLD_VERSION: &str = "range filter of an older version";
 const FLAG_FOREIGN_ANY: u8 = 1;
 const TAG_HEAD: u64 = 0x9e37_79b9_7f4a_7c15;
 const TAG_FOREIGN: u64 = 0xc2b2_ae3d_27d4_eb4f;
@@ -53,14 +57,17 @@ fn tail(key: &[u8]) -> u64 {
     u64::from_be_bytes(b)
 }
 
-/// The k bit positions of hash `h` in an array of `bits` bits (double hashing).
+/// Bits of one Bloom block: a probe touches one cache line.
+const BLOCK_BITS: u64 = 512;
+
+/// The k bit positions of hash `h` in an array of `bits` bits (a multiple of 512): one
+/// 512-bit block chosen by `h`, k bits inside it by double hashing of a second hash.
 #[inline]
 fn positions(h: u64, bits: u64, k: u32) -> impl Iterator<Item = u64> {
-    let h2 = h.rotate_left(32) | 1;
-    (0..u64::from(k)).map(move |i| {
-        let x = h.wrapping_add(i.wrapping_mul(h2));
-        ((u128::from(x) * u128::from(bits)) >> 64) as u64
-    })
+    let block = ((u128::from(h) * u128::from(bits / BLOCK_BITS)) >> 64) as u64 * BLOCK_BITS;
+    let g = mix(h ^ 0x5851_f42d_4c95_7f2d);
+    let g2 = g.rotate_left(32) | 1;
+    (0..u64::from(k)).map(move |i| block + (g.wrapping_add(i.wrapping_mul(g2)) >> 55))
 }
 
 /// Collects the keys of one SST (in key order) and encodes its filter.
@@ -163,7 +170,7 @@ impl RosettaBuilder {
         out.push(0);
         let head_n = (self.heads.len() + self.foreign.len()) as u64;
         let head_bits =
-            if head_n == 0 { 0 } else { (head_n * HEAD_BITS).max(64).next_multiple_of(8) };
+            if head_n == 0 { 0 } else { (head_n * HEAD_BITS).next_multiple_of(BLOCK_BITS) };
         let head_hashes = self
             .heads
             .iter()
@@ -226,6 +233,9 @@ impl Rosetta {
         if data.len() < HEADER_LEN || data[0] != b'R' {
             return Err("not a range filter".into());
         }
+        if data[1] == 1 {
+            return Err(OLD_VERSION.into());
+        }
         if data[1] != VERSION {
             return Err(format!("range filter version {} unknown", data[1]));
         }
@@ -240,7 +250,7 @@ impl Rosetta {
             let bits = u64::from_le_bytes(head[..8].try_into().map_err(|_| "truncated")?);
             let k = u32::from(head[8]);
             let bytes = usize::try_from(bits / 8).map_err(|_| "range filter level too large")?;
-            if bits % 8 != 0 || (bits > 0 && !(1..=30).contains(&k)) {
+            if bits % BLOCK_BITS != 0 || (bits > 0 && !(1..=30).contains(&k)) {
                 return Err("range filter level malformed".into());
             }
             let off = at + 9;

@@ -110,7 +110,7 @@ fn empty_short_ranges_are_mostly_filtered() {
             fp += u32::from(f.may_overlap(lo, hi));
         }
         let rate = f64::from(fp) / f64::from(n);
-        assert!(rate < 0.04, "correlated {correlated}: false-positive rate {rate}");
+        assert!(rate < 0.12, "correlated {correlated}: false-positive rate {rate}");
     }
 }
 

@@ -16,7 +16,7 @@ use crate::batch::EntryKind;
 use crate::cache::PageCache;
 use crate::coding::{u32_at, u64_at};
 use crate::error::IoContext;
-use crate::filter::rosetta::Rosetta;
+use crate::filter::rosetta::{Rosetta, OLD_VERSION};
 use crate::gloran::piece::{before_end, find, Piece, SeqList};
 use crate::{Error, Result};
 
@@ -126,9 +126,11 @@ impl Table {
             Some((off, len)) => {
                 let (off, len) = (off as usize, len as usize);
                 let bytes = filters.slice(off..off + len); // bounds checked by `validate_index`
-                let f = Rosetta::decode(bytes)
-                    .map_err(|why| corrupt(blocks[0].0, &format!("range filter: {why}")))?;
-                Some(f)
+                match Rosetta::decode(bytes) {
+                    Ok(f) => Some(f),
+                    Err(why) if why == OLD_VERSION => None,
+                    Err(why) => return Err(corrupt(blocks[0].0, &format!("range filter: {why}"))),
+                }
             }
         };
         Ok(Table {
