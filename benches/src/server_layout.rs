@@ -25,6 +25,8 @@ pub struct Settings {
     pub step_secs: u64,
     /// One-host one-hour queries timed.
     pub queries: u64,
+    /// Decoded page cache per side, bytes.
+    pub page_cache: usize,
 }
 
 const HOUR_NS: i64 = 3_600_000_000_000;
@@ -33,8 +35,9 @@ fn step_ns(s: &Settings) -> i64 {
     s.step_secs.max(1) as i64 * 1_000_000_000
 }
 
-fn options(tuned: bool) -> Options {
+fn options(s: &Settings, tuned: bool) -> Options {
     let base = Options {
+        page_cache_bytes: s.page_cache,
         write_buffer_size: 2 << 20,
         base_level_size: 4 << 20,
         target_file_size: 2 << 20,
@@ -60,7 +63,7 @@ fn err(e: impl std::fmt::Display) -> String {
 }
 
 async fn run_one(dir: &Path, s: &Settings, tuned: bool, start_ns: i64) -> Result<Run, String> {
-    let db = Arc::new(Database::open(dir, options(tuned)).map_err(err)?);
+    let db = Arc::new(Database::open(dir, options(s, tuned)).map_err(err)?);
     let sql = SqlSession::new(db.clone(), "public");
     sql.query("CREATE TABLE cpu (host TAG, usage FLOAT) WITH (retention = '3650d')")
         .await

@@ -203,6 +203,9 @@ enum Cmd {
         /// One-host one-hour queries timed.
         #[arg(long, default_value_t = 300)]
         queries: u64,
+        /// Decoded page cache per side, in MiB.
+        #[arg(long, default_value_t = 64)]
+        page_cache_mb: usize,
         /// Working directory (default: a temporary directory, removed afterwards).
         #[arg(long)]
         dir: Option<PathBuf>,
@@ -407,8 +410,14 @@ fn main() {
                 }
             }
         }
-        Cmd::ServerLayout { hosts, points, step_secs, queries, dir } => {
-            let s = ebb_benches::server_layout::Settings { hosts, points, step_secs, queries };
+        Cmd::ServerLayout { hosts, points, step_secs, queries, page_cache_mb, dir } => {
+            let s = ebb_benches::server_layout::Settings {
+                hosts,
+                points,
+                step_secs,
+                queries,
+                page_cache: page_cache_mb << 20,
+            };
             let mut tmp = None;
             let work = work_dir(dir, &mut tmp);
             match ebb_benches::server_layout::run(&work, &s) {
