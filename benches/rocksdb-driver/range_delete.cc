@@ -13,6 +13,8 @@
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
 
+#include "driver_common.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -23,19 +25,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-static void die(const std::string& m) {
-  std::fprintf(stderr, "error: %s\n", m.c_str());
-  std::exit(1);
-}
-
-template <typename T>
-static T rd(std::ifstream& f) {
-  T v;
-  f.read(reinterpret_cast<char*>(&v), sizeof(T));
-  if (!f) die("truncated workload file");
-  return v;
-}
 
 static std::string key(uint32_t id, uint32_t key_size) {
   std::string k(key_size, '0');
@@ -55,17 +44,6 @@ static void stats(const char* name, std::vector<double>& v) {
   for (double x : v) sum += x;
   auto q = [&](double p) { return v[std::min(v.size() - 1, (size_t)(p * v.size()))]; };
   std::printf("stat %s %zu %.3f %.3f %.3f\n", name, v.size(), sum / v.size(), q(0.5), q(0.99));
-}
-
-static void wait_idle(rocksdb::DB* db) {
-  for (int i = 0; i < 36000; i++) {
-    uint64_t flushes = 0, compactions = 0, pending = 0;
-    db->GetIntProperty("rocksdb.num-running-flushes", &flushes);
-    db->GetIntProperty("rocksdb.num-running-compactions", &compactions);
-    db->GetIntProperty("rocksdb.compaction-pending", &pending);
-    if (flushes == 0 && compactions == 0 && pending == 0) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
 }
 
 int main(int argc, char** argv) {

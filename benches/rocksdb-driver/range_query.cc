@@ -15,6 +15,8 @@
 #include <rocksdb/slice_transform.h>
 #include <rocksdb/table.h>
 
+#include "driver_common.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -26,34 +28,10 @@
 #include <thread>
 #include <vector>
 
-static void die(const std::string& m) {
-  std::fprintf(stderr, "error: %s\n", m.c_str());
-  std::exit(1);
-}
-
-template <typename T>
-static T rd(std::ifstream& f) {
-  T v;
-  f.read(reinterpret_cast<char*>(&v), sizeof(T));
-  if (!f) die("truncated workload file");
-  return v;
-}
-
 static std::string be(uint64_t x) {
   std::string k(8, '\0');
   for (int i = 0; i < 8; i++) k[i] = (char)((x >> (8 * (7 - i))) & 0xff);
   return k;
-}
-
-static void wait_idle(rocksdb::DB* db) {
-  for (int i = 0; i < 36000; i++) {
-    uint64_t flushes = 0, compactions = 0, pending = 0;
-    db->GetIntProperty("rocksdb.num-running-flushes", &flushes);
-    db->GetIntProperty("rocksdb.num-running-compactions", &compactions);
-    db->GetIntProperty("rocksdb.compaction-pending", &pending);
-    if (flushes == 0 && compactions == 0 && pending == 0) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
 }
 
 int main(int argc, char** argv) {

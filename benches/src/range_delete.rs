@@ -7,7 +7,7 @@
 //! is reported per class. Both systems run the identical operation sequence.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
@@ -249,26 +249,6 @@ pub fn run_ebb(
     }
     e.close().map_err(|e| e.to_string())?;
     Ok(f)
-}
-
-/// Builds the RocksDB driver into `out` (needs a C++ compiler and `librocksdb-dev`).
-pub fn build_driver(out: &Path) -> Result<PathBuf, String> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("rocksdb-driver/range_delete.cc");
-    let bin = out.join("ebb-rocksdb-range-delete");
-    let status = Command::new("c++")
-        .args(["-O2", "-std=c++17"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&bin)
-        .args(["-lrocksdb", "-lpthread"])
-        .status()
-        .map_err(|e| format!("cannot run c++: {e}"))?;
-    if !status.success() {
-        return Err(
-            "building the RocksDB driver failed (apt-get install librocksdb-dev g++)".into()
-        );
-    }
-    Ok(bin)
 }
 
 /// Runs the workload file on RocksDB through the driver.

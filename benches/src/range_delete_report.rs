@@ -144,7 +144,7 @@ pub fn run(
     );
     std::fs::create_dir_all(work).map_err(|e| e.to_string())?;
     let driver = if systems.contains(&System::Rocksdb) {
-        Some(range_delete::build_driver(work)?)
+        Some(crate::rocksdb::build_driver("range_delete", work)?)
     } else {
         None
     };

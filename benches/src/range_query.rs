@@ -4,7 +4,7 @@
 //! filters, and RocksDB with a prefix Bloom filter (a small C++ driver built at run time against
 //! Debian's `librocksdb-dev`, `auto_prefix_mode`, prefix = the key without its last byte).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
@@ -146,33 +146,13 @@ fn run_ebb(
     Ok((sum.iter().zip(&n).map(|(s, &n)| s / n.max(1) as f64).collect(), found))
 }
 
-/// Builds the RocksDB driver into `out` (needs a C++ compiler and `librocksdb-dev`).
-fn build_driver(out: &Path) -> Result<PathBuf, String> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("rocksdb-driver/range_query.cc");
-    let bin = out.join("ebb-rocksdb-range-query");
-    let status = Command::new("c++")
-        .args(["-O2", "-std=c++17"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&bin)
-        .args(["-lrocksdb", "-lpthread"])
-        .status()
-        .map_err(|e| format!("cannot run c++: {e}"))?;
-    if !status.success() {
-        return Err(
-            "building the RocksDB driver failed (apt-get install librocksdb-dev g++)".into()
-        );
-    }
-    Ok(bin)
-}
-
 fn run_rocksdb(
     work: &Path,
     s: &Settings,
     keys: &[u64],
     qs: &[Query],
 ) -> Result<(Vec<f64>, u64), String> {
-    let driver = build_driver(work)?;
+    let driver = crate::rocksdb::build_driver("range_query", work)?;
     let file = work.join("range-query.workload");
     let mut w: Vec<u8> = Vec::with_capacity(keys.len() * 8 + qs.len() * 20 + 64);
     w.extend_from_slice(b"EBBRQW01");

@@ -1,6 +1,7 @@
-//! Runs RocksDB's own `db_bench` (Debian package `rocksdb-tools`) and parses its figures.
+//! Runs RocksDB's own `db_bench` (Debian package `rocksdb-tools`) and parses its figures, and
+//! builds the small C++ drivers other benchmarks run RocksDB through.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Settings shared by both sides of the engine benchmark.
@@ -26,6 +27,27 @@ pub struct DbBenchSettings {
     pub cache_size: usize,
     /// Block / page size in bytes.
     pub block_size: usize,
+}
+
+/// Builds the RocksDB driver `rocksdb-driver/{name}.cc` into `out` (needs a C++ compiler and
+/// Debian's `librocksdb-dev`).
+pub fn build_driver(name: &str, out: &Path) -> Result<PathBuf, String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("rocksdb-driver/{name}.cc"));
+    let bin = out.join(format!("ebb-rocksdb-{name}"));
+    let status = Command::new("c++")
+        .args(["-O2", "-std=c++17"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&bin)
+        .args(["-lrocksdb", "-lpthread"])
+        .status()
+        .map_err(|e| format!("cannot run c++: {e}"))?;
+    if !status.success() {
+        return Err(format!(
+            "building the RocksDB driver {name} failed (apt-get install librocksdb-dev g++)"
+        ));
+    }
+    Ok(bin)
 }
 
 /// One parsed `db_bench` result line.
