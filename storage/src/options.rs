@@ -139,6 +139,11 @@ pub struct Options {
     pub base_level_size: u64,
     /// Number of levels including level 0.
     pub num_levels: usize,
+    /// Level-Renaming (RangeReduce): when the deepest non-empty level reaches its target size
+    /// and the level below it is empty, every level from 1 down moves one level deeper in one
+    /// manifest edit (no data is rewritten), instead of compacting file by file into the empty
+    /// level; each renamed level is then about `1 / T` full. Off by default.
+    pub level_renaming: bool,
     /// Target size of one SST file produced by compaction.
     pub target_file_size: u64,
     /// Target size of one page before compression.
@@ -291,6 +296,7 @@ impl Default for Options {
             size_ratio: 10,
             base_level_size: 256 << 20,
             num_levels: 7,
+            level_renaming: false,
             target_file_size: 64 << 20,
             page_size: 4096,
             tiles: TileLayout::Tuned(LayoutTuning::default()),

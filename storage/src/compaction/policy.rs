@@ -72,6 +72,18 @@ pub fn pick(levels: &[Vec<&FileMeta>], opts: &Options) -> Option<CompactionTask>
     Some(task_for(levels, level, &[*file], CompactionReason::LevelSize(score)))
 }
 
+/// With [`Options::level_renaming`]: the deepest non-empty level `d >= 1`, if it reached its
+/// target size and level `d + 1` exists and is empty (levels `1..=d` then move down by one).
+pub fn level_rename(levels: &[Vec<&FileMeta>], opts: &Options) -> Option<usize> {
+    if !opts.level_renaming {
+        return None;
+    }
+    let d = (1..levels.len()).rev().find(|&l| !levels[l].is_empty())?;
+    let below = levels.get(d + 1)?;
+    let size: u64 = levels[d].iter().map(|f| f.size).sum();
+    (below.is_empty() && size >= opts.level_target_size(d)).then_some(d)
+}
+
 fn overlap_bytes(files: &[&FileMeta], f: &FileMeta) -> u64 {
     files.iter().filter(|o| o.overlaps(Some(f.smallest()), Some(f.largest()))).map(|o| o.size).sum()
 }
@@ -207,5 +219,22 @@ mod tests {
             vec![],
         ];
         assert_eq!(pick(&view(&levels), &opts()).unwrap().level, 0);
+    }
+
+    #[test]
+    fn level_renaming_only_when_the_deepest_level_is_full_and_room_below() {
+        let big = file(1, 0, 100, 300 << 20);
+        let small = file(2, 0, 100, 1 << 20);
+        let opts = Options { level_renaming: true, num_levels: 4, ..Options::default() };
+        let l = |files: Vec<Vec<&FileMeta>>| level_rename(&files, &opts);
+        // Level 1 over its 256 MiB target, level 2 empty: rename levels 1..=1.
+        assert_eq!(l(vec![vec![], vec![&big], vec![], vec![]]), Some(1));
+        // Deepest level not full, or no room below it: no rename.
+        assert_eq!(l(vec![vec![], vec![&small], vec![], vec![]]), None);
+        assert_eq!(l(vec![vec![], vec![&big], vec![&small], vec![]]), None);
+        assert_eq!(l(vec![vec![], vec![], vec![], vec![&big]]), None);
+        assert_eq!(l(vec![vec![&big], vec![], vec![], vec![]]), None, "level 0 is not renamed");
+        let off = Options { level_renaming: false, ..opts.clone() };
+        assert_eq!(level_rename(&[vec![], vec![&big], vec![], vec![]], &off), None);
     }
 }

@@ -29,6 +29,10 @@ impl Inner {
         {
             let sv = self.current();
             let metas = sv.version.metas();
+            if let Some(deepest) = policy::level_rename(&metas, &self.opts) {
+                self.rename_levels(&sv.version, deepest)?;
+                return Ok(true);
+            }
             let task = self.pick_deadline(&metas).or_else(|| policy::pick(&metas, &self.opts));
             let Some(task) = task else { return Ok(false) };
             self.run_task(&sv.version, &task)?;
@@ -79,6 +83,33 @@ impl Inner {
         }
         // Range deletes now applied everywhere they could be are collected by a full index merge.
         self.compact_index_fully()
+    }
+
+    /// Level-Renaming: moves every file of levels `1..=deepest` one level down, in one edit.
+    fn rename_levels(&self, v: &Version, deepest: usize) -> Result<()> {
+        let started = std::time::Instant::now();
+        let mut edit = VersionEdit::default();
+        let mut moved = Vec::new();
+        for level in 1..=deepest {
+            for t in &v.levels[level] {
+                edit.deleted.push((level as u32, t.id()));
+                edit.added.push((level as u32 + 1, t.meta().clone()));
+                moved.push(t.clone());
+            }
+        }
+        let n = moved.len();
+        self.commit(edit, &Opened::tables(moved), None)?;
+        let r = super::CompactionRecord {
+            kind: "level_rename",
+            reason: "size",
+            level: 1,
+            output_level: deepest + 1,
+            input_files: n,
+            output_files: n,
+            ..Default::default()
+        };
+        self.record_history(started, r);
+        self.advance_ledger()
     }
 
     fn find_tables(&self, v: &Version, level: usize, ids: &[u64]) -> Result<Vec<Arc<Table>>> {

@@ -14,7 +14,7 @@ pub const HISTORY_LEN: usize = 1024;
 pub struct CompactionRecord {
     /// When it finished (engine clock, ms since the Unix epoch).
     pub finished_at_ms: u64,
-    /// `flush`, `compaction`, `trivial_move` or `time_window`.
+    /// `flush`, `compaction`, `trivial_move`, `level_rename` or `time_window`.
     pub kind: &'static str,
     /// Why: `level0`, `size`, `manual`, `deadline`, `memtable`, `window`.
     pub reason: &'static str,

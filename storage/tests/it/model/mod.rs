@@ -315,6 +315,7 @@ fn options_strategy(wal: bool, mode: RangeDeleteMode) -> impl Strategy<Value = O
     )
         .prop_map(move |(h, c, cache, background, rf)| Options {
             background_threads: background && std::env::var("EBB_MODEL_INLINE").is_err(),
+            level_renaming: h == 2,
             ..small_options(
                 wal,
                 mode,
