@@ -144,6 +144,12 @@ pub struct Options {
     /// manifest edit (no data is rewritten), instead of compacting file by file into the empty
     /// level; each renamed level is then about `1 / T` full. Off by default.
     pub level_renaming: bool,
+    /// RangeReduce's Bounded-Merge (see `engine::reduce`): `Some(ratio)` lets a range scan
+    /// that merged the levels trigger a compaction of the level-`i` files in its range into
+    /// level `i + 1` when level `i` holds at least half a file of the range and at least
+    /// `ratio` times what level `i + 1` holds of it (the paper's best ratio is about `1 / T`).
+    /// Off (`None`) by default.
+    pub range_reduce: Option<f64>,
     /// Target size of one SST file produced by compaction.
     pub target_file_size: u64,
     /// Target size of one page before compression.
@@ -297,6 +303,7 @@ impl Default for Options {
             base_level_size: 256 << 20,
             num_levels: 7,
             level_renaming: false,
+            range_reduce: None,
             target_file_size: 64 << 20,
             page_size: 4096,
             tiles: TileLayout::Tuned(LayoutTuning::default()),
@@ -398,6 +405,9 @@ impl Options {
             if f.range_buckets == 0 || f.default_range == 0 {
                 return bad("range_filter: range_buckets and default_range must be positive");
             }
+        }
+        if self.range_reduce.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+            return bad("range_reduce: the ratio must be a positive number");
         }
         if let Compression::Zstd(l) = self.compression {
             if !(1..=22).contains(&l) {

@@ -12,6 +12,8 @@ pub enum CompactionReason {
     LevelSize(f64),
     /// Requested through `compact_range`.
     Manual,
+    /// A range scan merged these levels (RangeReduce's Bounded-Merge).
+    RangeReduce,
     /// A delete deadline (FADE) forced it, this long after the deadline.
     Deadline {
         /// Milliseconds past the deadline when picked (0: picked at the deadline).

@@ -34,7 +34,7 @@ impl Inner {
                 return Ok(true);
             }
             let task = self.pick_deadline(&metas).or_else(|| policy::pick(&metas, &self.opts));
-            let Some(task) = task else { return Ok(false) };
+            let Some(task) = task else { return self.reduce_once() };
             self.run_task(&sv.version, &task)?;
         }
         // The inputs are released now (unless a reader still holds them).
@@ -123,12 +123,13 @@ impl Inner {
     }
 
     /// Executes `task`; returns the ids of the files it added.
-    fn run_task(&self, v: &Version, task: &CompactionTask) -> Result<Vec<u64>> {
+    pub(super) fn run_task(&self, v: &Version, task: &CompactionTask) -> Result<Vec<u64>> {
         let started = std::time::Instant::now();
         let reason = match task.reason {
             CompactionReason::Level0FileCount => "level0",
             CompactionReason::LevelSize(_) => "size",
             CompactionReason::Manual => "manual",
+            CompactionReason::RangeReduce => "range_reduce",
             CompactionReason::Deadline { .. } => "deadline",
         };
         let record = super::CompactionRecord {

@@ -13,6 +13,7 @@ mod layout;
 mod open;
 mod ranges;
 mod read;
+mod reduce;
 mod retention;
 mod stats;
 mod tombstones;
@@ -135,6 +136,8 @@ pub(crate) struct Inner {
     rules: RwLock<Arc<Vec<retention::Rule>>>,
     /// Operations counted for the KiWi+ layout, and the layout they give.
     layout: layout::LayoutState,
+    /// Ranges recent scans merged (RangeReduce).
+    reduce_hints: reduce::Hints,
     _lock_file: File,
 }
 

@@ -109,7 +109,10 @@ impl Engine {
             Bound::Included(k) | Bound::Excluded(k) => Some(k.as_slice()),
             Bound::Unbounded => None,
         };
-        let _ = self.inner.layout.counters.scan(lo, hi);
+        let short = self.inner.layout.counters.scan(lo, hi);
+        if let (false, Some(l), Some(h)) = (short, lo, hi) {
+            self.inner.hint_range(l, h);
+        }
         let prune = Prune {
             end: match &end {
                 Bound::Included(k) => Some((k.clone(), true)),

@@ -174,6 +174,16 @@ impl Table {
         self.range_filter.as_ref().is_none_or(|f| f.may_overlap(lo, hi))
     }
 
+    /// Bytes of the pages whose key range meets `[lo, hi]` (an estimate of the file's data in
+    /// the range, from the index alone).
+    pub fn range_bytes(&self, lo: &[u8], hi: &[u8]) -> u64 {
+        let pages = self.index.pages.iter();
+        pages
+            .filter(|p| p.max_key.as_slice() >= lo && p.min_key.as_slice() <= hi)
+            .map(|p| u64::from(p.len))
+            .sum()
+    }
+
     /// True if the file has a range filter.
     pub fn has_range_filter(&self) -> bool {
         self.range_filter.is_some()

@@ -14,6 +14,7 @@ mod layout;
 mod model;
 mod range_delete;
 mod range_filter;
+mod range_reduce;
 mod requests;
 mod retention;
 mod time_window;

@@ -316,6 +316,8 @@ fn options_strategy(wal: bool, mode: RangeDeleteMode) -> impl Strategy<Value = O
         .prop_map(move |(h, c, cache, background, rf)| Options {
             background_threads: background && std::env::var("EBB_MODEL_INLINE").is_err(),
             level_renaming: h == 2,
+            // Scans then trigger query-driven compactions (RangeReduce), crashes included.
+            range_reduce: (h == 4).then_some(0.25),
             ..small_options(
                 wal,
                 mode,
