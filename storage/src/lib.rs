@@ -9,8 +9,9 @@
 //!   level follows the KiWi+ cost model on the operations the engine counts
 //!   ([`TileLayout::Tuned`], [`Engine::layout`]); each SST carries a Rosetta range filter
 //!   ([`filter`]) that one-series range scans probe before opening it.
-//!   Not yet here (see `DESIGN.md`): GRF (one global range filter per engine) and RangeReduce
-//!   (range scans writing their merged result back).
+//!   RangeReduce (off by default): Level-Renaming ([`Options::level_renaming`]) and
+//!   Bounded-Merge as query-driven compaction ([`Options::range_reduce`]); unlike the paper,
+//!   whole files move, after the scan. Not yet here: GRF (one global range filter per engine).
 //! - **Compaction** is leveled with size ratio T; the policy ([`compaction::policy`]) is a pure
 //!   function of the live files, the execution separate.
 //! - **Recovery**: version edits commit atomically through the manifest; on open a torn manifest
