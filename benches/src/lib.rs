@@ -19,6 +19,7 @@ pub mod range_delete;
 pub mod range_delete_plot;
 pub mod range_delete_report;
 pub mod range_query;
+pub mod range_reduce;
 pub mod report;
 pub mod rocksdb;
 pub mod security;

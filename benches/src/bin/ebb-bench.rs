@@ -183,6 +183,10 @@ enum Cmd {
         /// Skip RocksDB (no librocksdb-dev here).
         #[arg(long)]
         no_rocksdb: bool,
+        /// Which part: `filters` (empty short ranges) or `reduce` (RangeReduce on a recurring
+        /// range workload with updates, on against off).
+        #[arg(long, default_value = "filters")]
+        part: String,
         /// Working directory (default: a temporary directory, removed afterwards).
         #[arg(long)]
         dir: Option<PathBuf>,
@@ -389,8 +393,27 @@ fn main() {
             value_size,
             cache_size,
             no_rocksdb,
+            part,
             dir,
         } => {
+            if part == "reduce" {
+                let s = ebb_benches::range_reduce::Settings {
+                    keys,
+                    updates: keys,
+                    scans: queries,
+                    range: 10_000,
+                };
+                let mut tmp = None;
+                let work = work_dir(dir, &mut tmp);
+                match ebb_benches::range_reduce::run(&work, &s) {
+                    Ok(lines) => lines.iter().for_each(|c| println!("{}", c.line())),
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        std::process::exit(1);
+                    }
+                }
+                return;
+            }
             let s = ebb_benches::range_query::Settings {
                 keys,
                 queries,

@@ -1,7 +1,7 @@
 //! Range filters: does a file hold any key in `[lo, hi]`, answered from memory before the file
 //! is opened.
 //!
-//! - [`rosetta`]: Rosetta (Luo et al., SIGMOD 2020), one per SST: a Bloom filter per binary
+//! - `rosetta`: Rosetta (Luo et al., SIGMOD 2020), one per SST: a Bloom filter per binary
 //!   prefix length of the key's time part, so a short range is decomposed into dyadic prefixes,
 //!   each probed once and "doubted" down to the finest level. Built at flush and compaction,
 //!   stored in the SST's filter block.
