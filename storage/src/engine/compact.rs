@@ -31,11 +31,14 @@ impl Inner {
             let metas = sv.version.metas();
             if let Some(deepest) = policy::level_rename(&metas, &self.opts) {
                 self.rename_levels(&sv.version, deepest)?;
-                return Ok(true);
+            } else {
+                // Due compactions first; a scan's range (RangeReduce) only when none is due.
+                let task = self.pick_deadline(&metas).or_else(|| policy::pick(&metas, &self.opts));
+                let Some(task) = task.or_else(|| self.reduce_task(&sv.version)) else {
+                    return Ok(false);
+                };
+                self.run_task(&sv.version, &task)?;
             }
-            let task = self.pick_deadline(&metas).or_else(|| policy::pick(&metas, &self.opts));
-            let Some(task) = task else { return self.reduce_once() };
-            self.run_task(&sv.version, &task)?;
         }
         // The inputs are released now (unless a reader still holds them).
         self.advance_ledger()?;
@@ -109,7 +112,7 @@ impl Inner {
             ..Default::default()
         };
         self.record_history(started, r);
-        self.advance_ledger()
+        Ok(())
     }
 
     fn find_tables(&self, v: &Version, level: usize, ids: &[u64]) -> Result<Vec<Arc<Table>>> {
@@ -123,7 +126,7 @@ impl Inner {
     }
 
     /// Executes `task`; returns the ids of the files it added.
-    pub(super) fn run_task(&self, v: &Version, task: &CompactionTask) -> Result<Vec<u64>> {
+    fn run_task(&self, v: &Version, task: &CompactionTask) -> Result<Vec<u64>> {
         let started = std::time::Instant::now();
         let reason = match task.reason {
             CompactionReason::Level0FileCount => "level0",

@@ -131,22 +131,22 @@ impl Engine {
         for m in &sv.imms {
             children.push(Box::new(MemCursor::new(m.clone())));
         }
-        // Range filters answer for bounded ranges (one series: the filter checks the heads).
-        let bounded = lo.is_some() && hi.is_some();
+        // Range filters answer for ranges inside one head (one series).
         let c = &self.inner.counters;
         let wanted = |t: &Arc<crate::sst::Table>| {
             if !t.meta().overlaps(lo, hi) {
                 return false;
             }
-            if !bounded || !t.has_range_filter() {
-                return true;
+            match t.may_hold(as_ref(&start), as_ref(&end)) {
+                None => true,
+                Some(keep) => {
+                    c.range_filter_probes.fetch_add(1, Ordering::Relaxed);
+                    if !keep {
+                        c.range_filter_skips.fetch_add(1, Ordering::Relaxed);
+                    }
+                    keep
+                }
             }
-            c.range_filter_probes.fetch_add(1, Ordering::Relaxed);
-            let keep = t.may_hold(as_ref(&start), as_ref(&end));
-            if !keep {
-                c.range_filter_skips.fetch_add(1, Ordering::Relaxed);
-            }
-            keep
         };
         for t in &sv.version.levels[0] {
             if wanted(t) {

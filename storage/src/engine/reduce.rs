@@ -15,8 +15,8 @@ use std::collections::VecDeque;
 use parking_lot::Mutex;
 
 use super::Inner;
-use crate::compaction::policy::{self, CompactionReason};
-use crate::Result;
+use crate::compaction::policy::{self, CompactionReason, CompactionTask};
+use crate::version::Version;
 
 /// Scans remembered for a write-back at most.
 const MAX_HINTS: usize = 16;
@@ -59,22 +59,18 @@ impl Inner {
         }
     }
 
-    /// Runs one query-driven compaction if a remembered range passes the gates.
-    pub(super) fn reduce_once(&self) -> Result<bool> {
-        let Some(ratio) = self.opts.range_reduce else { return Ok(false) };
+    /// The query-driven compaction of the newest remembered range that passes the gates
+    /// (ranges that do not are forgotten).
+    pub(super) fn reduce_task(&self, v: &Version) -> Option<CompactionTask> {
+        let ratio = self.opts.range_reduce?;
         while let Some((lo, hi)) = self.reduce_hints.pop() {
-            let sv = self.current();
-            let v = &sv.version;
             let (l, h) = (Some(lo.as_slice()), Some(hi.as_slice()));
             let est: Vec<u64> = v
                 .levels
                 .iter()
                 .map(|files| {
-                    files
-                        .iter()
-                        .filter(|t| t.meta().overlaps(l, h))
-                        .map(|t| t.range_bytes(&lo, &hi))
-                        .sum()
+                    let touched = files.iter().filter(|t| t.meta().overlaps(l, h));
+                    touched.map(|t| t.range_bytes(&lo, &hi)).sum()
                 })
                 .collect();
             let half = self.opts.target_file_size / 2;
@@ -82,11 +78,9 @@ impl Inner {
             let metas = v.metas();
             let inputs: Vec<_> =
                 metas[level].iter().copied().filter(|f| f.overlaps(l, h)).collect();
-            let task = policy::task_for(&metas, level, &inputs, CompactionReason::RangeReduce);
-            self.run_task(v, &task)?;
-            return Ok(true);
+            return Some(policy::task_for(&metas, level, &inputs, CompactionReason::RangeReduce));
         }
-        Ok(false)
+        None
     }
 }
 

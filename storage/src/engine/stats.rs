@@ -71,7 +71,7 @@ pub struct EngineStats {
     pub window_bytes_read: u64,
     /// Time-window deletes: bytes appended to files (pages, filter and index blocks, footers).
     pub window_bytes_written: u64,
-    /// Range scans: files whose range filter was probed.
+    /// Range scans inside one head (series): files whose range filter was probed.
     pub range_filter_probes: u64,
     /// Of those, files the filter showed hold nothing in the range (not opened).
     pub range_filter_skips: u64,

@@ -51,7 +51,8 @@ fn prefix_hash(head: u64, height: u32, value: u64) -> u64 {
     mix(head ^ mix(value.wrapping_add(u64::from(height + 1).wrapping_mul(TAG_HEAD))))
 }
 
-fn tail(key: &[u8]) -> u64 {
+/// The last 8 bytes of a key (at least 8 bytes long) as a big-endian integer: the time.
+pub(crate) fn tail(key: &[u8]) -> u64 {
     let mut b = [0u8; 8];
     b.copy_from_slice(&key[key.len() - 8..]);
     u64::from_be_bytes(b)
@@ -281,15 +282,27 @@ impl Rosetta {
         positions(h, l.bits, l.k).all(|bit| arr[(bit / 8) as usize] & (1 << (bit % 8)) != 0)
     }
 
+    /// True if the filter can tell anything about `[lo, hi]`: both bounds are keys of the
+    /// filter's length with one head.
+    pub fn answers(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
+        let k = self.key_len;
+        match (lo, hi) {
+            (Bound::Included(l) | Bound::Excluded(l), Bound::Included(h) | Bound::Excluded(h)) => {
+                l.len() == k && h.len() == k && l[..k - 8] == h[..k - 8]
+            }
+            _ => false,
+        }
+    }
+
     /// False only if no key of the file lies between `lo` and `hi`. Answers "maybe" (true) for
     /// ranges that do not lie inside one head, and when the probe budget runs out.
     pub fn may_overlap(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
+        if !self.answers(lo, hi) {
+            return true;
+        }
         let (Bound::Included(l) | Bound::Excluded(l)) = lo else { return true };
         let (Bound::Included(h) | Bound::Excluded(h)) = hi else { return true };
         let k = self.key_len;
-        if l.len() != k || h.len() != k || l[..k - 8] != h[..k - 8] {
-            return true;
-        }
         // Keys of other lengths between the bounds share the head: the foreign entries.
         if self.foreign_any {
             return true;

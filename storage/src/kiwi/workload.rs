@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::tuning::{tile_pages, WorkloadMix};
+use crate::filter::rosetta::tail;
 use crate::Options;
 
 /// Operation counts of one epoch.
@@ -67,14 +68,10 @@ impl WorkloadCounters {
 
     /// Counts a scan from its bounds (`None`: unbounded); true if it is short.
     pub fn scan(&self, lo: Option<&[u8]>, hi: Option<&[u8]>) -> bool {
-        let (Some(l), Some(h)) = (lo, hi) else {
+        let (Some(l), Some(h), true) = (lo, hi, is_short(lo, hi)) else {
             self.long_scans.fetch_add(1, Ordering::Relaxed);
             return false;
         };
-        if !is_short(lo, hi) {
-            self.long_scans.fetch_add(1, Ordering::Relaxed);
-            return false;
-        }
         self.short_scans.fetch_add(1, Ordering::Relaxed);
         let span = tail(h).saturating_sub(tail(l));
         self.spans[(64 - span.leading_zeros()) as usize].fetch_add(1, Ordering::Relaxed);
@@ -125,12 +122,6 @@ impl WorkloadCounters {
             window_deletes: t(&self.window_deletes),
         }
     }
-}
-
-fn tail(key: &[u8]) -> u64 {
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&key[key.len() - 8..]);
-    u64::from_be_bytes(b)
 }
 
 /// True for a scan inside one series: both bounds present, of one length over 8 bytes, equal

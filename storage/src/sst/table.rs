@@ -168,10 +168,12 @@ impl Table {
         self.filters.len() + self.fences.memory_bytes() + pages + tiles
     }
 
-    /// False only if the file holds no key between `lo` and `hi` (its range filter says so);
-    /// true without a range filter.
-    pub fn may_hold(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
-        self.range_filter.as_ref().is_none_or(|f| f.may_overlap(lo, hi))
+    /// What the file's range filter says of `[lo, hi]`: `Some(false)` if the file holds no key
+    /// there, `Some(true)` if it may; `None` if it has no filter or the filter cannot answer
+    /// for such a range (not inside one head).
+    pub fn may_hold(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Option<bool> {
+        let f = self.range_filter.as_ref()?;
+        f.answers(lo, hi).then(|| f.may_overlap(lo, hi))
     }
 
     /// Bytes of the pages whose key range meets `[lo, hi]` (an estimate of the file's data in
@@ -185,6 +187,7 @@ impl Table {
     }
 
     /// True if the file has a range filter.
+    #[cfg(test)]
     pub fn has_range_filter(&self) -> bool {
         self.range_filter.is_some()
     }
