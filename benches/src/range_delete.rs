@@ -8,7 +8,6 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::process::Command;
 use std::time::Instant;
 
 use ebb_storage::{Compression, Engine, Options, RangeDeleteMode};
@@ -258,22 +257,15 @@ pub fn run_rocksdb(
     s: &Settings,
     file: &Path,
 ) -> Result<Figures, String> {
-    let out = Command::new(driver)
-        .arg(dir)
-        .arg(file)
-        .arg(s.write_buffer_size.to_string())
-        .arg(s.cache_size.to_string())
-        .arg(s.target_file_size.to_string())
-        .arg(s.base_level_size.to_string())
-        .output()
-        .map_err(|e| format!("cannot run the RocksDB driver: {e}"))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        return Err(format!(
-            "RocksDB driver failed: {text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
+    let args = [
+        dir.into(),
+        file.into(),
+        s.write_buffer_size.to_string().into(),
+        s.cache_size.to_string().into(),
+        s.target_file_size.to_string().into(),
+        s.base_level_size.to_string().into(),
+    ];
+    let text = crate::rocksdb::run_driver(driver, &args)?;
     let mut f = Figures::default();
     for line in text.lines() {
         let t: Vec<&str> = line.split_whitespace().collect();

@@ -5,7 +5,6 @@
 //! Debian's `librocksdb-dev`, `auto_prefix_mode`, prefix = the key without its last byte).
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Instant;
 
 use ebb_storage::filter::RangeFilterOptions;
@@ -171,19 +170,8 @@ fn run_rocksdb(
         w.extend_from_slice(&c.to_le_bytes());
     }
     std::fs::write(&file, &w).map_err(|e| e.to_string())?;
-    let out = Command::new(&driver)
-        .arg(work.join("rocksdb"))
-        .arg(&file)
-        .arg(s.cache_size.to_string())
-        .output()
-        .map_err(|e| format!("cannot run the RocksDB driver: {e}"))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        return Err(format!(
-            "RocksDB driver failed: {text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
+    let args = [work.join("rocksdb").into(), file.into(), s.cache_size.to_string().into()];
+    let text = crate::rocksdb::run_driver(&driver, &args)?;
     let mut means = vec![0.0; DISTS.len() * s.ranges.len()];
     let mut found = 0;
     for line in text.lines() {

@@ -50,6 +50,22 @@ pub fn build_driver(name: &str, out: &Path) -> Result<PathBuf, String> {
     Ok(bin)
 }
 
+/// Runs a driver built by [`build_driver`] with `args`; its standard output.
+pub fn run_driver(driver: &Path, args: &[std::ffi::OsString]) -> Result<String, String> {
+    let out = Command::new(driver)
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run the RocksDB driver: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        return Err(format!(
+            "RocksDB driver failed: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(text)
+}
+
 /// One parsed `db_bench` result line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DbBenchResult {
