@@ -18,6 +18,7 @@ pub mod peers;
 pub mod range_delete;
 pub mod range_delete_plot;
 pub mod range_delete_report;
+pub mod range_grf;
 pub mod range_query;
 pub mod range_reduce;
 pub mod report;

@@ -33,10 +33,11 @@ pub struct Settings {
 
 const DISTS: [&str; 2] = ["uniform", "correlated"];
 
-struct Rng(u64);
+/// A xorshift generator: the same numbers on every run.
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;

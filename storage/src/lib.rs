@@ -11,7 +11,10 @@
 //!   ([`filter`]) that one-series range scans probe before opening it.
 //!   RangeReduce (off by default): Level-Renaming ([`Options::level_renaming`]) and
 //!   Bounded-Merge as query-driven compaction ([`Options::range_reduce`]); unlike the paper,
-//!   whole files move, after the scan. Not yet here: GRF (one global range filter per engine).
+//!   whole files move, after the scan. GRF (off by default, [`Options::global_range_filter`]):
+//!   one range filter per engine version naming the runs that may hold a one-series range,
+//!   probed once per scan instead of once per file; each version carries its own filter
+//!   instead of the paper's shape encoding, which needs a full-merge schedule.
 //! - **Compaction** is leveled with size ratio T; the policy ([`compaction::policy`]) is a pure
 //!   function of the live files, the execution separate.
 //! - **Recovery**: version edits commit atomically through the manifest; on open a torn manifest

@@ -162,6 +162,12 @@ pub struct Options {
     /// Range filters (Rosetta) in new files, probed before a one-series range scan opens a
     /// file; `None` builds none.
     pub range_filter: Option<crate::filter::RangeFilterOptions>,
+    /// GRF, adapted (see `filter::global`): one range filter per engine version naming the
+    /// runs (level-0 files, deeper levels) that may hold a one-series range, probed once per
+    /// scan instead of once per file. Cells use `range_filter`'s key length and its default
+    /// bucket width, so it needs `range_filter`. Costs one merge of the filter per flush and
+    /// compaction, and a read of every file's keys at open. Off by default.
+    pub global_range_filter: bool,
     /// Page compression.
     pub compression: Compression,
     /// Capacity of the decoded page cache in bytes.
@@ -309,6 +315,7 @@ impl Default for Options {
             tiles: TileLayout::Tuned(LayoutTuning::default()),
             bloom_bits_per_key: 10,
             range_filter: Some(crate::filter::RangeFilterOptions::default()),
+            global_range_filter: false,
             compression: Compression::Lz4,
             page_cache_bytes: 64 << 20,
             delete_key: DeleteKeyExtractor::trailing_u64_be(),
@@ -405,6 +412,9 @@ impl Options {
             if f.range_buckets == 0 || f.default_range == 0 {
                 return bad("range_filter: range_buckets and default_range must be positive");
             }
+        }
+        if self.global_range_filter && self.range_filter.is_none() {
+            return bad("global_range_filter needs range_filter (its key length and bucket width)");
         }
         if self.range_reduce.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
             return bad("range_reduce: the ratio must be a positive number");

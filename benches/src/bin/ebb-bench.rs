@@ -183,10 +183,15 @@ enum Cmd {
         /// Skip RocksDB (no librocksdb-dev here).
         #[arg(long)]
         no_rocksdb: bool,
-        /// Which part: `filters` (empty short ranges) or `reduce` (RangeReduce on a recurring
-        /// range workload with updates, on against off).
+        /// Which part: `filters` (empty short ranges), `grf` (the global filter against
+        /// per-file Rosetta with many level-0 runs: `keys / 1000` series, 60 points per series
+        /// per run, 5-minute windows) or `reduce` (RangeReduce on a recurring range workload
+        /// with updates, on against off).
         #[arg(long, default_value = "filters")]
         part: String,
+        /// Level-0 runs compared (`--part grf`).
+        #[arg(long, value_delimiter = ',', default_value = "4,16,48")]
+        runs: Vec<u64>,
         /// Working directory (default: a temporary directory, removed afterwards).
         #[arg(long)]
         dir: Option<PathBuf>,
@@ -394,8 +399,29 @@ fn main() {
             cache_size,
             no_rocksdb,
             part,
+            runs,
             dir,
         } => {
+            if part == "grf" {
+                let s = ebb_benches::range_grf::Settings {
+                    runs,
+                    series: (keys / 1000).max(10),
+                    points: 60,
+                    queries,
+                    window_secs: 300,
+                    cache_size,
+                };
+                let mut tmp = None;
+                let work = work_dir(dir, &mut tmp);
+                match ebb_benches::range_grf::run(&work, &s) {
+                    Ok(lines) => lines.iter().for_each(|c| println!("{}", c.line())),
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        std::process::exit(1);
+                    }
+                }
+                return;
+            }
             if part == "reduce" {
                 let s = ebb_benches::range_reduce::Settings {
                     keys,

@@ -75,14 +75,18 @@ pub(crate) fn write_tables(
     cursor: &mut dyn EntryCursor,
     spec: &OutputSpec<'_>,
 ) -> Result<(Vec<Arc<Table>>, RunStats)> {
-    let mut metas: Vec<FileMeta> = Vec::new();
+    let mut metas: Vec<Output> = Vec::new();
     let mut created: Vec<std::path::PathBuf> = Vec::new();
     let result = write_inner(cursor, spec, &mut metas, &mut created);
     match result {
         Ok(stats) => {
             let mut tables = Vec::with_capacity(metas.len());
-            for m in metas {
-                tables.push(Arc::new(Table::open(spec.dir, m, spec.cache.clone())?));
+            for (m, cells) in metas {
+                let table = Table::open(spec.dir, m, spec.cache.clone())?;
+                if let Some(c) = cells {
+                    table.set_cells(c);
+                }
+                tables.push(Arc::new(table));
             }
             Ok((tables, stats))
         }
@@ -99,7 +103,7 @@ pub(crate) fn write_tables(
 fn write_inner(
     cursor: &mut dyn EntryCursor,
     spec: &OutputSpec<'_>,
-    metas: &mut Vec<FileMeta>,
+    metas: &mut Vec<Output>,
     created: &mut Vec<std::path::PathBuf>,
 ) -> Result<RunStats> {
     let wopts = WriterOptions {
@@ -109,6 +113,7 @@ fn write_inner(
         bloom_bits_per_key: spec.opts.bloom_bits_per_key,
         compression: spec.opts.compression,
         delete_key: spec.opts.delete_key.clone(),
+        global_cells: crate::filter::global::GlobalSpec::of(spec.opts),
     };
     let mut new_writer = || -> Result<TableWriter> {
         let id = (spec.next_id)();
@@ -246,13 +251,16 @@ fn take_below(q: &mut std::collections::VecDeque<Piece>, key: &[u8]) -> Vec<Piec
     out
 }
 
-fn finish(w: Option<TableWriter>, metas: &mut Vec<FileMeta>, stats: &mut RunStats) -> Result<()> {
+/// A finished output: its metadata and the cells collected for the global range filter.
+type Output = (FileMeta, Option<crate::filter::global::Cells>);
+
+fn finish(w: Option<TableWriter>, metas: &mut Vec<Output>, stats: &mut RunStats) -> Result<()> {
     if let Some(w) = w {
         let path = w.path().to_path_buf();
-        match w.finish() {
-            Ok(m) => {
-                stats.bytes_out += m.size;
-                metas.push(m);
+        match w.finish_with_cells() {
+            Ok(out) => {
+                stats.bytes_out += out.0.size;
+                metas.push(out);
             }
             Err(e) => {
                 let _ = std::fs::remove_file(path);

@@ -96,6 +96,8 @@ struct Counters {
     window_bytes_written: AtomicU64,
     range_filter_probes: AtomicU64,
     range_filter_skips: AtomicU64,
+    global_filter_probes: AtomicU64,
+    global_filter_skips: AtomicU64,
 }
 
 pub(crate) struct Inner {
@@ -390,8 +392,10 @@ impl Inner {
         }
         crate::version::apply_retention(&mut meta.retention, edit.retention.clone());
         {
+            // Built before the state lock (it merges the global filter): the version changes
+            // only here, under `meta`.
+            let version = Arc::new(self.current().version.apply(&edit, opened));
             let mut sv = self.sv.write();
-            let version = Arc::new(sv.version.apply(&edit, opened));
             let imms = match flushed {
                 Some(m) => sv.imms.iter().filter(|x| !Arc::ptr_eq(x, m)).cloned().collect(),
                 None => sv.imms.clone(),

@@ -21,6 +21,7 @@ use crate::compaction::executor::{write_tables, OutputSpec};
 use crate::compaction::retention::Retention;
 use crate::error::IoContext;
 use crate::fade::{Deadlines, DeleteStamp};
+use crate::filter::global::GlobalSpec;
 use crate::fs::{parse_name, sync_dir, wal_name, FileKind};
 use crate::gloran::drtree::{self, DrTree, DrWriter};
 use crate::gloran::eve::Eve;
@@ -231,7 +232,8 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         }
         opened.trees.insert(*id, Arc::new(DrTree::open(dir, meta.clone())?));
     }
-    let mut version = Version::new(opts.num_levels, rd_levels).apply(&edit, &opened);
+    let mut version =
+        Version::new(opts.num_levels, rd_levels, GlobalSpec::of(&opts)).apply(&edit, &opened);
     version.check_invariants().map_err(|why| {
         Error::corruption(dir.join(crate::fs::manifest_name(recovered.number)), 0, why)
     })?;

@@ -131,11 +131,23 @@ impl Engine {
         for m in &sv.imms {
             children.push(Box::new(MemCursor::new(m.clone())));
         }
-        // Range filters answer for ranges inside one head (one series).
+        // Range filters answer for ranges inside one head (one series): the global filter
+        // once for every file it indexes, else each file's own.
         let c = &self.inner.counters;
-        let wanted = |t: &Arc<crate::sst::Table>| {
+        let global = sv.version.grf.as_ref().and_then(|g| {
+            let cand = g.candidates(as_ref(&start), as_ref(&end))?;
+            c.global_filter_probes.fetch_add(1, Ordering::Relaxed);
+            Some((g, cand))
+        });
+        let wanted = |level: usize, t: &Arc<crate::sst::Table>| {
             if !t.meta().overlaps(lo, hi) {
                 return false;
+            }
+            if let Some(keep) = global.as_ref().and_then(|(g, cand)| g.keeps(cand, level, t.id())) {
+                if !keep {
+                    c.global_filter_skips.fetch_add(1, Ordering::Relaxed);
+                }
+                return keep;
             }
             match t.may_hold(as_ref(&start), as_ref(&end)) {
                 None => true,
@@ -149,12 +161,12 @@ impl Engine {
             }
         };
         for t in &sv.version.levels[0] {
-            if wanted(t) {
+            if wanted(0, t) {
                 children.push(Box::new(TableCursor::new(t.clone(), true).pruned(prune.clone())));
             }
         }
-        for files in sv.version.levels.iter().skip(1) {
-            let tables: Vec<_> = files.iter().filter(|t| wanted(t)).cloned().collect();
+        for (level, files) in sv.version.levels.iter().enumerate().skip(1) {
+            let tables: Vec<_> = files.iter().filter(|t| wanted(level, t)).cloned().collect();
             if !tables.is_empty() {
                 children.push(Box::new(LevelCursor::new(tables, true).pruned(prune.clone())));
             }

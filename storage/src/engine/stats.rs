@@ -75,6 +75,14 @@ pub struct EngineStats {
     pub range_filter_probes: u64,
     /// Of those, files the filter showed hold nothing in the range (not opened).
     pub range_filter_skips: u64,
+    /// Range scans inside one head answered by the global range filter (one probe each).
+    pub global_filter_probes: u64,
+    /// Files those probes showed hold nothing in the range (not opened).
+    pub global_filter_skips: u64,
+    /// Cells in the current version's global range filter (0 without one).
+    pub global_filter_cells: u64,
+    /// Memory of the current version's global range filter, in bytes.
+    pub global_filter_bytes: u64,
     /// Highest applied sequence number.
     pub last_seq: u64,
     /// Highest sequence number persisted in SSTs.
@@ -85,6 +93,7 @@ impl Inner {
     pub(super) fn stats(&self) -> EngineStats {
         let sv = self.current();
         let c = &self.counters;
+        let grf = &sv.version.grf;
         EngineStats {
             levels: sv
                 .version
@@ -133,6 +142,10 @@ impl Inner {
             window_bytes_written: c.window_bytes_written.load(Ordering::Relaxed),
             range_filter_probes: c.range_filter_probes.load(Ordering::Relaxed),
             range_filter_skips: c.range_filter_skips.load(Ordering::Relaxed),
+            global_filter_probes: c.global_filter_probes.load(Ordering::Relaxed),
+            global_filter_skips: c.global_filter_skips.load(Ordering::Relaxed),
+            global_filter_cells: grf.as_ref().map_or(0, |g| g.len() as u64),
+            global_filter_bytes: grf.as_ref().map_or(0, |g| g.memory_bytes() as u64),
             last_seq: self.visible_seq.load(Ordering::Relaxed),
             persisted_seq: self.meta.lock().persisted_seq,
         }

@@ -5,6 +5,9 @@
 //!   prefix length of the key's time part, so a short range is decomposed into dyadic prefixes,
 //!   each probed once and "doubted" down to the finest level. Built at flush and compaction,
 //!   stored in the SST's filter block.
+//! - `global`: GRF (Wang et al., SIGMOD 2024), adapted: one filter per engine version naming
+//!   the runs (level-0 files, deeper levels) that may hold a range, probed once per scan
+//!   instead of once per file. An option (`Options::global_range_filter`).
 //!
 //! Keys are split into a *head* (every byte but the last 8: for EbbDB rows the table and
 //! series) and a *tail* (the last 8 bytes as a big-endian `u64`: the time). A range filter
@@ -15,8 +18,11 @@
 //! series-existence filter).
 
 mod alloc;
+pub(crate) mod global;
 pub(crate) mod rosetta;
 
+#[cfg(test)]
+mod global_tests;
 #[cfg(test)]
 mod tests;
 

@@ -18,6 +18,7 @@ use std::ops::Bound;
 use bytes::Bytes;
 
 use super::alloc::allocate;
+use super::global::one_head;
 use super::RangeFilterSpec;
 
 /// Filter version: 2 uses cache-line blocked Bloom filters. Version 1 filters (plain Bloom
@@ -42,7 +43,7 @@ fn mix(mut z: u64) -> u64 {
 }
 
 #[inline]
-fn head_hash(head: &[u8]) -> u64 {
+pub(crate) fn head_hash(head: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(head)
 }
 
@@ -285,53 +286,26 @@ impl Rosetta {
     /// True if the filter can tell anything about `[lo, hi]`: both bounds are keys of the
     /// filter's length with one head.
     pub fn answers(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
-        let k = self.key_len;
-        match (lo, hi) {
-            (Bound::Included(l) | Bound::Excluded(l), Bound::Included(h) | Bound::Excluded(h)) => {
-                l.len() == k && h.len() == k && l[..k - 8] == h[..k - 8]
-            }
-            _ => false,
-        }
+        one_head(self.key_len, lo, hi).is_some()
     }
 
     /// False only if no key of the file lies between `lo` and `hi`. Answers "maybe" (true) for
     /// ranges that do not lie inside one head, and when the probe budget runs out.
     pub fn may_overlap(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
-        if !self.answers(lo, hi) {
-            return true;
-        }
-        let (Bound::Included(l) | Bound::Excluded(l)) = lo else { return true };
-        let (Bound::Included(h) | Bound::Excluded(h)) = hi else { return true };
-        let k = self.key_len;
+        let Some(range) = one_head(self.key_len, lo, hi) else { return true };
+        let Some((head, a, b)) = range else { return false };
         // Keys of other lengths between the bounds share the head: the foreign entries.
         if self.foreign_any {
             return true;
         }
-        let hh = head_hash(&l[..k - 8]);
-        if k > 8 {
+        let hh = head_hash(head);
+        if !head.is_empty() {
             if self.probe(self.head, mix(hh ^ TAG_FOREIGN)) {
                 return true;
             }
             if !self.probe(self.head, mix(hh ^ TAG_HEAD)) {
                 return false;
             }
-        }
-        let a = match lo {
-            Bound::Excluded(_) => match tail(l).checked_add(1) {
-                Some(a) => a,
-                None => return false,
-            },
-            _ => tail(l),
-        };
-        let b = match hi {
-            Bound::Excluded(_) => match tail(h).checked_sub(1) {
-                Some(b) => b,
-                None => return false,
-            },
-            _ => tail(h),
-        };
-        if a > b {
-            return false;
         }
         let mut budget = PROBE_BUDGET;
         let top = self.levels.len() as u32; // heights 0..top are stored

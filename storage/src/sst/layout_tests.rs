@@ -39,6 +39,7 @@ fn write(dir: &std::path::Path, id: u64, h: usize, entries: &[Entry]) -> Arc<Tab
             },
             64,
         )),
+        global_cells: None,
     };
     let mut w = TableWriter::create(id, &dir.join(super::file_name(id)), opts).unwrap();
     for (k, s, kind, v) in entries {

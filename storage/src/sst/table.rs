@@ -5,7 +5,7 @@ use std::ops::Bound;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 
@@ -16,6 +16,7 @@ use crate::batch::EntryKind;
 use crate::cache::PageCache;
 use crate::coding::{u32_at, u64_at};
 use crate::error::IoContext;
+use crate::filter::global::{CellCollector, Cells, GlobalSpec};
 use crate::filter::rosetta::{Rosetta, OLD_VERSION};
 use crate::gloran::piece::{before_end, find, Piece, SeqList};
 use crate::{Error, Result};
@@ -48,6 +49,8 @@ pub(crate) struct Table {
     /// Shared by every layout of this file (see [`Table::reopen`]): the file is deleted when the
     /// last of them drops after it was marked obsolete.
     guard: Arc<FileGuard>,
+    /// The file's cells in the global range filter, once known (`None` inside: unreadable).
+    cells: OnceLock<Option<Arc<Cells>>>,
 }
 
 /// Deletes an obsolete SST file once no open layout of it remains.
@@ -73,6 +76,10 @@ impl Table {
     pub fn reopen(&self, dir: &Path, meta: FileMeta) -> Result<Table> {
         let mut t = Table::open(dir, meta, self.cache.clone())?;
         t.guard = self.guard.clone();
+        // A layout with pages dropped holds a subset of the keys: the old cells stay correct.
+        if let Some(c) = self.cells.get() {
+            let _ = t.cells.set(c.clone());
+        }
         Ok(t)
     }
 
@@ -146,6 +153,7 @@ impl Table {
             cache_id: NEXT_CACHE_ID.fetch_add(1, Ordering::Relaxed),
             cache,
             guard: Arc::new(FileGuard { path: path.clone(), obsolete: AtomicBool::new(false) }),
+            cells: OnceLock::new(),
         })
     }
 
@@ -165,7 +173,39 @@ impl Table {
             self.index.pages.iter().map(|p| p.min_key.len() + p.max_key.len() + 80).sum();
         let tiles: usize =
             self.index.tiles.iter().map(|t| t.first_key.len() + t.last_key.len() + 56).sum();
-        self.filters.len() + self.fences.memory_bytes() + pages + tiles
+        let cells = self.cells.get().and_then(Option::as_ref).map_or(0, |c| c.len() * 16);
+        self.filters.len() + self.fences.memory_bytes() + pages + tiles + cells
+    }
+
+    /// Records the cells the writer collected (before the table is shared).
+    pub fn set_cells(&self, cells: Cells) {
+        let _ = self.cells.set(Some(Arc::new(cells)));
+    }
+
+    /// The file's cells for the global range filter, read from its keys the first time if the
+    /// writer did not record them; `None` if the file cannot be read.
+    pub fn cells(self: &Arc<Self>, spec: GlobalSpec) -> Option<Arc<Cells>> {
+        self.cells
+            .get_or_init(|| match self.read_cells(spec) {
+                Ok(c) => Some(Arc::new(c)),
+                Err(e) => {
+                    tracing::warn!(file = self.id(), error = %e, "reading keys for the global filter");
+                    None
+                }
+            })
+            .clone()
+    }
+
+    fn read_cells(self: &Arc<Self>, spec: GlobalSpec) -> Result<Cells> {
+        use crate::iter::EntryCursor;
+        let mut collector = CellCollector::new(spec);
+        let mut cursor = super::TableCursor::new(self.clone(), false);
+        cursor.seek(&[])?;
+        while cursor.valid() {
+            collector.add(cursor.key());
+            cursor.next()?;
+        }
+        Ok(collector.finish())
     }
 
     /// What the file's range filter says of `[lo, hi]`: `Some(false)` if the file holds no key

@@ -11,6 +11,7 @@ use super::{bloom, FileMeta, Fragment, IndexBlock, PageMeta, TableProps, TileMet
 use crate::batch::EntryKind;
 use crate::batch::MAX_KEY_LEN;
 use crate::error::IoContext;
+use crate::filter::global::{CellCollector, Cells, GlobalSpec};
 use crate::filter::rosetta::RosettaBuilder;
 use crate::filter::RangeFilterSpec;
 use crate::gloran::piece::Piece;
@@ -27,6 +28,8 @@ pub(crate) struct WriterOptions {
     pub delete_key: DeleteKeyExtractor,
     /// Build a range filter (Rosetta) with these parameters.
     pub range_filter: Option<RangeFilterSpec>,
+    /// Collect the file's cells for the global range filter.
+    pub global_cells: Option<GlobalSpec>,
 }
 
 #[derive(Debug)]
@@ -63,6 +66,7 @@ pub(crate) struct TableWriter {
     hashes: Vec<u64>,
     tombstones: Vec<Piece>,
     range_filter: Option<RosettaBuilder>,
+    cells: Option<CellCollector>,
 }
 
 impl TableWriter {
@@ -70,6 +74,7 @@ impl TableWriter {
     pub fn create(id: u64, path: &Path, opts: WriterOptions) -> Result<Self> {
         let file = OpenOptions::new().write(true).create_new(true).open(path).at(path)?;
         let range_filter = opts.range_filter.and_then(RosettaBuilder::new);
+        let cells = opts.global_cells.map(CellCollector::new);
         Ok(TableWriter {
             id,
             path: path.to_path_buf(),
@@ -87,6 +92,7 @@ impl TableWriter {
             hashes: Vec::new(),
             tombstones: Vec::new(),
             range_filter,
+            cells,
         })
     }
 
@@ -133,6 +139,9 @@ impl TableWriter {
         }
         if let Some(f) = &mut self.range_filter {
             f.add(&key);
+        }
+        if let Some(c) = &mut self.cells {
+            c.add(&key);
         }
         let dkey = self.opts.delete_key.extract(&key);
         let p = &mut self.props;
@@ -248,7 +257,13 @@ impl TableWriter {
     }
 
     /// Writes the filter block, index block and footer, fsyncs, and returns the file's metadata.
-    pub fn finish(mut self) -> Result<FileMeta> {
+    #[cfg(test)]
+    pub fn finish(self) -> Result<FileMeta> {
+        self.finish_with_cells().map(|(meta, _)| meta)
+    }
+
+    /// Like `finish`, also returning the cells collected for the global range filter.
+    pub fn finish_with_cells(mut self) -> Result<(FileMeta, Option<Cells>)> {
         if self.props.entries == 0 && self.tombstones.is_empty() {
             return Err(Error::InvalidArgument("cannot finish an empty table".into()));
         }
@@ -324,7 +339,8 @@ impl TableWriter {
         self.offset += footer.len() as u64;
         self.file.flush().at(&self.path)?;
         crate::fs::sync_file(self.file.get_ref(), &self.path)?;
-        Ok(FileMeta { id: self.id, size: self.offset, props: self.props })
+        let cells = self.cells.take().map(CellCollector::finish);
+        Ok((FileMeta { id: self.id, size: self.offset, props: self.props }, cells))
     }
 
     /// Path being written.

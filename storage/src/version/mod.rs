@@ -9,6 +9,7 @@ use std::sync::Arc;
 pub use edit::VersionEdit;
 pub(crate) use manifest::{apply_retention, Manifest, RecoveredManifest};
 
+use crate::filter::global::{FileCells, GlobalFilter, GlobalSpec};
 use crate::gloran::drtree::DrTree;
 use crate::sst::{FileMeta, Table};
 
@@ -19,6 +20,8 @@ use crate::sst::{FileMeta, Table};
 pub(crate) struct Version {
     pub levels: Vec<Vec<Arc<Table>>>,
     pub rd_levels: Vec<Vec<Arc<DrTree>>>,
+    /// The global range filter of exactly these files, if the engine keeps one.
+    pub grf: Option<Arc<GlobalFilter>>,
 }
 
 /// Tables and DR-trees opened for the files an edit adds.
@@ -36,9 +39,14 @@ impl Opened {
 }
 
 impl Version {
-    /// An empty version with `n` data levels and `rd` index levels.
-    pub fn new(n: usize, rd: usize) -> Self {
-        Version { levels: vec![Vec::new(); n], rd_levels: vec![Vec::new(); rd] }
+    /// An empty version with `n` data levels and `rd` index levels, keeping a global range
+    /// filter if `grf` says how.
+    pub fn new(n: usize, rd: usize, grf: Option<GlobalSpec>) -> Self {
+        Version {
+            levels: vec![Vec::new(); n],
+            rd_levels: vec![Vec::new(); rd],
+            grf: grf.map(|spec| Arc::new(GlobalFilter::new(spec))),
+        }
     }
 
     /// Every live DR-tree, newest source first.
@@ -66,6 +74,7 @@ impl Version {
     /// A new version with `edit` applied. `opened` holds the tables for the added files.
     pub fn apply(&self, edit: &VersionEdit, opened: &Opened) -> Version {
         let mut levels = self.levels.clone();
+        let grf = self.grf.as_ref().map(|g| Arc::new(self.next_filter(g, edit, opened)));
         for &(level, id) in &edit.deleted {
             levels[level as usize].retain(|t| t.id() != id);
         }
@@ -93,7 +102,29 @@ impl Version {
                 files.sort_by(|a, b| a.meta().smallest().cmp(b.meta().smallest()));
             }
         }
-        Version { levels, rd_levels }
+        Version { levels, rd_levels, grf }
+    }
+
+    /// The global filter after `edit`: the removed files' cells out, the added files' in.
+    fn next_filter(&self, g: &GlobalFilter, edit: &VersionEdit, opened: &Opened) -> GlobalFilter {
+        let spec = g.spec();
+        let removed: Vec<FileCells> = edit
+            .deleted
+            .iter()
+            .filter_map(|&(level, id)| {
+                let t = self.levels[level as usize].iter().find(|t| t.id() == id)?;
+                Some((level as usize, id, t.cells(spec)))
+            })
+            .collect();
+        let added: Vec<FileCells> = edit
+            .added
+            .iter()
+            .filter_map(|(level, meta)| {
+                let t = opened.tables.get(&meta.id)?;
+                Some((*level as usize, meta.id, t.cells(spec)))
+            })
+            .collect();
+        g.apply(&removed, &added)
     }
 
     /// Checks level invariants: sorted levels do not overlap. Returns a description of a violation.

@@ -312,9 +312,12 @@ fn options_strategy(wal: bool, mode: RangeDeleteMode) -> impl Strategy<Value = O
             prop_oneof![Just(1u64), Just(64), Just(4096)],
             prop_oneof![Just(1u64), Just(16), Just(64)],
         )),
+        any::<bool>(),
     )
-        .prop_map(move |(h, c, cache, background, rf)| Options {
+        .prop_map(move |(h, c, cache, background, rf, global)| Options {
             background_threads: background && std::env::var("EBB_MODEL_INLINE").is_err(),
+            // One filter per version instead of per file (GRF): it must never hide a key.
+            global_range_filter: global && rf.is_some(),
             level_renaming: h == 2,
             // Scans then trigger query-driven compactions (RangeReduce), crashes included.
             range_reduce: (h == 4).then_some(0.25),
