@@ -221,7 +221,9 @@ impl ScanJob {
                 .filter(|&&s| span.contains(s))
                 .map(|&s| {
                     let (lo, hi) = series_range(table, s, t.lo.unwrap_or(i64::MIN), t.hi);
-                    (lo, hi, false)
+                    // The window also prunes the pages of a delete tile (ordered by time)
+                    // that lie outside it: the key range alone cannot.
+                    (lo, hi, !t.is_unbounded())
                 })
                 .collect(),
             None => match self.db.window_series(table, t.is_unbounded()) {

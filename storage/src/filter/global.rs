@@ -205,9 +205,11 @@ enum Op {
 }
 
 /// The runs a range scan must read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Candidates {
     runs: Runs,
+    /// The level-0 files of the slots in `runs.l0`.
+    l0_ids: Vec<u64>,
 }
 
 /// A file a version edit adds or removes: level, id and cells (`None`: unknown).
@@ -314,7 +316,7 @@ impl GlobalFilter {
     /// bounds are not keys of one head, or the range spans too many buckets).
     pub fn candidates(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Option<Candidates> {
         let Some((head, a, b)) = one_head(self.spec.key_len, lo, hi)? else {
-            return Some(Candidates { runs: Runs::default() });
+            return Some(Candidates { runs: Runs::default(), l0_ids: Vec::new() });
         };
         let (b_lo, b_hi) = (a >> self.spec.shift, b >> self.spec.shift);
         let hh = head_hash(head);
@@ -329,20 +331,20 @@ impl GlobalFilter {
             }
             runs.union(*r);
         }
-        Some(Candidates { runs })
+        let l0_ids = (0..SLOTS).filter(|s| runs.l0 & (1 << s) != 0).filter_map(|s| self.slots[s]);
+        Some(Candidates { runs, l0_ids: l0_ids.collect() })
     }
 
     /// Whether a scan with candidates `c` must read file `id` of `level`: `None` if the
     /// filter does not index that file (ask the file's own filter).
     pub fn keeps(&self, c: &Candidates, level: usize, id: u64) -> Option<bool> {
-        if level == 0 {
-            let s = self.slots.iter().position(|s| *s == Some(id))?;
-            return Some(c.runs.l0 & (1 << s) != 0);
+        if level == 0 && c.l0_ids.contains(&id) {
+            return Some(true);
         }
         if self.unindexed.contains(&id) {
             return None;
         }
-        Some(c.runs.has_level(level))
+        Some(level > 0 && c.runs.has_level(level))
     }
 }
 
