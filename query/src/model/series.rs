@@ -4,7 +4,7 @@
 //! series is `None`). Its canonical encoding, `(tag number varint, length varint, bytes)*` for
 //! the present tags in tag order, is what the catalog stores and what lookups hash.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::varint;
@@ -18,6 +18,8 @@ pub type TagValues = Arc<[Option<String>]>;
 pub struct SeriesIndex {
     by_key: HashMap<Vec<u8>, u64>,
     tags_of: HashMap<u64, TagValues>,
+    /// Series per `(tag number, value)`: `tag = value` without a pass over every series.
+    postings: HashMap<(usize, String), BTreeSet<u64>>,
     /// Newest row time written per series since open (rows at or below it may exist already).
     max_time: HashMap<u64, i64>,
 }
@@ -57,15 +59,44 @@ impl SeriesIndex {
     /// Registers series `id` (loading the catalog, or after a committed write).
     pub fn insert(&mut self, key: Vec<u8>, id: u64, tags: TagValues) {
         self.by_key.insert(key, id);
+        self.unpost(id);
+        for (i, v) in tags.iter().enumerate() {
+            if let Some(v) = v {
+                self.postings.entry((i, v.clone())).or_default().insert(id);
+            }
+        }
         self.tags_of.insert(id, tags);
+    }
+
+    /// Removes series `id` from the postings of its tag values.
+    fn unpost(&mut self, id: u64) {
+        let Some(tags) = self.tags_of.get(&id) else { return };
+        for (i, v) in tags.iter().enumerate() {
+            let Some(v) = v else { continue };
+            let key = (i, v.clone());
+            if let Some(ids) = self.postings.get_mut(&key) {
+                ids.remove(&id);
+                if ids.is_empty() {
+                    self.postings.remove(&key);
+                }
+            }
+        }
     }
 
     /// Forgets series `id`.
     pub fn remove(&mut self, key: &[u8]) -> Option<u64> {
         let id = self.by_key.remove(key)?;
+        self.unpost(id);
         self.tags_of.remove(&id);
         self.max_time.remove(&id);
         Some(id)
+    }
+
+    /// The series whose tag number `tag` is `value`, ascending.
+    pub fn with_tag(&self, tag: usize, value: &str) -> Vec<u64> {
+        self.postings
+            .get(&(tag, value.to_string()))
+            .map_or_else(Vec::new, |ids| ids.iter().copied().collect())
     }
 
     /// Forgets series `id` (by id: its key is rebuilt from its tag values).
@@ -81,6 +112,7 @@ impl SeriesIndex {
         } else {
             self.by_key.retain(|_, v| *v != id); // a key stored in another form
         }
+        self.unpost(id);
         self.tags_of.remove(&id);
         self.max_time.remove(&id);
         true
@@ -143,6 +175,8 @@ mod tests {
         assert!(decode_series_key(&[5], 9).is_err());
         let mut idx = SeriesIndex::default();
         idx.insert(k.clone(), 7, v);
+        assert_eq!(idx.with_tag(2, "x,y"), vec![7]);
+        assert!(idx.with_tag(0, "x,y").is_empty());
         idx.widen(6);
         assert_eq!(idx.tags(7).map(|t| t.len()), Some(6));
         assert_eq!(idx.get(&k), Some(7));
@@ -151,5 +185,6 @@ mod tests {
         assert_eq!(idx.max_time(7), Some(5));
         assert_eq!(idx.remove(&k), Some(7));
         assert!(idx.is_empty());
+        assert!(idx.with_tag(2, "x,y").is_empty() && idx.postings.is_empty());
     }
 }

@@ -76,8 +76,26 @@ impl TagPredicate {
         }
     }
 
-    /// Series ids of `index` it keeps, ascending.
+    /// Series ids of `index` it keeps, ascending: `tag = value` from the index's postings,
+    /// `AND` and `OR` by merging their sides, the rest by a pass over every series.
     pub fn series(&self, index: &SeriesIndex) -> Vec<u64> {
+        match self {
+            TagPredicate::Eq(i, v) => index.with_tag(*i, v),
+            TagPredicate::And(a, b) => {
+                let keep: BTreeSet<u64> = b.series(index).into_iter().collect();
+                a.series(index).into_iter().filter(|id| keep.contains(id)).collect()
+            }
+            TagPredicate::Or(a, b) => {
+                let set: BTreeSet<u64> =
+                    a.series(index).into_iter().chain(b.series(index)).collect();
+                set.into_iter().collect()
+            }
+            _ => self.scan(index),
+        }
+    }
+
+    /// [`TagPredicate::series`] by a pass over every series.
+    fn scan(&self, index: &SeriesIndex) -> Vec<u64> {
         let set: BTreeSet<u64> =
             index.iter().filter(|(_, tags)| self.matches(tags)).map(|(id, _)| id).collect();
         set.into_iter().collect()
@@ -282,5 +300,61 @@ pub fn disjuncts(e: &Expr) -> Vec<&Expr> {
             v
         }
         other => vec![other],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::TagPredicate;
+    use crate::model::series::{encode_series_key, SeriesIndex, TagValues};
+
+    fn predicate() -> impl Strategy<Value = TagPredicate> {
+        let value = || prop_oneof![Just("a".to_string()), Just("b".into()), Just("c".into())];
+        let leaf = prop_oneof![
+            (0usize..3, value()).prop_map(|(i, v)| TagPredicate::Eq(i, v)),
+            (0usize..3, value()).prop_map(|(i, v)| TagPredicate::NotEq(i, v)),
+            (0usize..3, any::<bool>()).prop_map(|(i, n)| TagPredicate::Null(i, n)),
+        ];
+        leaf.prop_recursive(3, 12, 2, |inner| {
+            prop_oneof![
+                (inner.clone(), inner.clone())
+                    .prop_map(|(a, b)| TagPredicate::And(Box::new(a), Box::new(b))),
+                (inner.clone(), inner)
+                    .prop_map(|(a, b)| TagPredicate::Or(Box::new(a), Box::new(b))),
+            ]
+        })
+    }
+
+    proptest! {
+        /// Postings answer exactly what a pass over every series answers, through inserts,
+        /// re-inserts with other values and removals.
+        #[test]
+        fn postings_match_a_full_pass(
+            series in prop::collection::vec(
+                (0u64..40, prop::collection::vec(prop::option::of(0u8..3), 3)),
+                0..60,
+            ),
+            removals in prop::collection::vec(0u64..40, 0..10),
+            preds in prop::collection::vec(predicate(), 1..8),
+        ) {
+            let mut idx = SeriesIndex::default();
+            let name = |v: u8| ["a", "b", "c"][usize::from(v)].to_string();
+            for (id, vals) in &series {
+                let tags: TagValues = vals.iter().map(|v| v.map(name)).collect();
+                let mut key = Vec::new();
+                let present = tags.iter().enumerate().filter_map(|(i, v)| v.as_deref().map(|v| (i, v)));
+                encode_series_key(present, &mut key);
+                idx.remove_id(*id);
+                idx.insert(key, *id, tags);
+            }
+            for id in &removals {
+                idx.remove_id(*id);
+            }
+            for p in &preds {
+                prop_assert_eq!(p.series(&idx), p.scan(&idx), "{:?}", p);
+            }
+        }
     }
 }
