@@ -18,8 +18,21 @@ pub(crate) struct TableCursor {
     fill_cache: bool,
     tile: usize,
     pages: Vec<(Arc<Page>, usize)>,
+    /// The current entry of every page with entries left, in *descending* internal order: the
+    /// cursor's entry is the last. Moving on decodes one entry and re-inserts one head, so a
+    /// tile of h pages costs `O(log h)` comparisons per entry, not h decodes.
+    order: Vec<Head>,
     cur: Option<usize>,
     prune: Prune,
+}
+
+/// A page's current entry: its key's place in the page and its sequence number.
+#[derive(Debug, Clone, Copy)]
+struct Head {
+    page: usize,
+    key_at: usize,
+    key_len: usize,
+    seq: u64,
 }
 
 /// Pages a scan can skip without reading: those wholly past its end key, and (for a scan by
@@ -57,6 +70,7 @@ impl TableCursor {
             fill_cache,
             tile: 0,
             pages: Vec::new(),
+            order: Vec::new(),
             cur: None,
             prune: Prune::default(),
         }
@@ -71,6 +85,7 @@ impl TableCursor {
     fn load_tile(&mut self, t: usize, target: Option<&[u8]>) -> Result<()> {
         self.tile = t;
         self.pages.clear();
+        self.order.clear();
         self.cur = None;
         let Some(tile) = self.table.index().tiles.get(t) else { return Ok(()) };
         let (first, n) = (tile.first_page as usize, tile.pages as usize);
@@ -86,26 +101,40 @@ impl TableCursor {
         Ok(())
     }
 
+    /// The head of page `i`, if it has entries left.
+    fn head(&self, i: usize) -> Option<Head> {
+        let (page, pos) = &self.pages[i];
+        (*pos < page.len()).then(|| {
+            let e = page.entry(*pos);
+            Head { page: i, key_at: e.value_at - e.key.len(), key_len: e.key.len(), seq: e.seq }
+        })
+    }
+
+    fn key_of(&self, h: &Head) -> &[u8] {
+        self.pages[h.page].0.bytes_at(h.key_at, h.key_len)
+    }
+
+    /// Orders the heads of every page (after a tile is loaded).
     fn pick(&mut self) {
-        let mut best: Option<usize> = None;
-        for (i, (page, pos)) in self.pages.iter().enumerate() {
-            if *pos >= page.len() {
-                continue;
-            }
-            best = match best {
-                None => Some(i),
-                Some(b) => {
-                    let (bp, bpos) = &self.pages[b];
-                    let (x, y) = (page.entry(*pos), bp.entry(*bpos));
-                    if internal_cmp(x.key, x.seq, y.key, y.seq).is_lt() {
-                        Some(i)
-                    } else {
-                        Some(b)
-                    }
-                }
-            };
+        let mut order: Vec<Head> = (0..self.pages.len()).filter_map(|i| self.head(i)).collect();
+        order.sort_by(|a, b| internal_cmp(self.key_of(b), b.seq, self.key_of(a), a.seq));
+        self.order = order;
+        self.cur = self.order.last().map(|h| h.page);
+    }
+
+    /// Moves the current page on by one entry.
+    fn advance(&mut self) {
+        let Some(h) = self.order.pop() else { return };
+        self.pages[h.page].1 += 1;
+        if let Some(n) = self.head(h.page) {
+            let key = self.key_of(&n);
+            // Descending: every head before the insertion point sorts after the new one.
+            let at = self.order.partition_point(|x| {
+                internal_cmp(self.key_of(x), x.seq, key, n.seq) == std::cmp::Ordering::Greater
+            });
+            self.order.insert(at, n);
         }
-        self.cur = best;
+        self.cur = self.order.last().map(|h| h.page);
     }
 
     fn skip_empty_tiles(&mut self) -> Result<()> {
@@ -139,9 +168,8 @@ impl EntryCursor for TableCursor {
     }
 
     fn next(&mut self) -> Result<()> {
-        if let Some(c) = self.cur {
-            self.pages[c].1 += 1;
-            self.pick();
+        if self.cur.is_some() {
+            self.advance();
             self.skip_empty_tiles()?;
         }
         Ok(())
@@ -152,13 +180,11 @@ impl EntryCursor for TableCursor {
     }
 
     fn key(&self) -> &[u8] {
-        let (p, i) = self.current();
-        p.entry(i).key
+        self.order.last().map_or(&[], |h| self.key_of(h))
     }
 
     fn seq(&self) -> u64 {
-        let (p, i) = self.current();
-        p.entry(i).seq
+        self.order.last().map_or(0, |h| h.seq)
     }
 
     fn kind(&self) -> EntryKind {

@@ -214,6 +214,12 @@ impl Page {
         })
     }
 
+    /// Bytes `at..at + len` of the page (a key located by an earlier [`Page::entry`]).
+    #[inline]
+    pub(crate) fn bytes_at(&self, at: usize, len: usize) -> &[u8] {
+        &self.data[at..at + len]
+    }
+
     /// Value bytes of an entry, shared with the page.
     pub fn value(&self, e: &EntryView<'_>) -> Bytes {
         self.data.slice(e.value_at..e.value_at + e.value_len)
