@@ -402,62 +402,44 @@ fn main() {
             runs,
             dir,
         } => {
-            if part == "grf" {
-                let s = ebb_benches::range_grf::Settings {
-                    runs,
-                    series: (keys / 1000).max(10),
-                    points: 60,
-                    queries,
-                    window_secs: 300,
-                    cache_size,
-                };
-                let mut tmp = None;
-                let work = work_dir(dir, &mut tmp);
-                match ebb_benches::range_grf::run(&work, &s) {
-                    Ok(lines) => lines.iter().for_each(|c| println!("{}", c.line())),
-                    Err(e) => {
-                        eprintln!("error: {e}");
-                        std::process::exit(1);
-                    }
-                }
-                return;
-            }
-            if part == "reduce" {
-                let s = ebb_benches::range_reduce::Settings {
-                    keys,
-                    updates: keys,
-                    scans: queries,
-                    range: 10_000,
-                };
-                let mut tmp = None;
-                let work = work_dir(dir, &mut tmp);
-                match ebb_benches::range_reduce::run(&work, &s) {
-                    Ok(lines) => lines.iter().for_each(|c| println!("{}", c.line())),
-                    Err(e) => {
-                        eprintln!("error: {e}");
-                        std::process::exit(1);
-                    }
-                }
-                return;
-            }
-            let s = ebb_benches::range_query::Settings {
-                keys,
-                queries,
-                ranges: ranges.into_iter().filter(|&r| r >= 1).collect(),
-                value_size,
-                bits_per_key,
-                cache_size,
-                rocksdb: !no_rocksdb,
-            };
             let mut tmp = None;
             let work = work_dir(dir, &mut tmp);
-            match ebb_benches::range_query::run(&work, &s) {
-                Ok(lines) => lines.iter().for_each(|c| println!("{}", c.line())),
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    std::process::exit(1);
-                }
-            }
+            let result = match part.as_str() {
+                "grf" => ebb_benches::range_grf::run(
+                    &work,
+                    &ebb_benches::range_grf::Settings {
+                        runs,
+                        series: (keys / 1000).max(10),
+                        points: 60,
+                        queries,
+                        window_secs: 300,
+                        cache_size,
+                    },
+                ),
+                "reduce" => ebb_benches::range_reduce::run(
+                    &work,
+                    &ebb_benches::range_reduce::Settings {
+                        keys,
+                        updates: keys,
+                        scans: queries,
+                        range: 10_000,
+                    },
+                ),
+                "filters" => ebb_benches::range_query::run(
+                    &work,
+                    &ebb_benches::range_query::Settings {
+                        keys,
+                        queries,
+                        ranges: ranges.into_iter().filter(|&r| r >= 1).collect(),
+                        value_size,
+                        bits_per_key,
+                        cache_size,
+                        rocksdb: !no_rocksdb,
+                    },
+                ),
+                other => Err(format!("unknown part {other:?} (filters, grf, reduce)")),
+            };
+            print_results(result);
         }
         Cmd::ServerLayout { hosts, points, step_secs, queries, page_cache_mb, dir } => {
             let s = ebb_benches::server_layout::Settings {
@@ -469,13 +451,7 @@ fn main() {
             };
             let mut tmp = None;
             let work = work_dir(dir, &mut tmp);
-            match ebb_benches::server_layout::run(&work, &s) {
-                Ok(lines) => lines.iter().for_each(|c| println!("{}", c.line())),
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    std::process::exit(1);
-                }
-            }
+            print_results(ebb_benches::server_layout::run(&work, &s));
         }
         Cmd::Cluster { set, clients, shards, snapshot_every, baseline_bin, dir } => {
             let s = ebb_benches::cluster::Settings {
@@ -601,6 +577,17 @@ fn main() {
                 eprintln!("error: {e}");
                 std::process::exit(1);
             }
+        }
+    }
+}
+
+/// Prints the `RESULT` lines, or the error and exits with status 1.
+fn print_results(result: Result<Vec<ebb_benches::report::Comparison>, String>) {
+    match result {
+        Ok(lines) => lines.iter().for_each(|c| println!("{}", c.line())),
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(1);
         }
     }
 }

@@ -81,9 +81,9 @@ pub(crate) struct Cells {
 }
 
 impl Cells {
-    /// Spans and foreign heads held (memory accounting and tests).
-    pub fn len(&self) -> usize {
-        self.spans.len() + self.foreign.len()
+    /// Memory held, in bytes.
+    pub fn memory_bytes(&self) -> usize {
+        self.spans.len() * std::mem::size_of::<Span>() + self.foreign.len() * 8
     }
 }
 
@@ -258,7 +258,15 @@ impl GlobalFilter {
 
     /// The filter after an edit removed and added files. A file in both lists moved levels.
     pub fn apply(&self, removed: &[FileCells], added: &[FileCells]) -> GlobalFilter {
-        let mut next = self.clone();
+        // The segments are rebuilt below: copy only the slot and file bookkeeping.
+        let mut next = GlobalFilter {
+            spec: self.spec,
+            segs: Vec::new(),
+            foreign: Vec::new(),
+            foreign_any: self.foreign_any,
+            slots: self.slots,
+            unindexed: self.unindexed.clone(),
+        };
         let mut ops: Vec<(Span, Op)> = Vec::new();
         let mut fops: Vec<(u64, Op)> = Vec::new();
         let mut any_ops: Vec<Op> = Vec::new();

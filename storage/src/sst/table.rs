@@ -173,7 +173,7 @@ impl Table {
             self.index.pages.iter().map(|p| p.min_key.len() + p.max_key.len() + 80).sum();
         let tiles: usize =
             self.index.tiles.iter().map(|t| t.first_key.len() + t.last_key.len() + 56).sum();
-        let cells = self.cells.get().and_then(Option::as_ref).map_or(0, |c| c.len() * 16);
+        let cells = self.cells.get().and_then(Option::as_ref).map_or(0, |c| c.memory_bytes());
         self.filters.len() + self.fences.memory_bytes() + pages + tiles + cells
     }
 
