@@ -26,4 +26,7 @@ pub mod rocksdb;
 pub mod security;
 pub mod server_layout;
 pub mod tsbs;
+pub mod tsbs_cli;
+pub mod tsbs_queries;
+pub mod tsbs_query;
 pub mod workload;

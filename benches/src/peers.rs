@@ -1,5 +1,6 @@
-//! Servers the ingest and query benchmarks run: EbbDB (`ebb server`), InfluxDB 1.x (`influxd`)
-//! and VictoriaMetrics, each a child process on loopback with its own temporary data directory.
+//! Servers the ingest and query benchmarks run: EbbDB (`ebb server`), InfluxDB 1.x (`influxd`),
+//! VictoriaMetrics and QuestDB (`java -m io.questdb/io.questdb.ServerMain`), each a child
+//! process on loopback with its own temporary data directory.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -15,6 +16,8 @@ pub enum System {
     Influx,
     /// VictoriaMetrics.
     Victoria,
+    /// QuestDB (its jar from Maven Central, run with Java 17).
+    QuestDb,
 }
 
 impl System {
@@ -24,6 +27,7 @@ impl System {
             System::Ebb => "ebb",
             System::Influx => "influxdb",
             System::Victoria => "victoriametrics",
+            System::QuestDb => "questdb",
         }
     }
 }
@@ -34,6 +38,8 @@ pub struct Running {
     pub system: System,
     /// Base URL of its HTTP API.
     pub url: String,
+    /// `host:port` of its PostgreSQL wire protocol listener, if it has one.
+    pub pg: Option<String>,
     child: Child,
 }
 
@@ -76,21 +82,53 @@ fn wait_http(url: &str, path: &str, ok: &[u16]) -> Result<(), String> {
     Err(format!("{url} did not come up within 60 s"))
 }
 
+/// The QuestDB jar: `$EBB_QUESTDB_JAR`, else where
+/// `mvn dependency:get -Dartifact=org.questdb:questdb:9.2.0` puts it.
+pub fn questdb_jar() -> Result<PathBuf, String> {
+    let p = match std::env::var_os("EBB_QUESTDB_JAR") {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let home = std::env::var_os("HOME").ok_or("HOME is not set")?;
+            PathBuf::from(home).join(".m2/repository/org/questdb/questdb/9.2.0/questdb-9.2.0.jar")
+        }
+    };
+    if p.exists() {
+        Ok(p)
+    } else {
+        Err(format!(
+            "{} not found: run `mvn dependency:get -Dartifact=org.questdb:questdb:9.2.0` \
+             or set EBB_QUESTDB_JAR (see BENCHMARKS.md)",
+            p.display()
+        ))
+    }
+}
+
 /// Starts `system` with its data under `dir`.
 pub fn start(system: System, dir: &Path) -> Result<Running, String> {
+    start_with(system, dir, &[])
+}
+
+/// [`start`], passing `ebb_args` to `ebb server` (other systems ignore them).
+pub fn start_with(system: System, dir: &Path, ebb_args: &[String]) -> Result<Running, String> {
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     let port = free_port()?;
     let url = format!("http://127.0.0.1:{port}");
     let log = std::fs::File::create(dir.join("server.log")).map_err(|e| e.to_string())?;
     let log2 = log.try_clone().map_err(|e| e.to_string())?;
+    let pg = match system {
+        System::Ebb | System::QuestDb => Some(format!("127.0.0.1:{}", free_port()?)),
+        _ => None,
+    };
+    let pg_addr = pg.clone().unwrap_or_default();
     let mut cmd = match system {
         System::Ebb => {
             let mut c = Command::new(ebb_binary()?);
             c.args(["server", "--data-dir"])
                 .arg(dir.join("data"))
                 .args(["--http-addr", &format!("127.0.0.1:{port}")])
-                .args(["--pg-addr", &format!("127.0.0.1:{}", free_port()?)])
+                .args(["--pg-addr", &pg_addr])
                 .args(["--grpc-addr", &format!("127.0.0.1:{}", free_port()?)])
+                .args(ebb_args)
                 .env("EBB_LOG", "warn");
             c
         }
@@ -119,15 +157,32 @@ pub fn start(system: System, dir: &Path) -> Result<Running, String> {
                 .arg("-search.disableCache");
             c
         }
+        System::QuestDb => {
+            let root = dir.join("data");
+            std::fs::create_dir_all(&root).map_err(|e| e.to_string())?;
+            let mut c = Command::new("java");
+            c.arg("-p")
+                .arg(questdb_jar()?)
+                .args(["-m", "io.questdb/io.questdb.ServerMain", "-d"])
+                .arg(&root)
+                .env("QDB_HTTP_BIND_TO", format!("127.0.0.1:{port}"))
+                .env("QDB_PG_NET_BIND_TO", &pg_addr)
+                .env("QDB_LINE_TCP_NET_BIND_TO", format!("127.0.0.1:{}", free_port()?))
+                .env("QDB_HTTP_MIN_NET_BIND_TO", format!("127.0.0.1:{}", free_port()?))
+                .env("QDB_LINE_UDP_ENABLED", "false")
+                .env("QDB_TELEMETRY_ENABLED", "false");
+            c
+        }
     };
     let child = cmd.stdout(Stdio::from(log)).stderr(Stdio::from(log2)).spawn().map_err(|e| {
         format!("cannot start {}: {e} (install it: see BENCHMARKS.md)", system.name())
     })?;
-    let running = Running { system, url: url.clone(), child };
+    let running = Running { system, url: url.clone(), pg, child };
     match system {
         System::Ebb => wait_http(&url, "/ready", &[200])?,
         System::Influx => wait_http(&url, "/ping", &[204])?,
         System::Victoria => wait_http(&url, "/health", &[200])?,
+        System::QuestDb => wait_http(&url, "/ping", &[204])?,
     }
     Ok(running)
 }

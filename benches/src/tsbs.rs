@@ -1,8 +1,7 @@
-//! `ebb-bench ingest` and `ebb-bench query`: a TSBS devops-shaped load (the `cpu`
-//! measurement: 10 tags, 10 float fields, one point per host every 10 s), pre-generated as
-//! 5,000-line batches and sent over HTTP line protocol by the same client to EbbDB, InfluxDB 1.x
-//! and VictoriaMetrics; then query latency on the same data, EbbDB (SQL) against InfluxDB
-//! (InfluxQL).
+//! `ebb-bench ingest`: a TSBS devops-shaped load (the `cpu` measurement: 10 tags, 10 float
+//! fields, one point per host every 10 s), pre-generated as 5,000-line batches and sent over
+//! HTTP line protocol by the same client to EbbDB, InfluxDB 1.x, VictoriaMetrics and QuestDB.
+//! The same data feeds `ebb-bench query` ([`crate::tsbs_query`]).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -10,7 +9,7 @@ use std::time::Instant;
 
 use rand::Rng;
 
-use crate::peers::{dir_bytes, start, Running, System};
+use crate::peers::{dir_bytes, start_with, Running, System};
 use crate::report::{Better, Comparison};
 use crate::workload::rng;
 
@@ -61,6 +60,22 @@ impl Dataset {
     /// Rows (points) in it.
     pub fn rows(&self) -> usize {
         self.hosts * self.hours * 3600 / INTERVAL_S as usize
+    }
+}
+
+impl std::str::FromStr for Dataset {
+    type Err = String;
+
+    /// `HOSTSxHOURS`, e.g. `1000x1` or `1000x1h`.
+    fn from_str(s: &str) -> Result<Dataset, String> {
+        let parse = || -> Option<Dataset> {
+            let (h, t) = s.trim().trim_end_matches('h').split_once('x')?;
+            Some(Dataset { hosts: h.parse().ok()?, hours: t.parse().ok()? })
+        };
+        match parse() {
+            Some(d) if d.hosts > 0 && d.hours > 0 => Ok(d),
+            _ => Err(format!("data set {s:?} is not HOSTSxHOURS, e.g. 1000x1")),
+        }
     }
 }
 
@@ -168,7 +183,7 @@ pub fn load_spread(
     Ok(start.elapsed().as_secs_f64())
 }
 
-fn prepare(s: &Running) -> Result<(), String> {
+pub(crate) fn prepare(s: &Running) -> Result<(), String> {
     if s.system == System::Influx {
         let mut r = agent()
             .post(&format!("{}/query", s.url))
@@ -189,8 +204,15 @@ fn print(c: &Comparison) {
     println!("{}", c.line());
 }
 
-/// Part `ingest`: rows/s per system and data set.
-pub fn ingest(work: &Path, sets: &[Dataset], clients: usize) -> Result<(), String> {
+/// Part `ingest`: rows/s per system and data set, EbbDB started with `ebb_args`, then each of
+/// `peers`.
+pub fn ingest(
+    work: &Path,
+    sets: &[Dataset],
+    clients: usize,
+    ebb_args: &[String],
+    peers: &[System],
+) -> Result<(), String> {
     for ds in sets {
         let batches = generate(*ds, 5000);
         let rows = ds.rows() as f64;
@@ -201,10 +223,10 @@ pub fn ingest(work: &Path, sets: &[Dataset], clients: usize) -> Result<(), Strin
             batches.len()
         );
         let mut rates = Vec::new();
-        for sys in [System::Ebb, System::Influx, System::Victoria] {
+        for &sys in std::iter::once(&System::Ebb).chain(peers) {
             let dir = work.join(format!("{}-{}", sys.name(), ds.label()));
             let _ = std::fs::remove_dir_all(&dir);
-            let s = start(sys, &dir)?;
+            let s = start_with(sys, &dir, ebb_args)?;
             prepare(&s)?;
             let secs = load(&s, &batches, clients)?;
             let rate = rows / secs;
@@ -218,150 +240,17 @@ pub fn ingest(work: &Path, sets: &[Dataset], clients: usize) -> Result<(), Strin
             rates.push(rate);
             let _ = std::fs::remove_dir_all(&dir);
         }
-        for (i, peer) in [(1, "influxdb"), (2, "victoriametrics")] {
+        for (i, peer) in peers.iter().enumerate() {
             print(&Comparison {
                 bench: "ingest".into(),
                 metric: "rows_per_sec".into(),
                 params: vec![("dataset".into(), ds.label())],
                 ebb: rates[0],
-                baseline: peer.into(),
-                base: rates[i],
+                baseline: peer.name().into(),
+                base: rates[i + 1],
                 better: Better::Higher,
             });
         }
-    }
-    Ok(())
-}
-
-/// Runs one query; returns (milliseconds, response body).
-fn timed(s: &Running, q: &str) -> Result<(f64, String), String> {
-    let a = agent();
-    let t = Instant::now();
-    let mut resp = match s.system {
-        System::Ebb => a.post(&format!("{}/v1/sql", s.url)).query("db", "bench").send(q),
-        _ => a.post(&format!("{}/query", s.url)).query("db", "bench").query("q", q).send_empty(),
-    }
-    .map_err(|e| e.to_string())?;
-    let body = resp.body_mut().read_to_string().map_err(|e| e.to_string())?;
-    let ms = t.elapsed().as_secs_f64() * 1e3;
-    if !resp.status().is_success() || body.contains("\"error\"") {
-        return Err(format!("{} failed {q:?}: {body}", s.system.name()));
-    }
-    Ok((ms, body))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
-/// Part `query`: latency of four queries, EbbDB against InfluxDB, on one data set.
-pub fn query(work: &Path, ds: Dataset, reps: usize) -> Result<(), String> {
-    let batches = generate(ds, 5000);
-    let t0 = START_S * 1_000_000_000;
-    let h1 = t0 + 3600 * 1_000_000_000;
-    let rfc = |ns: i64| {
-        let s = ns / 1_000_000_000;
-        let (days, rem) = (s.div_euclid(86_400), s.rem_euclid(86_400));
-        // 2016-01-01 + days (the data sets stay within January 2016).
-        format!(
-            "2016-01-{:02}T{:02}:{:02}:{:02}Z",
-            1 + days - 16_801,
-            rem / 3600,
-            rem % 3600 / 60,
-            rem % 60
-        )
-    };
-    let queries: Vec<(&str, String, String)> = vec![
-        (
-            "max-1host-1h-by-minute",
-            format!(
-                "SELECT date_bin(interval '1 minute', time, to_timestamp(0)) AS m, max(usage_user) \
-                 FROM cpu WHERE hostname = 'host_7' AND time >= to_timestamp_nanos({t0}) \
-                 AND time < to_timestamp_nanos({h1}) GROUP BY m ORDER BY m"
-            ),
-            format!(
-                "SELECT max(usage_user) FROM cpu WHERE hostname = 'host_7' AND time >= '{}' \
-                 AND time < '{}' GROUP BY time(1m)",
-                rfc(t0),
-                rfc(h1)
-            ),
-        ),
-        (
-            "mean-per-host-per-hour",
-            "SELECT hostname, date_bin(interval '1 hour', time, to_timestamp(0)) AS h, avg(usage_user) \
-             FROM cpu GROUP BY hostname, h"
-                .to_string(),
-            format!(
-                "SELECT mean(usage_user) FROM cpu WHERE time >= '{}' AND time < '{}' GROUP BY time(1h), hostname",
-                rfc(t0),
-                rfc(t0 + ds.hours as i64 * 3600 * 1_000_000_000)
-            ),
-        ),
-        ("count", "SELECT count(*) FROM cpu".to_string(), "SELECT count(usage_user) FROM cpu".to_string()),
-    ];
-    let del_lo = t0 + 3600 * 1_000_000_000;
-    let del_hi = del_lo + 1800 * 1_000_000_000;
-    let deletes = (
-        format!("DELETE FROM cpu WHERE time >= to_timestamp_nanos({del_lo}) AND time < to_timestamp_nanos({del_hi})"),
-        format!("DELETE FROM cpu WHERE time >= '{}' AND time < '{}'", rfc(del_lo), rfc(del_hi)),
-    );
-    println!("query {}: {} rows, {reps} runs per query (median)", ds.label(), ds.rows());
-    let mut figures: Vec<Vec<f64>> = Vec::new();
-    for sys in [System::Ebb, System::Influx] {
-        let dir = work.join(format!("q-{}", sys.name()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let s = start(sys, &dir)?;
-        prepare(&s)?;
-        load(&s, &batches, 4)?;
-        let mut f = Vec::new();
-        for (name, ebb_q, influx_q) in &queries {
-            let q = if sys == System::Ebb { ebb_q } else { influx_q };
-            let (_, body) = timed(&s, q)?; // warm-up, and a look at the answer
-            let mut times = Vec::with_capacity(reps);
-            for _ in 0..reps {
-                times.push(timed(&s, q)?.0);
-            }
-            let m = median(times);
-            println!(
-                "  {:<10} {name:<24} {m:>9.2} ms   {}",
-                sys.name(),
-                body.chars().take(90).collect::<String>()
-            );
-            f.push(m);
-        }
-        let q = if sys == System::Ebb { &deletes.0 } else { &deletes.1 };
-        let (ms, body) = timed(&s, q)?;
-        println!(
-            "  {:<10} {:<24} {ms:>9.2} ms   {}",
-            sys.name(),
-            "delete-30min",
-            body.chars().take(90).collect::<String>()
-        );
-        f.push(ms);
-        let count_q = if sys == System::Ebb { &queries[2].1 } else { &queries[2].2 };
-        let (_, after) = timed(&s, count_q)?;
-        println!(
-            "  {:<10} {:<24} {}",
-            sys.name(),
-            "count after delete",
-            after.chars().take(90).collect::<String>()
-        );
-        figures.push(f);
-        drop(s);
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-    let names = ["max-1host-1h-by-minute", "mean-per-host-per-hour", "count", "delete-30min"];
-    for (i, name) in names.iter().enumerate() {
-        print(&Comparison {
-            bench: "query".into(),
-            metric: "latency_ms".into(),
-            params: vec![("q".into(), name.to_string()), ("dataset".into(), ds.label())],
-            ebb: figures[0][i],
-            baseline: "influxdb".into(),
-            base: figures[1][i],
-            better: Better::Lower,
-        });
     }
     Ok(())
 }

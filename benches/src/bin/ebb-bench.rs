@@ -147,18 +147,8 @@ enum Cmd {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
-    /// Line-protocol ingest (TSBS devops cpu) into EbbDB, InfluxDB and VictoriaMetrics.
-    Ingest {
-        /// Data sets as HOSTSxHOURS.
-        #[arg(long, value_delimiter = ',', default_value = "1000x1,100x6")]
-        sets: Vec<String>,
-        /// Concurrent client connections.
-        #[arg(long, default_value_t = 4)]
-        clients: usize,
-        /// Working directory (default: a temporary directory, removed afterwards).
-        #[arg(long)]
-        dir: Option<PathBuf>,
-    },
+    /// Line-protocol ingest (TSBS devops cpu) into EbbDB, InfluxDB, VictoriaMetrics and QuestDB.
+    Ingest(ebb_benches::tsbs_cli::IngestArgs),
     /// Empty short range queries (the Rosetta paper's workload): EbbDB with per-file Rosetta
     /// filters against EbbDB without range filters and RocksDB with a prefix Bloom filter.
     RangeQuery {
@@ -267,32 +257,16 @@ enum Cmd {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
-    /// Query latency on TSBS devops cpu data, EbbDB (SQL) against InfluxDB (InfluxQL).
-    Query {
-        /// Data set as HOSTSxHOURS.
-        #[arg(long, default_value = "100x6")]
-        set: String,
-        /// Runs per query (the median is reported).
-        #[arg(long, default_value_t = 20)]
-        reps: usize,
-        /// Working directory (default: a temporary directory, removed afterwards).
-        #[arg(long)]
-        dir: Option<PathBuf>,
-    },
+    /// The TSBS devops query set on TSBS cpu data: EbbDB (SQL) against InfluxDB (InfluxQL) and
+    /// QuestDB (SQL), plus a prepared statement over pgwire and a time-window DELETE.
+    Query(ebb_benches::tsbs_cli::QueryArgs),
 }
 
 fn dataset(s: &str) -> ebb_benches::tsbs::Dataset {
-    let parse = || -> Option<ebb_benches::tsbs::Dataset> {
-        let (h, t) = s.trim().trim_end_matches('h').split_once('x')?;
-        Some(ebb_benches::tsbs::Dataset { hosts: h.parse().ok()?, hours: t.parse().ok()? })
-    };
-    match parse() {
-        Some(d) if d.hosts > 0 && d.hours > 0 => d,
-        _ => {
-            eprintln!("error: data set {s:?} is not HOSTSxHOURS, e.g. 1000x1");
-            std::process::exit(2);
-        }
-    }
+    s.parse().unwrap_or_else(|e| {
+        eprintln!("error: {e}");
+        std::process::exit(2);
+    })
 }
 
 fn work_dir(dir: Option<PathBuf>, tmp: &mut Option<tempfile::TempDir>) -> PathBuf {
@@ -381,11 +355,10 @@ fn main() {
                 }
             }
         }
-        Cmd::Ingest { sets, clients, dir } => {
-            let sets: Vec<_> = sets.iter().map(|s| dataset(s)).collect();
+        Cmd::Ingest(args) => {
             let mut tmp = None;
-            let work = work_dir(dir, &mut tmp);
-            if let Err(e) = ebb_benches::tsbs::ingest(&work, &sets, clients.max(1)) {
+            let work = work_dir(args.dir.clone(), &mut tmp);
+            if let Err(e) = args.run(&work) {
                 eprintln!("error: {e}");
                 std::process::exit(1);
             }
@@ -520,10 +493,10 @@ fn main() {
                 }
             }
         }
-        Cmd::Query { set, reps, dir } => {
+        Cmd::Query(args) => {
             let mut tmp = None;
-            let work = work_dir(dir, &mut tmp);
-            if let Err(e) = ebb_benches::tsbs::query(&work, dataset(&set), reps.max(1)) {
+            let work = work_dir(args.dir.clone(), &mut tmp);
+            if let Err(e) = args.run(&work) {
                 eprintln!("error: {e}");
                 std::process::exit(1);
             }

@@ -1,0 +1,262 @@
+//! `ebb-bench query`: the TSBS devops query set ([`crate::tsbs_queries`]) on TSBS cpu data,
+//! EbbDB (SQL over HTTP) against InfluxDB 1.x (InfluxQL over HTTP) and QuestDB (SQL over HTTP),
+//! each loaded by the same client; then a prepared statement over the PostgreSQL wire protocol
+//! (EbbDB and QuestDB), and a 30-minute time-window `DELETE` (EbbDB and InfluxDB; QuestDB has no
+//! row delete).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::peers::{start_with, Running, System};
+use crate::report::{Better, Comparison};
+use crate::tsbs::{agent, generate, load, prepare, Dataset, START_S};
+use crate::tsbs_queries::{instances, Dialect, NAMES};
+
+/// Settings of a query run.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Timed runs per query (after one warm-up); the median is reported.
+    pub reps: usize,
+    /// Extra `ebb server` arguments.
+    pub ebb_args: Vec<String>,
+    /// Systems besides EbbDB.
+    pub peers: Vec<System>,
+}
+
+fn dialect(s: System) -> Dialect {
+    match s {
+        System::QuestDb => Dialect::QuestDb,
+        System::Influx => Dialect::InfluxQl,
+        _ => Dialect::Ebb,
+    }
+}
+
+/// Runs `q` over HTTP; returns (milliseconds, rows in the answer).
+fn timed(s: &Running, q: &str) -> Result<(f64, usize), String> {
+    let a = agent();
+    let t = Instant::now();
+    let mut resp = match s.system {
+        System::Ebb => a.post(&format!("{}/v1/sql", s.url)).query("db", "bench").send(q),
+        System::QuestDb => {
+            a.get(&format!("{}/exec", s.url)).query("count", "false").query("query", q).call()
+        }
+        _ => a.post(&format!("{}/query", s.url)).query("db", "bench").query("q", q).send_empty(),
+    }
+    .map_err(|e| e.to_string())?;
+    let body = resp.body_mut().with_config().limit(1 << 30).read_to_string();
+    let body = body.map_err(|e| e.to_string())?;
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    if !resp.status().is_success() {
+        return Err(format!("{} failed {q:?}: {}", s.system.name(), clip(&body)));
+    }
+    let rows = answer_rows(s.system, &body)
+        .map_err(|e| format!("{} answered {q:?} with {}: {e}", s.system.name(), clip(&body)))?;
+    Ok((ms, rows))
+}
+
+fn clip(s: &str) -> String {
+    s.chars().take(300).collect()
+}
+
+/// Rows in an answer: EbbDB's JSON array, QuestDB's `dataset`, InfluxDB's series values.
+fn answer_rows(system: System, body: &str) -> Result<usize, String> {
+    let v: serde_json::Value = serde_json::from_str(body).map_err(|e| e.to_string())?;
+    match system {
+        System::Ebb => v.as_array().map(Vec::len).ok_or_else(|| "not an array".into()),
+        System::QuestDb => v["dataset"].as_array().map(Vec::len).ok_or_else(|| "no dataset".into()),
+        _ => {
+            let r = &v["results"][0];
+            if let Some(e) = r["error"].as_str() {
+                return Err(e.to_string());
+            }
+            let series = r["series"].as_array().map(Vec::as_slice).unwrap_or_default();
+            Ok(series.iter().filter_map(|s| s["values"].as_array()).map(Vec::len).sum())
+        }
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Waits until `rows` rows are visible (QuestDB applies its WAL asynchronously).
+fn wait_visible(s: &Running, rows: usize) -> Result<(), String> {
+    let q = match s.system {
+        System::QuestDb => "SELECT count() FROM cpu",
+        _ => return Ok(()),
+    };
+    let start = Instant::now();
+    loop {
+        let mut resp = agent()
+            .get(&format!("{}/exec", s.url))
+            .query("query", q)
+            .call()
+            .map_err(|e| e.to_string())?;
+        let body = resp.body_mut().read_to_string().map_err(|e| e.to_string())?;
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        let n = v["dataset"][0][0].as_u64().unwrap_or(0) as usize;
+        if n >= rows {
+            return Ok(());
+        }
+        if start.elapsed() > Duration::from_secs(300) {
+            return Err(format!("questdb shows {n} of {rows} rows after 5 minutes"));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The one-host one-hour by-minute query (`single-groupby-1-1-1`) as a prepared statement over
+/// the PostgreSQL wire protocol: prepared once, executed `reps` times with new parameters after
+/// one warm-up; returns the median milliseconds.
+fn prepared(s: &Running, ds: Dataset, reps: usize) -> Result<f64, String> {
+    let Some(addr) = &s.pg else { return Err("no pgwire listener".into()) };
+    let (host, port) = addr.rsplit_once(':').ok_or("bad pg address")?;
+    let (user, password, ts) = match s.system {
+        System::QuestDb => ("admin", "quest", "timestamp"),
+        _ => ("ebb", "", "time"),
+    };
+    let bucket = match s.system {
+        System::QuestDb => String::new(),
+        _ => "date_bin(interval '1 minute', time, to_timestamp(0)) AS bucket, ".into(),
+    };
+    let tail = match s.system {
+        System::QuestDb => "SAMPLE BY 1m",
+        _ => "GROUP BY bucket ORDER BY bucket",
+    };
+    let sql = format!(
+        "SELECT {bucket}max(usage_user) AS max_usage_user FROM cpu WHERE hostname = $1 \
+         AND {ts} >= $2 AND {ts} < $3 {tail}"
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let conf = format!("host={host} port={port} user={user} password={password} dbname=bench");
+        let (client, conn) = tokio_postgres::connect(&conf, tokio_postgres::NoTls)
+            .await
+            .map_err(|e| format!("{} pgwire connect: {e}", s.system.name()))?;
+        tokio::spawn(conn);
+        let text = tokio_postgres::types::Type::TEXT;
+        let stmt = client
+            .prepare_typed(&sql, &[text.clone(), text.clone(), text])
+            .await
+            .map_err(|e| format!("{} prepare {sql:?}: {e}", s.system.name()))?;
+        let mut times = Vec::with_capacity(reps);
+        for (i, inst) in instances("single-groupby-1-1-1", ds, reps + 1, 11).iter().enumerate() {
+            let (h, a, b) = inst.params();
+            let t = Instant::now();
+            let rows = client
+                .query(&stmt, &[&h, &a, &b])
+                .await
+                .map_err(|e| format!("{} execute: {e}", s.system.name()))?;
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            if rows.is_empty() {
+                return Err(format!("{} returned no rows for {h} {a}..{b}", s.system.name()));
+            }
+            if i > 0 {
+                times.push(ms);
+            }
+        }
+        Ok(median(times))
+    })
+}
+
+/// Latencies of one system on one data set: per TSBS query, then the prepared statement and the
+/// delete (`None` where the system has none).
+struct Figures {
+    queries: Vec<f64>,
+    prepared: Option<f64>,
+    delete: Option<f64>,
+}
+
+fn measure(s: &Running, ds: Dataset, reps: usize) -> Result<Figures, String> {
+    let d = dialect(s.system);
+    let mut queries = Vec::new();
+    for (n, name) in NAMES.iter().enumerate() {
+        let inst = instances(name, ds, reps + 1, 100 + n as u64);
+        let (_, rows) = timed(s, &inst[0].text(d))?; // warm-up
+        let mut times = Vec::with_capacity(reps);
+        let mut total = 0;
+        for i in &inst[1..] {
+            let (ms, r) = timed(s, &i.text(d))?;
+            times.push(ms);
+            total += r;
+        }
+        let m = median(times);
+        println!(
+            "  {:<16} {name:<24} {m:>9.2} ms  (warm-up {rows} rows, {:.1} rows per run)",
+            s.system.name(),
+            total as f64 / reps as f64
+        );
+        queries.push(m);
+    }
+    let prepared = match s.system {
+        System::Ebb | System::QuestDb => {
+            let ms = prepared(s, ds, reps.max(20))?;
+            println!("  {:<16} {:<24} {ms:>9.2} ms", s.system.name(), "prepared pgwire 1-1-1");
+            Some(ms)
+        }
+        _ => None,
+    };
+    let lo = START_S + 3600;
+    let (lo_s, hi_s) = (crate::tsbs_queries::rfc3339(lo), crate::tsbs_queries::rfc3339(lo + 1800));
+    let delete = match s.system {
+        System::Ebb | System::Influx => {
+            let q = format!("DELETE FROM cpu WHERE time >= {lo_s} AND time < {hi_s}");
+            let t = Instant::now();
+            timed(s, &q)?;
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            println!("  {:<16} {:<24} {ms:>9.2} ms", s.system.name(), "delete-30min");
+            Some(ms)
+        }
+        _ => None,
+    };
+    Ok(Figures { queries, prepared, delete })
+}
+
+/// Part `query`: every TSBS query on every data set, EbbDB against each peer.
+pub fn query(work: &Path, sets: &[Dataset], s: &Settings) -> Result<(), String> {
+    for ds in sets {
+        let batches = generate(*ds, 5000);
+        println!("query {}: {} rows, {} runs per query (median)", ds.label(), ds.rows(), s.reps);
+        let mut all = Vec::new();
+        for sys in std::iter::once(System::Ebb).chain(s.peers.iter().copied()) {
+            let dir = work.join(format!("q-{}-{}", sys.name(), ds.label()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let r = start_with(sys, &dir, &s.ebb_args)?;
+            prepare(&r)?;
+            load(&r, &batches, 4)?;
+            wait_visible(&r, ds.rows())?;
+            all.push((sys, measure(&r, *ds, s.reps)?));
+            drop(r);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        let ebb = &all[0].1;
+        let line = |q: &str, e: f64, peer: System, b: f64| {
+            let c = Comparison {
+                bench: "query".into(),
+                metric: "latency_ms".into(),
+                params: vec![("q".into(), q.to_string()), ("dataset".into(), ds.label())],
+                ebb: e,
+                baseline: peer.name().into(),
+                base: b,
+                better: Better::Lower,
+            };
+            println!("{}", c.line());
+        };
+        for (peer, f) in &all[1..] {
+            for (i, name) in NAMES.iter().enumerate() {
+                line(name, ebb.queries[i], *peer, f.queries[i]);
+            }
+            if let (Some(e), Some(b)) = (ebb.prepared, f.prepared) {
+                line("prepared-single-groupby-1-1-1", e, *peer, b);
+            }
+            if let (Some(e), Some(b)) = (ebb.delete, f.delete) {
+                line("delete-30min", e, *peer, b);
+            }
+        }
+    }
+    Ok(())
+}
