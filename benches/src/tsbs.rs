@@ -215,6 +215,7 @@ pub fn ingest(
 ) -> Result<(), String> {
     for ds in sets {
         let batches = generate(*ds, 5000);
+        let warm: Vec<String> = batches.iter().map(|b| b.replace("cpu,", "warmup,")).collect();
         let rows = ds.rows() as f64;
         println!(
             "ingest {}: {} rows in {} batches, {clients} clients",
@@ -228,6 +229,9 @@ pub fn ingest(
             let _ = std::fs::remove_dir_all(&dir);
             let s = start_with(sys, &dir, ebb_args)?;
             prepare(&s)?;
+            // Warm-up: the same load into another table, so that no system is measured cold
+            // (QuestDB's JIT compiler, every server's allocator and caches).
+            load(&s, &warm, clients)?;
             let secs = load(&s, &batches, clients)?;
             let rate = rows / secs;
             drop(s);

@@ -83,6 +83,11 @@ impl WriteBatch {
         Self::default()
     }
 
+    /// Makes room for `additional` more operations.
+    pub fn reserve(&mut self, additional: usize) {
+        self.ops.reserve(additional);
+    }
+
     /// Adds a put.
     pub fn put(&mut self, key: impl Into<Bytes>, value: impl Into<Bytes>) -> &mut Self {
         self.ops.push(BatchOp::Put { key: key.into(), value: value.into() });

@@ -9,6 +9,7 @@ mod outcome;
 mod replicated;
 mod request;
 mod write;
+mod write_plan;
 
 use std::path::Path;
 use std::sync::Arc;

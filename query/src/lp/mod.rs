@@ -48,9 +48,9 @@ pub struct Line<'a> {
     /// Measurement (the table).
     pub measurement: Cow<'a, str>,
     /// Tags in the order written.
-    pub tags: SmallVec<[(Cow<'a, str>, Cow<'a, str>); 8]>,
+    pub tags: SmallVec<[(Cow<'a, str>, Cow<'a, str>); 12]>,
     /// Fields in the order written (at least one).
-    pub fields: SmallVec<[(Cow<'a, str>, FieldValue<'a>); 8]>,
+    pub fields: SmallVec<[(Cow<'a, str>, FieldValue<'a>); 12]>,
     /// Timestamp in the request's precision, if the line has one.
     pub timestamp: Option<i64>,
 }

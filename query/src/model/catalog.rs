@@ -12,6 +12,7 @@
 //! rejected request leaves no trace.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ebb_storage::{Engine, WriteBatch};
@@ -186,6 +187,9 @@ struct State {
 #[derive(Debug, Default)]
 pub struct Catalog {
     state: RwLock<State>,
+    /// Bumped, under the state's write lock, by every change of databases, tables or series: a
+    /// write planned against generation `g` is still valid while the generation is `g`.
+    generation: AtomicU64,
 }
 
 impl Catalog {
@@ -222,19 +226,25 @@ impl Catalog {
             let tags = decode_series_key(&v, def.tags.len())?;
             st.series.entry(table).or_default().insert(v.to_vec(), id, tags);
         }
-        Ok(Catalog { state: RwLock::new(st) })
+        Ok(Catalog { state: RwLock::new(st), generation: AtomicU64::new(0) })
     }
 
     /// Replaces everything with the catalog stored in `engine`.
     pub fn reload(&self, engine: &Engine) -> Result<(), QueryError> {
         let fresh = Catalog::load(engine)?;
-        *self.state.write() = fresh.state.into_inner();
+        let mut st = self.state.write();
+        *st = fresh.state.into_inner();
+        self.generation.fetch_add(1, Ordering::Release);
         Ok(())
     }
 
     /// Installs a delta whose records were written.
     pub fn apply(&self, delta: CatalogDelta) {
+        if delta.is_empty() {
+            return;
+        }
         let mut st = self.state.write();
+        self.generation.fetch_add(1, Ordering::Release);
         st.databases.extend(delta.databases);
         for (id, def) in delta.tables {
             st.next_table = st.next_table.max(id + 1);
@@ -305,6 +315,32 @@ impl Catalog {
     pub fn with_series_mut<R>(&self, id: u32, f: impl FnOnce(&mut SeriesIndex) -> R) -> R {
         let mut st = self.state.write();
         f(st.series.entry(id).or_default())
+    }
+
+    /// The generation: changes whenever databases, tables or series change. Read it before
+    /// reading what a plan depends on.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Newest row time noted per series, one read of the index for all of `series`.
+    pub fn max_times(&self, series: &[(u32, u64)]) -> Vec<Option<i64>> {
+        let st = self.state.read();
+        series
+            .iter()
+            .map(|(table, id)| st.series.get(table).and_then(|idx| idx.max_time(*id)))
+            .collect()
+    }
+
+    /// Notes the newest row time written per `(table, series, time)`, under one write lock.
+    pub fn note_times(&self, times: &[(u32, u64, i64)]) {
+        if times.is_empty() {
+            return;
+        }
+        let mut st = self.state.write();
+        for &(table, id, t) in times {
+            st.series.entry(table).or_default().note_time(id, t);
+        }
     }
 
     /// Ids the next new table and series would get (under the caller's write lock).

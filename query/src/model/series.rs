@@ -16,7 +16,8 @@ pub type TagValues = Arc<[Option<String>]>;
 /// The series of one table.
 #[derive(Debug, Default, Clone)]
 pub struct SeriesIndex {
-    by_key: HashMap<Vec<u8>, u64>,
+    /// Keyed by a randomly seeded fast hash: keys come from the network.
+    by_key: HashMap<Vec<u8>, u64, ahash::RandomState>,
     tags_of: HashMap<u64, TagValues>,
     /// Series per `(tag number, value)`: `tag = value` without a pass over every series.
     postings: HashMap<(usize, String), BTreeSet<u64>>,

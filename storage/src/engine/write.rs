@@ -115,11 +115,12 @@ impl Inner {
         if let Some(ms) = due {
             mem.note_delete_due(ms);
         }
+        let mut puts = mem.batch();
         for (i, op) in batch.ops().iter().enumerate() {
             let s = seq + i as u64;
             match op {
-                BatchOp::Put { key, value } => mem.insert(key, s, EntryKind::Put, value.clone()),
-                BatchOp::Delete { key } => mem.insert(key, s, EntryKind::Delete, Bytes::new()),
+                BatchOp::Put { key, value } => puts.insert(key, s, EntryKind::Put, value.clone()),
+                BatchOp::Delete { key } => puts.insert(key, s, EntryKind::Delete, Bytes::new()),
                 BatchOp::DeleteRange { lo, hi } => {
                     // Published to the buffer and EVE before the sequence number becomes visible.
                     mem.insert_range(lo.clone(), hi.clone(), s);
@@ -141,6 +142,7 @@ impl Inner {
                 }
             }
         }
+        drop(puts); // publishes the memtable's totals
         w.last_seq = last;
         if sync_to.is_none() {
             self.visible_seq.fetch_max(last, Ordering::Release);

@@ -98,17 +98,19 @@ impl Memtable {
 
     /// Inserts one entry.
     pub fn insert(&self, key: &[u8], seq: u64, kind: EntryKind, value: Bytes) {
-        let size = key.len() + value.len() + ENTRY_OVERHEAD;
-        self.filter.insert(crate::sst::bloom::key_hash(key));
-        let guard = crossbeam_epoch::pin();
-        self.map
-            .insert(MemKey { key: KeyBuf::from_slice(key), seq }, MemValue { kind, value }, &guard)
-            .release(&guard);
-        self.bytes.fetch_add(size, AtomicOrdering::Relaxed);
-        self.max_seq.fetch_max(seq, AtomicOrdering::Relaxed);
-        self.min_entry_seq.fetch_min(seq, AtomicOrdering::Relaxed);
-        if kind == EntryKind::Delete {
-            self.oldest_delete.fetch_min(seq, AtomicOrdering::Relaxed);
+        let mut batch = self.batch();
+        batch.insert(key, seq, kind, value);
+    }
+
+    /// A batch of inserts under one epoch pin, whose totals are published once, when it drops.
+    pub(crate) fn batch(&self) -> MemBatch<'_> {
+        MemBatch {
+            mem: self,
+            guard: crossbeam_epoch::pin(),
+            bytes: 0,
+            max_seq: 0,
+            min_seq: u64::MAX,
+            oldest_delete: u64::MAX,
         }
     }
 
@@ -207,6 +209,41 @@ impl Memtable {
             n += 1;
         }
         n
+    }
+}
+
+/// Inserts into one memtable (see [`Memtable::batch`]).
+pub(crate) struct MemBatch<'m> {
+    mem: &'m Memtable,
+    guard: crossbeam_epoch::Guard,
+    bytes: usize,
+    max_seq: u64,
+    min_seq: u64,
+    oldest_delete: u64,
+}
+
+impl MemBatch<'_> {
+    /// Inserts one entry.
+    pub(crate) fn insert(&mut self, key: &[u8], seq: u64, kind: EntryKind, value: Bytes) {
+        self.bytes += key.len() + value.len() + ENTRY_OVERHEAD;
+        self.mem.filter.insert(crate::sst::bloom::key_hash(key));
+        let k = MemKey { key: KeyBuf::from_slice(key), seq };
+        self.mem.map.insert(k, MemValue { kind, value }, &self.guard).release(&self.guard);
+        self.max_seq = self.max_seq.max(seq);
+        self.min_seq = self.min_seq.min(seq);
+        if kind == EntryKind::Delete {
+            self.oldest_delete = self.oldest_delete.min(seq);
+        }
+    }
+}
+
+impl Drop for MemBatch<'_> {
+    fn drop(&mut self) {
+        let m = self.mem;
+        m.bytes.fetch_add(self.bytes, AtomicOrdering::Relaxed);
+        m.max_seq.fetch_max(self.max_seq, AtomicOrdering::Relaxed);
+        m.min_entry_seq.fetch_min(self.min_seq, AtomicOrdering::Relaxed);
+        m.oldest_delete.fetch_min(self.oldest_delete, AtomicOrdering::Relaxed);
     }
 }
 
