@@ -107,14 +107,11 @@ pub fn instances(name: &'static str, ds: Dataset, count: usize, seed: u64) -> Ve
 }
 
 impl Instance {
-    /// The first host, the window start and end as bind parameters (RFC 3339 text).
-    pub fn params(&self) -> (String, String, String) {
-        let unquote = |s: String| s.trim_matches('\'').to_string();
-        (
-            format!("host_{}", self.hosts.first().copied().unwrap_or(0)),
-            unquote(rfc3339(self.start)),
-            unquote(rfc3339(self.end)),
-        )
+    /// The first host, and the window start and end in seconds since the epoch: bind
+    /// parameters.
+    pub fn params(&self) -> (String, u64, u64) {
+        let host = format!("host_{}", self.hosts.first().copied().unwrap_or(0));
+        (host, self.start.max(0) as u64, self.end.max(0) as u64)
     }
 
     fn host_list(&self) -> String {

@@ -5,7 +5,7 @@
 //! row delete).
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use crate::peers::{start_with, Running, System};
 use crate::report::{Better, Comparison};
@@ -133,27 +133,31 @@ fn prepared(s: &Running, ds: Dataset, reps: usize) -> Result<f64, String> {
         .build()
         .map_err(|e| e.to_string())?;
     rt.block_on(async {
-        let conf = format!("host={host} port={port} user={user} password={password} dbname=bench");
+        let mut conf = format!("host={host} port={port} user={user} dbname=bench");
+        if !password.is_empty() {
+            conf.push_str(&format!(" password={password}"));
+        }
         let (client, conn) = tokio_postgres::connect(&conf, tokio_postgres::NoTls)
             .await
             .map_err(|e| format!("{} pgwire connect: {e}", s.system.name()))?;
         tokio::spawn(conn);
-        let text = tokio_postgres::types::Type::TEXT;
+        // Types inferred by the server: the host as text, the window as timestamps.
         let stmt = client
-            .prepare_typed(&sql, &[text.clone(), text.clone(), text])
+            .prepare(&sql)
             .await
-            .map_err(|e| format!("{} prepare {sql:?}: {e}", s.system.name()))?;
+            .map_err(|e| format!("{} prepare {sql:?}: {}", s.system.name(), pg_error(&e)))?;
         let mut times = Vec::with_capacity(reps);
         for (i, inst) in instances("single-groupby-1-1-1", ds, reps + 1, 11).iter().enumerate() {
             let (h, a, b) = inst.params();
+            let (a, b) = (UNIX_EPOCH + Duration::from_secs(a), UNIX_EPOCH + Duration::from_secs(b));
             let t = Instant::now();
             let rows = client
                 .query(&stmt, &[&h, &a, &b])
                 .await
-                .map_err(|e| format!("{} execute: {e}", s.system.name()))?;
+                .map_err(|e| format!("{} execute: {}", s.system.name(), pg_error(&e)))?;
             let ms = t.elapsed().as_secs_f64() * 1e3;
             if rows.is_empty() {
-                return Err(format!("{} returned no rows for {h} {a}..{b}", s.system.name()));
+                return Err(format!("{} returned no rows for {h} {a:?}..{b:?}", s.system.name()));
             }
             if i > 0 {
                 times.push(ms);
@@ -161,6 +165,13 @@ fn prepared(s: &Running, ds: Dataset, reps: usize) -> Result<f64, String> {
         }
         Ok(median(times))
     })
+}
+
+fn pg_error(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(d) => format!("{}: {}", d.code().code(), d.message()),
+        None => e.to_string(),
+    }
 }
 
 /// Latencies of one system on one data set: per TSBS query, then the prepared statement and the
