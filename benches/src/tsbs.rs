@@ -29,7 +29,8 @@ const REGIONS: [&str; 9] = [
     "ap-northeast-1",
     "sa-east-1",
 ];
-const FIELDS: [&str; 10] = [
+/// The `cpu` measurement's fields, in TSBS's order.
+pub(crate) const FIELDS: [&str; 10] = [
     "usage_user",
     "usage_system",
     "usage_idle",

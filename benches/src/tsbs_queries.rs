@@ -12,7 +12,7 @@
 
 use rand::Rng;
 
-use crate::tsbs::{Dataset, START_S};
+use crate::tsbs::{Dataset, FIELDS, START_S};
 use crate::workload::rng;
 
 /// The TSBS devops queries measured.
@@ -24,19 +24,6 @@ pub const NAMES: [&str; 7] = [
     "high-cpu-1",
     "lastpoint",
     "groupby-orderby-limit",
-];
-
-const METRICS: [&str; 10] = [
-    "usage_user",
-    "usage_system",
-    "usage_idle",
-    "usage_nice",
-    "usage_iowait",
-    "usage_irq",
-    "usage_softirq",
-    "usage_steal",
-    "usage_guest",
-    "usage_guest_nice",
 ];
 
 /// A dialect.
@@ -135,7 +122,7 @@ impl Instance {
         };
         let window = format!("{ts} >= {s} AND {ts} < {e}");
         let maxes = |n: usize| -> String {
-            let v: Vec<String> = METRICS[..n]
+            let v: Vec<String> = FIELDS[..n]
                 .iter()
                 .map(|m| match d {
                     Dialect::InfluxQl => format!("max({m})"),
