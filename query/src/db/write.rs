@@ -4,8 +4,8 @@
 //! against earlier lines, retention) before anything is written, and planned (series resolved,
 //! rows encoded) outside the writer lock ([`super::write_plan`]); under the lock, the catalog
 //! records it needs (new tables, columns, series) and its rows go into one engine write batch,
-//! which is atomic. Two writes of the same point (series and time) merge their fields, the later value
-//! of a field winning, as in InfluxDB.
+//! which is atomic. Two writes of the same point (series and time) merge their fields, the later
+//! value of a field winning, as in InfluxDB.
 
 use std::collections::HashMap;
 
@@ -116,7 +116,8 @@ impl Database {
         batch.reserve(p.points.len());
         let mut merged = Vec::new();
         for (i, (key, value)) in p.keys.drain(..).zip(p.values.drain(..)).enumerate() {
-            match existing.get(&p.points[i]) {
+            let stored = if existing.is_empty() { None } else { existing.get(&p.points[i]) };
+            match stored {
                 Some(old) => {
                     let fields = merge_rows(old.clone(), decode_row(&value)?);
                     merged.clear();
@@ -190,13 +191,14 @@ impl Database {
                 _ => firsts.push((i, i + 1)),
             }
         }
-        firsts.retain(|(f, _)| !p.new_series.contains(&p.points[*f].1));
+        firsts.retain(|(f, _)| p.new_series.binary_search(&p.points[*f].1).is_err());
         if firsts.is_empty() {
             return Ok(out);
         }
         let ids: Vec<(u32, u64)> =
             firsts.iter().map(|(f, _)| (p.points[*f].0, p.points[*f].1)).collect();
         let max_times = self.catalog.max_times(&ids);
+        let engine = self.engine();
         // Writes staged before this one under the writer lock may still wait for their fsync.
         let mut snap = None;
         for (&(first, end), max) in firsts.iter().zip(max_times) {
@@ -204,22 +206,22 @@ impl Database {
             match max {
                 Some(max) if max < t0 => {} // every point is newer than anything stored
                 Some(max) => {
-                    let snap = snap.get_or_insert_with(|| self.engine().staged_snapshot());
+                    let snap = snap.get_or_insert_with(|| engine.staged_snapshot());
                     for &(t, s, time) in &p.points[first..end] {
                         if time > max {
                             break;
                         }
-                        if let Some(v) = self.engine().get(&row_key(t, s, time), Some(snap))? {
+                        if let Some(v) = engine.get(&row_key(t, s, time), Some(snap))? {
                             out.insert((t, s, time), decode_row(&v)?);
                         }
                     }
                 }
                 None => {
-                    let snap = snap.get_or_insert_with(|| self.engine().staged_snapshot());
+                    let snap = snap.get_or_insert_with(|| engine.staged_snapshot());
                     let wanted = &p.points[first..end];
                     let (lo, hi) = series_range(table, series, t0, None);
                     let mut newest = None;
-                    for item in self.engine().scan(lo..hi, Some(snap))? {
+                    for item in engine.scan(lo..hi, Some(snap))? {
                         let (k, v) = item?;
                         if k.len() != ROW_KEY_LEN {
                             continue;

@@ -128,7 +128,7 @@ pub(super) struct Prepared {
     pub summary: WriteSummary,
     /// Names of the tables it creates.
     pub created: Vec<String>,
-    /// Series it creates.
+    /// Series it creates, sorted.
     pub new_series: Vec<u64>,
     /// Points, in key order: `(table, series, time)`.
     pub points: Vec<(u32, u64, i64)>,
@@ -195,7 +195,8 @@ impl Database {
             }
         }
         let key_buf = Bytes::from(key_buf);
-        let value_buf = Bytes::from(value_buf);
+        // The memtable keeps slices of it and counts their lengths: no spare capacity.
+        let value_buf = Bytes::from(value_buf.into_boxed_slice());
         let keys = (0..n).map(|i| key_buf.slice(i * ROW_KEY_LEN..(i + 1) * ROW_KEY_LEN)).collect();
         let mut start = 0;
         let values = ends
@@ -206,7 +207,8 @@ impl Database {
                 v
             })
             .collect();
-        let new_series = plan.new_series.values().copied().collect();
+        let mut new_series: Vec<u64> = plan.new_series.values().copied().collect();
+        new_series.sort_unstable();
         Ok(Prepared {
             generation,
             delta: plan.delta,
