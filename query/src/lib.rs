@@ -4,7 +4,10 @@
 //! - [`model`]: keys `(table_id, series_id, time)`, table schemas (tags, typed fields, `time`),
 //!   row values, the series index and the catalog, all stored in the engine.
 //! - [`db`]: [`Database`], the engine plus catalog, and every write (line protocol, DDL,
-//!   deletes, retention purges) through one writer.
+//!   deletes, retention purges) through one writer; every change reaches the engine and the
+//!   catalog through one `Database::apply(change, seq)`, which a single node calls under its
+//!   writer lock and every replica of a shard calls for what its Raft group commits (the
+//!   database is the group's state machine applier, and proposes its own changes, pipelined).
 //! - [`sql`]: DataFusion: the catalog, a table provider per table with projection, limit and
 //!   filter pushdown, `INSERT`, `DELETE`, DDL and the system tables.
 //! - [`cluster`]: the same SQL over a sharded cluster, through a [`cluster::ShardClient`].
@@ -22,7 +25,7 @@ pub mod model;
 pub mod sql;
 
 pub use db::{
-    Database, DeleteOutcome, DeleteTarget, EraseOutcome, Replicator, RequestSpec, WriteSummary,
+    Database, DeleteOutcome, DeleteTarget, EraseOutcome, RaftReplicator, RequestSpec, WriteSummary,
     DEFAULT_DATABASE,
 };
 pub use error::{QueryError, Result};

@@ -69,7 +69,7 @@ impl GroupOptions {
 }
 
 /// Opens the Raft log and the replica of a group under `dir` (`log/` and `shard/`), without
-/// starting its Raft: the caller can put an [`crate::ApplyHook`] on the replica first.
+/// starting its Raft: the caller can put an [`crate::sm::Applier`] on the replica first.
 pub async fn open_group(
     dir: &Path,
     opts: &GroupOptions,

@@ -20,5 +20,5 @@ pub use error::{LogError, ShardError};
 pub use group::{open_group, run_group, start_group, GroupOptions, StartError};
 pub use log::{LogOptions, LogStore};
 pub use purge::{LogPurger, PurgeOutcome};
-pub use sm::{ApplyHook, Replica, ShardSnapshot, ShardStateMachine};
-pub use types::{Command, NodeId, Response, TypeConfig};
+pub use sm::{Applier, Replica, ShardSnapshot, ShardStateMachine};
+pub use types::{Command, NodeId, Response, TypeConfig, MAX_BATCH_BYTES};

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ebb_raft::transport::{Connections, GroupHandle, Groups};
-use ebb_raft::{open_group, run_group, ApplyHook, Command, GroupOptions, NodeId, TypeConfig};
+use ebb_raft::{open_group, run_group, Applier, Command, GroupOptions, NodeId, TypeConfig};
 use ebb_storage::{Engine, WriteBatch};
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
 use openraft::{BasicNode, ChangeMembers, Raft};
@@ -34,17 +34,24 @@ pub enum MetaError {
     Failed(String),
 }
 
-struct MetaHook {
+struct MetaApplier {
     view: Arc<RwLock<MetaView>>,
     changed: watch::Sender<u64>,
 }
 
-impl ApplyHook for MetaHook {
-    fn applied(&self, _engine: &Arc<Engine>, batch: &WriteBatch, _seq: u64) {
+impl Applier for MetaApplier {
+    fn apply(
+        &self,
+        engine: &Arc<Engine>,
+        batch: &WriteBatch,
+        seq: u64,
+    ) -> std::result::Result<(), ebb_storage::Error> {
+        engine.write(batch, seq)?;
         if let Err(e) = self.view.write().apply(batch) {
             tracing::error!(%e, "applying cluster metadata");
         }
         self.changed.send_modify(|v| *v += 1);
+        Ok(())
     }
 
     fn replaced(&self, engine: &Arc<Engine>) {
@@ -89,7 +96,7 @@ impl Meta {
             MetaView::load(&replica.engine()).map_err(|e| NodeError::Cluster(e.to_string()))?;
         let view = Arc::new(RwLock::new(loaded));
         let (tx, changed) = watch::channel(0);
-        replica.set_hook(Arc::new(MetaHook { view: view.clone(), changed: tx }));
+        replica.set_applier(Arc::new(MetaApplier { view: view.clone(), changed: tx }));
         let group = run_group(node, META_GROUP, log, replica, opts, conns.clone(), groups)
             .await
             .map_err(start)?;

@@ -22,7 +22,7 @@ mod write_check;
 pub use meta::{Meta, MetaError, META_GROUP, META_VOTERS};
 pub use node::{ClusterConfig, ClusterNode, INIT_PROBE, NODE_ID_FILE};
 pub use service::{decommission, join, set_shard_members, ClusterService, MOVE_TIMEOUT};
-pub use shard::{RaftReplicator, Shard, PROPOSE_TIMEOUT};
+pub use shard::{Shard, PROPOSE_TIMEOUT};
 pub use shards::{ShardEnv, Shards};
 
 /// Largest cluster gRPC message (a forwarded write).

@@ -50,6 +50,18 @@ impl Cluster {
         }
     }
 
+    /// Three nodes, started and initialized as one group.
+    async fn three(snapshot_every: u64) -> Cluster {
+        let mut c = Cluster::new(snapshot_every);
+        for id in 1..=3 {
+            c.start(id).await;
+        }
+        let members: BTreeMap<u64, BasicNode> =
+            c.addrs.iter().map(|(id, a)| (*id, BasicNode::new(a.clone()))).collect();
+        c.nodes[&1].shard.group.raft.initialize(members).await.unwrap();
+        c
+    }
+
     async fn start(&mut self, id: u64) {
         let listener = match self.addrs.get(&id) {
             Some(a) => {
@@ -180,13 +192,7 @@ fn lines(hosts: u32, from: u32, to: u32) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replicas_answer_sql_alike_after_writes_deletes_failover_and_snapshots() {
-    let mut c = Cluster::new(40);
-    for id in 1..=3 {
-        c.start(id).await;
-    }
-    let members: BTreeMap<u64, BasicNode> =
-        c.addrs.iter().map(|(id, a)| (*id, BasicNode::new(a.clone()))).collect();
-    c.nodes[&1].shard.group.raft.initialize(members).await.unwrap();
+    let mut c = Cluster::three(40).await;
 
     // Shard handles are taken for one step at a time: a node's engine closes (and can be
     // reopened) only once nobody holds it.
@@ -243,6 +249,59 @@ async fn replicas_answer_sql_alike_after_writes_deletes_failover_and_snapshots()
     c.converge().await;
     let n = c.same_everywhere("SELECT count(*) AS n FROM cpu").await;
     assert!(n.contains("| 3470 |"), "{n}");
+    for id in [1, 2, 3] {
+        c.kill(id).await;
+    }
+}
+
+/// Writers on the leader overlap: many proposals are in flight at once, and each writes one
+/// field of the same points (stored ones and new ones), so every point's row must merge the
+/// fields of all of them, on every replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_writes_of_the_same_points_merge_on_every_replica() {
+    const WRITERS: usize = 6;
+    const HOSTS: u32 = 4;
+    let mut c = Cluster::three(10_000).await;
+    // The series and every field exist first, so the racing writes change no catalog record.
+    let fields: Vec<String> = (0..WRITERS).map(|k| format!("f{k}=0i")).collect();
+    let mut first = String::new();
+    for h in 0..HOSTS {
+        for t in 0..40 {
+            first.push_str(&format!("cpu,host=h{h} {} {}\n", fields.join(","), 1_000 + t));
+        }
+    }
+    write(&c.leader().await, first).await;
+
+    let leader = c.leader().await;
+    let mut tasks = Vec::new();
+    for k in 0..WRITERS {
+        let db = leader.db.clone();
+        tasks.push(tokio::task::spawn_blocking(move || {
+            // Points 0..40 are stored; 40..60 are new, written by whichever writer comes first.
+            for chunk in 0..12 {
+                let mut body = String::new();
+                for t in chunk * 5..chunk * 5 + 5 {
+                    for h in 0..HOSTS {
+                        body.push_str(&format!("cpu,host=h{h} f{k}={}i {}\n", k + 1, 1_000 + t));
+                    }
+                }
+                db.write_lines("telemetry", &body, Precision::Seconds, 0).unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    drop(leader);
+    c.converge().await;
+    let all: Vec<String> = (0..WRITERS).map(|k| format!("f{k} = {}", k + 1)).collect();
+    let sql = format!(
+        "SELECT count(*) AS n, count(*) FILTER (WHERE {}) AS merged FROM cpu",
+        all.join(" AND ")
+    );
+    let counts = c.same_everywhere(&sql).await;
+    let want = HOSTS * 60;
+    assert!(counts.contains(&format!("| {want} | {want}    |")), "{counts}");
     for id in [1, 2, 3] {
         c.kill(id).await;
     }

@@ -3,6 +3,7 @@
 //! assigns the engine's sequence numbers.
 
 mod access;
+mod apply;
 mod delete;
 mod erase;
 mod outcome;
@@ -21,9 +22,11 @@ use parking_lot::{Mutex, RwLock};
 pub use delete::{DeleteOutcome, DeleteTarget};
 pub use erase::EraseOutcome;
 pub use outcome::{admits, RequestOutcome};
-pub use replicated::Replicator;
+pub use replicated::{RaftReplicator, PROPOSE_TIMEOUT};
 pub use request::{human_duration, new_request_id, request_id_ms, RequestSpec};
 pub use write::WriteSummary;
+
+use apply::Change;
 
 use crate::error::{QueryError, Result};
 use crate::model::catalog::{Catalog, CatalogDelta};
@@ -36,6 +39,29 @@ pub const RETENTION_ISSUER: &str = "retention (server)";
 /// The default database (SQL schema) for SQL sessions that name none.
 pub const DEFAULT_DATABASE: &str = "public";
 
+/// A committed change not yet waited for.
+#[must_use = "a change is durable (or replicated) only once waited for"]
+enum Pending {
+    /// Nothing to wait for.
+    Done(u64),
+    /// Applied at `seq`, durable once `staged` is.
+    Staged { seq: u64, staged: ebb_storage::Staged },
+    /// Proposed to the shard's group.
+    Proposed(replicated::Proposal),
+}
+
+impl Pending {
+    /// Waits until the change is durable (replicated: applied here); returns the sequence
+    /// number of its first operation.
+    fn wait(self) -> Result<u64> {
+        match self {
+            Pending::Done(seq) => Ok(seq),
+            Pending::Staged { seq, staged } => staged.durable().map(|()| seq).map_err(Into::into),
+            Pending::Proposed(p) => p.wait(),
+        }
+    }
+}
+
 /// Sequence numbers for the engine: the next free one.
 #[derive(Debug)]
 struct Writer {
@@ -46,13 +72,13 @@ struct Writer {
 
 /// An EbbDB database's data: the engine, the catalog and the writer. On a single node the
 /// writer assigns the engine's sequence numbers; in a cluster each shard replica has one whose
-/// changes go through the shard's Raft group (a [`Replicator`]).
+/// changes go through the shard's Raft group (a [`RaftReplicator`]).
 #[derive(Debug)]
 pub struct Database {
     engine: RwLock<Arc<Engine>>,
     catalog: Catalog,
     writer: Mutex<Writer>,
-    replicator: Option<Arc<dyn Replicator>>,
+    replicator: Option<Arc<RaftReplicator>>,
     default_retention: RwLock<Option<Duration>>,
     /// Users, grants and tokens (of a single node; a cluster keeps them in its metadata group).
     access: RwLock<Arc<crate::access::AccessState>>,
@@ -121,41 +147,36 @@ impl Database {
     }
 
     /// Writes `batch` at the next sequence numbers, then installs `delta`. Returns the first
-    /// sequence number used once the write is durable.
+    /// sequence number used once the write is durable (replicated: applied here).
     fn commit(&self, w: &mut Writer, batch: &WriteBatch, delta: CatalogDelta) -> Result<u64> {
-        let (seq, staged) = self.commit_staged(w, batch, delta)?;
-        if let Some(s) = staged {
-            s.durable()?;
-        }
-        Ok(seq)
+        self.commit_staged(w, Change { batch, delta, newest: Default::default() })?.wait()
     }
 
-    /// [`Database::commit`] without waiting for durability: the caller waits for the returned
-    /// [`ebb_storage::Staged`] after releasing the writer lock, so that concurrent requests share
-    /// one fsync (group commit).
-    fn commit_staged(
-        &self,
-        w: &mut Writer,
-        batch: &WriteBatch,
-        delta: CatalogDelta,
-    ) -> Result<(u64, Option<ebb_storage::Staged>)> {
+    /// [`Database::commit`] without waiting: on a single node the change is applied and the
+    /// caller waits for its fsync after releasing the writer lock, so that concurrent requests
+    /// share one (group commit); a replicated database proposes it, and the caller waits for
+    /// the proposal (see [`replicated`] for what must be waited for under the lock).
+    fn commit_staged(&self, w: &mut Writer, change: Change<'_>) -> Result<Pending> {
         if let Some(rep) = &self.replicator {
-            // The catalog follows from the applied batch (`Database::on_applied`).
-            return Ok((self.propose(rep.as_ref(), batch)?, None));
+            // Every replica applies it as the group commits it (`Database::apply`).
+            if change.batch.is_empty() {
+                return Ok(Pending::Done(0));
+            }
+            return Ok(Pending::Proposed(rep.propose(change.batch, crate::now_ms())?));
         }
         let seq = w.next_seq;
-        let mut staged = None;
-        if !batch.is_empty() {
-            staged = Some(self.engine().stage(batch, seq).map_err(|e| match e {
-                ebb_storage::Error::BeyondRetention { .. } => {
-                    QueryError::BeyondRetention(e.to_string())
-                }
-                e => QueryError::Storage(e),
-            })?);
-            w.next_seq += batch.len() as u64;
-        }
-        self.catalog.apply(delta);
-        Ok((seq, staged))
+        let n = change.batch.len() as u64;
+        let staged = self.apply(&self.engine(), change, seq).map_err(|e| match e {
+            ebb_storage::Error::BeyondRetention { .. } => {
+                QueryError::BeyondRetention(e.to_string())
+            }
+            e => QueryError::Storage(e),
+        })?;
+        w.next_seq += n;
+        Ok(match staged {
+            Some(staged) => Pending::Staged { seq, staged },
+            None => Pending::Done(seq),
+        })
     }
 
     /// Creates database `db` if it does not exist.

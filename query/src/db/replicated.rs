@@ -1,41 +1,194 @@
-//! A [`Database`] whose changes are replicated: every write batch and retention change is
-//! proposed to the shard's Raft group, and every replica (the proposer included) installs the
-//! catalog changes and engine swaps the group applies.
+//! A [`Database`] whose changes are replicated through its shard's Raft group: the leader's
+//! writer proposes every change, and every replica (the leader included) applies what the group
+//! commits through [`Database::apply`], the path a single node applies its changes by.
+//!
+//! Proposals are pipelined: a write whose batch changes no catalog record is proposed under the
+//! writer lock and waited for after it is released, so many are in flight per shard and the
+//! group commits them in shared log appends. What must see earlier writes waits for them: a
+//! change to the catalog is applied before the writer lock is released (later plans see it),
+//! and a write that merges with stored rows of a series that a proposal in flight writes waits
+//! until none is in flight ([`RaftReplicator::drain`]).
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
-use ebb_storage::{BatchOp, Engine, WriteBatch};
-use parking_lot::{Mutex, RwLock};
+use ebb_raft::sm::{Applier, MAX_BATCH_OPS};
+use ebb_raft::{Command, Replica, Response, TypeConfig};
+use ebb_storage::{Engine, WriteBatch};
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::Raft;
+use parking_lot::{Condvar, Mutex, RwLock};
 
+use super::apply::Change;
 use super::{Database, Writer};
-use crate::error::Result;
-use crate::model::catalog::{Catalog, CatalogDelta};
-use crate::model::keys::{parse_row_key, CATALOG_TABLE};
+use crate::error::{QueryError, Result};
+use crate::model::catalog::Catalog;
 
-/// Where a replicated database's changes go: a Raft group. Calls block until the change is
-/// committed and applied on this replica, so callers run off the async executor.
-pub trait Replicator: Send + Sync + std::fmt::Debug {
-    /// Proposes `batch`, issued at `issued_at_ms` unless it carries its own issue time, and
-    /// waits until it is applied here. Returns the engine sequence number of its first
-    /// operation. A batch the group applied as a no-op (refused alike by every replica) is an
-    /// error.
-    fn propose(&self, batch: &WriteBatch, issued_at_ms: u64) -> Result<u64>;
+/// How long a proposal may wait for commit before the write fails (it may still commit).
+pub const PROPOSE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Proposes a database's changes through its shard's Raft group.
+pub struct RaftReplicator {
+    raft: OnceLock<Raft<TypeConfig>>,
+    rt: tokio::runtime::Handle,
+    in_flight: Arc<InFlight>,
+}
+
+impl std::fmt::Debug for RaftReplicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RaftReplicator").field("started", &self.raft.get().is_some()).finish()
+    }
+}
+
+/// Proposals submitted and not yet answered.
+#[derive(Default)]
+struct InFlight {
+    n: Mutex<usize>,
+    idle: Condvar,
+}
+
+/// Counts one proposal in flight until dropped.
+struct Tracked(Arc<InFlight>);
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        let mut n = self.0.n.lock();
+        *n -= 1;
+        if *n == 0 {
+            self.0.idle.notify_all();
+        }
+    }
+}
+
+/// A proposal in flight. [`Proposal::wait`] blocks until it is applied on this replica (or
+/// failed): call it after releasing the writer lock.
+#[must_use = "a proposal's outcome must be waited for"]
+pub(crate) struct Proposal(Receiver<Result<Response>>);
+
+impl Proposal {
+    /// The engine sequence number of the change's first operation once applied here.
+    pub(crate) fn wait(self) -> Result<u64> {
+        let applied = self.0.recv().map_err(|_| {
+            QueryError::Replication("the shard stopped during the proposal".into())
+        })??;
+        match (applied.error, applied.duplicate) {
+            (Some(why), _) => Err(QueryError::invalid(why)),
+            (None, true) => Err(QueryError::Completed),
+            (None, false) => Ok(applied.seq),
+        }
+    }
+}
+
+impl RaftReplicator {
+    /// Submits `cmd` to the group without waiting for it.
+    fn submit(&self, cmd: Command) -> Result<Proposal> {
+        let raft = self
+            .raft
+            .get()
+            .ok_or_else(|| QueryError::Replication("the shard is starting".into()))?
+            .clone();
+        let (tx, rx) = sync_channel(1);
+        *self.in_flight.n.lock() += 1;
+        let tracked = Tracked(self.in_flight.clone());
+        self.rt.spawn(async move {
+            let res = tokio::time::timeout(PROPOSE_TIMEOUT, raft.client_write(cmd)).await;
+            drop(tracked);
+            let _ = tx.send(match res {
+                Err(_) => Err(QueryError::Replication(format!(
+                    "not committed within {PROPOSE_TIMEOUT:?} (it may still commit)"
+                ))),
+                Ok(Ok(r)) => Ok(r.data),
+                Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+                    Err(QueryError::NotLeader(f.leader_id))
+                }
+                Ok(Err(e)) => Err(QueryError::Replication(e.to_string())),
+            });
+        });
+        Ok(Proposal(rx))
+    }
+
+    /// Proposes write batch `batch`, issued at `issued_at_ms` unless it carries its own issue
+    /// time.
+    pub(crate) fn propose(&self, batch: &WriteBatch, issued_at_ms: u64) -> Result<Proposal> {
+        if batch.len() > MAX_BATCH_OPS {
+            return Err(QueryError::invalid(format!(
+                "a request of {} operations exceeds the {MAX_BATCH_OPS} one shard write may hold; \
+                 split it",
+                batch.len()
+            )));
+        }
+        self.submit(Command::write_batch(batch.to_bytes_issued(issued_at_ms)))
+    }
 
     /// Proposes a retention change for keys starting with `prefix` and waits until it is
     /// applied here.
-    fn propose_retention(&self, prefix: Vec<u8>, retention: Option<Duration>) -> Result<()>;
+    fn propose_retention(&self, prefix: Vec<u8>, retention: Option<Duration>) -> Result<()> {
+        let retention_ms = retention.map(|d| d.as_millis().min(u64::MAX as u128) as u64);
+        self.submit(Command::SetRetention { prefix, retention_ms })?.wait().map(|_| ())
+    }
+
+    /// Waits until no proposal of this replica is in flight (each ends within
+    /// [`PROPOSE_TIMEOUT`]). Called under the writer lock, so none starts meanwhile.
+    pub(crate) fn drain(&self) {
+        let mut n = self.in_flight.n.lock();
+        while *n > 0 {
+            self.in_flight.idle.wait(&mut n);
+        }
+    }
+}
+
+/// Applies what a shard's group commits to the replica's database. Weak: the database holds
+/// the group (through its replicator), so a strong reference would keep both alive forever.
+struct ReplicaApplier(Weak<Database>);
+
+impl Applier for ReplicaApplier {
+    fn apply(
+        &self,
+        engine: &Arc<Engine>,
+        batch: &WriteBatch,
+        seq: u64,
+    ) -> std::result::Result<(), ebb_storage::Error> {
+        match self.0.upgrade() {
+            Some(db) => {
+                let change = Change::read_from(batch, db.catalog());
+                match db.apply(engine, change, seq)? {
+                    Some(staged) => staged.durable(),
+                    None => Ok(()),
+                }
+            }
+            None => engine.write(batch, seq),
+        }
+    }
+
+    fn admits(
+        &self,
+        engine: &Arc<Engine>,
+        batch: &WriteBatch,
+    ) -> std::result::Result<bool, ebb_storage::Error> {
+        super::admits(engine, batch)
+    }
+
+    fn replaced(&self, engine: &Arc<Engine>) {
+        if let Some(db) = self.0.upgrade() {
+            if let Err(e) = db.on_replaced(engine) {
+                tracing::error!(%e, "reloading the catalog after a snapshot install");
+            }
+        }
+    }
 }
 
 impl Database {
-    /// The database of a shard replica over `engine`, whose changes go through `replicator`.
-    /// Install [`Database::on_applied`] and [`Database::on_replaced`] as the replica's apply
-    /// hook before the group applies anything.
-    pub fn replicated(engine: Arc<Engine>, replicator: Arc<dyn Replicator>) -> Result<Database> {
+    /// The database of shard replica `replica`, which applies what the replica's group commits
+    /// from now on. Its changes go through the group once [`Database::replicate_through`] names
+    /// it; proposals run on `rt`.
+    pub fn replicated(replica: &Arc<Replica>, rt: tokio::runtime::Handle) -> Result<Arc<Database>> {
+        let engine = replica.engine();
         let catalog = Catalog::load(&engine)?;
         let next_seq = engine.last_seq() + 1;
-        Ok(Database {
+        let replicator =
+            Arc::new(RaftReplicator { raft: OnceLock::new(), rt, in_flight: Default::default() });
+        let db = Arc::new(Database {
             engine: RwLock::new(engine),
             catalog,
             writer: Mutex::new(Writer { next_seq, written_forgotten_ms: 0 }),
@@ -43,7 +196,16 @@ impl Database {
             default_retention: RwLock::new(None),
             access: RwLock::new(Default::default()),
             reserve: RwLock::new(None),
-        })
+        });
+        replica.set_applier(Arc::new(ReplicaApplier(Arc::downgrade(&db))));
+        Ok(db)
+    }
+
+    /// Sends this database's changes through `raft`, its shard's group, from now on.
+    pub fn replicate_through(&self, raft: Raft<TypeConfig>) {
+        if let Some(rep) = &self.replicator {
+            let _ = rep.raft.set(raft);
+        }
     }
 
     /// True if changes go through a Raft group.
@@ -51,42 +213,11 @@ impl Database {
         self.replicator.is_some()
     }
 
-    pub(super) fn propose(&self, rep: &dyn Replicator, batch: &WriteBatch) -> Result<u64> {
-        if batch.is_empty() {
-            return Ok(0);
-        }
-        rep.propose(batch, crate::now_ms())
-    }
-
     /// Sets a retention rule: on the engine, or through the group.
     pub(super) fn set_rule(&self, prefix: Vec<u8>, retention: Option<Duration>) -> Result<()> {
         match &self.replicator {
             Some(rep) => rep.propose_retention(prefix, retention),
             None => Ok(self.engine().set_retention(prefix, retention)?),
-        }
-    }
-
-    /// Installs what an applied batch changed in the catalog (tables, series, the newest time
-    /// of each written series). Called on every replica for every applied batch.
-    pub fn on_applied(&self, batch: &WriteBatch) {
-        match CatalogDelta::read_from(batch, &self.catalog) {
-            Ok(delta) if !delta.is_empty() => self.catalog.apply(delta),
-            Ok(_) => {}
-            Err(e) => tracing::error!(%e, "an applied batch holds undecodable catalog records"),
-        }
-        let mut touched: HashMap<(u32, u64), i64> = HashMap::new();
-        for op in batch.ops() {
-            if let BatchOp::Put { key, .. } = op {
-                if let Some((table, series, time)) = parse_row_key(key) {
-                    if table != CATALOG_TABLE {
-                        let t = touched.entry((table, series)).or_insert(time);
-                        *t = (*t).max(time);
-                    }
-                }
-            }
-        }
-        for ((table, series), t) in touched {
-            self.catalog.with_series_mut(table, |idx| idx.note_time(series, t));
         }
     }
 

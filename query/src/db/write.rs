@@ -7,15 +7,16 @@
 //! which is atomic. Two writes of the same point (series and time) merge their fields, the later
 //! value of a field winning, as in InfluxDB.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use ebb_storage::WriteBatch;
 
+use super::apply::Change;
 use super::write_plan::{Fields, Prepared, Source};
-use super::{Database, Writer};
+use super::Database;
 use crate::error::{QueryError, Result};
 use crate::lp::{Line, Precision};
-use crate::model::catalog::CatalogDelta;
 use crate::model::keys::{row_key, series_range, u64_to_time, ROW_KEY_LEN};
 use crate::model::row::{decode_row, encode_row, merge_rows};
 use crate::model::schema::check_name;
@@ -129,15 +130,27 @@ impl Database {
                 }
             }
         }
-        let staged = self.commit_write(&mut w, &batch, delta)?;
-        // A replicated database noted them when the batch was applied (`on_applied`).
-        if !self.is_replicated() {
-            self.catalog.note_times(&p.newest);
-        }
-        drop(w);
-        // Acknowledged once durable; writers that arrived meanwhile share the fsync.
-        if let Some(s) = staged {
-            s.durable()?;
+        let catalog_change = !delta.is_empty();
+        let change = Change { batch: &batch, delta, newest: Cow::Borrowed(&p.newest) };
+        let pending = self.commit_staged(&mut w, change)?;
+        match &self.replicator {
+            // Later plans must see the catalog records applied.
+            Some(_) if catalog_change => {
+                pending.wait()?;
+                drop(w);
+            }
+            // Proposed: later writes to these points see their newest times and wait for
+            // the proposal before merging with stored rows (`existing_rows`).
+            Some(_) => {
+                self.catalog.note_times(&p.newest);
+                drop(w);
+                pending.wait()?;
+            }
+            // Acknowledged once durable; writers that arrived meanwhile share the fsync.
+            None => {
+                drop(w);
+                pending.wait()?;
+            }
         }
         // Tables this write created get the default retention.
         if let Some(d) = self.default_retention() {
@@ -164,15 +177,6 @@ impl Database {
         check_name("database", db)?;
         self.check_reserve()?;
         self.plan(db, Source::Body(body), precision, now_ns).map(|_| ())
-    }
-
-    fn commit_write(
-        &self,
-        w: &mut Writer,
-        batch: &WriteBatch,
-        delta: CatalogDelta,
-    ) -> Result<Option<ebb_storage::Staged>> {
-        self.commit_staged(w, batch, delta).map(|(_, staged)| staged)
     }
 
     /// Stored rows the request's points must merge with: for series that existed before it,
@@ -206,6 +210,12 @@ impl Database {
             match max {
                 Some(max) if max < t0 => {} // every point is newer than anything stored
                 Some(max) => {
+                    if snap.is_none() {
+                        // A proposal in flight may write these points.
+                        if let Some(rep) = &self.replicator {
+                            rep.drain();
+                        }
+                    }
                     let snap = snap.get_or_insert_with(|| engine.staged_snapshot());
                     for &(t, s, time) in &p.points[first..end] {
                         if time > max {

@@ -28,12 +28,17 @@ struct TableShape {
     tags: BTreeSet<String>,
     /// Field -> its type and the first line that gave it.
     fields: BTreeMap<String, (FieldType, usize)>,
+    /// The tag keys and typed field keys of the last line added, encoded: a line with the same
+    /// ones adds nothing (most lines of a request share their table's keys).
+    last: Vec<u8>,
 }
 
 /// Tag keys and typed fields of each table a request writes.
 #[derive(Debug, Default)]
 pub struct Shape {
     tables: HashMap<String, TableShape>,
+    /// A buffer for the keys of the line being added.
+    scratch: Vec<u8>,
 }
 
 impl Shape {
@@ -45,6 +50,30 @@ impl Shape {
         let Some(t) = self.tables.get_mut(line.measurement.as_ref()) else {
             return Ok(());
         };
+        let mut keys = std::mem::take(&mut self.scratch);
+        keys.clear();
+        for (k, _) in &line.tags {
+            keys.extend_from_slice(&(k.len() as u32).to_le_bytes());
+            keys.extend_from_slice(k.as_bytes());
+        }
+        keys.push(0xff);
+        for (k, v) in &line.fields {
+            keys.extend_from_slice(&(k.len() as u32).to_le_bytes());
+            keys.extend_from_slice(k.as_bytes());
+            keys.push(field_type(v) as u8);
+        }
+        if keys == t.last {
+            self.scratch = keys;
+            return Ok(());
+        }
+        let checked = Self::check(t, no, line);
+        if checked.is_ok() {
+            self.scratch = std::mem::replace(&mut t.last, keys);
+        }
+        checked
+    }
+
+    fn check(t: &mut TableShape, no: usize, line: &Line<'_>) -> Result<(), QueryError> {
         for (k, _) in &line.tags {
             if t.fields.contains_key(k.as_ref()) {
                 let reason = format!("{k:?} is a field of {} in an earlier line", line.measurement);
@@ -115,6 +144,11 @@ mod tests {
         assert!(shape("cpu,host=a v=1 1\ncpu,host=b v=2,w=1i 2\nmem,host=a v=1i 3\n").is_ok());
         let e = shape("cpu,host=a v=1 1\ncpu,host=b v=2i 2\n").unwrap_err();
         assert!(matches!(e, QueryError::TypeConflict { line: Some(2), .. }), "{e}");
+        // Lines with the keys of the line before add nothing; a change is still checked.
+        let e = shape("cpu,host=a v=1 1\ncpu,host=b v=2 2\ncpu,host=c v=3i 3\n").unwrap_err();
+        assert!(matches!(e, QueryError::TypeConflict { line: Some(3), .. }), "{e}");
+        let e = shape("cpu,host=a v=1 1\nmem v=1 2\ncpu,host=a v=1 3\ncpu,v=x w=1 4\n");
+        assert!(e.unwrap_err().to_string().contains("line 4"));
         let e = shape("cpu,host=a v=1 1\ncpu,v=b x=2 2\n").unwrap_err();
         assert!(e.to_string().contains("line 2") && e.to_string().contains("field"), "{e}");
         let e = shape("cpu,host=a v=1 1\ncpu host=2 2\n").unwrap_err();

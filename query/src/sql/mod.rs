@@ -5,6 +5,7 @@ mod catalog;
 pub mod ddl;
 pub mod delete;
 pub mod erase;
+mod newest;
 mod provider;
 pub mod pushdown;
 pub mod requested;

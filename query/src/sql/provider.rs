@@ -34,6 +34,8 @@ pub struct EbbTable {
     /// `def`'s Arrow schema, built once (planning asks for it many times).
     schema: SchemaRef,
     time_default: Expr,
+    /// Scans produce each series' newest row only (see [`super::newest`]).
+    newest_only: bool,
 }
 
 impl EbbTable {
@@ -41,7 +43,28 @@ impl EbbTable {
     pub fn new(db: Arc<Database>, def: Arc<TableDef>) -> Self {
         let time_default = datafusion::functions::datetime::expr_fn::now();
         let schema = def.schema();
-        EbbTable { db, def, schema, time_default }
+        EbbTable { db, def, schema, time_default, newest_only: false }
+    }
+
+    /// The table's definition.
+    pub fn def(&self) -> &Arc<TableDef> {
+        &self.def
+    }
+
+    /// True if its scans produce each series' newest row only.
+    pub fn newest_only(&self) -> bool {
+        self.newest_only
+    }
+
+    /// The same table, whose scans produce each series' newest row only.
+    pub fn newest_per_series(&self) -> EbbTable {
+        EbbTable {
+            db: self.db.clone(),
+            def: self.def.clone(),
+            schema: self.schema.clone(),
+            time_default: self.time_default.clone(),
+            newest_only: true,
+        }
     }
 
     fn df_err(e: crate::QueryError) -> DataFusionError {
@@ -114,6 +137,7 @@ impl TableProvider for EbbTable {
                     limit,
                     span,
                     snapshot: snapshot.clone(),
+                    newest_only: self.newest_only,
                 }) as Arc<dyn PartitionStream>
             })
             .collect();

@@ -93,6 +93,8 @@ pub struct TableScan {
     pub(crate) span: SeriesSpan,
     /// The engine snapshot every partition of the scan reads, taken by the first to start.
     pub(crate) snapshot: Arc<OnceLock<Snapshot>>,
+    /// Produce each series' newest row only.
+    pub(crate) newest_only: bool,
 }
 
 impl PartitionStream for TableScan {
@@ -111,6 +113,7 @@ impl PartitionStream for TableScan {
             limit: self.limit,
             span: self.span,
             snapshot: self.snapshot.clone(),
+            newest_only: self.newest_only,
         };
         tokio::task::spawn_blocking(move || {
             let tx2 = tx.clone();
@@ -136,6 +139,7 @@ struct ScanJob {
     limit: Option<usize>,
     span: SeriesSpan,
     snapshot: Arc<OnceLock<Snapshot>>,
+    newest_only: bool,
 }
 
 enum Builder {
@@ -215,6 +219,57 @@ impl ScanJob {
                 *rows = 0;
                 Ok(emit(batch))
             };
+        if self.newest_only {
+            let ids = match series {
+                Some(ids) => ids,
+                None => {
+                    let mut ids = self
+                        .db
+                        .catalog()
+                        .with_series(table, |idx| idx.iter().map(|(id, _)| id).collect::<Vec<_>>());
+                    ids.sort_unstable();
+                    ids
+                }
+            };
+            // Where a single node knows the newest time written to a series, nothing stored
+            // is newer (a replica learns times from applied batches only).
+            let bounds = match self.db.is_replicated() {
+                true => vec![None; ids.len()],
+                false => {
+                    let keys: Vec<(u32, u64)> = ids.iter().map(|&s| (table, s)).collect();
+                    self.db.catalog().max_times(&keys)
+                }
+            };
+            for (&sid, bound) in ids.iter().zip(bounds) {
+                if !span.contains(sid) {
+                    continue;
+                }
+                let Some((time, v)) = newest_row(&engine, snap, table, sid, bound)? else {
+                    continue;
+                };
+                if need_tags {
+                    tag_cache = Some((
+                        sid,
+                        self.db.catalog().with_series(table, |idx| idx.tags(sid).cloned()),
+                    ));
+                }
+                if need_values {
+                    decode_fields(&v, &wanted, &mut fields)?;
+                }
+                let tags = tag_cache.as_ref().and_then(|(_, t)| t.as_ref());
+                for (b, c) in builders.iter_mut().zip(&self.columns) {
+                    append(b, c, time, tags, &fields);
+                }
+                rows += 1;
+                if rows == BATCH_ROWS && !flush(&mut builders, &mut rows)? {
+                    return Ok(());
+                }
+            }
+            if rows > 0 {
+                flush(&mut builders, &mut rows)?;
+            }
+            return Ok(());
+        }
         let ranges: Vec<(Vec<u8>, Vec<u8>, bool)> = match &series {
             Some(ids) => ids
                 .iter()
@@ -298,6 +353,40 @@ impl ScanJob {
         }
         Ok(())
     }
+}
+
+/// The newest row of series `sid` of `table` in `snap`: `(time, value)`. `bound`, if known, is
+/// a time no stored row of the series is newer than (the row at it is looked up first).
+fn newest_row(
+    engine: &ebb_storage::Engine,
+    snap: &Snapshot,
+    table: u32,
+    sid: u64,
+    bound: Option<i64>,
+) -> Result<Option<(i64, Vec<u8>)>, QueryError> {
+    if let Some(t) = bound {
+        if let Some(v) = engine.get(&row_key(table, sid, t), Some(snap))? {
+            return Ok(Some((t, v.to_vec())));
+        }
+    }
+    let (lo, hi) = series_range(table, sid, i64::MIN, None);
+    let range = (std::ops::Bound::Included(lo), std::ops::Bound::Excluded(hi));
+    let mut iter = engine.scan(range, Some(snap))?;
+    let mut last: Option<(i64, Vec<u8>)> = None;
+    while let Some(item) = iter.next_ref() {
+        let (k, v) = item?;
+        if let Some((_, _, time)) = parse_row_key(k) {
+            match &mut last {
+                Some((t, buf)) => {
+                    *t = time;
+                    buf.clear();
+                    buf.extend_from_slice(v);
+                }
+                None => last = Some((time, v.to_vec())),
+            }
+        }
+    }
+    Ok(last)
 }
 
 fn append(

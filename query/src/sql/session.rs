@@ -72,7 +72,15 @@ impl SqlSession {
             .with_information_schema(true)
             .with_default_catalog_and_schema(CATALOG, database)
             .with_create_default_catalog_and_schema(false);
-        let ctx = SessionContext::new_with_config(config);
+        let mut rules = datafusion::optimizer::Optimizer::new().rules;
+        // Before `DISTINCT ON` becomes an aggregate.
+        rules.insert(0, Arc::new(super::newest::NewestPerSeries));
+        let state = datafusion::execution::SessionStateBuilder::new()
+            .with_config(config)
+            .with_default_features()
+            .with_optimizer_rules(rules)
+            .build();
+        let ctx = SessionContext::new_with_state(state);
         ctx.register_catalog(CATALOG, Arc::new(EbbCatalog::new(db.clone())));
         SqlSession { db, ctx, database: database.to_string(), request: None, limits: None }
     }

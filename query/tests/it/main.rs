@@ -6,4 +6,5 @@
 mod concurrent_writes;
 mod erase;
 mod line_protocol;
+mod newest;
 mod sql;

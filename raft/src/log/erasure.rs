@@ -10,7 +10,6 @@ use openraft::EntryPayload;
 use super::{decode, LogStore};
 use crate::error::LogError;
 use crate::sm::applied::entry_seq;
-use crate::types::Command;
 
 impl LogStore {
     /// Index of the oldest entry still stored in a segment file (purged or not); every entry
@@ -45,11 +44,15 @@ impl LogStore {
             let mut scan = SourceScan::new("raft log", name.unwrap_or_default(), seg.bytes());
             for index in seg.first..seg.next_index() {
                 let entry = decode(&seg.read(index)?)?;
-                let EntryPayload::Normal(Command::Batch(bytes)) = &entry.payload else {
+                let EntryPayload::Normal(cmd) = &entry.payload else {
                     scan.entries += 1;
                     continue;
                 };
-                let Some(batch) = WriteBatch::from_bytes(bytes) else {
+                let Some(Ok(bytes)) = cmd.batch_bytes() else {
+                    scan.entries += 1;
+                    continue; // no batch, or one applied as a no-op everywhere
+                };
+                let Some(batch) = WriteBatch::from_bytes(&bytes) else {
                     scan.entries += 1;
                     continue; // applied as a no-op everywhere; holds nothing readable
                 };

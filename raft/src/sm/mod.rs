@@ -14,7 +14,7 @@ use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{ErrorSubject, ErrorVerb, LogId, RaftSnapshotBuilder, StorageError, StorageIOError};
 
 pub use applied::{entry_seq, Membership, MAX_BATCH_OPS};
-pub use replica::{ApplyHook, Replica};
+pub use replica::{Applier, Replica};
 pub use snapshot::{Descriptor, ShardSnapshot, SnapshotFile};
 
 use crate::error::ShardError;

@@ -21,12 +21,20 @@ use super::snapshot::{sync_dir, write_atomic, Descriptor, Meta, ShardSnapshot};
 use crate::error::ShardError;
 use crate::types::{Command, NodeId, Response, TypeConfig};
 
-/// Told about every change a replica applies, so derived in-memory state (a catalog) follows
-/// the engine on every replica.
-pub trait ApplyHook: Send + Sync {
-    /// `batch` was written to `engine` at sequence number `seq` (the applied-state keys
-    /// included).
-    fn applied(&self, engine: &Arc<Engine>, batch: &WriteBatch, seq: u64);
+/// Applies a replica's committed write batches: the one path that writes a change to the engine
+/// and installs what it changes in state derived from the engine (a catalog), alike on every
+/// replica. A replica without one writes batches to its engine as they are.
+pub trait Applier: Send + Sync {
+    /// Writes `batch` (the applied-state keys included) to `engine` at sequence number `seq`
+    /// and installs what it changes. An error every replica meets alike
+    /// ([`ebb_storage::Error::InvalidArgument`], [`ebb_storage::Error::BeyondRetention`]) must
+    /// leave the derived state as it was: the entry is then applied as a no-op.
+    fn apply(
+        &self,
+        engine: &Arc<Engine>,
+        batch: &WriteBatch,
+        seq: u64,
+    ) -> Result<(), ebb_storage::Error>;
     /// A snapshot replaced the engine with `engine`.
     fn replaced(&self, engine: &Arc<Engine>);
     /// False if `batch` must be applied as a no-op (it completes a request `engine` records as
@@ -52,7 +60,7 @@ pub struct Replica {
     /// Serializes applying entries, building snapshots and installing them.
     apply_lock: Mutex<()>,
     pub(super) current: Mutex<Option<(Descriptor, ShardSnapshot)>>,
-    hook: RwLock<Option<Arc<dyn ApplyHook>>>,
+    applier: RwLock<Option<Arc<dyn Applier>>>,
     /// Held while the log watermark is recomputed and while files are copied into a snapshot
     /// (which lowers it first), so neither undoes the other.
     pub(super) watermark_lock: Mutex<()>,
@@ -104,7 +112,7 @@ impl Replica {
             generation: Mutex::new(generation),
             apply_lock: Mutex::new(()),
             current: Mutex::new(current),
-            hook: RwLock::new(None),
+            applier: RwLock::new(None),
             watermark_lock: Mutex::new(()),
         }))
     }
@@ -119,9 +127,9 @@ impl Replica {
         self.engine.read().clone()
     }
 
-    /// Sets the hook told about every applied change.
-    pub fn set_hook(&self, hook: Arc<dyn ApplyHook>) {
-        *self.hook.write() = Some(hook);
+    /// Sets what applies committed write batches (before the group applies anything).
+    pub fn set_applier(&self, applier: Arc<dyn Applier>) {
+        *self.applier.write() = Some(applier);
     }
 
     /// The last applied log id and the last membership.
@@ -157,7 +165,7 @@ impl Replica {
     ) -> Result<Vec<Response>, ShardError> {
         let _g = self.apply_lock.lock();
         let engine = self.engine();
-        let hook = self.hook.read().clone();
+        let applier = self.applier.read().clone();
         let mut replies = Vec::new();
         for entry in entries {
             let seq = applied::entry_seq(entry.log_id.index)?;
@@ -169,13 +177,15 @@ impl Replica {
                     membership = Some(StoredMembership::new(Some(entry.log_id), m));
                     WriteBatch::new()
                 }
-                EntryPayload::Normal(Command::Batch(bytes)) => match decode_batch(&bytes) {
-                    Ok(b) => b,
-                    Err(why) => {
-                        reply.error = Some(why);
-                        WriteBatch::new()
+                EntryPayload::Normal(cmd @ (Command::Batch(_) | Command::Lz4Batch { .. })) => {
+                    match cmd.batch_bytes().unwrap_or(Err(String::new())).and_then(decode_batch) {
+                        Ok(b) => b,
+                        Err(why) => {
+                            reply.error = Some(why);
+                            WriteBatch::new()
+                        }
                     }
-                },
+                }
                 EntryPayload::Normal(Command::SetRetention { prefix, retention_ms }) => {
                     let retention = retention_ms.map(Duration::from_millis);
                     match engine.set_retention(prefix, retention) {
@@ -186,14 +196,18 @@ impl Replica {
                     WriteBatch::new()
                 }
             };
-            if let Some(h) = &hook {
-                if !h.admits(&engine, &batch)? {
+            if let Some(a) = &applier {
+                if !a.admits(&engine, &batch)? {
                     reply.duplicate = true;
                     batch = WriteBatch::new();
                 }
             }
             applied::record(&mut batch, &entry.log_id, membership.as_ref())?;
-            if let Err(e) = engine.write(&batch, seq) {
+            let written = match &applier {
+                Some(a) => a.apply(&engine, &batch, seq),
+                None => engine.write(&batch, seq),
+            };
+            if let Err(e) = written {
                 if !deterministic(&e) {
                     return Err(e.into());
                 }
@@ -201,9 +215,6 @@ impl Replica {
                 batch = WriteBatch::new();
                 applied::record(&mut batch, &entry.log_id, membership.as_ref())?;
                 engine.write(&batch, seq)?;
-            }
-            if let Some(h) = &hook {
-                h.applied(&engine, &batch, seq);
             }
             replies.push(reply);
         }
@@ -285,8 +296,8 @@ impl Replica {
         *gen = next;
         retire(old, old_dir);
         self.make_current(d, own);
-        if let Some(h) = self.hook.read().clone() {
-            h.replaced(&engine);
+        if let Some(a) = self.applier.read().clone() {
+            a.replaced(&engine);
         }
         Ok(())
     }
@@ -395,8 +406,8 @@ fn retire(engine: Arc<Engine>, dir: PathBuf) {
 }
 
 /// Decodes a replicated batch and checks it may be applied.
-fn decode_batch(bytes: &[u8]) -> Result<WriteBatch, String> {
-    let b = WriteBatch::from_bytes(bytes).ok_or("malformed write batch")?;
+fn decode_batch(bytes: std::borrow::Cow<'_, [u8]>) -> Result<WriteBatch, String> {
+    let b = WriteBatch::from_bytes(&bytes).ok_or("malformed write batch")?;
     if b.len() > MAX_BATCH_OPS {
         return Err(format!("write batch of {} operations exceeds {MAX_BATCH_OPS}", b.len()));
     }
