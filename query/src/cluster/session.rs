@@ -12,7 +12,7 @@ use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
 use datafusion::error::Result as DfResult;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::{DFParser, Statement as DfStatement};
 use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
@@ -121,10 +121,7 @@ impl ClusterSql {
         access: Arc<dyn AccessStore>,
         database: &str,
     ) -> ClusterSql {
-        let config = SessionConfig::new()
-            .with_default_catalog_and_schema(CATALOG, database)
-            .with_create_default_catalog_and_schema(false);
-        let ctx = SessionContext::new_with_config(config);
+        let ctx = crate::sql::new_context(database, false);
         let catalog = Catalog { client: client.clone(), access: access.clone() };
         ctx.register_catalog(CATALOG, Arc::new(catalog));
         ClusterSql { client, limits: None, database: database.to_string(), ctx }
@@ -224,16 +221,15 @@ impl ClusterSql {
             _ => StatementKind::Query,
         };
         let plan = self.ctx.state().statement_to_plan(stmt).await?;
-        let df = match (&self.limits, &plan) {
+        let (schema, stream) = match (&self.limits, &plan) {
             (_, LogicalPlan::Statement(_) | LogicalPlan::Ddl(_)) | (None, _) => {
-                self.ctx.execute_logical_plan(plan).await?
+                let df = self.ctx.execute_logical_plan(plan).await?;
+                (Arc::new(df.schema().as_arrow().clone()), df.execute_stream().await?)
             }
             (Some((server, limits)), _) => {
-                crate::sql::statement_frame(&self.ctx, server, limits, plan)
+                crate::sql::limited_stream(&self.ctx, server, limits, plan).await?
             }
         };
-        let schema = Arc::new(df.schema().as_arrow().clone());
-        let stream = df.execute_stream().await?;
         Ok(QueryOutput { schema, stream, kind })
     }
 

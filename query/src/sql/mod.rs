@@ -16,8 +16,8 @@ pub mod system;
 
 pub use catalog::EbbCatalog;
 pub use provider::EbbTable;
-pub(crate) use session::statement_frame;
 pub use session::{command_output, rows_output, QueryOutput, SqlSession, StatementKind};
+pub(crate) use session::{limited_stream, new_context};
 
 /// Name of the DataFusion catalog.
 pub const CATALOG: &str = "ebb";

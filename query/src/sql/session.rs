@@ -68,19 +68,7 @@ pub struct SqlSession {
 impl SqlSession {
     /// A session whose unqualified names resolve in `database`.
     pub fn new(db: Arc<Database>, database: &str) -> SqlSession {
-        let config = SessionConfig::new()
-            .with_information_schema(true)
-            .with_default_catalog_and_schema(CATALOG, database)
-            .with_create_default_catalog_and_schema(false);
-        let mut rules = datafusion::optimizer::Optimizer::new().rules;
-        // Before `DISTINCT ON` becomes an aggregate.
-        rules.insert(0, Arc::new(super::newest::NewestPerSeries));
-        let state = datafusion::execution::SessionStateBuilder::new()
-            .with_config(config)
-            .with_default_features()
-            .with_optimizer_rules(rules)
-            .build();
-        let ctx = SessionContext::new_with_state(state);
+        let ctx = new_context(database, true);
         ctx.register_catalog(CATALOG, Arc::new(EbbCatalog::new(db.clone())));
         SqlSession { db, ctx, database: database.to_string(), request: None, limits: None }
     }
@@ -227,14 +215,14 @@ impl SqlSession {
                     .into(),
             ));
         }
-        let df = match (&self.limits, &plan) {
+        let (schema, stream) = match (&self.limits, &plan) {
             (_, LogicalPlan::Statement(_) | LogicalPlan::Ddl(_)) | (None, _) => {
-                self.ctx.execute_logical_plan(plan).await?
+                let df = self.ctx.execute_logical_plan(plan).await?;
+                let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+                (schema, df.execute_stream().await?)
             }
-            (Some((server, limits)), _) => statement_frame(&self.ctx, server, limits, plan),
+            (Some((server, limits)), _) => limited_stream(&self.ctx, server, limits, plan).await?,
         };
-        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
-        let stream = df.execute_stream().await?;
         Ok(QueryOutput { schema, stream, kind })
     }
 
@@ -391,17 +379,46 @@ impl SqlSession {
     }
 }
 
-/// `plan` as a DataFrame that runs with a memory pool of its own within the server's.
-pub(crate) fn statement_frame(
+/// A DataFusion context whose unqualified names resolve in schema `database` of the EbbDB
+/// catalog (which the caller registers). Built from one state made once per process (the
+/// functions, rules and planners), cloned: making a state registers every function anew.
+pub(crate) fn new_context(database: &str, information_schema: bool) -> SessionContext {
+    static BASE: std::sync::OnceLock<datafusion::execution::SessionState> =
+        std::sync::OnceLock::new();
+    let base = BASE.get_or_init(|| {
+        let mut rules = datafusion::optimizer::Optimizer::new().rules;
+        // Before `DISTINCT ON` becomes an aggregate.
+        rules.insert(0, Arc::new(super::newest::NewestPerSeries));
+        datafusion::execution::SessionStateBuilder::new()
+            .with_config(SessionConfig::new().with_create_default_catalog_and_schema(false))
+            .with_default_features()
+            .with_optimizer_rules(rules)
+            .build()
+    });
+    let mut state = base.clone();
+    let options = state.config_mut().options_mut();
+    options.catalog.default_catalog = CATALOG.to_string();
+    options.catalog.default_schema = database.to_string();
+    options.catalog.information_schema = information_schema;
+    // The clone shares the base's catalog list: each context gets its own.
+    state.register_catalog_list(Arc::new(datafusion::catalog::MemoryCatalogProviderList::new()));
+    SessionContext::new_with_state(state)
+}
+
+/// Plans `plan` physically and runs it with a memory pool of its own within the server's.
+pub(crate) async fn limited_stream(
     ctx: &SessionContext,
     server: &Arc<RuntimeEnv>,
     limits: &Limits,
     plan: LogicalPlan,
-) -> datafusion::dataframe::DataFrame {
-    let state = datafusion::execution::SessionStateBuilder::new_from_existing(ctx.state())
-        .with_runtime_env(crate::front::limits::statement_runtime(server, limits))
-        .build();
-    datafusion::dataframe::DataFrame::new(state, plan)
+) -> Result<(SchemaRef, SendableRecordBatchStream)> {
+    let state = ctx.state();
+    let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+    let physical = state.create_physical_plan(&plan).await?;
+    let task = datafusion::execution::TaskContext::from(&state)
+        .with_runtime(crate::front::limits::statement_runtime(server, limits));
+    let stream = datafusion::physical_plan::execute_stream(physical, Arc::new(task))?;
+    Ok((schema, stream))
 }
 
 /// The `WHERE` predicate of a `DELETE`'s input plan: every filter above and inside its table

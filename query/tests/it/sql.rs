@@ -318,3 +318,28 @@ async fn tables_created_without_retention_get_the_default() {
         "{t}"
     );
 }
+
+/// Sessions share one base of functions and rules, not their catalogs: sessions over two
+/// databases in one process (two shards of a node) each see their own tables and rows.
+#[tokio::test]
+async fn sessions_over_two_databases_see_their_own_tables() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = (open(d1.path()), open(d2.path()));
+    a.write_lines("m", "only_a,host=x v=1 1\n", Precision::Seconds, 0).unwrap();
+    b.write_lines("m", "only_b,host=x v=1 1\nonly_b,host=y v=2 2\n", Precision::Seconds, 0)
+        .unwrap();
+    let (sa, sb) = (SqlSession::new(a.clone(), "m"), SqlSession::new(b.clone(), "m"));
+    for _ in 0..2 {
+        let na =
+            pretty_format_batches(&sa.query("SELECT count(*) AS n FROM only_a").await.unwrap())
+                .unwrap()
+                .to_string();
+        let nb =
+            pretty_format_batches(&sb.query("SELECT count(*) AS n FROM only_b").await.unwrap())
+                .unwrap()
+                .to_string();
+        assert!(na.contains("| 1 |") && nb.contains("| 2 |"), "{na}\n{nb}");
+        assert!(sa.query("SELECT * FROM only_b").await.is_err());
+        assert!(sb.query("SELECT * FROM only_a").await.is_err());
+    }
+}
