@@ -370,10 +370,39 @@ async fn sql_on_any_node_reads_and_deletes_across_every_shard() {
     .await;
     assert!(layout.contains("| 4 | time-series default |"), "{layout}");
 
+    // The newest row per group: each shard sends its first row per group only, and the
+    // cluster's answer is the first of those.
+    h.nodes[&1].router.write_lines("db", "cpu,host=h4,dc=d1 v=77 4000\n", p, 0).await.unwrap();
+    let newest = "SELECT DISTINCT ON (dc) dc, host, time, v FROM cpu ORDER BY dc, time DESC";
+    let got = sql(&h, 2, newest).await;
+    for row in ["| d0 | h", "| d1 | h4   | 1970-01-01T01:06:40 | 77.0 |", "| d2 | h"] {
+        assert!(got.contains(row), "{row} not in {got}");
+    }
+    assert!(got.contains("00:16:49 | 9.0  |") && got.lines().count() == 7, "{got}");
+    let state = ebb_query::cluster::ClusterSql::new(
+        h.nodes[&2].router.clone(),
+        h.nodes[&2].meta.clone(),
+        "db",
+    );
+    let plan = state.context().state().create_logical_plan(newest).await.unwrap();
+    let plan = state.context().state().optimize(&plan).unwrap();
+    let mut pushed = false;
+    datafusion::common::tree_node::TreeNode::apply(&plan, |p| {
+        if let datafusion::logical_expr::LogicalPlan::TableScan(t) = p {
+            let provider = datafusion::datasource::source_as_provider(&t.source).unwrap();
+            pushed |= provider
+                .downcast_ref::<ebb_query::cluster::ClusterTable>()
+                .is_some_and(|t| t.newest_only());
+        }
+        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+    })
+    .unwrap();
+    assert!(pushed, "the scan should ask the shards for their newest rows");
+
     // With a node down, every shard still has a leader and a quorum.
     h.stop(1).await;
     let n = sql(&h, 0, "SELECT count(*) AS n FROM cpu").await;
-    assert!(n.contains("| 301 |"), "{n}");
+    assert!(n.contains("| 302 |"), "{n}");
     for i in h.nodes.keys().copied().collect::<Vec<_>>() {
         h.stop(i).await;
     }

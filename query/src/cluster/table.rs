@@ -27,7 +27,7 @@ use super::insert::ClusterInsert;
 use super::{ShardClient, ShardError};
 
 /// A table of the cluster.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ClusterTable {
     client: Arc<dyn ShardClient>,
     database: String,
@@ -35,6 +35,16 @@ pub struct ClusterTable {
     schema: SchemaRef,
     /// The schema each shard holding the table has.
     shards: BTreeMap<u64, SchemaRef>,
+    /// Scans ask each shard for the first row per group only (see [`ClusterTable::newest`]).
+    newest: Option<NewestOn>,
+}
+
+/// `DISTINCT ON (on) ... ORDER BY order` sent to every shard.
+#[derive(Debug, Clone)]
+struct NewestOn {
+    on: Vec<String>,
+    /// `(column, ascending, nulls first)`.
+    order: Vec<(String, bool, bool)>,
 }
 
 fn quote(ident: &str) -> String {
@@ -83,7 +93,22 @@ impl ClusterTable {
             name: name.to_string(),
             schema: Arc::new(Schema::new(fields)),
             shards,
+            newest: None,
         }))
+    }
+
+    /// True if its scans ask each shard for the first row per group only.
+    pub fn newest_only(&self) -> bool {
+        self.newest.is_some()
+    }
+
+    /// The same table, whose scans ask each shard for `SELECT DISTINCT ON (on) ... ORDER BY
+    /// order` (`(column, ascending, nulls first)`): under a `DISTINCT ON` of the same columns
+    /// and order, the first row of a group over the cluster is the first of the shards' first
+    /// rows, so each shard sends those alone (and answers them its own way: a shard reads each
+    /// series' newest row where `on` are tags and the order ends with `time` descending).
+    pub fn newest(&self, on: Vec<String>, order: Vec<(String, bool, bool)>) -> ClusterTable {
+        ClusterTable { newest: Some(NewestOn { on, order }), ..self.clone() }
     }
 }
 
@@ -187,10 +212,34 @@ impl TableProvider for ClusterTable {
                 .collect();
             let select =
                 if cols.is_empty() { "1 AS \"_row\"".to_string() } else { cols.join(", ") };
-            let mut sql = format!("SELECT {select} FROM {}", quote(&self.name));
+            let has = |c: &String| shard_schema.field_with_name(c).is_ok();
+            let newest = self
+                .newest
+                .as_ref()
+                .filter(|n| n.on.iter().all(has) && n.order.iter().all(|(c, _, _)| has(c)));
+            let distinct = match newest {
+                Some(n) => {
+                    let on: Vec<String> = n.on.iter().map(|c| quote(c)).collect();
+                    format!("DISTINCT ON ({}) ", on.join(", "))
+                }
+                None => String::new(),
+            };
+            let mut sql = format!("SELECT {distinct}{select} FROM {}", quote(&self.name));
             if !usable.is_empty() {
                 sql.push_str(" WHERE ");
                 sql.push_str(&usable.join(" AND "));
+            }
+            if let Some(n) = newest {
+                let order: Vec<String> = n
+                    .order
+                    .iter()
+                    .map(|(c, asc, nulls_first)| {
+                        let dir = if *asc { "ASC" } else { "DESC" };
+                        let nulls = if *nulls_first { "FIRST" } else { "LAST" };
+                        format!("{} {dir} NULLS {nulls}", quote(c))
+                    })
+                    .collect();
+                sql.push_str(&format!(" ORDER BY {}", order.join(", ")));
             }
             if let (Some(n), true) = (limit, usable.len() == filters.len()) {
                 sql.push_str(&format!(" LIMIT {n}"));
