@@ -233,13 +233,17 @@ impl ScanJob {
             };
             // Where a single node knows the newest time written to a series, nothing stored
             // is newer (a replica learns times from applied batches only).
-            let bounds = match self.db.is_replicated() {
+            let replicated = self.db.is_replicated();
+            let bounds = match replicated {
                 true => vec![None; ids.len()],
                 false => {
                     let keys: Vec<(u32, u64)> = ids.iter().map(|&s| (table, s)).collect();
                     self.db.catalog().max_times(&keys)
                 }
             };
+            // Newest times found by reading a whole series: noted, so the next read of it is
+            // one look-up (nothing stored is newer; writes meanwhile note their own).
+            let mut learned = Vec::new();
             for (&sid, bound) in ids.iter().zip(bounds) {
                 if !span.contains(sid) {
                     continue;
@@ -247,6 +251,9 @@ impl ScanJob {
                 let Some((time, v)) = newest_row(&engine, snap, table, sid, bound)? else {
                     continue;
                 };
+                if bound.is_none() && !replicated {
+                    learned.push((table, sid, time));
+                }
                 if need_tags {
                     tag_cache = Some((
                         sid,
@@ -265,6 +272,7 @@ impl ScanJob {
                     return Ok(());
                 }
             }
+            self.db.catalog().note_times(&learned);
             if rows > 0 {
                 flush(&mut builders, &mut rows)?;
             }

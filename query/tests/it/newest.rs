@@ -134,4 +134,19 @@ async fn distinct_on_tags_by_newest_time_reads_each_series_newest_row() {
         .expect("backfill");
     let want = oracle(&rows(&db, "SELECT region, host, time, v FROM cpu").await);
     assert_eq!(by_region(&rows(&db, NEWEST).await), want, "after a restart and a backfill");
+    // A second restart; the first read learns each series' newest time, the second uses it,
+    // and a write and a delete in between are seen.
+    db.flush().expect("flush");
+    drop(db);
+    let db = Arc::new(Database::open(dir.path(), Options::default()).expect("reopen"));
+    let first = rows(&db, NEWEST).await;
+    assert_eq!(by_region(&first), want, "read once after a restart");
+    db.write_lines("m", "cpu,region=west,host=h5 v=5.25 3000", Precision::Seconds, 0)
+        .expect("newer");
+    let east = first.iter().find(|r| r.0 == "east").expect("east");
+    let s = SqlSession::new(db.clone(), "m");
+    s.query(&format!("DELETE FROM cpu WHERE host = '{}'", east.1)).await.expect("delete");
+    let want = oracle(&rows(&db, "SELECT region, host, time, v FROM cpu").await);
+    assert_eq!(want["west"], (3000 * SEC, 5.25));
+    assert_eq!(by_region(&rows(&db, NEWEST).await), want, "read again");
 }
