@@ -202,6 +202,15 @@ impl Database {
         let ids: Vec<(u32, u64)> =
             firsts.iter().map(|(f, _)| (p.points[*f].0, p.points[*f].1)).collect();
         let max_times = self.catalog.max_times(&ids);
+        // A proposal in flight may write points this request merges with: they are read
+        // once none is in flight (before the snapshot every series' look-ups share).
+        let merges = firsts
+            .iter()
+            .zip(&max_times)
+            .any(|(&(first, _), max)| max.is_some_and(|max| max >= p.points[first].2));
+        if let (true, Some(rep)) = (merges, &self.replicator) {
+            rep.drain();
+        }
         let engine = self.engine();
         // Writes staged before this one under the writer lock may still wait for their fsync.
         let mut snap = None;
@@ -210,12 +219,6 @@ impl Database {
             match max {
                 Some(max) if max < t0 => {} // every point is newer than anything stored
                 Some(max) => {
-                    if snap.is_none() {
-                        // A proposal in flight may write these points.
-                        if let Some(rep) = &self.replicator {
-                            rep.drain();
-                        }
-                    }
                     let snap = snap.get_or_insert_with(|| engine.staged_snapshot());
                     for &(t, s, time) in &p.points[first..end] {
                         if time > max {
