@@ -1,6 +1,8 @@
-//! The extended query protocol: Parse keeps a statement's SQL, Bind's parameter values are
-//! substituted into it as literals, Describe plans it with DataFusion (without running it) for its
-//! result columns and parameter types, and Execute runs it like a simple-query statement.
+//! The extended query protocol: Parse keeps a statement's SQL, Describe plans it with DataFusion
+//! (without running it) for its result columns and parameter types, and Execute runs it. A query
+//! runs as a front-door [`PreparedQuery`] (planned at its first run, its plans kept for the
+//! connection, Bind's values bound to them); other statements, and values of types without a
+//! plan value (`numeric`, `date`, `bytea`), run as SQL with the values written in as literals.
 
 use std::fmt::Debug;
 use std::sync::{Arc, OnceLock};
@@ -26,10 +28,11 @@ use pgwire::messages::PgWireBackendMessage;
 use tracing::debug;
 
 use super::{
-    first_word, lexer, params, query_error, returns_rows, run, setting_schema, special, types,
-    user_error, Backend, Outcome, Special,
+    first_word, lexer, outcome, params, query_error, returns_rows, run, setting_schema, special,
+    types, user_error, Backend, Outcome, Special,
 };
-use ebb_query::front::Session;
+use datafusion::common::ScalarValue;
+use ebb_query::front::{PreparedQuery, Session};
 
 /// A statement prepared with Parse: its SQL (one statement), the highest `$n` it uses, and the
 /// parameter types DataFusion inferred for it, once they have been asked for.
@@ -38,6 +41,8 @@ pub(super) struct Prepared {
     sql: Arc<str>,
     params: usize,
     inferred: Arc<OnceLock<Vec<Option<Type>>>>,
+    /// Its plans, once it has run (a query's runs bind values to them).
+    query: Arc<PreparedQuery>,
 }
 
 impl Prepared {
@@ -88,7 +93,12 @@ impl QueryParser for Parser {
                         ),
                     ));
                 }
-                Ok(Some(Prepared { sql: Arc::from(*one), params, inferred: Arc::default() }))
+                Ok(Some(Prepared {
+                    sql: Arc::from(*one),
+                    params,
+                    inferred: Arc::default(),
+                    query: Arc::new(PreparedQuery::new(one)),
+                }))
             }
             _ => Err(user_error(
                 "42601",
@@ -195,9 +205,25 @@ impl ExtendedQueryHandler for Backend {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let session = self.session(&*client);
-        let sql = bound_sql(&session, portal).await?;
-        debug!(sql = %ebb_query::access::statement::redact(&sql), "extended query");
-        Ok(match run(client, &session, &sql, Some(&portal.result_column_format)).await? {
+        let formats = Some(&portal.result_column_format);
+        let stmt = &portal.statement.statement;
+        let mut ran = None;
+        if let Some(values) = bound_values(&session, portal).await? {
+            debug!(sql = %ebb_query::access::statement::redact(&stmt.sql), "prepared query");
+            let out = session.execute_prepared(&stmt.query, values).await;
+            if let Some(out) = out.map_err(|e| query_error(&e))? {
+                ran = Some(outcome(client, &stmt.sql, out, formats).await?);
+            }
+        }
+        let ran = match ran {
+            Some(ran) => ran,
+            None => {
+                let sql = bound_sql(&session, portal).await?;
+                debug!(sql = %ebb_query::access::statement::redact(&sql), "extended query");
+                run(client, &session, &sql, formats).await?
+            }
+        };
+        Ok(match ran {
             Outcome::Rows(rows) => Response::Query(rows),
             Outcome::Tag(tag) => Response::Execution(tag),
             Outcome::Begin(tag) => Response::TransactionStart(tag),
@@ -222,6 +248,45 @@ fn resolve_types(declared: &[Option<Type>], inferred: &[Option<Type>], count: us
         .collect()
 }
 
+/// The parameter types of `portal`: declared by the client, else inferred by the planner.
+async fn param_types(session: &Session, portal: &Portal<Prepared>) -> Vec<Type> {
+    let stmt = &portal.statement.statement;
+    let values = &portal.parameters;
+    let declared = &portal.statement.parameter_types;
+    let inferred = if (0..values.len()).any(|idx| declared_type(declared, idx).is_none()) {
+        stmt.inferred_types(session).await
+    } else {
+        Vec::new()
+    };
+    resolve_types(declared, &inferred, values.len())
+}
+
+/// The portal's bound parameters as values, if its statement may run as a prepared query (not
+/// one answered here, every value of a type that has a value).
+async fn bound_values(
+    session: &Session,
+    portal: &Portal<Prepared>,
+) -> PgWireResult<Option<Vec<ScalarValue>>> {
+    let stmt = &portal.statement.statement;
+    if special(&stmt.sql).is_some() || !returns_rows(&first_word(&stmt.sql)) {
+        return Ok(None);
+    }
+    if portal.parameters.len() != stmt.params {
+        // Reported by the SQL path.
+        return Ok(None);
+    }
+    let types = param_types(session, portal).await;
+    let mut values = Vec::with_capacity(types.len());
+    for (idx, (value, ty)) in portal.parameters.iter().zip(&types).enumerate() {
+        let binary = types::is_binary(&portal.parameter_format, idx);
+        match params::param_value(value.as_deref(), ty, binary)? {
+            Some(v) => values.push(v),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(values))
+}
+
 /// The portal's SQL with its bound parameters substituted.
 async fn bound_sql(session: &Session, portal: &Portal<Prepared>) -> PgWireResult<String> {
     let stmt = &portal.statement.statement;
@@ -229,13 +294,7 @@ async fn bound_sql(session: &Session, portal: &Portal<Prepared>) -> PgWireResult
     if values.is_empty() && stmt.params == 0 {
         return Ok(stmt.sql.to_string());
     }
-    let declared = &portal.statement.parameter_types;
-    let inferred = if (0..values.len()).any(|idx| declared_type(declared, idx).is_none()) {
-        stmt.inferred_types(session).await
-    } else {
-        Vec::new()
-    };
-    let param_types = resolve_types(declared, &inferred, values.len());
+    let param_types = param_types(session, portal).await;
     let literals = values
         .iter()
         .zip(&param_types)

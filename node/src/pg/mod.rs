@@ -360,8 +360,23 @@ where
         }
         None => {}
     }
-    let QueryOutput { schema, stream: batches, kind } =
-        session.execute(sql).await.map_err(|e| query_error(&e))?;
+    let out = session.execute(sql).await.map_err(|e| query_error(&e))?;
+    outcome(client, sql, out, formats).await
+}
+
+/// What the client is sent for `out`, the output of statement `sql`.
+async fn outcome<C>(
+    client: &mut C,
+    sql: &str,
+    out: QueryOutput,
+    formats: Option<&Format>,
+) -> PgWireResult<Outcome>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    let QueryOutput { schema, stream: batches, kind } = out;
     Ok(match kind {
         // Statements the engine ran without a result (`SET datafusion.*`).
         StatementKind::Query if schema.fields().is_empty() => {

@@ -9,6 +9,7 @@ use std::fmt::{self, Write as _};
 
 use chrono::DateTime;
 use datafusion::arrow::datatypes::TimeUnit;
+use datafusion::common::ScalarValue;
 use pgwire::api::Type;
 use pgwire::error::PgWireResult;
 
@@ -72,6 +73,93 @@ pub(super) fn param_literal(value: Option<&[u8]>, ty: &Type, binary: bool) -> Pg
     let text = std::str::from_utf8(bytes)
         .map_err(|_| user_error("22021", "parameter value is not valid UTF-8".to_owned()))?;
     text_literal(text, ty)
+}
+
+/// A bound parameter as a value, for a prepared query's plan: `Ok(None)` for types whose values
+/// are only written into SQL (`numeric`, `date`, `bytea`...).
+pub(super) fn param_value(
+    value: Option<&[u8]>,
+    ty: &Type,
+    binary: bool,
+) -> PgWireResult<Option<ScalarValue>> {
+    let Some(bytes) = value else {
+        return Ok(Some(ScalarValue::Null));
+    };
+    if binary {
+        return binary_value(bytes, ty);
+    }
+    let text = std::str::from_utf8(bytes)
+        .map_err(|_| user_error("22021", "parameter value is not valid UTF-8".to_owned()))?;
+    let invalid =
+        || user_error("22P02", format!("invalid input syntax for type {}: {text:?}", ty.name()));
+    let trimmed = text.trim();
+    Ok(Some(match *ty {
+        Type::INT2 | Type::INT4 | Type::INT8 | Type::OID => {
+            ScalarValue::Int64(Some(trimmed.parse().map_err(|_| invalid())?))
+        }
+        Type::FLOAT4 | Type::FLOAT8 => {
+            ScalarValue::Float64(Some(trimmed.parse().map_err(|_| invalid())?))
+        }
+        Type::BOOL => match trimmed.to_ascii_lowercase().as_str() {
+            "t" | "true" | "y" | "yes" | "on" | "1" => ScalarValue::Boolean(Some(true)),
+            "f" | "false" | "n" | "no" | "off" | "0" => ScalarValue::Boolean(Some(false)),
+            _ => return Err(invalid()),
+        },
+        Type::TIMESTAMP | Type::TIMESTAMPTZ => match utc_nanos(trimmed) {
+            Some(nanos) => ScalarValue::TimestampNanosecond(Some(nanos), None),
+            // Cast by the engine, as `CAST(text AS TIMESTAMP)` would be.
+            None => ScalarValue::Utf8(Some(trimmed.to_owned())),
+        },
+        Type::TEXT | Type::VARCHAR | Type::NAME | Type::BPCHAR | Type::UNKNOWN => {
+            ScalarValue::Utf8(Some(text.to_owned()))
+        }
+        _ => return Ok(None),
+    }))
+}
+
+fn binary_value(bytes: &[u8], ty: &Type) -> PgWireResult<Option<ScalarValue>> {
+    let bad =
+        || user_error("22P03", format!("incorrect binary data format for type {}", ty.name()));
+    Ok(Some(match *ty {
+        Type::BOOL => match bytes {
+            [b] => ScalarValue::Boolean(Some(*b != 0)),
+            _ => return Err(bad()),
+        },
+        Type::INT2 => {
+            ScalarValue::Int64(Some(i16::from_be_bytes(fixed(bytes).ok_or_else(bad)?).into()))
+        }
+        Type::INT4 => {
+            ScalarValue::Int64(Some(i32::from_be_bytes(fixed(bytes).ok_or_else(bad)?).into()))
+        }
+        Type::INT8 => ScalarValue::Int64(Some(i64::from_be_bytes(fixed(bytes).ok_or_else(bad)?))),
+        Type::OID => {
+            ScalarValue::Int64(Some(u32::from_be_bytes(fixed(bytes).ok_or_else(bad)?).into()))
+        }
+        Type::FLOAT4 => {
+            ScalarValue::Float64(Some(f32::from_be_bytes(fixed(bytes).ok_or_else(bad)?).into()))
+        }
+        Type::FLOAT8 => {
+            ScalarValue::Float64(Some(f64::from_be_bytes(fixed(bytes).ok_or_else(bad)?)))
+        }
+        Type::TIMESTAMP | Type::TIMESTAMPTZ => {
+            let micros = i64::from_be_bytes(fixed(bytes).ok_or_else(bad)?)
+                .checked_add(PG_EPOCH_SECS * MICROS_PER_SEC)
+                .ok_or_else(bad)?;
+            ScalarValue::TimestampMicrosecond(Some(micros), None)
+        }
+        Type::TEXT | Type::VARCHAR | Type::NAME | Type::BPCHAR | Type::UNKNOWN => {
+            ScalarValue::Utf8(Some(std::str::from_utf8(bytes).map_err(|_| bad())?.to_owned()))
+        }
+        _ => return Ok(None),
+    }))
+}
+
+/// Nanoseconds since the epoch of PostgreSQL or RFC 3339 text with an offset.
+fn utc_nanos(text: &str) -> Option<i64> {
+    DateTime::parse_from_rfc3339(text)
+        .or_else(|_| DateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S%.f%#z"))
+        .ok()?
+        .timestamp_nanos_opt()
 }
 
 fn text_literal(text: &str, ty: &Type) -> PgWireResult<String> {

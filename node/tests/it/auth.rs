@@ -192,6 +192,33 @@ async fn every_protocol_authenticates_and_every_statement_is_authorized() {
     })
     .await
     .expect("checks");
+
+    // A prepared statement is authorized at every run, against the grants of the moment.
+    let conf = format!("host=127.0.0.1 port={pg_port} user=reader password=r2 dbname=public");
+    let (client, conn) =
+        tokio_postgres::connect(&conf, tokio_postgres::NoTls).await.expect("reader");
+    tokio::spawn(conn);
+    let stmt = client.prepare("SELECT count(*) FROM steps WHERE user = $1").await.expect("prepare");
+    for _ in 0..3 {
+        let rows = client.query(&stmt, &[&"carol"]).await.expect("granted");
+        assert_eq!(rows[0].get::<_, i64>(0), 1);
+    }
+    let grants = |sql: &'static str| {
+        tokio::task::spawn_blocking(move || {
+            let h = Http::new(http_addr);
+            As { http: &h, auth: basic("admin", ADMIN_PW) }.ok(sql);
+        })
+    };
+    grants("REVOKE READ ON DATABASE public FROM reader").await.expect("revoke");
+    let e = client.query(&stmt, &[&"carol"]).await.expect_err("revoked");
+    let code = e.as_db_error().map(|d| d.code().code().to_owned());
+    assert_eq!(code.as_deref(), Some("42501"), "{e:?}");
+    grants("GRANT READ ON DATABASE public TO reader").await.expect("grant");
+    assert_eq!(
+        client.query(&stmt, &[&"carol"]).await.expect("granted again")[0].get::<_, i64>(0),
+        1
+    );
+    drop(client);
     server.shutdown().await.expect("shutdown");
 
     // Users, grants and passwords survive a restart; the admin password is not applied again.

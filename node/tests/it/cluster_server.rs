@@ -117,6 +117,29 @@ async fn postgres_protocol_insert_and_leaders_over_the_cluster() {
         .expect("parameterized query");
     assert_eq!(row.get::<_, i64>(0), 1);
     assert_eq!(row.get::<_, f64>(1), 7.25);
+    // One prepared statement, many runs: each answers for its own values; a column written
+    // after it was prepared (on the shard of one series) shows up once prepared again.
+    let stmt_sql = "SELECT * FROM cpu WHERE host = $1 AND time >= $2";
+    let stmt = client.prepare(stmt_sql).await.expect("prepare");
+    let since = std::time::UNIX_EPOCH + Duration::from_nanos(BASE.unsigned_abs());
+    for h in [3, 7, 11, 39] {
+        let rows = client.query(&stmt, &[&format!("i{h}"), &since]).await.expect("run");
+        assert_eq!(rows.len(), 1, "i{h}");
+        assert_eq!(rows[0].get::<_, f64>("usage"), f64::from(h) + 0.25);
+    }
+    let lp = format!("cpu,host=i5 extra=9 {}", BASE + 5);
+    let r =
+        agent.post(&format!("http://{}/write?db=public", servers[2].http_addr)).send(lp.as_bytes());
+    assert_eq!(r.expect("write").status().as_u16(), 204);
+    // As in PostgreSQL: the client holds the first answer's columns, so `*` fails until the
+    // statement is prepared again.
+    let e = client.query(&stmt, &[&"i5", &since]).await.expect_err("columns changed");
+    let code = e.as_db_error().map(|d| d.code().code().to_owned());
+    assert_eq!(code.as_deref(), Some("0A000"), "{e:?}");
+    let stmt = client.prepare(stmt_sql).await.expect("prepare again");
+    let rows = client.query(&stmt, &[&"i5", &since]).await.expect("run after a new column");
+    assert_eq!(rows[0].get::<_, Option<f64>>("extra"), Some(9.0));
+
     // `host` was written as a tag: the string survived with its quote.
     let note: String =
         client.query_one("SELECT note FROM cpu WHERE host = 'i3'", &[]).await.expect("note").get(0);

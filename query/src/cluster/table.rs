@@ -110,6 +110,15 @@ impl ClusterTable {
     pub fn newest(&self, on: Vec<String>, order: Vec<(String, bool, bool)>) -> ClusterTable {
         ClusterTable { newest: Some(NewestOn { on, order }), ..self.clone() }
     }
+
+    /// True if `other` is the same table with the same columns on the same shards (a plan made
+    /// over one reads the other correctly).
+    pub(crate) fn same_as(&self, other: &ClusterTable) -> bool {
+        self.database == other.database
+            && self.name == other.name
+            && self.schema == other.schema
+            && self.shards == other.shards
+    }
 }
 
 impl ClusterTable {

@@ -12,6 +12,7 @@
 mod admin;
 pub mod authorize;
 pub mod limits;
+mod prepared;
 mod principal;
 pub mod settings;
 pub mod throttle;
@@ -39,6 +40,7 @@ use crate::sql::{QueryOutput, SqlSession};
 use crate::WriteSummary;
 
 pub use limits::Limits;
+pub use prepared::PreparedQuery;
 pub use principal::{Credentials, Principal, Protocol};
 use settings::SessionSettings;
 
@@ -477,30 +479,20 @@ impl Session {
         let issuer = self.who.to_string();
         let mut out = Vec::with_capacity(statements.len());
         for (s, setting) in statements.into_iter().zip(kinds) {
-            let server = self.door.limits.statement_timeout;
             if let Some(setting) = setting {
+                let server = self.door.limits.statement_timeout;
                 out.push(settings::apply(setting, &mut self.settings.lock(), server));
                 continue;
             }
-            let timeout = self.settings.lock().timeout(server);
-            // Only reads are cut off: a write, delete or DDL goes on in the engine once begun,
-            // so calling it canceled would be untrue.
-            let deadline =
-                timeout.filter(|_| reads_only(&s)).map(|t| (tokio::time::Instant::now() + t, t));
-            limit += deadline.map_or(Duration::ZERO, |(_, t)| t);
+            let reads = reads_only(&s);
             let run = async {
                 match &*self.sql {
                     Sql::Local(l) => l.execute_statement_by(s, &issuer).await,
                     Sql::Cluster(c) => c.execute_statement_by(s, &issuer).await,
                 }
             };
-            let mut o = match deadline {
-                Some((at, t)) => tokio::time::timeout_at(at, run)
-                    .await
-                    .map_err(|_| QueryError::from(limits::timed_out(t)))??,
-                None => run.await?,
-            };
-            o.stream = limits::with_deadline(o.stream, deadline, slot.clone());
+            let (o, timeout) = self.start(reads, slot.clone(), run).await?;
+            limit += timeout;
             out.push(o);
         }
         if let Some(slot) = &slot {
@@ -509,6 +501,29 @@ impl Session {
             }
         }
         Ok(out)
+    }
+
+    /// Starts one statement with `run`: if it only reads (`reads`), within the session's
+    /// statement timeout, its rows cut off at the same deadline; its rows hold `slot` until they
+    /// end. Returns its output and the timeout it runs under (zero: none).
+    async fn start(
+        &self,
+        reads: bool,
+        slot: Option<Arc<limits::Slot>>,
+        run: impl std::future::Future<Output = Result<QueryOutput>>,
+    ) -> Result<(QueryOutput, Duration)> {
+        let timeout = self.settings.lock().timeout(self.door.limits.statement_timeout);
+        // Only reads are cut off: a write, delete or DDL goes on in the engine once begun, so
+        // calling it canceled would be untrue.
+        let deadline = timeout.filter(|_| reads).map(|t| (tokio::time::Instant::now() + t, t));
+        let mut o = match deadline {
+            Some((at, t)) => tokio::time::timeout_at(at, run)
+                .await
+                .map_err(|_| QueryError::from(limits::timed_out(t)))??,
+            None => run.await?,
+        };
+        o.stream = limits::with_deadline(o.stream, deadline, slot);
+        Ok((o, deadline.map_or(Duration::ZERO, |(_, t)| t)))
     }
 
     /// Runs `sql`, which must hold exactly one statement.

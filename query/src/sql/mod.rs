@@ -17,7 +17,7 @@ pub mod system;
 pub use catalog::EbbCatalog;
 pub use provider::EbbTable;
 pub use session::{command_output, rows_output, QueryOutput, SqlSession, StatementKind};
-pub(crate) use session::{limited_stream, new_context};
+pub(crate) use session::{limited_stream, new_context, optimized_stream};
 
 /// Name of the DataFusion catalog.
 pub const CATALOG: &str = "ebb";

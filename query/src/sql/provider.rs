@@ -19,7 +19,7 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::StreamExt;
 
 use super::delete::delete_targets;
-use super::pushdown::{classify, ScanFilter};
+use super::pushdown::{classify_with, Operands, ScanFilter};
 use super::rows::batch_lines;
 use super::scan::{SeriesSpan, TableScan};
 use crate::db::Database;
@@ -67,6 +67,12 @@ impl EbbTable {
         }
     }
 
+    /// True if `other` is the same table with the same columns (a plan made over one reads the
+    /// other correctly; a table dropped and made again is another).
+    pub(crate) fn same_as(&self, other: &EbbTable) -> bool {
+        self.def == other.def
+    }
+
     fn df_err(e: crate::QueryError) -> DataFusionError {
         match e {
             crate::QueryError::DataFusion(e) => e,
@@ -96,7 +102,7 @@ impl TableProvider for EbbTable {
     ) -> DfResult<Vec<TableProviderFilterPushDown>> {
         Ok(filters
             .iter()
-            .map(|e| match classify(&self.def, e) {
+            .map(|e| match classify_with(&self.def, e, Operands::Placeholders) {
                 Some(_) => TableProviderFilterPushDown::Exact,
                 None => TableProviderFilterPushDown::Unsupported,
             })

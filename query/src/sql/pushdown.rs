@@ -10,6 +10,7 @@
 
 use std::collections::BTreeSet;
 
+use datafusion::arrow::datatypes::DataType;
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
 
@@ -118,8 +119,32 @@ fn column_of(def: &TableDef, e: &Expr) -> Option<Column> {
     }
 }
 
-/// A timestamp literal in nanoseconds.
-fn time_literal(e: &Expr) -> Option<i64> {
+/// What may stand on the value side of a pushed-down comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operands {
+    /// Literals only: what a scan applies.
+    Literals,
+    /// Literals, and placeholders of the literal's type: what a scan will apply once a
+    /// prepared statement's values are bound (a placeholder stands for some non-null value;
+    /// [`crate::front`] checks each run that the bound filters are taken over just the same).
+    Placeholders,
+}
+
+/// A placeholder of `data_type`, if `operands` admits placeholders.
+fn placeholder_of(e: &Expr, operands: Operands, is_type: impl Fn(&DataType) -> bool) -> bool {
+    match e {
+        Expr::Placeholder(p) if operands == Operands::Placeholders => {
+            p.field.as_ref().is_some_and(|f| is_type(f.data_type()))
+        }
+        _ => false,
+    }
+}
+
+/// A timestamp literal in nanoseconds (a timestamp placeholder reads as the epoch).
+fn time_literal(e: &Expr, operands: Operands) -> Option<i64> {
+    if placeholder_of(e, operands, |t| matches!(t, DataType::Timestamp(_, _))) {
+        return Some(0);
+    }
     let Expr::Literal(v, _) = e else { return None };
     match v {
         ScalarValue::TimestampNanosecond(Some(n), _) => Some(*n),
@@ -130,7 +155,13 @@ fn time_literal(e: &Expr) -> Option<i64> {
     }
 }
 
-fn string_literal(e: &Expr) -> Option<String> {
+/// A string literal (a string placeholder reads as the empty string).
+fn string_literal(e: &Expr, operands: Operands) -> Option<String> {
+    let strings =
+        |t: &DataType| matches!(t, DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8);
+    if placeholder_of(e, operands, strings) {
+        return Some(String::new());
+    }
     let Expr::Literal(v, _) = e else { return None };
     match v {
         ScalarValue::Utf8(Some(s))
@@ -166,9 +197,18 @@ fn time_bound(op: Operator, t: i64) -> Option<TimeBounds> {
 /// Classifies `e` as a time bound or tag predicate of `def`, or `None` if the scan cannot
 /// apply it exactly.
 pub fn classify(def: &TableDef, e: &Expr) -> Option<Conjunct> {
+    classify_with(def, e, Operands::Literals)
+}
+
+/// [`classify`], with `operands` on the value side of comparisons. The values of placeholders
+/// are made up: the result only says whether the scan would apply `e`.
+pub fn classify_with(def: &TableDef, e: &Expr, operands: Operands) -> Option<Conjunct> {
+    let classify = |e: &Expr| classify_with(def, e, operands);
+    let time_literal = |e: &Expr| time_literal(e, operands);
+    let string_literal = |e: &Expr| string_literal(e, operands);
     match e {
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {
-            Operator::And => match (classify(def, left)?, classify(def, right)?) {
+            Operator::And => match (classify(left)?, classify(right)?) {
                 (Conjunct::Time(mut a), Conjunct::Time(b)) => {
                     a.intersect(b);
                     Some(Conjunct::Time(a))
@@ -178,7 +218,7 @@ pub fn classify(def: &TableDef, e: &Expr) -> Option<Conjunct> {
                 }
                 _ => None, // mixed: the caller splits conjunctions first
             },
-            Operator::Or => match (classify(def, left)?, classify(def, right)?) {
+            Operator::Or => match (classify(left)?, classify(right)?) {
                 (Conjunct::Tags(a), Conjunct::Tags(b)) => {
                     Some(Conjunct::Tags(TagPredicate::Or(Box::new(a), Box::new(b))))
                 }

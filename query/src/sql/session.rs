@@ -413,9 +413,21 @@ pub(crate) async fn limited_stream(
     plan: LogicalPlan,
 ) -> Result<(SchemaRef, SendableRecordBatchStream)> {
     let state = ctx.state();
+    let optimized = state.optimize(&plan)?;
+    optimized_stream(&state, server, limits, &optimized).await
+}
+
+/// Plans `plan`, already optimized in `state`, physically and runs it with a memory pool of
+/// its own within the server's.
+pub(crate) async fn optimized_stream(
+    state: &datafusion::execution::SessionState,
+    server: &Arc<RuntimeEnv>,
+    limits: &Limits,
+    plan: &LogicalPlan,
+) -> Result<(SchemaRef, SendableRecordBatchStream)> {
     let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
-    let physical = state.create_physical_plan(&plan).await?;
-    let task = datafusion::execution::TaskContext::from(&state)
+    let physical = state.query_planner().create_physical_plan(plan, state).await?;
+    let task = datafusion::execution::TaskContext::from(state)
         .with_runtime(crate::front::limits::statement_runtime(server, limits));
     let stream = datafusion::physical_plan::execute_stream(physical, Arc::new(task))?;
     Ok((schema, stream))

@@ -7,4 +7,5 @@ mod concurrent_writes;
 mod erase;
 mod line_protocol;
 mod newest;
+mod prepared;
 mod sql;
