@@ -40,6 +40,7 @@ use crate::sql::{QueryOutput, SqlSession};
 use crate::WriteSummary;
 
 pub use limits::Limits;
+use prepared::PlanCache;
 pub use prepared::PreparedQuery;
 pub use principal::{Credentials, Principal, Protocol};
 use settings::SessionSettings;
@@ -89,6 +90,9 @@ impl Sql {
     }
 }
 
+/// What stateless requests on one database share: a SQL session and the plans of its queries.
+type Shared = (Arc<Sql>, Arc<PlanCache>);
+
 /// The front door of one server.
 pub struct FrontDoor {
     target: Target,
@@ -96,7 +100,7 @@ pub struct FrontDoor {
     passwords: Arc<PasswordCheck>,
     /// Sessions shared by stateless requests, by database: building a DataFusion context
     /// registers every built-in function, which costs more than planning a simple query.
-    shared: Mutex<HashMap<String, Arc<Sql>>>,
+    shared: Mutex<HashMap<String, Shared>>,
     /// Failed logins, and statements or writes refused for lack of a privilege.
     counters: Counters,
     /// What statements may use.
@@ -319,7 +323,7 @@ impl FrontDoor {
     /// with `database` as its default database.
     pub fn open(self: &Arc<Self>, who: Principal, database: &str) -> Session {
         let sql = Arc::new(self.new_sql(database));
-        Session { door: self.clone(), who, sql, settings: Arc::default() }
+        Session { door: self.clone(), who, sql, settings: Arc::default(), plans: Arc::default() }
     }
 
     /// A session for one stateless request of `who` that runs `sql`: shared with other
@@ -331,18 +335,18 @@ impl FrontDoor {
             return self.open(who, database);
         }
         let mut map = self.shared.lock();
-        let s = match map.get(database) {
+        let (sql, plans) = match map.get(database) {
             Some(s) => s.clone(),
             None => {
                 if map.len() >= MAX_SHARED_SESSIONS {
                     map.clear();
                 }
-                let s = Arc::new(self.new_sql(database));
+                let s = (Arc::new(self.new_sql(database)), Arc::default());
                 map.insert(database.to_string(), s.clone());
                 s
             }
         };
-        Session { door: self.clone(), who, sql: s, settings: Arc::default() }
+        Session { door: self.clone(), who, sql, settings: Arc::default(), plans }
     }
 
     /// Writes a line-protocol request of `who` to `database`: checked whole first (a bad line
@@ -399,6 +403,8 @@ pub struct Session {
     who: Principal,
     sql: Arc<Sql>,
     settings: Arc<Mutex<SessionSettings>>,
+    /// Plans of queries sent as SQL, their literals made parameters (shared like `sql`).
+    plans: Arc<PlanCache>,
 }
 
 impl Session {
@@ -457,6 +463,11 @@ impl Session {
         }
         let statements = DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {})
             .map_err(|e| QueryError::invalid(format!("SQL syntax: {e}")))?;
+        if let (1, Some(DfStatement::Statement(s))) = (statements.len(), statements.front()) {
+            if let Some(out) = self.run_parameterized(s).await? {
+                return Ok(vec![out]);
+            }
+        }
         // Every statement is checked before any runs.
         let mut kinds = Vec::with_capacity(statements.len());
         for s in &statements {

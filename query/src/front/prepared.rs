@@ -18,6 +18,7 @@
 //! the columns the first did (as in PostgreSQL, a client may hold them: `SELECT *` over a table
 //! that gained a column fails until prepared again).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -66,6 +67,12 @@ enum Planned {
 /// A table a plan reads, by the name it was read by.
 type TableRead = (TableReference, Arc<dyn TableProvider>);
 
+/// A prepared query's optimized plan for one run, and the state it runs in.
+pub(super) struct Bound {
+    state: SessionState,
+    plan: LogicalPlan,
+}
+
 /// The plans of a prepared query.
 struct Plans {
     /// The privileges it needs.
@@ -105,7 +112,65 @@ impl PreparedQuery {
     }
 }
 
+/// Prepared queries of statements sent as SQL, by their text with literals made parameters
+/// (see [`crate::sql::parameters`]).
+#[derive(Default)]
+pub(super) struct PlanCache {
+    queries: Mutex<HashMap<String, Arc<PreparedQuery>>>,
+}
+
+/// Most queries a cache keeps (it starts over when full).
+const MAX_CACHED: usize = 512;
+/// Longest query text a cache keeps.
+const MAX_CACHED_TEXT: usize = 16 * 1024;
+
+impl PlanCache {
+    /// The prepared query of `text`, made if new; `None` if `text` is too long to keep.
+    fn query(&self, text: String) -> Option<Arc<PreparedQuery>> {
+        if text.len() > MAX_CACHED_TEXT {
+            return None;
+        }
+        let mut queries = self.queries.lock();
+        if let Some(q) = queries.get(&text) {
+            return Some(q.clone());
+        }
+        if queries.len() >= MAX_CACHED {
+            queries.clear();
+        }
+        let q = Arc::new(PreparedQuery::new(&text));
+        queries.insert(text, q.clone());
+        Some(q)
+    }
+}
+
 impl Session {
+    /// How many queries sent as SQL the session keeps plans of (shared by the requests on its
+    /// database, or its connection's own).
+    pub fn cached_plans(&self) -> usize {
+        self.plans.queries.lock().len()
+    }
+
+    /// Runs `stmt`, sent as SQL, as the prepared query of its text with the literals its
+    /// `WHERE` compares columns with made parameters; `Ok(None)` if it cannot (not a query, not
+    /// one that can be planned ahead, or its plan failed: the caller runs it as it is and
+    /// reports its own errors).
+    pub(super) async fn run_parameterized(
+        &self,
+        stmt: &SqlStatement,
+    ) -> Result<Option<QueryOutput>> {
+        let mut stmt = stmt.clone();
+        let Some(values) = crate::sql::parameters::parameterize(&mut stmt) else {
+            return Ok(None);
+        };
+        let Some(query) = self.plans.query(stmt.to_string()) else { return Ok(None) };
+        match self.bind_prepared(&query, values).await {
+            Ok(Some(bound)) => Ok(Some(self.run_bound(bound).await?)),
+            // Refused for a privilege: once is enough (each refusal is counted).
+            Err(e @ QueryError::Access(_)) => Err(e),
+            Ok(None) | Err(_) => Ok(None),
+        }
+    }
+
     /// Runs `query` with `values` for its placeholders (cast to the types they have in the
     /// query), as a statement of its own. `Ok(None)` if `query` is not one that can be planned
     /// ahead: the caller runs it as SQL with the values written in.
@@ -114,6 +179,19 @@ impl Session {
         query: &PreparedQuery,
         values: Vec<ScalarValue>,
     ) -> Result<Option<QueryOutput>> {
+        match self.bind_prepared(query, values).await? {
+            Some(bound) => Ok(Some(self.run_bound(bound).await?)),
+            None => Ok(None),
+        }
+    }
+
+    /// `query`'s plan with `values` bound, once the principal is found to hold the privileges
+    /// it needs; `None` if `query` is not one that can be planned ahead.
+    pub(super) async fn bind_prepared(
+        &self,
+        query: &PreparedQuery,
+        values: Vec<ScalarValue>,
+    ) -> Result<Option<Bound>> {
         let plans = match self.prepared_plans(query).await? {
             Planned::AsSql => return Ok(None),
             Planned::Query(plans) => plans,
@@ -123,21 +201,26 @@ impl Session {
                 self.door.authorize(&self.who, need.0.as_deref(), need.1)?;
             }
         }
+        // A state of its own: the time `now()` reads is this run's.
+        let state = self.context().state();
+        let plan = plans.bind(&state, values)?;
+        Ok(Some(Bound { state, plan }))
+    }
+
+    /// Runs a bound plan as a statement of its own (a slot, the statement timeout).
+    pub(super) async fn run_bound(&self, bound: Bound) -> Result<QueryOutput> {
         let slot = limits::Slot::new(self.door.slot().await?);
         let run = async {
-            // A state of its own: the time `now()` reads is this run's.
-            let state = self.context().state();
-            let plan = plans.bind(&state, values)?;
             let (runtime, limits) = (&self.door.runtime, &self.door.limits);
             let (schema, stream) =
-                crate::sql::optimized_stream(&state, runtime, limits, &plan).await?;
+                crate::sql::optimized_stream(&bound.state, runtime, limits, &bound.plan).await?;
             Ok(QueryOutput { schema, stream, kind: StatementKind::Query })
         };
         let (out, timeout) = self.start(true, Some(slot.clone()), run).await?;
         if timeout > std::time::Duration::ZERO {
             slot.release_after(timeout + limits::SLOT_GRACE);
         }
-        Ok(Some(out))
+        Ok(out)
     }
 
     /// `query`'s plans, made again if a table they read changed.

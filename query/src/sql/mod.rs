@@ -6,6 +6,7 @@ pub mod ddl;
 pub mod delete;
 pub mod erase;
 mod newest;
+pub mod parameters;
 mod provider;
 pub mod pushdown;
 pub mod requested;

@@ -8,7 +8,7 @@ use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::common::ScalarValue;
 use ebb_query::front::{FrontDoor, PreparedQuery, Principal, Protocol, Session, Target};
 use ebb_query::lp::Precision;
-use ebb_query::{Database, QueryError};
+use ebb_query::{Database, QueryError, SqlSession};
 use ebb_storage::Options;
 
 const SEC: i64 = 1_000_000_000;
@@ -222,4 +222,61 @@ async fn a_table_that_changes_is_planned_again() {
     db.write_lines("m", "cpu,host=h3 usage=7 1000000000000\n", Precision::Nanoseconds, 0)
         .expect("write");
     assert!(prepared(&s, &named, values()).await.contains(" 7.0 "));
+}
+
+/// `1970-01-01T..Z` of `nanos` (under a day).
+fn rfc3339(nanos: i64) -> String {
+    let (secs, frac) = (nanos / SEC, nanos % SEC);
+    format!("1970-01-01T{:02}:{:02}:{:02}.{frac:09}Z", secs / 3600, secs / 60 % 60, secs % 60)
+}
+
+#[tokio::test]
+async fn queries_sent_as_sql_share_plans_and_answer_as_before() {
+    let (_dir, db, s) = open();
+    load(&db);
+    let plain = SqlSession::new(db.clone(), "m");
+    let old_way = |sql: String| {
+        let plain = &plain;
+        async move {
+            match plain.query(&sql).await {
+                Ok(b) => Ok(pretty_format_batches(&b).expect("format").to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+    };
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = |m: i64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        i64::try_from(seed % u64::try_from(m).expect("m")).expect("small")
+    };
+    for run in 0..30 {
+        let a = (900 + next(3_900)) * SEC + next(SEC);
+        let b = a + (next(1_200) - 100) * SEC;
+        let sql = format!(
+            "SELECT date_bin(interval '1 minute', time, to_timestamp(0)) AS bucket, \
+             max(usage) AS m, count(*) AS n FROM cpu WHERE host IN ('h{}', 'h{}') \
+             AND time >= '{}' AND time < '{}' AND usage > {}.5 GROUP BY bucket ORDER BY bucket",
+            next(5),
+            next(5),
+            rfc3339(a),
+            rfc3339(b),
+            next(60),
+        );
+        let got = text_of(s.execute(&sql).await.expect(&sql)).await;
+        assert_eq!(Ok(got), old_way(sql.clone()).await, "run {run}: {sql}");
+    }
+    assert_eq!(s.cached_plans(), 1, "the runs share one plan");
+
+    // Literals that do not fit, and other mistakes, fail as they did.
+    for bad in [
+        "SELECT count(*) FROM cpu WHERE host = 'h1' AND time >= 'not a time'",
+        "SELECT nosuch FROM cpu WHERE host = 'h1'",
+        "SELECT * FROM nowhere WHERE host = 'h1'",
+    ] {
+        let err = s.execute(bad).await.err().map(|e| e.to_string());
+        assert_eq!(err, old_way(bad.to_string()).await.err(), "{bad}");
+        assert!(err.is_some(), "{bad}");
+    }
 }
