@@ -192,18 +192,14 @@ impl Session {
         query: &PreparedQuery,
         values: Vec<ScalarValue>,
     ) -> Result<Option<Bound>> {
+        // Authorized before anything else is done for the principal (planning authorizes too).
         let plans = match self.prepared_plans(query).await? {
             Planned::AsSql => return Ok(None),
             Planned::Query(plans) => plans,
         };
-        if self.door.auth_required() {
-            for need in &plans.needs {
-                self.door.authorize(&self.who, need.0.as_deref(), need.1)?;
-            }
-        }
         // A state of its own: the time `now()` reads is this run's.
         let state = self.context().state();
-        let plan = plans.bind(&state, values)?;
+        let Some(plan) = plans.bind(&state, values)? else { return Ok(None) };
         Ok(Some(Bound { state, plan }))
     }
 
@@ -229,16 +225,18 @@ impl Session {
         if let Some(planned) = planned {
             match &planned {
                 Planned::AsSql => return Ok(planned),
-                Planned::Query(plans) if self.same_tables(&plans.tables).await => {
-                    return Ok(planned)
+                Planned::Query(plans) => {
+                    self.authorize_needs(&plans.needs)?;
+                    if self.same_tables(&plans.tables).await {
+                        return Ok(planned);
+                    }
                 }
-                Planned::Query(_) => {}
             }
         }
         let planned = self.plan_prepared(&query.sql).await?;
-        *query.planned.lock() = Some(planned.clone());
         if let Planned::Query(plans) = &planned {
             let columns = plans.logical.schema().as_arrow().fields().clone();
+            // Checked before the plan is kept, so every run of the statement fails alike.
             if *query.columns.get_or_init(|| columns.clone()) != columns {
                 return Err(QueryError::Unsupported(
                     "cached plan must not change result type: a table the prepared statement \
@@ -247,7 +245,18 @@ impl Session {
                 ));
             }
         }
+        *query.planned.lock() = Some(planned.clone());
         Ok(planned)
+    }
+
+    /// Checks the principal holds each of `needs`.
+    fn authorize_needs(&self, needs: &[Need]) -> Result<()> {
+        if self.door.auth_required() {
+            for need in needs {
+                self.door.authorize(&self.who, need.0.as_deref(), need.1)?;
+            }
+        }
+        Ok(())
     }
 
     /// True if every table in `tables` is still the same table with the same columns.
@@ -275,14 +284,11 @@ impl Session {
         }
         let state = self.context().state();
         let needs = authorize::needs(&stmt, &state, self.database())?;
-        if self.door.auth_required() {
-            // Checked before planning too: a plan can tell what exists.
-            for need in &needs {
-                self.door.authorize(&self.who, need.0.as_deref(), need.1)?;
-            }
-        }
+        // Checked before planning: a plan can tell what exists.
+        self.authorize_needs(&needs)?;
         let logical = state.statement_to_plan(stmt).await?;
-        let Some(types) = param_types(&logical)? else { return Ok(Planned::AsSql) };
+        // A placeholder without one type (compared with columns of two) runs as SQL.
+        let Ok(Some(types)) = param_types(&logical) else { return Ok(Planned::AsSql) };
         let Some(tables) = tables_read(&logical)? else { return Ok(Planned::AsSql) };
         let generic = match immutable(&logical)? {
             // A rule that cannot optimize placeholders leaves the query without a generic plan.
@@ -303,7 +309,10 @@ impl Session {
 impl Plans {
     /// The optimized plan of the query with `values` bound: the generic plan's where it may be
     /// used, else the bound query optimized in `state`.
-    fn bind(&self, state: &SessionState, values: Vec<ScalarValue>) -> Result<LogicalPlan> {
+    /// `None` if a value does not keep its meaning as the type of its placeholder (`2.5` for
+    /// an integer column: SQL compares it as a float, a cast would make it 2), so the query
+    /// runs as SQL with the values written in.
+    fn bind(&self, state: &SessionState, values: Vec<ScalarValue>) -> Result<Option<LogicalPlan>> {
         if values.len() != self.types.len() {
             return Err(QueryError::invalid(format!(
                 "the statement takes {} parameters, {} were given",
@@ -311,28 +320,30 @@ impl Plans {
                 values.len()
             )));
         }
-        let values = values
-            .into_iter()
-            .zip(&self.types)
-            .enumerate()
-            .map(|(i, (v, t))| {
-                v.cast_to(t)
-                    .map_err(|e| QueryError::invalid(format!("parameter ${} as {t}: {e}", i + 1)))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let mut cast = Vec::with_capacity(values.len());
+        for (i, (v, t)) in values.into_iter().zip(&self.types).enumerate() {
+            let c = v
+                .cast_to(t)
+                .map_err(|e| QueryError::invalid(format!("parameter ${} as {t}: {e}", i + 1)))?;
+            if !keeps_meaning(&v, &c) {
+                return Ok(None);
+            }
+            cast.push(c);
+        }
+        let values = cast;
         let params = ParamValues::from(values);
         let custom = || -> Result<LogicalPlan> {
             let bound = self.logical.clone().with_param_values(params.clone())?;
             Ok(state.optimize(&bound)?)
         };
         let generic = self.generic.lock().clone();
-        let Some(generic) = generic else { return custom() };
+        let Some(generic) = generic else { return custom().map(Some) };
         let bound = generic.clone().with_param_values(params.clone())?;
         if !same_pushdown(&generic, &bound)? {
-            return custom();
+            return custom().map(Some);
         }
         if self.verified.load(Ordering::Acquire) {
-            return Ok(bound);
+            return Ok(Some(bound));
         }
         let optimized = custom()?;
         if optimized == bound {
@@ -341,7 +352,22 @@ impl Plans {
             tracing::debug!("the generic plan of a prepared query differs; optimizing each run");
             *self.generic.lock() = None;
         }
-        Ok(optimized)
+        Ok(Some(optimized))
+    }
+}
+
+/// True if `cast` (`value` cast to its placeholder's type) means what `value` does in SQL: a
+/// number cast to another number type must cast back to itself; a number cannot stand for a
+/// string, boolean or time (SQL coerces those its own way), nor a string for a number.
+fn keeps_meaning(value: &ScalarValue, cast: &ScalarValue) -> bool {
+    let (from, to) = (value.data_type(), cast.data_type());
+    if from == to || value.is_null() {
+        return true;
+    }
+    match (from.is_numeric(), to.is_numeric()) {
+        (true, true) => cast.cast_to(&from).is_ok_and(|back| back == *value),
+        (false, false) => true,
+        _ => false,
     }
 }
 

@@ -26,6 +26,20 @@ use crate::db::Database;
 use crate::lp::{Line, Precision};
 use crate::model::schema::TableDef;
 
+/// The id of a placeholder in `e`, if it has one.
+fn placeholder_in(e: &Expr) -> Option<String> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    let mut found = None;
+    let _ = e.apply(|x| {
+        if let Expr::Placeholder(p) = x {
+            found = Some(p.id.clone());
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
+}
+
 /// An EbbDB table as DataFusion sees it.
 #[derive(Debug)]
 pub struct EbbTable {
@@ -126,6 +140,13 @@ impl TableProvider for EbbTable {
             Some(p) => Arc::new(full.project(p)?),
             None => full,
         };
+        // A placeholder no value was bound to (the provider takes typed ones over, for plans
+        // made before values are bound).
+        if let Some(p) = filters.iter().find_map(placeholder_in) {
+            return Err(DataFusionError::Plan(format!(
+                "Placeholder '{p}' was not provided a value"
+            )));
+        }
         let filter = ScanFilter::from_filters(&self.def, filters);
         let spans =
             SeriesSpan::split(&self.db, self.def.id, &filter, state.config().target_partitions());
