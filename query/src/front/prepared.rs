@@ -163,7 +163,7 @@ impl Session {
             return Ok(None);
         };
         let Some(query) = self.plans.query(stmt.to_string()) else { return Ok(None) };
-        match self.bind_prepared(&query, values).await {
+        match self.bind_within_timeout(&query, values).await? {
             Ok(Some(bound)) => Ok(Some(self.run_bound(bound).await?)),
             // Refused for a privilege: once is enough (each refusal is counted).
             Err(e @ QueryError::Access(_)) => Err(e),
@@ -179,9 +179,27 @@ impl Session {
         query: &PreparedQuery,
         values: Vec<ScalarValue>,
     ) -> Result<Option<QueryOutput>> {
-        match self.bind_prepared(query, values).await? {
+        match self.bind_within_timeout(query, values).await?? {
             Some(bound) => Ok(Some(self.run_bound(bound).await?)),
             None => Ok(None),
+        }
+    }
+
+    /// [`Session::bind_prepared`] within the session's statement timeout (planning, and in a
+    /// cluster looking the tables up on the shards, can take long): the outer error is the
+    /// timeout's.
+    async fn bind_within_timeout(
+        &self,
+        query: &PreparedQuery,
+        values: Vec<ScalarValue>,
+    ) -> Result<Result<Option<Bound>>> {
+        let bind = self.bind_prepared(query, values);
+        let timeout = self.settings.lock().timeout(self.door.limits.statement_timeout);
+        match timeout {
+            Some(t) => tokio::time::timeout(t, bind)
+                .await
+                .map_err(|_| QueryError::from(limits::timed_out(t))),
+            None => Ok(bind.await),
         }
     }
 
