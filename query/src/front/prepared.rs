@@ -44,9 +44,10 @@ use crate::sql::{EbbTable, QueryOutput, StatementKind};
 pub struct PreparedQuery {
     sql: Arc<str>,
     planned: Mutex<Option<Planned>>,
-    /// The columns its first plan answered with: a client may hold them (PostgreSQL's
-    /// RowDescription), so a plan made anew must answer with the same.
-    columns: OnceLock<Fields>,
+    /// The columns its first plan answered with, where a client may hold them (PostgreSQL's
+    /// RowDescription): a plan made anew must answer with the same. `None` for queries sent
+    /// as SQL text, whose clients learn the columns with every answer.
+    columns: Option<OnceLock<Fields>>,
 }
 
 impl std::fmt::Debug for PreparedQuery {
@@ -92,7 +93,17 @@ struct Plans {
 impl PreparedQuery {
     /// `sql` (one statement), not planned until its first run.
     pub fn new(sql: &str) -> PreparedQuery {
-        PreparedQuery { sql: Arc::from(sql), planned: Mutex::new(None), columns: OnceLock::new() }
+        PreparedQuery {
+            sql: Arc::from(sql),
+            planned: Mutex::new(None),
+            columns: Some(OnceLock::new()),
+        }
+    }
+
+    /// The query of SQL text sent with its literals made parameters: its answer's columns may
+    /// change with the tables it reads.
+    fn of_text(sql: &str) -> PreparedQuery {
+        PreparedQuery { sql: Arc::from(sql), planned: Mutex::new(None), columns: None }
     }
 
     /// The statement.
@@ -137,7 +148,7 @@ impl PlanCache {
         if queries.len() >= MAX_CACHED {
             queries.clear();
         }
-        let q = Arc::new(PreparedQuery::new(&text));
+        let q = Arc::new(PreparedQuery::of_text(&text));
         queries.insert(text, q.clone());
         Some(q)
     }
@@ -252,10 +263,10 @@ impl Session {
             }
         }
         let planned = self.plan_prepared(&query.sql).await?;
-        if let Planned::Query(plans) = &planned {
+        if let (Planned::Query(plans), Some(first)) = (&planned, &query.columns) {
             let columns = plans.logical.schema().as_arrow().fields().clone();
             // Checked before the plan is kept, so every run of the statement fails alike.
-            if *query.columns.get_or_init(|| columns.clone()) != columns {
+            if *first.get_or_init(|| columns.clone()) != columns {
                 return Err(QueryError::Unsupported(
                     "cached plan must not change result type: a table the prepared statement \
                      reads changed its columns; prepare it again"

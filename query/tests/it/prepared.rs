@@ -17,6 +17,16 @@ const BY_MINUTE: &str = "SELECT date_bin(interval '1 minute', time, to_timestamp
                          WHERE host = $1 AND time >= $2 AND time < $3 \
                          GROUP BY bucket ORDER BY bucket";
 
+/// A deterministic stream of numbers in `0..m` (xorshift from `seed`).
+fn numbers(mut seed: u64) -> impl FnMut(i64) -> i64 {
+    move |m| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        i64::try_from(seed % u64::try_from(m).expect("m")).expect("small")
+    }
+}
+
 fn open() -> (tempfile::TempDir, Arc<Database>, Session) {
     let dir = tempfile::tempdir().expect("dir");
     let db = Arc::new(Database::open(dir.path(), Options::default()).expect("open"));
@@ -82,13 +92,7 @@ async fn runs_answer_what_the_sql_with_the_values_written_in_answers() {
     let (_dir, db, s) = open();
     load(&db);
     let q = PreparedQuery::new(BY_MINUTE);
-    let mut seed = 0x2545_f491_4f6c_dd1du64;
-    let mut next = |m: i64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        i64::try_from(seed % u64::try_from(m).expect("m")).expect("small")
-    };
+    let mut next = numbers(0x2545_f491_4f6c_dd1du64);
     let mut rows_seen = 0;
     for run in 0..40 {
         let host = ScalarValue::Utf8(Some(format!("h{}", next(5))));
@@ -246,13 +250,7 @@ async fn queries_sent_as_sql_share_plans_and_answer_as_before() {
             }
         }
     };
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = |m: i64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        i64::try_from(seed % u64::try_from(m).expect("m")).expect("small")
-    };
+    let mut next = numbers(0x9e37_79b9_7f4a_7c15u64);
     for run in 0..30 {
         let a = (900 + next(3_900)) * SEC + next(SEC);
         let b = a + (next(1_200) - 100) * SEC;
@@ -270,6 +268,18 @@ async fn queries_sent_as_sql_share_plans_and_answer_as_before() {
         assert_eq!(Ok(got), old_way(sql.clone()).await, "run {run}: {sql}");
     }
     assert_eq!(s.cached_plans(), 1, "the runs share one plan");
+
+    // A table that gains a column: the same text answers with it (no client holds columns).
+    let star = "SELECT * FROM cpu WHERE host = 'h2' AND time = '1970-01-01T00:16:40Z'";
+    assert!(!sql_text(&s, star).await.contains("idle"));
+    let line = format!("cpu,host=h2 idle=3 {}\n", 1_000 * SEC);
+    db.write_lines("m", &line, Precision::Nanoseconds, 0).expect("write");
+    for _ in 0..2 {
+        let now = sql_text(&s, star).await;
+        assert_eq!(Ok(now.clone()), old_way(star.to_string()).await);
+        assert!(now.contains("idle"), "{now}");
+    }
+    assert_eq!(s.cached_plans(), 2);
 
     // Literals that do not fit, and other mistakes, fail as they did.
     for bad in [
