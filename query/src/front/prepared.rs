@@ -131,7 +131,7 @@ pub(super) struct PlanCache {
 }
 
 /// Most queries a cache keeps (it starts over when full).
-const MAX_CACHED: usize = 512;
+const MAX_CACHED: usize = 128;
 /// Longest query text a cache keeps.
 const MAX_CACHED_TEXT: usize = 16 * 1024;
 
