@@ -89,5 +89,5 @@ pub use options::{
     SyncMode, TileLayout, TimeToDeleteKey,
 };
 pub use snapshot::Snapshot;
-pub use sst::{FileMeta, TableProps};
+pub use sst::{FileMeta, PageSummarizer, PageTaker, SummarizedPage, TableProps};
 pub use version::VersionEdit;

@@ -170,6 +170,10 @@ pub struct Options {
     pub global_range_filter: bool,
     /// Page compression.
     pub compression: Compression,
+    /// Summarizes the values of every page written (per-column aggregates, say), so
+    /// [`crate::Engine::scan_summarized`] can answer from a page's summary without reading the
+    /// page. `None` (the default) stores none.
+    pub page_summary: Option<std::sync::Arc<dyn crate::sst::PageSummarizer>>,
     /// Capacity of the decoded page cache in bytes.
     ///
     /// Memory use is bounded by this, plus memtables (`write_buffer_size` times
@@ -317,6 +321,7 @@ impl Default for Options {
             range_filter: Some(crate::filter::RangeFilterOptions::default()),
             global_range_filter: false,
             compression: Compression::Lz4,
+            page_summary: None,
             page_cache_bytes: 64 << 20,
             delete_key: DeleteKeyExtractor::trailing_u64_be(),
             time_to_delete_key: TimeToDeleteKey::nanos_sign_flipped(),

@@ -114,6 +114,7 @@ fn write_inner(
         compression: spec.opts.compression,
         delete_key: spec.opts.delete_key.clone(),
         global_cells: crate::filter::global::GlobalSpec::of(spec.opts),
+        summarizer: spec.opts.page_summary.clone(),
     };
     let mut new_writer = || -> Result<TableWriter> {
         let id = (spec.next_id)();

@@ -16,6 +16,7 @@ mod read;
 mod reduce;
 mod retention;
 mod stats;
+mod summarized;
 mod tombstones;
 mod windows;
 mod write;

@@ -73,7 +73,7 @@ impl Engine {
         range: impl RangeBounds<K>,
         snapshot: Option<&Snapshot>,
     ) -> Result<EngineIter> {
-        self.scan_filtered(range, None, snapshot)
+        self.scan_with(range, None, snapshot, None)
     }
 
     /// Like [`Engine::scan`], returning only rows whose delete key (time) is in `[t_lo, t_hi)`.
@@ -86,14 +86,17 @@ impl Engine {
         t_hi: u64,
         snapshot: Option<&Snapshot>,
     ) -> Result<EngineIter> {
-        self.scan_filtered(range, Some((t_lo, t_hi)), snapshot)
+        self.scan_with(range, Some((t_lo, t_hi)), snapshot, None)
     }
 
-    fn scan_filtered<K: AsRef<[u8]>>(
+    /// A scan of `range`, of the rows in the delete-key window `time` if given, offering the
+    /// pages `taker` could answer from their summaries (see [`Engine::scan_summarized`]).
+    pub(super) fn scan_with<K: AsRef<[u8]>>(
         &self,
         range: impl RangeBounds<K>,
         time: Option<(u64, u64)>,
         snapshot: Option<&Snapshot>,
+        taker: Option<Arc<dyn crate::sst::PageTaker>>,
     ) -> Result<EngineIter> {
         let owned = |b: Bound<&K>| match b {
             Bound::Included(k) => Bound::Included(k.as_ref().to_vec()),
@@ -113,6 +116,26 @@ impl Engine {
         if let (false, Some(l), Some(h)) = (short, lo, hi) {
             self.inner.hint_range(l, h);
         }
+        let seq = self.read_seq(snapshot);
+        // Windows before the state: a window is retired only once no state holding its rows is
+        // current, so the state read after it never needs a window missing from the list.
+        let windows = self.inner.windows();
+        let (generation, sv) = self.inner.read_view();
+        let rules = self.inner.rules();
+        let summaries = taker.map(|taker| {
+            Arc::new(super::summarized::PageUse {
+                taker,
+                inner: self.inner.clone(),
+                snapshot: seq,
+                start: start.clone(),
+                end: end.clone(),
+                time,
+                sv: sv.clone(),
+                windows: windows.clone(),
+                rules: rules.clone(),
+                newest_range: super::summarized::PageUse::newest_range(&sv),
+            }) as Arc<dyn crate::sst::PageOffer>
+        });
         let prune = Prune {
             end: match &end {
                 Bound::Included(k) => Some((k.clone(), true)),
@@ -120,12 +143,8 @@ impl Engine {
                 Bound::Unbounded => None,
             },
             time,
+            summaries,
         };
-        let seq = self.read_seq(snapshot);
-        // Windows before the state: a window is retired only once no state holding its rows is
-        // current, so the state read after it never needs a window missing from the list.
-        let windows = self.inner.windows();
-        let (generation, sv) = self.inner.read_view();
         let mut children: Vec<Box<dyn EntryCursor>> = Vec::new();
         children.push(Box::new(MemCursor::new(sv.mem.clone())));
         for m in &sv.imms {
@@ -171,7 +190,6 @@ impl Engine {
                 children.push(Box::new(LevelCursor::new(tables, true).pruned(prune.clone())));
             }
         }
-        let rules = self.inner.rules();
         // Range deletes at or below the snapshot are all in `sv` already (a write is visible
         // only after it reached the memtable), so an empty index stays empty for this scan.
         let no_ranges = self.inner.opts.range_delete_mode == RangeDeleteMode::Gloran

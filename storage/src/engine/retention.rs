@@ -134,6 +134,26 @@ impl Inner {
         }
     }
 
+    /// True if no rule in `rules` can have expired a key in `[lo, hi]` whose delete key is at
+    /// least `min_dkey` (a rule whose prefix range meets the keys must cover both ends, and its
+    /// horizon must lie at or below `min_dkey`).
+    pub(crate) fn keeps_all(
+        &self,
+        rules: &[Rule],
+        (lo, hi): (&[u8], &[u8]),
+        min_dkey: u64,
+    ) -> bool {
+        let now = self.opts.clock.now_ms();
+        rules.iter().all(|r| {
+            let end = prefix_end(&r.prefix);
+            let meets = r.prefix.as_slice() <= hi && (end.is_empty() || lo < end.as_slice());
+            !meets
+                || (lo.starts_with(&r.prefix)
+                    && hi.starts_with(&r.prefix)
+                    && min_dkey >= self.horizon(r, now))
+        })
+    }
+
     /// Refuses a batch writing a row older than its retention horizon at the batch's issue time
     /// (so a replayed log entry gets the decision it got the first time).
     pub(super) fn check_retention(&self, batch: &WriteBatch) -> Result<()> {

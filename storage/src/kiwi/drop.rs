@@ -162,6 +162,10 @@ pub(crate) fn drop_window(
                         max_key: kept[kept.len() - 1].0.to_vec(),
                         min_dkey: lo_d,
                         max_dkey: hi_d,
+                        summary: crate::sst::summary::summarize(
+                            opts.page_summary.as_ref(),
+                            kept.iter().map(|(k, s, kind, v)| (k.as_ref(), *s, *kind, v.as_ref())),
+                        ),
                         ..pm
                     };
                     offset += block.len() as u64;

@@ -171,6 +171,15 @@ impl Memtable {
         Some((entry.key().seq, entry.value().clone()))
     }
 
+    /// True if any entry (any version, any kind) has a key in `[lo, hi]`.
+    pub(crate) fn holds_between(&self, lo: &[u8], hi: &[u8]) -> bool {
+        let probe = MemKey { key: KeyBuf::from_slice(lo), seq: u64::MAX };
+        let guard = crossbeam_epoch::pin();
+        self.map
+            .lower_bound(Bound::Included(&probe), &guard)
+            .is_some_and(|e| e.key().key.as_ref() <= hi)
+    }
+
     /// Approximate memory used, in bytes.
     pub fn approximate_bytes(&self) -> usize {
         self.bytes.load(AtomicOrdering::Relaxed)

@@ -44,6 +44,16 @@ pub(crate) struct Prune {
     pub end: Option<(Vec<u8>, bool)>,
     /// Delete-key window `[lo, hi)` of the scan.
     pub time: Option<(u64, u64)>,
+    /// Pages answered from their summaries instead (summarized scans).
+    pub summaries: Option<Arc<dyn PageOffer>>,
+}
+
+/// Decides, for a summarized scan, whether page `page` of `table` is answered from its summary
+/// (and so skipped). Asked once per page, the first time the cursor reaches its tile; a cursor
+/// loads each tile once in a forward scan, so no page is answered twice.
+pub(crate) trait PageOffer: Send + Sync + std::fmt::Debug {
+    /// True if the page was answered from its summary.
+    fn offer(&self, table: &Table, page: usize) -> bool;
 }
 
 impl Prune {
@@ -89,9 +99,17 @@ impl TableCursor {
         self.cur = None;
         let Some(tile) = self.table.index().tiles.get(t) else { return Ok(()) };
         let (first, n) = (tile.first_page as usize, tile.pages as usize);
+        let summaries = self.prune.summaries.clone();
         for p in first..first + n {
-            if self.prune.skips(&self.table.index().pages[p], target) {
+            let pm = &self.table.index().pages[p];
+            if self.prune.skips(pm, target) {
                 continue;
+            }
+            // Only a page wholly at or past the seek target: an answered page is never read.
+            if let Some(s) = &summaries {
+                if target.is_none_or(|t| pm.min_key.as_slice() >= t) && s.offer(&self.table, p) {
+                    continue;
+                }
             }
             let page = self.table.load_page(p, self.fill_cache)?;
             let pos = target.map_or(0, |k| page.lower_bound(k, u64::MAX));

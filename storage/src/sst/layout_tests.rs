@@ -25,6 +25,7 @@ fn ts_key(series: u64, ts: u64) -> Vec<u8> {
 
 fn write(dir: &std::path::Path, id: u64, h: usize, entries: &[Entry]) -> Arc<Table> {
     let opts = WriterOptions {
+        summarizer: None,
         page_size: 512,
         tile_pages: h,
         bloom_bits_per_key: 10,
@@ -207,7 +208,21 @@ fn format_version_1_files_are_read() {
     ix.range_filter = None;
     let v1 = super::IndexBlockV1 {
         tiles: ix.tiles,
-        pages: ix.pages,
+        pages: ix
+            .pages
+            .into_iter()
+            .map(|p| super::props::PageMetaV2 {
+                offset: p.offset,
+                len: p.len,
+                entries: p.entries,
+                min_key: p.min_key,
+                max_key: p.max_key,
+                min_dkey: p.min_dkey,
+                max_dkey: p.max_dkey,
+                filter_offset: p.filter_offset,
+                filter_len: p.filter_len,
+            })
+            .collect(),
         range_tombstones: ix.range_tombstones,
         props: ix.props,
     };

@@ -16,7 +16,8 @@
 //! | filter block: a Bloom filter on S per page and per tile of h > 1 pages, and the file's |
 //! |   range filter (Rosetta, see `crate::filter`) (checksummed)                          |
 //! | index block: tiles (S fence pointers: first and last key, page range) and pages       |
-//! |   (offset, length, entry count, min/max S, min/max D, filter slice), file properties  |
+//! |   (offset, length, entry count, min/max S, min/max D, filter slice, summary), file    |
+//! |   properties                                                                          |
 //! | footer (40 bytes): index offset/len, filter offset/len, format version, magic, crc32  |
 //! +--------------------------------------------------------------------------------------+
 //! ```
@@ -34,20 +35,23 @@ mod fence;
 pub mod internals;
 pub(crate) mod page;
 mod props;
+pub(crate) mod summary;
 mod table;
 pub(crate) mod writer;
 
-pub(crate) use cursor::{Prune, TableCursor};
+pub(crate) use cursor::{PageOffer, Prune, TableCursor};
 pub use props::{FileMeta, TableProps};
-pub(crate) use props::{Fragment, IndexBlock, IndexBlockV1, PageMeta, TileMeta};
+pub(crate) use props::{Fragment, IndexBlock, IndexBlockV1, IndexBlockV2, PageMeta, TileMeta};
+pub use summary::{PageSummarizer, PageTaker, SummarizedPage};
 pub(crate) use table::Table;
 pub(crate) use writer::TableWriter;
 
 /// Magic number at the end of every SST.
 pub(crate) const MAGIC: u64 = 0x4542_4253_5354_0001; // "EBBSST" v1
-/// Current SST format version: 2 adds the range filter (Rosetta) to the filter block. Files of
-/// version 1 are still read (without a range filter).
-pub(crate) const FORMAT_VERSION: u32 = 2;
+/// Current SST format version: 2 adds the range filter (Rosetta) to the filter block, 3 the
+/// page summaries to the index block. Files of versions 1 and 2 are still read (without
+/// them).
+pub(crate) const FORMAT_VERSION: u32 = 3;
 /// Footer length in bytes.
 pub(crate) const FOOTER_LEN: usize = 40;
 

@@ -107,6 +107,39 @@ pub(crate) struct PageMeta {
     pub max_dkey: u64,
     pub filter_offset: u32,
     pub filter_len: u32,
+    /// What the engine's page summarizer made of the page (format version 3).
+    pub summary: Option<super::summary::PageSummary>,
+}
+
+/// Per-page metadata of format versions 1 and 2 (no summary).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct PageMetaV2 {
+    pub offset: u64,
+    pub len: u32,
+    pub entries: u32,
+    pub min_key: Vec<u8>,
+    pub max_key: Vec<u8>,
+    pub min_dkey: u64,
+    pub max_dkey: u64,
+    pub filter_offset: u32,
+    pub filter_len: u32,
+}
+
+impl From<PageMetaV2> for PageMeta {
+    fn from(p: PageMetaV2) -> Self {
+        PageMeta {
+            offset: p.offset,
+            len: p.len,
+            entries: p.entries,
+            min_key: p.min_key,
+            max_key: p.max_key,
+            min_dkey: p.min_dkey,
+            max_dkey: p.max_dkey,
+            filter_offset: p.filter_offset,
+            filter_len: p.filter_len,
+            summary: None,
+        }
+    }
 }
 
 /// A fragment of range tombstones stored in an SST (tombstone mode): keys `[lo, hi)` (empty `hi`
@@ -130,11 +163,33 @@ pub(crate) struct IndexBlock {
     pub range_filter: Option<(u32, u32)>,
 }
 
+/// The index block of format version 2 (no page summaries).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct IndexBlockV2 {
+    pub tiles: Vec<TileMeta>,
+    pub pages: Vec<PageMetaV2>,
+    pub range_tombstones: Vec<Fragment>,
+    pub props: TableProps,
+    pub range_filter: Option<(u32, u32)>,
+}
+
+impl From<IndexBlockV2> for IndexBlock {
+    fn from(v: IndexBlockV2) -> Self {
+        IndexBlock {
+            tiles: v.tiles,
+            pages: v.pages.into_iter().map(PageMeta::from).collect(),
+            range_tombstones: v.range_tombstones,
+            props: v.props,
+            range_filter: v.range_filter,
+        }
+    }
+}
+
 /// The index block of format version 1 (no range filter).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct IndexBlockV1 {
     pub tiles: Vec<TileMeta>,
-    pub pages: Vec<PageMeta>,
+    pub pages: Vec<PageMetaV2>,
     pub range_tombstones: Vec<Fragment>,
     pub props: TableProps,
 }
@@ -143,7 +198,7 @@ impl From<IndexBlockV1> for IndexBlock {
     fn from(v: IndexBlockV1) -> Self {
         IndexBlock {
             tiles: v.tiles,
-            pages: v.pages,
+            pages: v.pages.into_iter().map(PageMeta::from).collect(),
             range_tombstones: v.range_tombstones,
             props: v.props,
             range_filter: None,

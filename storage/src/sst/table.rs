@@ -11,7 +11,9 @@ use bytes::Bytes;
 
 use super::fence::Fences;
 use super::page::{decode_block, Page};
-use super::{bloom, FileMeta, IndexBlock, IndexBlockV1, FOOTER_LEN, FORMAT_VERSION, MAGIC};
+use super::{
+    bloom, FileMeta, IndexBlock, IndexBlockV1, IndexBlockV2, FOOTER_LEN, FORMAT_VERSION, MAGIC,
+};
 use crate::batch::EntryKind;
 use crate::cache::PageCache;
 use crate::coding::{u32_at, u64_at};
@@ -170,7 +172,14 @@ impl Table {
     /// Memory held by this table's filters, fence pointers and page index (not its cached pages).
     pub fn memory_bytes(&self) -> usize {
         let pages: usize =
-            self.index.pages.iter().map(|p| p.min_key.len() + p.max_key.len() + 80).sum();
+            self.index.pages.iter().map(|p| p.min_key.len() + p.max_key.len() + 80).sum::<usize>()
+                + self
+                    .index
+                    .pages
+                    .iter()
+                    .filter_map(|p| p.summary.as_ref())
+                    .map(|s| s.data.len() + 40)
+                    .sum::<usize>();
         let tiles: usize =
             self.index.tiles.iter().map(|t| t.first_key.len() + t.last_key.len() + 56).sum();
         let cells = self.cells.get().and_then(Option::as_ref).map_or(0, |c| c.memory_bytes());
@@ -296,6 +305,17 @@ impl Table {
         Ok(page)
     }
 
+    /// True if a page of the table has a key range meeting `[lo, hi]` (tiles are disjoint and
+    /// in key order; a page's range is its smallest and largest key).
+    pub fn has_page_within(&self, lo: &[u8], hi: &[u8]) -> bool {
+        let ix = &self.index;
+        let first = ix.tiles.partition_point(|t| t.last_key.as_slice() < lo);
+        ix.tiles[first..].iter().take_while(|t| t.first_key.as_slice() <= hi).any(|t| {
+            let pages = t.first_page as usize..(t.first_page + t.pages) as usize;
+            ix.pages[pages].iter().any(|p| p.max_key.as_slice() >= lo && p.min_key.as_slice() <= hi)
+        })
+    }
+
     /// Index of the tile whose key range may hold `key`.
     pub fn tile_for(&self, key: &[u8]) -> Option<usize> {
         self.fences.tile_for(key)
@@ -360,6 +380,9 @@ fn validate_index(
         }
         if p.min_key > p.max_key || p.min_dkey > p.max_dkey {
             return Err(format!("page {i} has inverted bounds"));
+        }
+        if p.summary.as_ref().is_some_and(|s| s.min_seq > s.max_seq) {
+            return Err(format!("page {i} summary has inverted sequence numbers"));
         }
     }
     spans.sort_unstable();
@@ -439,10 +462,10 @@ fn read_layout(file: &File, path: &Path, size: u64) -> Result<Layout> {
     let raw_index = read_block(index_off, index_len, "index")?;
     let undecodable =
         |e: postcard::Error| corrupt(index_off, &format!("index block undecodable: {e}"));
-    let index: IndexBlock = if version == 1 {
-        postcard::from_bytes::<IndexBlockV1>(&raw_index).map_err(undecodable)?.into()
-    } else {
-        postcard::from_bytes(&raw_index).map_err(undecodable)?
+    let index: IndexBlock = match version {
+        1 => postcard::from_bytes::<IndexBlockV1>(&raw_index).map_err(undecodable)?.into(),
+        2 => postcard::from_bytes::<IndexBlockV2>(&raw_index).map_err(undecodable)?.into(),
+        _ => postcard::from_bytes(&raw_index).map_err(undecodable)?,
     };
     let blocks = [(filter_off, filter_len), (index_off, index_len)];
     validate_index(&index, foot_at, &blocks, filters.len())

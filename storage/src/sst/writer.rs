@@ -30,6 +30,8 @@ pub(crate) struct WriterOptions {
     pub range_filter: Option<RangeFilterSpec>,
     /// Collect the file's cells for the global range filter.
     pub global_cells: Option<GlobalSpec>,
+    /// Summarizes each page's values (see [`super::summary`]).
+    pub summarizer: Option<std::sync::Arc<dyn super::PageSummarizer>>,
 }
 
 #[derive(Debug)]
@@ -241,6 +243,10 @@ impl TableWriter {
         self.block.clear();
         self.page.finish(self.opts.compression, &mut self.block);
         self.file.write_all(&self.block).at(&self.path)?;
+        let summary = super::summary::summarize(
+            self.opts.summarizer.as_ref(),
+            chunk.iter().map(|e| (e.key.as_ref(), e.seq, e.kind, e.value.as_ref())),
+        );
         self.pages.push(PageMeta {
             offset: self.offset,
             len: self.block.len() as u32,
@@ -251,6 +257,7 @@ impl TableWriter {
             max_dkey: max_d,
             filter_offset,
             filter_len: self.filters.len() as u32 - filter_offset,
+            summary,
         });
         self.offset += self.block.len() as u64;
         Ok(())

@@ -17,4 +17,5 @@ mod range_filter;
 mod range_reduce;
 mod requests;
 mod retention;
+mod summarized;
 mod time_window;

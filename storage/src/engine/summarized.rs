@@ -1,0 +1,132 @@
+//! Scans that answer pages from their summaries (see [`crate::sst::summary`]).
+
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+
+use super::retention::Rule;
+use super::{Engine, Inner, SuperVersion};
+use crate::iter::EngineIter;
+use crate::kiwi::TimeWindow;
+use crate::snapshot::Snapshot;
+use crate::sst::summary::PageSummary;
+use crate::sst::{PageMeta, PageOffer, PageTaker, SummarizedPage, Table};
+use crate::{RangeDeleteMode, Result};
+
+impl Engine {
+    /// Like [`Engine::scan_time`], offering `taker` every page it could answer from the page's
+    /// summary alone (see [`crate::sst::summary`] for when that is); the pages it takes are not
+    /// read and their rows are not returned. Needs [`crate::Options::page_summary`]; without
+    /// it, or for files written before it was set, this is [`Engine::scan_time`].
+    pub fn scan_summarized<K: AsRef<[u8]>>(
+        &self,
+        range: impl RangeBounds<K>,
+        t_lo: u64,
+        t_hi: u64,
+        snapshot: Option<&Snapshot>,
+        taker: Arc<dyn PageTaker>,
+    ) -> Result<EngineIter> {
+        self.scan_with(range, Some((t_lo, t_hi)), snapshot, Some(taker))
+    }
+}
+
+/// What a summarized scan checks a page against: its bounds, its snapshot and the engine state
+/// it reads.
+pub(crate) struct PageUse {
+    pub taker: Arc<dyn PageTaker>,
+    pub inner: Arc<Inner>,
+    pub snapshot: u64,
+    pub start: Bound<Vec<u8>>,
+    pub end: Bound<Vec<u8>>,
+    pub time: Option<(u64, u64)>,
+    pub sv: Arc<SuperVersion>,
+    pub windows: Arc<Vec<TimeWindow>>,
+    pub rules: Arc<Vec<Rule>>,
+    /// The newest range delete (GLORAN) the state holds, if any.
+    pub newest_range: Option<u64>,
+}
+
+impl std::fmt::Debug for PageUse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageUse").field("snapshot", &self.snapshot).finish_non_exhaustive()
+    }
+}
+
+impl PageUse {
+    /// The newest range delete held by the memtables and range-delete trees of `sv`.
+    pub fn newest_range(sv: &SuperVersion) -> Option<u64> {
+        let mem = std::iter::once(&sv.mem).chain(&sv.imms);
+        let pieces = mem.flat_map(|m| m.ranges.pieces()).map(|p| p.max_seq());
+        let trees = sv.version.all_trees().map(|t| t.meta().props.max_seq);
+        pieces.chain(trees).max()
+    }
+
+    /// The page lies wholly inside the scan's key range and time window.
+    fn inside(&self, pm: &PageMeta) -> bool {
+        let (min, max) = (pm.min_key.as_slice(), pm.max_key.as_slice());
+        let after_start = match &self.start {
+            Bound::Included(k) => min >= k.as_slice(),
+            Bound::Excluded(k) => min > k.as_slice(),
+            Bound::Unbounded => true,
+        };
+        let before_end = match &self.end {
+            Bound::Included(k) => max <= k.as_slice(),
+            Bound::Excluded(k) => max < k.as_slice(),
+            Bound::Unbounded => true,
+        };
+        after_start
+            && before_end
+            && self.time.is_none_or(|(lo, hi)| pm.min_dkey >= lo && pm.max_dkey < hi)
+    }
+
+    /// No delete, time window or retention rule can hide an entry of the page.
+    fn undeleted(&self, table: &Table, pm: &PageMeta, s: &PageSummary) -> bool {
+        if self.inner.opts.range_delete_mode == RangeDeleteMode::Tombstones {
+            return false;
+        }
+        // Range deletes up to `rd_applied` dropped what they covered when the file was written;
+        // one older than every entry of the page covers none of them.
+        let applied = table.meta().props.rd_applied.max(s.min_seq);
+        if self.newest_range.is_some_and(|r| r > applied) {
+            return false;
+        }
+        let windows_miss = self
+            .windows
+            .iter()
+            .all(|w| w.seq > self.snapshot || s.min_seq >= w.seq || w.misses_page(pm));
+        windows_miss && self.inner.keeps_all(&self.rules, (&pm.min_key, &pm.max_key), pm.min_dkey)
+    }
+
+    /// No memtable and no other file holds a key inside the page's key range, so no other
+    /// version of its keys exists anywhere (all versions of a key share one page).
+    fn alone(&self, table: &Table, pm: &PageMeta) -> bool {
+        let (lo, hi) = (pm.min_key.as_slice(), pm.max_key.as_slice());
+        let sv = &self.sv;
+        if std::iter::once(&sv.mem).chain(&sv.imms).any(|m| m.holds_between(lo, hi)) {
+            return false;
+        }
+        !sv.version.levels.iter().flatten().any(|t| {
+            t.id() != table.id()
+                && t.meta().overlaps(Some(lo), Some(hi))
+                && t.has_page_within(lo, hi)
+        })
+    }
+}
+
+impl PageOffer for PageUse {
+    fn offer(&self, table: &Table, page: usize) -> bool {
+        let pm = &table.index().pages[page];
+        let Some(s) = &pm.summary else { return false };
+        s.max_seq <= self.snapshot
+            && self.inside(pm)
+            && self.undeleted(table, pm, s)
+            && self.alone(table, pm)
+            && self.taker.take(&SummarizedPage {
+                min_key: &pm.min_key,
+                max_key: &pm.max_key,
+                min_dkey: pm.min_dkey,
+                max_dkey: pm.max_dkey,
+                entries: pm.entries,
+                summary: &s.data,
+            })
+    }
+}
