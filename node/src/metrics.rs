@@ -137,6 +137,13 @@ impl Metrics {
             "Pages dropped unread by time-window deletes.",
             sum(&|s| s.window_pages_dropped),
         );
+        line(
+            &mut o,
+            "ebb_summarized_pages_total",
+            "counter",
+            "Pages aggregate scans answered from their summaries without reading them.",
+            sum(&|s| s.summarized_pages),
+        );
         self.render_deletions(engines, &mut o);
         let per_shard = |o: &mut String, name: &str, help: &str, f: &dyn Fn(&Database) -> u64| {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");

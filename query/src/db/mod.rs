@@ -98,8 +98,13 @@ impl Database {
         *self.default_retention.read()
     }
 
-    /// Opens (or creates) the data directory `dir` with engine options `opts`.
-    pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Database> {
+    /// Opens (or creates) the data directory `dir` with engine options `opts`. Pages get the
+    /// row summaries aggregate scans read instead of rows (see [`crate::model::summary`])
+    /// unless `opts` names another summarizer.
+    pub fn open(dir: impl AsRef<Path>, mut opts: Options) -> Result<Database> {
+        if opts.page_summary.is_none() {
+            opts.page_summary = Some(Arc::new(crate::model::summary::RowSummarizer));
+        }
         let engine = Engine::open(dir.as_ref(), opts)?;
         let catalog = Catalog::load(&engine)?;
         let access = access::load_access(&engine)?;

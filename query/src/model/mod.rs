@@ -5,6 +5,7 @@ pub mod keys;
 pub mod row;
 pub mod schema;
 pub mod series;
+pub mod summary;
 pub mod varint;
 
 pub use schema::{Column, FieldType, TableDef, TIME_COLUMN};

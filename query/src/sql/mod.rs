@@ -7,11 +7,13 @@ pub mod delete;
 pub mod erase;
 mod newest;
 pub mod parameters;
+mod partial;
 mod provider;
 pub mod pushdown;
 pub mod requested;
 pub mod rows;
 mod scan;
+mod scan_exec;
 mod session;
 pub mod system;
 

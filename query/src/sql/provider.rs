@@ -14,7 +14,6 @@ use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
-use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::StreamExt;
 
@@ -152,7 +151,7 @@ impl TableProvider for EbbTable {
             SeriesSpan::split(&self.db, self.def.id, &filter, state.config().target_partitions());
         let snapshot = Arc::new(OnceLock::new());
         // DataFusion passes a limit only when every filter was pushed down exactly.
-        let partitions: Vec<Arc<dyn PartitionStream>> = spans
+        let partitions: Vec<Arc<TableScan>> = spans
             .into_iter()
             .map(|span| {
                 Arc::new(TableScan {
@@ -165,17 +164,10 @@ impl TableProvider for EbbTable {
                     span,
                     snapshot: snapshot.clone(),
                     newest_only: self.newest_only,
-                }) as Arc<dyn PartitionStream>
+                })
             })
             .collect();
-        Ok(Arc::new(StreamingTableExec::try_new(
-            schema,
-            partitions,
-            None,
-            Vec::new(),
-            false,
-            limit,
-        )?))
+        Ok(Arc::new(super::scan_exec::ScanExec::new(schema, partitions)))
     }
 
     async fn insert_into(

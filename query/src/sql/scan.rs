@@ -278,38 +278,7 @@ impl ScanJob {
             }
             return Ok(());
         }
-        let ranges: Vec<(Vec<u8>, Vec<u8>, bool)> = match &series {
-            Some(ids) => ids
-                .iter()
-                .filter(|&&s| span.contains(s))
-                .map(|&s| {
-                    let (lo, hi) = series_range(table, s, t.lo.unwrap_or(i64::MIN), t.hi);
-                    // The window also prunes the pages of a delete tile (ordered by time)
-                    // that lie outside it: the key range alone cannot.
-                    (lo, hi, !t.is_unbounded())
-                })
-                .collect(),
-            None => match self.db.window_series(table, t.is_unbounded()) {
-                Some(ids) => ids
-                    .iter()
-                    .filter(|&&s| span.contains(s))
-                    .map(|&s| {
-                        let (lo, hi) = series_range(table, s, t.lo.unwrap_or(i64::MIN), t.hi);
-                        (lo, hi, false)
-                    })
-                    .collect(),
-                None => {
-                    let (mut lo, mut hi) = table_range(table);
-                    if let Some(l) = span.lo {
-                        lo = row_key(table, l, i64::MIN).to_vec();
-                    }
-                    if let Some(h) = span.hi {
-                        hi = row_key(table, h, i64::MIN).to_vec();
-                    }
-                    vec![(lo, hi, !t.is_unbounded())]
-                }
-            },
-        };
+        let ranges = key_ranges(&self.db, table, &self.filter, span, series.as_deref());
         'ranges: for (lo, hi, by_time) in ranges {
             if !hi.is_empty() && lo >= hi {
                 continue;
@@ -360,6 +329,51 @@ impl ScanJob {
             flush(&mut builders, &mut rows)?;
         }
         Ok(())
+    }
+}
+
+/// The key ranges a scan of `filter` over the series of `span` reads, with whether each must
+/// also be pruned by time (a range of one series is bounded by time already). `series`: the
+/// series the filter names, if it names some.
+pub(crate) fn key_ranges(
+    db: &Database,
+    table: u32,
+    filter: &ScanFilter,
+    span: SeriesSpan,
+    series: Option<&[u64]>,
+) -> Vec<(Vec<u8>, Vec<u8>, bool)> {
+    let t = filter.time;
+    match series {
+        Some(ids) => ids
+            .iter()
+            .filter(|&&s| span.contains(s))
+            .map(|&s| {
+                let (lo, hi) = series_range(table, s, t.lo.unwrap_or(i64::MIN), t.hi);
+                // The window also prunes the pages of a delete tile (ordered by time)
+                // that lie outside it: the key range alone cannot.
+                (lo, hi, !t.is_unbounded())
+            })
+            .collect(),
+        None => match db.window_series(table, t.is_unbounded()) {
+            Some(ids) => ids
+                .iter()
+                .filter(|&&s| span.contains(s))
+                .map(|&s| {
+                    let (lo, hi) = series_range(table, s, t.lo.unwrap_or(i64::MIN), t.hi);
+                    (lo, hi, false)
+                })
+                .collect(),
+            None => {
+                let (mut lo, mut hi) = table_range(table);
+                if let Some(l) = span.lo {
+                    lo = row_key(table, l, i64::MIN).to_vec();
+                }
+                if let Some(h) = span.hi {
+                    hi = row_key(table, h, i64::MIN).to_vec();
+                }
+                vec![(lo, hi, !t.is_unbounded())]
+            }
+        },
     }
 }
 

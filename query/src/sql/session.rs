@@ -393,6 +393,7 @@ pub(crate) fn new_context(database: &str, information_schema: bool) -> SessionCo
             .with_config(SessionConfig::new().with_create_default_catalog_and_schema(false))
             .with_default_features()
             .with_optimizer_rules(rules)
+            .with_physical_optimizer_rule(Arc::new(super::partial::PartialAggregates))
             .build()
     });
     let mut state = base.clone();

@@ -3,6 +3,7 @@
 //! One test binary per crate: every module links against the same build of the crate, so the
 //! test suite links once instead of once per file.
 
+mod aggregates;
 mod concurrent_writes;
 mod erase;
 mod line_protocol;

@@ -256,10 +256,10 @@ async fn partitioned_scans_read_every_row_once() {
     let four = SqlSession::new(db.clone(), "public");
     four.query("SET datafusion.execution.target_partitions = 4").await.expect("set");
     let plan = text(&four.query("EXPLAIN SELECT count(*) FROM cpu").await.expect("explain"));
-    assert!(plan.contains("partition_sizes=4"), "{plan}");
+    assert!(plan.contains("partitions=4"), "{plan}");
     let small =
         text(&four.query("EXPLAIN SELECT * FROM cpu WHERE host = 'h3'").await.expect("explain"));
-    assert!(small.contains("partition_sizes=1"), "{small}");
+    assert!(small.contains("partitions=1"), "{small}");
     let lo = BASE + 5 * 60_000_000_000;
     let hi = BASE + 17 * 60_000_000_000;
     for sql in [

@@ -13,19 +13,19 @@ use crate::sst::{PageMeta, PageOffer, PageTaker, SummarizedPage, Table};
 use crate::{RangeDeleteMode, Result};
 
 impl Engine {
-    /// Like [`Engine::scan_time`], offering `taker` every page it could answer from the page's
-    /// summary alone (see [`crate::sst::summary`] for when that is); the pages it takes are not
-    /// read and their rows are not returned. Needs [`crate::Options::page_summary`]; without
-    /// it, or for files written before it was set, this is [`Engine::scan_time`].
+    /// Like [`Engine::scan_time`] (or [`Engine::scan`] without a delete-key window `time`),
+    /// offering `taker` every page it could answer from the page's summary alone (see
+    /// [`crate::sst::summary`] for when that is); the pages it takes are not read and their
+    /// rows are not returned. Needs [`crate::Options::page_summary`]; without it, or for files
+    /// written before it was set, this is a plain scan.
     pub fn scan_summarized<K: AsRef<[u8]>>(
         &self,
         range: impl RangeBounds<K>,
-        t_lo: u64,
-        t_hi: u64,
+        time: Option<(u64, u64)>,
         snapshot: Option<&Snapshot>,
         taker: Arc<dyn PageTaker>,
     ) -> Result<EngineIter> {
-        self.scan_with(range, Some((t_lo, t_hi)), snapshot, Some(taker))
+        self.scan_with(range, time, snapshot, Some(taker))
     }
 }
 
@@ -104,10 +104,16 @@ impl PageUse {
         if std::iter::once(&sv.mem).chain(&sv.imms).any(|m| m.holds_between(lo, hi)) {
             return false;
         }
-        !sv.version.levels.iter().flatten().any(|t| {
-            t.id() != table.id()
-                && t.meta().overlaps(Some(lo), Some(hi))
-                && t.has_page_within(lo, hi)
+        let other = |t: &Arc<Table>| t.id() != table.id() && t.holds_between(lo, hi);
+        let mut levels = sv.version.levels.iter();
+        let l0 = levels.next().into_iter().flatten();
+        if l0.filter(|t| t.meta().overlaps(Some(lo), Some(hi))).any(other) {
+            return false;
+        }
+        // Deeper levels are sorted and disjoint: the files meeting the range are adjacent.
+        !levels.any(|files| {
+            let at = files.partition_point(|t| t.meta().ends_before(lo));
+            files[at..].iter().take_while(|t| t.meta().smallest() <= hi).any(other)
         })
     }
 }
@@ -116,7 +122,7 @@ impl PageOffer for PageUse {
     fn offer(&self, table: &Table, page: usize) -> bool {
         let pm = &table.index().pages[page];
         let Some(s) = &pm.summary else { return false };
-        s.max_seq <= self.snapshot
+        let taken = s.max_seq <= self.snapshot
             && self.inside(pm)
             && self.undeleted(table, pm, s)
             && self.alone(table, pm)
@@ -127,6 +133,11 @@ impl PageOffer for PageUse {
                 max_dkey: pm.max_dkey,
                 entries: pm.entries,
                 summary: &s.data,
-            })
+            });
+        if taken {
+            let c = &self.inner.counters.summarized_pages;
+            c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        taken
     }
 }

@@ -305,15 +305,31 @@ impl Table {
         Ok(page)
     }
 
-    /// True if a page of the table has a key range meeting `[lo, hi]` (tiles are disjoint and
-    /// in key order; a page's range is its smallest and largest key).
-    pub fn has_page_within(&self, lo: &[u8], hi: &[u8]) -> bool {
+    /// True if the table holds a key in `[lo, hi]`. A page whose key range reaches past both
+    /// ends (it spans several series, say) is searched, through the page cache; an error
+    /// reading it answers `true`.
+    pub fn holds_between(&self, lo: &[u8], hi: &[u8]) -> bool {
         let ix = &self.index;
         let first = ix.tiles.partition_point(|t| t.last_key.as_slice() < lo);
-        ix.tiles[first..].iter().take_while(|t| t.first_key.as_slice() <= hi).any(|t| {
-            let pages = t.first_page as usize..(t.first_page + t.pages) as usize;
-            ix.pages[pages].iter().any(|p| p.max_key.as_slice() >= lo && p.min_key.as_slice() <= hi)
-        })
+        let tiles = ix.tiles[first..].iter().take_while(|t| t.first_key.as_slice() <= hi);
+        for t in tiles {
+            for p in t.first_page as usize..(t.first_page + t.pages) as usize {
+                let pm = &ix.pages[p];
+                let (min, max) = (pm.min_key.as_slice(), pm.max_key.as_slice());
+                if max < lo || min > hi {
+                    continue;
+                }
+                if min >= lo || max <= hi {
+                    return true; // an end of the page lies inside
+                }
+                let Ok(page) = self.load_page(p, true) else { return true };
+                let at = page.lower_bound(lo, u64::MAX);
+                if at < page.len() && page.entry(at).key <= hi {
+                    return true;
+                }
+            }
+        }
+        false
     }
 
     /// Index of the tile whose key range may hold `key`.

@@ -99,7 +99,7 @@ fn totals(
 ) -> (u64, u64, u64) {
     let taker = Arc::new(Totals { refuse: !summarized, ..Default::default() });
     let range = key(s_lo, 0)..key(s_hi, 0);
-    let iter = e.scan_summarized(range, t_lo, t_hi, snap, taker.clone()).unwrap();
+    let iter = e.scan_summarized(range, Some((t_lo, t_hi)), snap, taker.clone()).unwrap();
     let (mut rows, mut sum) = (0u64, 0u64);
     for item in iter {
         let (_, v) = item.unwrap();
@@ -248,6 +248,7 @@ fn settled_pages_are_answered_from_summaries() {
     let (rows, sum, pages) = totals(&e, all, None, true);
     assert_eq!((rows, sum), (2000, 4 * (0..500).sum::<u64>()));
     assert!(pages > 20, "only {pages} pages answered from summaries");
+    assert_eq!(e.stats().summarized_pages, pages);
     // The snapshot taken before any write sees nothing, summaries or not.
     assert_eq!(totals(&e, all, Some(&old), true), (0, 0, 0));
     drop(old); // (a live snapshot below a delete keeps compactions from applying it)

@@ -1,0 +1,412 @@
+//! The scan that aggregates as it reads (see the parent module).
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    ArrayRef, Float64Builder, Int64Builder, StringBuilder, TimestampNanosecondBuilder,
+    UInt64Builder,
+};
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+};
+use ebb_storage::{PageTaker, SummarizedPage};
+use parking_lot::Mutex;
+
+use super::{GroupCol, Role, Spec};
+use crate::error::QueryError;
+use crate::model::keys::{parse_row_key, time_to_u64};
+use crate::model::row::{decode_fields, Value};
+use crate::model::schema::FieldType;
+use crate::model::series::TagValues;
+use crate::model::summary::{FieldStats, RowsSummary, Stats};
+use crate::sql::scan::{key_ranges, TableScan, BATCH_ROWS};
+
+/// Partial aggregates of one table scan: partition `i` aggregates the series of `parts[i]`.
+#[derive(Debug)]
+pub(crate) struct PartialAggregateExec {
+    spec: Arc<Spec>,
+    parts: Vec<Arc<TableScan>>,
+    schema: SchemaRef,
+    properties: Arc<PlanProperties>,
+}
+
+impl PartialAggregateExec {
+    pub(crate) fn new(schema: SchemaRef, spec: Arc<Spec>, parts: Vec<Arc<TableScan>>) -> Self {
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(schema.clone()),
+            Partitioning::UnknownPartitioning(parts.len()),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        );
+        PartialAggregateExec { spec, parts, schema, properties: Arc::new(properties) }
+    }
+}
+
+impl DisplayAs for PartialAggregateExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let table = self.parts.first().map_or("?", |p| p.def.name.as_str());
+        let cols: Vec<&str> = self.schema.fields().iter().map(|f| f.name().as_str()).collect();
+        write!(
+            f,
+            "EbbPartialAggregate: table={table}, partitions={}, columns=[{}]",
+            self.parts.len(),
+            cols.join(", ")
+        )
+    }
+}
+
+impl ExecutionPlan for PartialAggregateExec {
+    fn name(&self) -> &str {
+        "EbbPartialAggregate"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        Vec::new()
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+    ) -> DfResult<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if children.is_empty() {
+            Ok(self)
+        } else {
+            Err(DataFusionError::Internal("a partial aggregate scan has no inputs".into()))
+        }
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        let part = self.parts.get(partition).cloned().ok_or_else(|| {
+            DataFusionError::Internal(format!("partition {partition} out of range"))
+        })?;
+        let (tx, rx) = tokio::sync::mpsc::channel::<DfResult<RecordBatch>>(2);
+        let (spec, schema) = (self.spec.clone(), self.schema.clone());
+        tokio::task::spawn_blocking(move || {
+            let tx2 = tx.clone();
+            if let Err(e) = aggregate(&part, &spec, &schema, |b| tx2.blocking_send(Ok(b)).is_ok()) {
+                let _ = tx.blocking_send(Err(DataFusionError::External(Box::new(e))));
+            }
+        });
+        let stream =
+            futures::stream::unfold(
+                rx,
+                |mut rx| async move { rx.recv().await.map(|item| (item, rx)) },
+            );
+        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream)))
+    }
+}
+
+/// The partial state of one (series, bucket).
+#[derive(Debug, Clone)]
+struct Group {
+    sid: u64,
+    bucket: i64,
+    rows: u64,
+    /// Per field of [`Spec::fields`].
+    fields: Vec<FieldStats>,
+}
+
+impl Group {
+    fn new(sid: u64, bucket: i64, n: usize) -> Group {
+        let empty = FieldStats { count: 0, stats: Stats::Other };
+        Group { sid, bucket, rows: 0, fields: vec![empty; n] }
+    }
+
+    fn merge(&mut self, other: &Group) -> bool {
+        self.rows += other.rows;
+        self.fields.iter_mut().zip(&other.fields).all(|(a, b)| a.merge(b))
+    }
+}
+
+/// Takes the pages of one (series, bucket) whose summaries have every field the aggregate
+/// reads; folds runs of pages of the same group.
+struct PageFolder {
+    spec: Arc<Spec>,
+    table: u32,
+    taken: Mutex<(Option<Group>, Vec<Group>)>,
+}
+
+impl PageFolder {
+    fn group_of(&self, page: &SummarizedPage<'_>) -> Option<Group> {
+        let (t1, s1, lo) = parse_row_key(page.min_key)?;
+        let (t2, s2, hi) = parse_row_key(page.max_key)?;
+        if (t1, s1) != (t2, s2) || t1 != self.table {
+            return None;
+        }
+        let bucket = self.spec.bucket(lo).ok()?;
+        if self.spec.bucket(hi).ok()? != bucket {
+            return None;
+        }
+        let summary = RowsSummary::decode(page.summary)?;
+        let mut g = Group::new(s1, bucket, self.spec.fields.len());
+        g.rows = u64::from(page.entries);
+        for ((f, ty), slot) in self.spec.fields.iter().zip(&mut g.fields) {
+            let s = summary.field(*f);
+            let fits = s.count == 0
+                || matches!(
+                    (ty, s.stats),
+                    (FieldType::Float, Stats::Float { .. })
+                        | (FieldType::Integer, Stats::Integer { .. })
+                        | (FieldType::UInteger, Stats::UInteger { .. })
+                        | (FieldType::Boolean | FieldType::String, Stats::Other)
+                );
+            if !fits {
+                return None;
+            }
+            *slot = s;
+        }
+        Some(g)
+    }
+
+    fn drain(&self, out: &mut Vec<Group>, all: bool) {
+        let mut t = self.taken.lock();
+        out.append(&mut t.1);
+        if all {
+            out.extend(t.0.take());
+        }
+    }
+}
+
+impl PageTaker for PageFolder {
+    fn take(&self, page: &SummarizedPage<'_>) -> bool {
+        let Some(g) = self.group_of(page) else { return false };
+        let mut t = self.taken.lock();
+        match &mut t.0 {
+            Some(cur) if (cur.sid, cur.bucket) == (g.sid, g.bucket) => {
+                if !cur.merge(&g) {
+                    return false; // (cannot happen: types were checked)
+                }
+            }
+            cur => {
+                if let Some(done) = cur.replace(g) {
+                    t.1.push(done);
+                }
+            }
+        }
+        true
+    }
+}
+
+/// Builds the output batches.
+struct Output<'a> {
+    spec: &'a Spec,
+    part: &'a TableScan,
+    schema: &'a SchemaRef,
+    cols: Vec<Col>,
+    rows: usize,
+    tags: Option<(u64, Option<TagValues>)>,
+}
+
+enum Col {
+    Time(TimestampNanosecondBuilder),
+    Str(StringBuilder),
+    F64(Float64Builder),
+    I64(Int64Builder),
+    U64(UInt64Builder),
+}
+
+impl<'a> Output<'a> {
+    fn new(spec: &'a Spec, part: &'a TableScan, schema: &'a SchemaRef) -> Self {
+        let cols = schema
+            .fields()
+            .iter()
+            .map(|f| match f.data_type() {
+                DataType::Timestamp(_, tz) => {
+                    Col::Time(TimestampNanosecondBuilder::new().with_timezone_opt(tz.clone()))
+                }
+                DataType::Float64 => Col::F64(Float64Builder::new()),
+                DataType::Int64 => Col::I64(Int64Builder::new()),
+                DataType::UInt64 => Col::U64(UInt64Builder::new()),
+                _ => Col::Str(StringBuilder::new()),
+            })
+            .collect();
+        Output { spec, part, schema, cols, rows: 0, tags: None }
+    }
+
+    fn push(&mut self, g: &Group) {
+        let ngroups = self.spec.groups.len();
+        for (col, gc) in self.cols.iter_mut().zip(&self.spec.groups) {
+            match (col, gc) {
+                (Col::Time(b), GroupCol::Bucket { .. }) => b.append_value(g.bucket),
+                (Col::Str(b), GroupCol::Tag(i)) => {
+                    if self.tags.as_ref().is_none_or(|(sid, _)| *sid != g.sid) {
+                        let (db, table) = (&self.part.db, self.part.def.id);
+                        let tags = db.catalog().with_series(table, |idx| idx.tags(g.sid).cloned());
+                        self.tags = Some((g.sid, tags));
+                    }
+                    let tags = self.tags.as_ref().and_then(|(_, t)| t.as_ref());
+                    b.append_option(tags.and_then(|t| t.get(*i)).and_then(|v| v.as_deref()));
+                }
+                _ => {} // (the rule checked the group column types)
+            }
+        }
+        for (col, st) in self.cols[ngroups..].iter_mut().zip(&self.spec.states) {
+            let fs = st.field.and_then(|f| g.fields.get(f));
+            match st.role {
+                Role::Count => {
+                    let n = fs.map_or(g.rows, |f| f.count);
+                    match col {
+                        Col::I64(b) => b.append_value(n as i64),
+                        Col::U64(b) => b.append_value(n),
+                        _ => {}
+                    }
+                }
+                role => match (col, fs.filter(|f| f.count > 0).map(|f| f.stats)) {
+                    (Col::F64(b), Some(Stats::Float { min, max, sum })) => {
+                        b.append_value(pick(role, min, max, sum))
+                    }
+                    (Col::I64(b), Some(Stats::Integer { min, max, sum })) => {
+                        b.append_value(pick(role, min, max, sum))
+                    }
+                    (Col::U64(b), Some(Stats::UInteger { min, max, sum })) => {
+                        b.append_value(pick(role, min, max, sum))
+                    }
+                    (Col::F64(b), _) => b.append_null(),
+                    (Col::I64(b), _) => b.append_null(),
+                    (Col::U64(b), _) => b.append_null(),
+                    (Col::Time(b), _) => b.append_null(),
+                    (Col::Str(b), _) => b.append_null(),
+                },
+            }
+        }
+        self.rows += 1;
+    }
+
+    fn batch(&mut self) -> Result<RecordBatch, QueryError> {
+        let arrays: Vec<ArrayRef> = self
+            .cols
+            .iter_mut()
+            .map(|c| -> ArrayRef {
+                match c {
+                    Col::Time(b) => Arc::new(b.finish()),
+                    Col::Str(b) => Arc::new(b.finish()),
+                    Col::F64(b) => Arc::new(b.finish()),
+                    Col::I64(b) => Arc::new(b.finish()),
+                    Col::U64(b) => Arc::new(b.finish()),
+                }
+            })
+            .collect();
+        let opts = RecordBatchOptions::new().with_row_count(Some(self.rows));
+        self.rows = 0;
+        RecordBatch::try_new_with_options(self.schema.clone(), arrays, &opts)
+            .map_err(|e| QueryError::Internal(format!("partial aggregate batch: {e}")))
+    }
+}
+
+/// The value of a state column in `role` (not `Count`).
+fn pick<T>(role: Role, min: T, max: T, sum: T) -> T {
+    match role {
+        Role::Min => min,
+        Role::Max => max,
+        _ => sum,
+    }
+}
+
+/// Aggregates the rows of `part` into partial rows, calling `emit` per batch; stops when it
+/// returns `false`.
+fn aggregate(
+    part: &TableScan,
+    spec: &Arc<Spec>,
+    schema: &SchemaRef,
+    mut emit: impl FnMut(RecordBatch) -> bool,
+) -> Result<(), QueryError> {
+    let engine = part.db.engine().clone();
+    let snap = part.snapshot.get_or_init(|| engine.snapshot());
+    let t = part.filter.time;
+    if t.is_empty() {
+        return Ok(());
+    }
+    let table = part.def.id;
+    let series = part.db.catalog().with_series(table, |idx| part.filter.series(idx));
+    let ranges = key_ranges(&part.db, table, &part.filter, part.span, series.as_deref());
+    let folder =
+        Arc::new(PageFolder { spec: spec.clone(), table, taken: Mutex::new((None, Vec::new())) });
+    let mut out = Output::new(spec, part, schema);
+    let mut fields: Vec<Option<Value>> = vec![None; spec.wanted.len()];
+    let mut cur: Option<Group> = None;
+    let mut taken = Vec::new();
+    let mut finish = |g: Group, out: &mut Output<'_>| -> Result<bool, QueryError> {
+        out.push(&g);
+        folder.drain(&mut taken, false);
+        for g in taken.drain(..) {
+            out.push(&g);
+        }
+        if out.rows >= BATCH_ROWS {
+            return Ok(emit(out.batch()?));
+        }
+        Ok(true)
+    };
+    for (lo, hi, by_time) in ranges {
+        if !hi.is_empty() && lo >= hi {
+            continue;
+        }
+        let end =
+            if hi.is_empty() { std::ops::Bound::Unbounded } else { std::ops::Bound::Excluded(hi) };
+        let window = by_time
+            .then(|| (time_to_u64(t.lo.unwrap_or(i64::MIN)), t.hi.map_or(u64::MAX, time_to_u64)));
+        let range = (std::ops::Bound::Included(lo), end);
+        let mut iter = engine.scan_summarized(range, window, Some(snap), folder.clone())?;
+        while let Some(item) = iter.next_ref() {
+            let (k, v) = item?;
+            let Some((_, sid, time)) = parse_row_key(k) else { continue };
+            let bucket = spec.bucket(time)?;
+            if cur.as_ref().is_none_or(|g| (g.sid, g.bucket) != (sid, bucket)) {
+                let next = Group::new(sid, bucket, spec.fields.len());
+                if let Some(done) = cur.replace(next) {
+                    if !finish(done, &mut out)? {
+                        return Ok(());
+                    }
+                }
+            }
+            let Some(g) = cur.as_mut() else { continue };
+            g.rows += 1;
+            if !spec.fields.is_empty() {
+                decode_fields(v, &spec.wanted, &mut fields)?;
+                for ((f, _), acc) in spec.fields.iter().zip(&mut g.fields) {
+                    if let Some(v) = &fields[*f] {
+                        if !acc.merge(&FieldStats::of(v)) {
+                            return Err(QueryError::Corrupt(format!(
+                                "field {f} of series {sid} has values of two types"
+                            )));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if let Some(last) = cur.take() {
+        out.push(&last);
+    }
+    folder.drain(&mut taken, true);
+    for g in taken.drain(..) {
+        out.push(&g);
+    }
+    if out.rows > 0 {
+        emit(out.batch()?);
+    }
+    Ok(())
+}
