@@ -44,7 +44,7 @@ pub struct SeriesSpan {
 }
 
 impl SeriesSpan {
-    fn contains(&self, id: u64) -> bool {
+    pub(crate) fn contains(&self, id: u64) -> bool {
         self.lo.is_none_or(|l| id >= l) && self.hi.is_none_or(|h| id < h)
     }
 

@@ -1,6 +1,7 @@
 //! The scan that aggregates as it reads (see the parent module).
 
 use std::fmt;
+use std::ops::Bound;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
@@ -28,12 +29,16 @@ use crate::model::row::{decode_fields, Value};
 use crate::model::schema::FieldType;
 use crate::model::series::TagValues;
 use crate::model::summary::{FieldStats, RowsSummary, Stats};
+use crate::sql::pushdown::{ScanFilter, TimeBounds};
 use crate::sql::scan::{key_ranges, TableScan, BATCH_ROWS};
 
 /// Partial aggregates of one table scan: partition `i` aggregates the series of `parts[i]`.
 #[derive(Debug)]
 pub(crate) struct PartialAggregateExec {
     spec: Arc<Spec>,
+    /// Only the groups of each partition's this many newest buckets (the plan above keeps
+    /// the rows of the newest buckets only).
+    latest: Option<usize>,
     parts: Vec<Arc<TableScan>>,
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
@@ -47,7 +52,23 @@ impl PartialAggregateExec {
             EmissionType::Incremental,
             Boundedness::Bounded,
         );
-        PartialAggregateExec { spec, parts, schema, properties: Arc::new(properties) }
+        PartialAggregateExec { spec, latest: None, parts, schema, properties: Arc::new(properties) }
+    }
+
+    /// The spec.
+    pub(crate) fn spec(&self) -> &Spec {
+        &self.spec
+    }
+
+    /// The same scan, producing only the groups of each partition's `k` newest buckets.
+    pub(crate) fn with_latest(&self, k: usize) -> Self {
+        PartialAggregateExec {
+            spec: self.spec.clone(),
+            latest: Some(k),
+            parts: self.parts.clone(),
+            schema: self.schema.clone(),
+            properties: self.properties.clone(),
+        }
     }
 }
 
@@ -60,7 +81,11 @@ impl DisplayAs for PartialAggregateExec {
             "EbbPartialAggregate: table={table}, partitions={}, columns=[{}]",
             self.parts.len(),
             cols.join(", ")
-        )
+        )?;
+        match self.latest {
+            Some(k) => write!(f, ", newest_buckets={k}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -104,10 +129,11 @@ impl ExecutionPlan for PartialAggregateExec {
             DataFusionError::Internal(format!("partition {partition} out of range"))
         })?;
         let (tx, rx) = tokio::sync::mpsc::channel::<DfResult<RecordBatch>>(2);
-        let (spec, schema) = (self.spec.clone(), self.schema.clone());
+        let (spec, schema, latest) = (self.spec.clone(), self.schema.clone(), self.latest);
         tokio::task::spawn_blocking(move || {
             let tx2 = tx.clone();
-            if let Err(e) = aggregate(&part, &spec, &schema, |b| tx2.blocking_send(Ok(b)).is_ok()) {
+            let send = |b| tx2.blocking_send(Ok(b)).is_ok();
+            if let Err(e) = aggregate(&part, &spec, latest, &schema, send) {
                 let _ = tx.blocking_send(Err(DataFusionError::External(Box::new(e))));
             }
         });
@@ -327,36 +353,131 @@ fn pick<T>(role: Role, min: T, max: T, sum: T) -> T {
 }
 
 /// Aggregates the rows of `part` into partial rows, calling `emit` per batch; stops when it
-/// returns `false`.
+/// returns `false`. With `latest`, only the groups of the partition's `latest` newest buckets.
 fn aggregate(
     part: &TableScan,
     spec: &Arc<Spec>,
+    latest: Option<usize>,
     schema: &SchemaRef,
     mut emit: impl FnMut(RecordBatch) -> bool,
 ) -> Result<(), QueryError> {
-    let engine = part.db.engine().clone();
-    let snap = part.snapshot.get_or_init(|| engine.snapshot());
     let t = part.filter.time;
     if t.is_empty() {
         return Ok(());
     }
+    let mut out = Output::new(spec, part, schema);
+    let mut push = |out: &mut Output<'_>, g: &Group| -> Result<bool, QueryError> {
+        out.push(g);
+        Ok(out.rows < BATCH_ROWS || emit(out.batch()?))
+    };
+    match latest {
+        None => {
+            if !scan_window(part, spec, t, &mut |g| push(&mut out, &g))? {
+                return Ok(());
+            }
+        }
+        Some(k) => {
+            for g in latest_buckets(part, spec, t, k)? {
+                if !push(&mut out, &g)? {
+                    return Ok(());
+                }
+            }
+        }
+    }
+    if out.rows > 0 {
+        emit(out.batch()?);
+    }
+    Ok(())
+}
+
+/// The groups of the `k` newest buckets of `part` within `t`: windows of whole buckets read
+/// from the newest time back, each twice as wide as the last, until `k` buckets have rows or
+/// the windows reach the start of `t`.
+fn latest_buckets(
+    part: &TableScan,
+    spec: &Arc<Spec>,
+    t: TimeBounds,
+    k: usize,
+) -> Result<Vec<Group>, QueryError> {
+    let Some(stride) = spec.stride() else {
+        return Err(QueryError::Internal("newest buckets without a date_bin group".into()));
+    };
+    let floor = t.lo.unwrap_or(i64::MIN);
+    let newest = newest_time(part).map(|m| m.saturating_add(1));
+    let mut upper = match (t.hi, newest) {
+        (Some(h), Some(n)) => h.min(n),
+        (h, n) => h.or(n).unwrap_or(i64::MAX),
+    };
+    let mut width = stride.saturating_mul(i64::try_from(k).unwrap_or(i64::MAX));
+    let (mut groups, mut buckets) = (Vec::new(), std::collections::BTreeSet::new());
+    while upper > floor {
+        let start = upper.saturating_sub(width);
+        let lower = if start <= floor { floor } else { spec.bucket(start)?.max(floor) };
+        let window = TimeBounds { lo: Some(lower), hi: Some(upper) };
+        scan_window(part, spec, window, &mut |g| {
+            buckets.insert(g.bucket);
+            groups.push(g);
+            Ok(true)
+        })?;
+        if buckets.len() >= k {
+            break;
+        }
+        upper = lower;
+        width = width.saturating_mul(2);
+    }
+    let keep: std::collections::BTreeSet<i64> = buckets.iter().rev().take(k).copied().collect();
+    groups.retain(|g| keep.contains(&g.bucket));
+    Ok(groups)
+}
+
+/// A time no row of the partition's series is newer than, where the catalog knows one for
+/// every series (a single node does; a replica learns times from applied batches only).
+fn newest_time(part: &TableScan) -> Option<i64> {
+    if part.db.is_replicated() {
+        return None;
+    }
     let table = part.def.id;
-    let series = part.db.catalog().with_series(table, |idx| part.filter.series(idx));
-    let ranges = key_ranges(&part.db, table, &part.filter, part.span, series.as_deref());
+    let catalog = part.db.catalog();
+    let ids = catalog.with_series(table, |idx| {
+        part.filter.series(idx).unwrap_or_else(|| idx.iter().map(|(id, _)| id).collect())
+    });
+    let keys: Vec<(u32, u64)> =
+        ids.into_iter().filter(|s| part.span.contains(*s)).map(|s| (table, s)).collect();
+    let times = catalog.max_times(&keys);
+    times.into_iter().try_fold(i64::MIN, |m, t| t.map(|t| m.max(t)))
+}
+
+/// Aggregates the rows of `part` in the time window `t`, calling `sink` with each group (of
+/// rows, or of pages answered from their summaries); returns `false` if `sink` stopped it.
+fn scan_window(
+    part: &TableScan,
+    spec: &Arc<Spec>,
+    t: TimeBounds,
+    sink: &mut dyn FnMut(Group) -> Result<bool, QueryError>,
+) -> Result<bool, QueryError> {
+    if t.is_empty() {
+        return Ok(true);
+    }
+    let engine = part.db.engine().clone();
+    let snap = part.snapshot.get_or_init(|| engine.snapshot());
+    let table = part.def.id;
+    let filter = ScanFilter { time: t, tags: part.filter.tags.clone() };
+    let series = part.db.catalog().with_series(table, |idx| filter.series(idx));
+    let ranges = key_ranges(&part.db, table, &filter, part.span, series.as_deref());
     let folder =
         Arc::new(PageFolder { spec: spec.clone(), table, taken: Mutex::new((None, Vec::new())) });
-    let mut out = Output::new(spec, part, schema);
     let mut fields: Vec<Option<Value>> = vec![None; spec.wanted.len()];
     let mut cur: Option<Group> = None;
     let mut taken = Vec::new();
-    let mut finish = |g: Group, out: &mut Output<'_>| -> Result<bool, QueryError> {
-        out.push(&g);
-        folder.drain(&mut taken, false);
-        for g in taken.drain(..) {
-            out.push(&g);
+    let mut finish = |g: Group, all: bool| -> Result<bool, QueryError> {
+        if !sink(g)? {
+            return Ok(false);
         }
-        if out.rows >= BATCH_ROWS {
-            return Ok(emit(out.batch()?));
+        folder.drain(&mut taken, all);
+        for g in taken.drain(..) {
+            if !sink(g)? {
+                return Ok(false);
+            }
         }
         Ok(true)
     };
@@ -364,11 +485,10 @@ fn aggregate(
         if !hi.is_empty() && lo >= hi {
             continue;
         }
-        let end =
-            if hi.is_empty() { std::ops::Bound::Unbounded } else { std::ops::Bound::Excluded(hi) };
+        let end = if hi.is_empty() { Bound::Unbounded } else { Bound::Excluded(hi) };
         let window = by_time
             .then(|| (time_to_u64(t.lo.unwrap_or(i64::MIN)), t.hi.map_or(u64::MAX, time_to_u64)));
-        let range = (std::ops::Bound::Included(lo), end);
+        let range = (Bound::Included(lo), end);
         let mut iter = engine.scan_summarized(range, window, Some(snap), folder.clone())?;
         while let Some(item) = iter.next_ref() {
             let (k, v) = item?;
@@ -377,8 +497,8 @@ fn aggregate(
             if cur.as_ref().is_none_or(|g| (g.sid, g.bucket) != (sid, bucket)) {
                 let next = Group::new(sid, bucket, spec.fields.len());
                 if let Some(done) = cur.replace(next) {
-                    if !finish(done, &mut out)? {
-                        return Ok(());
+                    if !finish(done, false)? {
+                        return Ok(false);
                     }
                 }
             }
@@ -399,14 +519,15 @@ fn aggregate(
         }
     }
     if let Some(last) = cur.take() {
-        out.push(&last);
+        if !sink(last)? {
+            return Ok(false);
+        }
     }
     folder.drain(&mut taken, true);
-    for g in taken.drain(..) {
-        out.push(&g);
+    for g in taken {
+        if !sink(g)? {
+            return Ok(false);
+        }
     }
-    if out.rows > 0 {
-        emit(out.batch()?);
-    }
-    Ok(())
+    Ok(true)
 }

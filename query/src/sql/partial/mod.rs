@@ -27,8 +27,13 @@ use datafusion::physical_expr::expressions::{Column as ColumnExpr, Literal};
 use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
-use datafusion::physical_plan::{ExecutionPlan, Partitioning};
+use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, ExecutionPlan, Partitioning, ReplaceChildrenOptions,
+};
 
 use super::scan_exec::ScanExec;
 use crate::error::QueryError;
@@ -46,8 +51,16 @@ impl PhysicalOptimizerRule for PartialAggregates {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let plan = plan
+            .transform_down(|p| {
+                Ok(match rewrite(&p) {
+                    Some(new) => Transformed::yes(new),
+                    None => Transformed::no(p),
+                })
+            })
+            .data()?;
         plan.transform_down(|p| {
-            Ok(match rewrite(&p) {
+            Ok(match newest_buckets(&p) {
                 Some(new) => Transformed::yes(new),
                 None => Transformed::no(p),
             })
@@ -76,6 +89,68 @@ fn rewrite(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
     }
     let spec = Spec::of(agg, scan)?;
     Some(Arc::new(PartialAggregateExec::new(agg.schema(), Arc::new(spec), scan.parts().to_vec())))
+}
+
+/// `ORDER BY <bucket> DESC LIMIT k` over the final aggregate of a partial aggregate scan
+/// grouped by that bucket: the first `k` rows hold only the `k` newest buckets with rows (each
+/// such bucket has at least one group), so each partition reports only its `k` newest
+/// buckets (the `k` newest overall are among them). Between the sort and the final aggregate
+/// only projections may stand (a `HAVING` filter could empty a bucket).
+fn newest_buckets(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
+    let sort = plan.downcast_ref::<SortExec>()?;
+    let k = sort.fetch()?;
+    let first = sort.expr().first();
+    if !first.options.descending {
+        return None;
+    }
+    let col = first.expr.downcast_ref::<ColumnExpr>()?.index();
+    let input = with_newest(sort.input(), col, k, false)?;
+    replace_child(plan, input)
+}
+
+/// `plan` with the partial aggregate scan under it reporting only its `k` newest buckets,
+/// where output column `col` of `plan` is that scan's bucket; `None` if it is not.
+fn with_newest(
+    plan: &Arc<dyn ExecutionPlan>,
+    col: usize,
+    k: usize,
+    below_final: bool,
+) -> Option<Arc<dyn ExecutionPlan>> {
+    if let Some(p) = plan.downcast_ref::<PartialAggregateExec>() {
+        let is_bucket = matches!(p.spec().groups.get(col), Some(GroupCol::Bucket { .. }));
+        return (below_final && is_bucket).then(|| Arc::new(p.with_latest(k)) as _);
+    }
+    let (child, col, below_final) = if let Some(p) = plan.downcast_ref::<ProjectionExec>() {
+        if below_final {
+            return None;
+        }
+        let e = &p.expr().get(col)?.expr;
+        (p.input(), e.downcast_ref::<ColumnExpr>()?.index(), false)
+    } else if let Some(a) = plan.downcast_ref::<AggregateExec>() {
+        let final_mode = matches!(a.mode(), AggregateMode::Final | AggregateMode::FinalPartitioned);
+        if below_final || !final_mode || !a.group_expr().is_single() {
+            return None;
+        }
+        let (e, _) = a.group_expr().expr().get(col)?;
+        (a.input(), e.downcast_ref::<ColumnExpr>()?.index(), true)
+    } else if let Some(r) = plan.downcast_ref::<RepartitionExec>() {
+        (r.input(), col, below_final)
+    } else if let Some(c) = plan.downcast_ref::<CoalescePartitionsExec>() {
+        (c.input(), col, below_final)
+    } else {
+        return None;
+    };
+    let new = with_newest(child, col, k, below_final)?;
+    replace_child(plan, new)
+}
+
+/// `plan` with its one child replaced.
+fn replace_child(
+    plan: &Arc<dyn ExecutionPlan>,
+    child: Arc<dyn ExecutionPlan>,
+) -> Option<Arc<dyn ExecutionPlan>> {
+    let opts = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+    plan.clone().replace_children(vec![child], opts).ok()
 }
 
 /// The table scan `plan` is, seen through round-robin repartitioning (which only spreads
@@ -241,6 +316,14 @@ impl Spec {
             *w = true;
         }
         self.fields.len() - 1
+    }
+
+    /// The `date_bin` stride, if a group is a bucket.
+    pub fn stride(&self) -> Option<i64> {
+        self.groups.iter().find_map(|g| match g {
+            GroupCol::Bucket { stride, .. } => Some(*stride),
+            GroupCol::Tag(_) => None,
+        })
     }
 
     /// The start of the bucket of `time` (0 without a `date_bin` group), as DataFusion's
