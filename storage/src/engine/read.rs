@@ -134,6 +134,7 @@ impl Engine {
                 windows: windows.clone(),
                 rules: rules.clone(),
                 newest_range: super::summarized::PageUse::newest_range(&sv),
+                gaps: Default::default(),
             }) as Arc<dyn crate::sst::PageOffer>
         });
         let prune = Prune {

@@ -43,6 +43,8 @@ pub(crate) struct PageUse {
     pub rules: Arc<Vec<Rule>>,
     /// The newest range delete (GLORAN) the state holds, if any.
     pub newest_range: Option<u64>,
+    /// Per file offering pages and per other source, the last gap found (see `clear`).
+    pub gaps: parking_lot::Mutex<std::collections::HashMap<(u64, Source), Gap>>,
 }
 
 impl std::fmt::Debug for PageUse {
@@ -101,21 +103,66 @@ impl PageUse {
     fn alone(&self, table: &Table, pm: &PageMeta) -> bool {
         let (lo, hi) = (pm.min_key.as_slice(), pm.max_key.as_slice());
         let sv = &self.sv;
-        if std::iter::once(&sv.mem).chain(&sv.imms).any(|m| m.holds_between(lo, hi)) {
-            return false;
+        let owner = table.id();
+        for (i, m) in std::iter::once(&sv.mem).chain(&sv.imms).enumerate() {
+            if !self.clear(owner, Source::Memtable(i), (lo, hi), |k| Ok(m.first_key_from(k))) {
+                return false;
+            }
         }
-        let other = |t: &Arc<Table>| t.id() != table.id() && t.holds_between(lo, hi);
+        let mut other = |t: &Arc<Table>| {
+            t.id() != owner
+                && !self.clear(owner, Source::Table(t.id()), (lo, hi), |k| t.first_key_from(k))
+        };
         let mut levels = sv.version.levels.iter();
         let l0 = levels.next().into_iter().flatten();
-        if l0.filter(|t| t.meta().overlaps(Some(lo), Some(hi))).any(other) {
+        if l0.filter(|t| t.meta().overlaps(Some(lo), Some(hi))).any(&mut other) {
             return false;
         }
         // Deeper levels are sorted and disjoint: the files meeting the range are adjacent.
         !levels.any(|files| {
             let at = files.partition_point(|t| t.meta().ends_before(lo));
-            files[at..].iter().take_while(|t| t.meta().smallest() <= hi).any(other)
+            files[at..].iter().take_while(|t| t.meta().smallest() <= hi).any(&mut other)
         })
     }
+
+    /// True if `source` holds no key in `[lo, hi]`. Pages are offered in key order per file,
+    /// so the gap found before the last page of `owner` (from its low key to `source`'s next
+    /// key) usually answers for the next one too; `next_of` finds `source`'s first key at or
+    /// after a key (an error answers "not clear").
+    fn clear(
+        &self,
+        owner: u64,
+        source: Source,
+        (lo, hi): (&[u8], &[u8]),
+        next_of: impl FnOnce(&[u8]) -> Result<Option<Vec<u8>>>,
+    ) -> bool {
+        let mut gaps = self.gaps.lock();
+        let past = |next: &Option<Vec<u8>>| next.as_ref().is_none_or(|n| hi < n.as_slice());
+        if let Some(g) = gaps.get(&(owner, source)) {
+            if g.from.as_slice() <= lo && past(&g.next) {
+                return true;
+            }
+        }
+        let Ok(next) = next_of(lo) else { return false };
+        let clear = past(&next);
+        gaps.insert((owner, source), Gap { from: lo.to_vec(), next });
+        clear
+    }
+}
+
+/// A memtable (by its place in the state) or a file (by id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Source {
+    Memtable(usize),
+    Table(u64),
+}
+
+/// A key range a source holds no key in: `[from, next)` (`next` `None`: nothing at or after
+/// `from`).
+#[derive(Debug)]
+pub(crate) struct Gap {
+    from: Vec<u8>,
+    next: Option<Vec<u8>>,
 }
 
 impl PageOffer for PageUse {

@@ -171,13 +171,11 @@ impl Memtable {
         Some((entry.key().seq, entry.value().clone()))
     }
 
-    /// True if any entry (any version, any kind) has a key in `[lo, hi]`.
-    pub(crate) fn holds_between(&self, lo: &[u8], hi: &[u8]) -> bool {
+    /// The smallest key of an entry (any version, any kind) at or after `lo`.
+    pub(crate) fn first_key_from(&self, lo: &[u8]) -> Option<Vec<u8>> {
         let probe = MemKey { key: KeyBuf::from_slice(lo), seq: u64::MAX };
         let guard = crossbeam_epoch::pin();
-        self.map
-            .lower_bound(Bound::Included(&probe), &guard)
-            .is_some_and(|e| e.key().key.as_ref() <= hi)
+        self.map.lower_bound(Bound::Included(&probe), &guard).map(|e| e.key().key.to_vec())
     }
 
     /// Approximate memory used, in bytes.

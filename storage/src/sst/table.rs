@@ -305,31 +305,37 @@ impl Table {
         Ok(page)
     }
 
-    /// True if the table holds a key in `[lo, hi]`. A page whose key range reaches past both
-    /// ends (it spans several series, say) is searched, through the page cache; an error
-    /// reading it answers `true`.
-    pub fn holds_between(&self, lo: &[u8], hi: &[u8]) -> bool {
+    /// The smallest key of the table at or after `lo` (a page whose key range reaches past
+    /// `lo` on both sides is searched, through the page cache).
+    pub fn first_key_from(&self, lo: &[u8]) -> Result<Option<Vec<u8>>> {
         let ix = &self.index;
         let first = ix.tiles.partition_point(|t| t.last_key.as_slice() < lo);
-        let tiles = ix.tiles[first..].iter().take_while(|t| t.first_key.as_slice() <= hi);
-        for t in tiles {
+        for t in &ix.tiles[first..] {
+            let mut best: Option<Vec<u8>> = None;
             for p in t.first_page as usize..(t.first_page + t.pages) as usize {
                 let pm = &ix.pages[p];
-                let (min, max) = (pm.min_key.as_slice(), pm.max_key.as_slice());
-                if max < lo || min > hi {
+                if pm.max_key.as_slice() < lo || best.as_ref().is_some_and(|b| pm.min_key >= *b) {
                     continue;
                 }
-                if min >= lo || max <= hi {
-                    return true; // an end of the page lies inside
-                }
-                let Ok(page) = self.load_page(p, true) else { return true };
-                let at = page.lower_bound(lo, u64::MAX);
-                if at < page.len() && page.entry(at).key <= hi {
-                    return true;
+                let key = if pm.min_key.as_slice() >= lo {
+                    pm.min_key.clone()
+                } else {
+                    let page = self.load_page(p, true)?;
+                    let at = page.lower_bound(lo, u64::MAX);
+                    match at < page.len() {
+                        true => page.entry(at).key.to_vec(),
+                        false => continue,
+                    }
+                };
+                if best.as_ref().is_none_or(|b| key < *b) {
+                    best = Some(key);
                 }
             }
+            if best.is_some() {
+                return Ok(best);
+            }
         }
-        false
+        Ok(None)
     }
 
     /// Index of the tile whose key range may hold `key`.
