@@ -2,8 +2,11 @@
 //! table-wide time windows (KiWi time-window deletes), written in one atomic batch.
 
 use std::collections::HashSet;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
-use ebb_storage::WriteBatch;
+use ebb_storage::{PageTaker, SummarizedPage, WriteBatch};
 
 use super::{Database, RequestSpec};
 use crate::error::{QueryError, Result};
@@ -84,10 +87,31 @@ impl Database {
         let mut seen: HashSet<bytes::Bytes> = HashSet::new();
         let dedupe = targets.len() > 1;
         let mut rows = 0u64;
-        let mut count = |k: bytes::Bytes| {
-            if !dedupe || seen.insert(k) {
-                rows += 1;
+        // One target selects each row once: pages answered from their summaries count their
+        // rows unread. Several may overlap: their rows are counted by key.
+        let pages = Arc::new(PageRows::default());
+        let engine = self.engine();
+        let mut count_range = |range: (Bound<Vec<u8>>, Bound<Vec<u8>>),
+                               time: Option<(u64, u64)>|
+         -> Result<()> {
+            if dedupe {
+                let iter = match time {
+                    Some((a, b)) => engine.scan_time(range, a, b, Some(&snap))?,
+                    None => engine.scan(range, Some(&snap))?,
+                };
+                for item in iter {
+                    if seen.insert(item?.0) {
+                        rows += 1;
+                    }
+                }
+            } else {
+                let mut iter = engine.scan_summarized(range, time, Some(&snap), pages.clone())?;
+                while let Some(item) = iter.next_ref() {
+                    item?;
+                    rows += 1;
+                }
             }
+            Ok(())
         };
         let mut batch = WriteBatch::new();
         for t in targets {
@@ -98,9 +122,10 @@ impl Database {
                         if lo >= hi {
                             continue;
                         }
-                        for item in self.engine().scan(lo.clone()..hi.clone(), Some(&snap))? {
-                            count(item?.0);
-                        }
+                        count_range(
+                            (Bound::Included(lo.clone()), Bound::Excluded(hi.clone())),
+                            None,
+                        )?;
                         batch.delete_range(lo, hi);
                     }
                 }
@@ -112,12 +137,8 @@ impl Database {
                     }
                     let (lo, hi) = table_range(table.id);
                     let range = (
-                        std::ops::Bound::Included(lo.clone()),
-                        if hi.is_empty() {
-                            std::ops::Bound::Unbounded
-                        } else {
-                            std::ops::Bound::Excluded(hi.clone())
-                        },
+                        Bound::Included(lo.clone()),
+                        if hi.is_empty() { Bound::Unbounded } else { Bound::Excluded(hi.clone()) },
                     );
                     match self.window_series(table.id, false) {
                         Some(ids) => {
@@ -125,23 +146,18 @@ impl Database {
                                 let (lo, hi) =
                                     series_range(table.id, s, t_lo.unwrap_or(i64::MIN), *t_hi);
                                 if lo < hi {
-                                    for item in self.engine().scan(lo..hi, Some(&snap))? {
-                                        count(item?.0);
-                                    }
+                                    count_range((Bound::Included(lo), Bound::Excluded(hi)), None)?;
                                 }
                             }
                         }
-                        None => {
-                            for item in self.engine().scan_time(range, d_lo, d_hi, Some(&snap))? {
-                                count(item?.0);
-                            }
-                        }
+                        None => count_range(range, Some((d_lo, d_hi)))?,
                     }
                     batch.delete_time_range(d_lo, d_hi, lo, hi);
                 }
             }
         }
         drop(snap);
+        rows += pages.rows.load(Ordering::Relaxed);
         let n = batch.len() as u64;
         batch.set_request(spec.request(rows));
         if spec.recorded {
@@ -154,5 +170,19 @@ impl Database {
             ids: (seq..seq + n).filter(|_| n > 0).collect(),
             request: spec.id,
         })
+    }
+}
+
+/// Counts the rows of the pages a summarized scan offers (all of them: a page's entry count
+/// is its row count, whatever its summary says).
+#[derive(Default)]
+struct PageRows {
+    rows: AtomicU64,
+}
+
+impl PageTaker for PageRows {
+    fn take(&self, page: &SummarizedPage<'_>) -> bool {
+        self.rows.fetch_add(u64::from(page.entries), Ordering::Relaxed);
+        true
     }
 }
