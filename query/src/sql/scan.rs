@@ -103,7 +103,6 @@ impl PartitionStream for TableScan {
     }
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
-        let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, DataFusionError>>(2);
         let job = ScanJob {
             db: self.db.clone(),
             def: self.def.clone(),
@@ -115,19 +114,26 @@ impl PartitionStream for TableScan {
             snapshot: self.snapshot.clone(),
             newest_only: self.newest_only,
         };
-        tokio::task::spawn_blocking(move || {
-            let tx2 = tx.clone();
-            if let Err(e) = job.run(|b| tx2.blocking_send(Ok(b)).is_ok()) {
-                let _ = tx.blocking_send(Err(DataFusionError::External(Box::new(e))));
-            }
-        });
-        let stream =
-            futures::stream::unfold(
-                rx,
-                |mut rx| async move { rx.recv().await.map(|item| (item, rx)) },
-            );
-        Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream))
+        blocking_stream(self.schema.clone(), move |emit| job.run(emit))
     }
+}
+
+/// Runs `job` on a blocking thread, streaming the batches it emits through a bounded channel
+/// (its `emit` returns `false` once the stream is dropped) and then its error, if any.
+pub(crate) fn blocking_stream(
+    schema: SchemaRef,
+    job: impl FnOnce(&mut dyn FnMut(RecordBatch) -> bool) -> Result<(), QueryError> + Send + 'static,
+) -> SendableRecordBatchStream {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch, DataFusionError>>(2);
+    tokio::task::spawn_blocking(move || {
+        let tx2 = tx.clone();
+        if let Err(e) = job(&mut |b| tx2.blocking_send(Ok(b)).is_ok()) {
+            let _ = tx.blocking_send(Err(DataFusionError::External(Box::new(e))));
+        }
+    });
+    let stream =
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
+    Box::pin(RecordBatchStreamAdapter::new(schema, stream))
 }
 
 struct ScanJob {

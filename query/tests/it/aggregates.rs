@@ -14,21 +14,13 @@ use ebb_query::lp::Precision;
 use ebb_query::Database;
 use ebb_storage::Options;
 
+use crate::common::numbers;
+
 const SEC: i64 = 1_000_000_000;
 const T0: i64 = 1_000_000;
 const HOSTS: i64 = 6;
 /// Two hours at one point per 10 s.
 const POINTS: i64 = 720;
-
-/// A deterministic stream of numbers in `0..m` (xorshift from `seed`).
-fn numbers(mut seed: u64) -> impl FnMut(i64) -> i64 {
-    move |m| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        i64::try_from(seed % u64::try_from(m).expect("m")).expect("small")
-    }
-}
 
 fn open() -> (tempfile::TempDir, Arc<Database>, Session) {
     let dir = tempfile::tempdir().expect("dir");

@@ -4,6 +4,7 @@
 //! test suite links once instead of once per file.
 
 mod aggregates;
+mod common;
 mod concurrent_writes;
 mod erase;
 mod line_protocol;

@@ -11,21 +11,13 @@ use ebb_query::lp::Precision;
 use ebb_query::{Database, QueryError, SqlSession};
 use ebb_storage::Options;
 
+use crate::common::numbers;
+
 const SEC: i64 = 1_000_000_000;
 const BY_MINUTE: &str = "SELECT date_bin(interval '1 minute', time, to_timestamp(0)) AS bucket, \
                          max(usage) AS max_usage, count(*) AS n FROM cpu \
                          WHERE host = $1 AND time >= $2 AND time < $3 \
                          GROUP BY bucket ORDER BY bucket";
-
-/// A deterministic stream of numbers in `0..m` (xorshift from `seed`).
-fn numbers(mut seed: u64) -> impl FnMut(i64) -> i64 {
-    move |m| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        i64::try_from(seed % u64::try_from(m).expect("m")).expect("small")
-    }
-}
 
 fn open() -> (tempfile::TempDir, Arc<Database>, Session) {
     let dir = tempfile::tempdir().expect("dir");

@@ -15,7 +15,6 @@ use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
 };
@@ -30,7 +29,7 @@ use crate::model::schema::FieldType;
 use crate::model::series::TagValues;
 use crate::model::summary::{FieldStats, RowsSummary, Stats};
 use crate::sql::pushdown::{ScanFilter, TimeBounds};
-use crate::sql::scan::{key_ranges, TableScan, BATCH_ROWS};
+use crate::sql::scan::{blocking_stream, key_ranges, TableScan, BATCH_ROWS};
 
 /// Partial aggregates of one table scan: partition `i` aggregates the series of `parts[i]`.
 #[derive(Debug)]
@@ -128,21 +127,10 @@ impl ExecutionPlan for PartialAggregateExec {
         let part = self.parts.get(partition).cloned().ok_or_else(|| {
             DataFusionError::Internal(format!("partition {partition} out of range"))
         })?;
-        let (tx, rx) = tokio::sync::mpsc::channel::<DfResult<RecordBatch>>(2);
         let (spec, schema, latest) = (self.spec.clone(), self.schema.clone(), self.latest);
-        tokio::task::spawn_blocking(move || {
-            let tx2 = tx.clone();
-            let send = |b| tx2.blocking_send(Ok(b)).is_ok();
-            if let Err(e) = aggregate(&part, &spec, latest, &schema, send) {
-                let _ = tx.blocking_send(Err(DataFusionError::External(Box::new(e))));
-            }
-        });
-        let stream =
-            futures::stream::unfold(
-                rx,
-                |mut rx| async move { rx.recv().await.map(|item| (item, rx)) },
-            );
-        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream)))
+        Ok(blocking_stream(self.schema.clone(), move |emit| {
+            aggregate(&part, &spec, latest, &schema, emit)
+        }))
     }
 }
 
