@@ -167,7 +167,7 @@ impl Meta {
         view::put_settings(&mut b, &settings);
         view::put_node(&mut b, &me, me.id + 1);
         for s in 1..=settings.shards as u64 {
-            view::put_shard(&mut b, &ShardInfo { id: s, replicas: vec![me.id], target: None });
+            view::put_shard(&mut b, &ShardInfo::root(s, vec![me.id]));
         }
         self.propose(b).await.map_err(|e| NodeError::Cluster(e.to_string()))
     }

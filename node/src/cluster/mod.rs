@@ -3,6 +3,7 @@
 //! through which cluster SQL (in `ebb_query`) reaches the shards.
 
 pub mod deletions;
+pub mod hashspace;
 mod intents;
 mod meta;
 pub mod metrics;

@@ -83,7 +83,7 @@ mod tests {
         }
         for (i, r) in shards.iter().enumerate() {
             let id = i as u64 + 1;
-            v.shards.insert(id, ShardInfo { id, replicas: r.to_vec(), target: None });
+            v.shards.insert(id, ShardInfo::root(id, r.to_vec()));
         }
         v
     }

@@ -25,7 +25,7 @@ pub async fn step(meta: &Arc<Meta>) -> bool {
         match set_shard_members(meta.conns(), &v, s.id, &target).await {
             Ok(()) => {
                 let mut b = WriteBatch::new();
-                view::put_shard(&mut b, &ShardInfo { id: s.id, replicas: target, target: None });
+                view::put_shard(&mut b, &ShardInfo { replicas: target, target: None, ..s.clone() });
                 if let Err(e) = meta.propose(b).await {
                     tracing::warn!(shard = s.id, %e, "recording a finished move");
                     return false;
@@ -49,10 +49,7 @@ pub async fn step(meta: &Arc<Meta>) -> bool {
         }
         tracing::info!(shard = id, from = ?s.replicas, to = ?replicas, "moving shard");
         let mut b = WriteBatch::new();
-        view::put_shard(
-            &mut b,
-            &ShardInfo { id, replicas: s.replicas.clone(), target: Some(replicas) },
-        );
+        view::put_shard(&mut b, &ShardInfo { target: Some(replicas), ..s.clone() });
         if let Err(e) = meta.propose(b).await {
             tracing::warn!(shard = id, %e, "recording a move");
             return false;

@@ -1,4 +1,5 @@
-//! Routing writes: each series belongs to shard `hash(series key) mod shards`; a node that
+//! Routing writes: each series belongs to the shard whose span holds its hash (see
+//! [`super::hashspace`]); a node that
 //! receives a write splits it by shard and hands each part to the shard's leader, here or on
 //! another node, acknowledging only what every leader committed.
 
@@ -9,10 +10,10 @@ use std::time::{Duration, Instant};
 use ebb_query::lp::shape::Shape;
 use ebb_query::lp::{LineError, Lines, Precision};
 use ebb_query::{QueryError, WriteSummary};
-use xxhash_rust::xxh3::xxh3_64;
 
 use ebb_raft::transport::{Connections, Groups};
 
+use super::hashspace::series_hash;
 use super::meta::Meta;
 use super::proto::cluster_client::ClusterClient;
 use super::proto::{LeadersRequest, WriteLinesRequest};
@@ -26,27 +27,6 @@ pub const MAX_HOPS: u32 = 3;
 /// moment: a leader that steps down mid-write may never answer). Retrying is safe: a row
 /// written twice is the same row.
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The shard (1-based) of the series of `measurement` with `tags`, among `shards`. The series
-/// key is the measurement and the tags sorted by key, so tag order in a line does not matter.
-pub fn shard_of<K: AsRef<str>, V: AsRef<str>>(
-    measurement: &str,
-    tags: &[(K, V)],
-    shards: u32,
-) -> u64 {
-    let mut sorted: Vec<(&str, &str)> =
-        tags.iter().map(|(k, v)| (k.as_ref(), v.as_ref())).collect();
-    sorted.sort_unstable();
-    let mut key = Vec::with_capacity(64);
-    key.extend_from_slice(measurement.as_bytes());
-    for (k, v) in sorted {
-        key.push(0);
-        key.extend_from_slice(k.as_bytes());
-        key.push(0);
-        key.extend_from_slice(v.as_bytes());
-    }
-    xxh3_64(&key) % u64::from(shards.max(1)) + 1
-}
 
 /// The wire name of a precision.
 pub fn precision_name(p: Precision) -> &'static str {
@@ -184,19 +164,19 @@ impl Router {
         precision: Precision,
         now_ns: i64,
     ) -> Result<WriteSummary, RouteError> {
-        let shards = self
+        let map = self
             .meta
             .view()
-            .settings
-            .map(|s| s.shards)
-            .ok_or_else(|| RouteError::Unavailable("the cluster is not created yet".into()))?;
+            .shard_map()
+            .ok_or_else(|| RouteError::Unavailable("the cluster is not created yet".into()))?
+            .map_err(|e| RouteError::Unavailable(format!("shard map: {e}")))?;
         let raw: Vec<&str> = body.split('\n').collect();
         let mut parts: BTreeMap<u64, Part> = BTreeMap::new();
         let mut shape = Shape::default();
         for item in Lines::new(body) {
             let (no, line) = item.map_err(|e: LineError| RouteError::Rejected(e.to_string()))?;
             shape.add(no, &line).map_err(|e| RouteError::Rejected(e.to_string()))?;
-            let shard = shard_of(&line.measurement, &line.tags, shards);
+            let shard = map.shard_of(series_hash(&line.measurement, &line.tags));
             let part = parts.entry(shard).or_insert_with(|| Part {
                 text: String::new(),
                 tables: BTreeSet::new(),
@@ -422,13 +402,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn series_hash_ignores_tag_order_and_spreads() {
-        let a = shard_of("cpu", &[("host", "a"), ("dc", "x")], 8);
-        let b = shard_of("cpu", &[("dc", "x"), ("host", "a")], 8);
-        assert_eq!(a, b);
+    fn series_spread_over_every_shard() {
+        let map = super::super::hashspace::ShardMap::unsplit(8);
         let mut seen = std::collections::BTreeSet::new();
         for h in 0..200 {
-            let s = shard_of("cpu", &[("host", format!("h{h}"))], 8);
+            let s = map.shard_of(series_hash("cpu", &[("host", format!("h{h}"))]));
             assert!((1..=8).contains(&s));
             seen.insert(s);
         }

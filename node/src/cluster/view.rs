@@ -10,6 +10,8 @@ use ebb_query::cluster::Intent;
 use ebb_storage::{BatchOp, Engine, WriteBatch};
 use serde::{Deserialize, Serialize};
 
+use super::hashspace::{MapError, ShardMap, Span};
+
 /// Key of the settings record.
 const SETTINGS: &[u8] = b"meta/settings";
 /// Key of the next node id.
@@ -69,9 +71,25 @@ pub struct ShardInfo {
     /// While the shard moves: the voters it is moving to. Nodes in either list hold a replica.
     #[serde(default)]
     pub target: Option<Vec<u64>>,
+    /// The series hashes it holds, once it is a half of a split shard (`None`: all of root
+    /// `id - 1`, as every shard holds when the cluster is created).
+    #[serde(default)]
+    pub span: Option<Span>,
 }
 
 impl ShardInfo {
+    /// A shard holding all of its root, on `replicas`.
+    pub fn root(id: u64, replicas: Vec<u64>) -> ShardInfo {
+        ShardInfo { id, replicas, target: None, span: None }
+    }
+
+    /// The series hashes it holds.
+    pub fn span(&self) -> Span {
+        self.span.unwrap_or_else(|| {
+            Span::root(u32::try_from(self.id.saturating_sub(1)).unwrap_or(u32::MAX))
+        })
+    }
+
     /// Every node that holds (or is about to hold) a replica.
     pub fn holders(&self) -> Vec<u64> {
         let mut all = self.replicas.clone();
@@ -117,6 +135,12 @@ fn id_key(prefix: &[u8], id: u64) -> Vec<u8> {
 }
 
 impl MetaView {
+    /// Which shard holds which series hashes; `None` before the cluster is created.
+    pub fn shard_map(&self) -> Option<Result<ShardMap, MapError>> {
+        let roots = self.settings?.shards;
+        Some(ShardMap::new(roots, self.shards.values().map(|s| (s.id, s.span()))))
+    }
+
     /// The view stored in `engine`.
     pub fn load(engine: &Engine) -> Result<MetaView, ViewError> {
         let mut v = MetaView { next_node_id: 1, ..Default::default() };
@@ -267,7 +291,7 @@ mod tests {
             state: NodeState::Active,
         };
         put_node(&mut b, &n, 4);
-        put_shard(&mut b, &ShardInfo { id: 2, replicas: vec![3], target: None });
+        put_shard(&mut b, &ShardInfo::root(2, vec![3]));
         let mut v = MetaView::default();
         v.apply(&b).unwrap();
         assert_eq!(v.settings, Some(Settings { shards: 4, replication: 3 }));
