@@ -222,8 +222,9 @@ fn expected(series: u32, points: usize, shards: u32) -> BTreeMap<u64, usize> {
     for h in 0..series {
         let tags =
             [("host".to_string(), format!("h{h}")), ("dc".to_string(), format!("d{}", h % 3))];
-        *out.entry(ebb_node::cluster::router::shard_of("cpu", &tags, shards)).or_default() +=
-            points;
+        let hash = ebb_node::cluster::hashspace::series_hash("cpu", &tags);
+        let map = ebb_node::cluster::hashspace::ShardMap::unsplit(shards);
+        *out.entry(map.shard_of(hash)).or_default() += points;
     }
     out
 }
