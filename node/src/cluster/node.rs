@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ebb_raft::transport::{Connections, Credentials, Faults, Groups, RaftService};
 use ebb_raft::GroupOptions;
@@ -355,10 +355,14 @@ async fn shard_loop(
     }
 }
 
+/// How often the metadata leader checks that shard leaders are spread evenly.
+const LEADER_CHECK: Duration = Duration::from_secs(2);
+
 /// On the metadata leader: keeps the group's members in step with the registered nodes, and
 /// moves shard replicas where the placement wants them.
 async fn reconcile_loop(meta: Arc<Meta>, stop: watch::Receiver<bool>) {
     let mut changes = meta.subscribe();
+    let mut leaders_checked = Instant::now();
     loop {
         if *stop.borrow() {
             return;
@@ -368,6 +372,11 @@ async fn reconcile_loop(meta: Arc<Meta>, stop: watch::Receiver<bool>) {
         }
         if super::rebalance::step(&meta).await {
             continue;
+        }
+        // Leaders are looked up on every node: not on every pass.
+        if leaders_checked.elapsed() >= LEADER_CHECK {
+            leaders_checked = Instant::now();
+            super::rebalance::balance_leaders(&meta).await;
         }
         tokio::select! {
             _ = changes.changed() => {}

@@ -59,6 +59,48 @@ pub fn target(view: &MetaView) -> BTreeMap<u64, Vec<u64>> {
     out
 }
 
+/// Leadership moves that bring the nodes' shard-leader counts within one of each other where
+/// the replicas allow it: `(shard, to)`, `to` always a node holding a replica of the shard. Each
+/// move takes a shard from a node leading at least two more shards than the node it goes to,
+/// so the list is finite and every move makes the spread more even. Shards without a known
+/// leader, or led by a node not in `nodes`, are left alone. The rebalancer applies the first
+/// move and asks again.
+pub fn leader_moves(
+    replicas: &BTreeMap<u64, Vec<u64>>,
+    leaders: &BTreeMap<u64, u64>,
+    nodes: &[u64],
+) -> Vec<(u64, u64)> {
+    let mut count: BTreeMap<u64, usize> = nodes.iter().map(|&n| (n, 0)).collect();
+    let mut lead: BTreeMap<u64, u64> = BTreeMap::new();
+    for (&shard, &leader) in leaders {
+        if let Some(c) = count.get_mut(&leader) {
+            *c += 1;
+            lead.insert(shard, leader);
+        }
+    }
+    let mut moves = Vec::new();
+    loop {
+        let mut by_load: Vec<(usize, u64)> = count.iter().map(|(&n, &c)| (c, n)).collect();
+        by_load.sort_by(|a, b| b.cmp(a));
+        let found = by_load.iter().find_map(|&(from_load, from)| {
+            lead.iter().filter(|(_, l)| **l == from).find_map(|(&shard, _)| {
+                let holders = replicas.get(&shard)?;
+                let (to_load, to) = holders
+                    .iter()
+                    .filter(|&&n| n != from)
+                    .filter_map(|&n| count.get(&n).map(|&c| (c, n)))
+                    .min()?;
+                (to_load + 1 < from_load).then_some((shard, from, to))
+            })
+        });
+        let Some((shard, from, to)) = found else { return moves };
+        lead.insert(shard, to);
+        *count.entry(from).or_default() -= 1;
+        *count.entry(to).or_default() += 1;
+        moves.push((shard, to));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,6 +173,69 @@ mod tests {
         let again =
             view(&[1, 2, 3, 4, 5], &t.values().map(|r| r.as_slice()).collect::<Vec<_>>(), 3);
         assert_eq!(target(&again), t);
+    }
+
+    #[test]
+    fn leaders_spread_over_the_replicas() {
+        let all: BTreeMap<u64, Vec<u64>> = (1..=6).map(|s| (s, vec![1, 2, 3])).collect();
+        let on_one: BTreeMap<u64, u64> = (1..=6).map(|s| (s, 1)).collect();
+        let moves = leader_moves(&all, &on_one, &[1, 2, 3]);
+        assert_eq!(moves.len(), 4, "{moves:?}");
+        let mut lead = on_one.clone();
+        for (s, to) in &moves {
+            assert!(all[s].contains(to));
+            lead.insert(*s, *to);
+        }
+        let mut per: BTreeMap<u64, usize> = BTreeMap::new();
+        lead.values().for_each(|n| *per.entry(*n).or_default() += 1);
+        assert_eq!(per.values().copied().collect::<Vec<_>>(), vec![2, 2, 2]);
+        // Balanced already: nothing moves; a shard lives only where its replicas are.
+        assert!(leader_moves(&all, &lead, &[1, 2, 3]).is_empty());
+        let pinned: BTreeMap<u64, Vec<u64>> = (1..=4).map(|s| (s, vec![1])).collect();
+        let on: BTreeMap<u64, u64> = (1..=4).map(|s| (s, 1)).collect();
+        assert!(leader_moves(&pinned, &on, &[1, 2]).is_empty());
+    }
+
+    proptest::proptest! {
+        /// With every shard on every node the leaders end within one of each other; in any
+        /// placement the moves go to replica holders and never widen the spread.
+        #[test]
+        fn leader_moves_even_out_and_stay_on_replicas(
+            nodes in 1u64..7,
+            shards in proptest::collection::vec((proptest::collection::btree_set(1u64..7, 1..4), 1u64..7), 1..24),
+            full in proptest::bool::ANY,
+        ) {
+            let ids: Vec<u64> = (1..=nodes).collect();
+            let mut replicas = BTreeMap::new();
+            let mut leaders = BTreeMap::new();
+            for (i, (holders, leader)) in shards.iter().enumerate() {
+                let s = i as u64 + 1;
+                let holders: Vec<u64> = match full {
+                    true => ids.clone(),
+                    false => holders.iter().copied().filter(|n| *n <= nodes).collect(),
+                };
+                let leader = holders.get(*leader as usize % holders.len().max(1)).copied();
+                if let Some(l) = leader {
+                    leaders.insert(s, l);
+                }
+                replicas.insert(s, holders);
+            }
+            let spread = |lead: &BTreeMap<u64, u64>| {
+                let mut per: BTreeMap<u64, usize> = ids.iter().map(|&n| (n, 0)).collect();
+                lead.values().for_each(|n| *per.entry(*n).or_default() += 1);
+                per.values().max().unwrap_or(&0) - per.values().min().unwrap_or(&0)
+            };
+            let before = spread(&leaders);
+            let mut lead = leaders.clone();
+            for (s, to) in leader_moves(&replicas, &leaders, &ids) {
+                proptest::prop_assert!(replicas[&s].contains(&to));
+                lead.insert(s, to);
+            }
+            proptest::prop_assert!(spread(&lead) <= before);
+            if full {
+                proptest::prop_assert!(spread(&lead) <= 1, "{lead:?}");
+            }
+        }
     }
 
     #[test]

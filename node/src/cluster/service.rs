@@ -14,9 +14,10 @@ use super::meta::{Meta, MetaError};
 use super::proto::cluster_client::ClusterClient;
 use super::proto::cluster_server::{Cluster, ClusterServer};
 use super::proto::{
-    ChangeMetaReply, ChangeMetaRequest, DecommissionReply, DecommissionRequest, JoinReply,
-    JoinRequest, LeadersReply, LeadersRequest, Member, QueryChunk, QueryRequest,
-    SetShardMembersReply, SetShardMembersRequest, ShardLeader, WriteLinesReply, WriteLinesRequest,
+    CampaignReply, CampaignRequest, ChangeMetaReply, ChangeMetaRequest, DecommissionReply,
+    DecommissionRequest, JoinReply, JoinRequest, LeadersReply, LeadersRequest, Member, QueryChunk,
+    QueryRequest, SetShardMembersReply, SetShardMembersRequest, ShardLeader, WriteLinesReply,
+    WriteLinesRequest,
 };
 use super::router::{RouteError, Router};
 use super::shards::Shards;
@@ -58,7 +59,7 @@ const JOIN_ATTEMPT: Duration = Duration::from_secs(5);
 /// How long a node forwards a join to the metadata leader before answering that it cannot.
 const JOIN_FORWARD: Duration = Duration::from_secs(2);
 
-async fn connect(
+pub(super) async fn connect(
     conns: &Connections,
     addr: &str,
 ) -> std::result::Result<ClusterClient<ClusterChannel>, String> {
@@ -215,6 +216,20 @@ impl Cluster for ClusterService {
     ) -> std::result::Result<Response<DecommissionReply>, Status> {
         decommission(&self.meta, req.into_inner().node_id).await?;
         Ok(Response::new(DecommissionReply {}))
+    }
+
+    async fn campaign(
+        &self,
+        req: Request<CampaignRequest>,
+    ) -> std::result::Result<Response<CampaignReply>, Status> {
+        let shard = req.into_inner().shard;
+        let s = self
+            .shards
+            .get(shard)
+            .ok_or_else(|| Status::not_found(format!("no replica of shard {shard} here")))?;
+        s.group.raft.trigger().elect().await.map_err(|e| Status::internal(e.to_string()))?;
+        tracing::info!(shard, "standing for election to balance leaders");
+        Ok(Response::new(CampaignReply {}))
     }
 
     async fn leaders(

@@ -1,0 +1,58 @@
+//! Leaders spread over the nodes: a cluster whose shards were all created (and led) on its
+//! first node ends with every node leading its share, and writes keep working through it.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use crate::cluster::wait_settled;
+use crate::cluster_harness::Harness;
+
+/// Shards each node leads, as the node's own replicas see it (every node in the map).
+fn led(h: &Harness) -> BTreeMap<u64, usize> {
+    let mut out: BTreeMap<u64, usize> = h.nodes.values().map(|n| (n.id, 0)).collect();
+    for n in h.nodes.values() {
+        for s in n.shards.all() {
+            if s.group.raft.metrics().borrow().current_leader == Some(n.id) {
+                *out.entry(n.id).or_default() += 1;
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leaders_spread_over_the_nodes() {
+    let mut h = Harness::new();
+    h.settings.shards = 6;
+    h.start(0, &[]).await;
+    wait_settled(&h, 1).await;
+    let first = h.nodes[&0].id;
+    assert_eq!(led(&h)[&first], 6, "the first node leads every shard it made");
+    h.start(1, &[0]).await;
+    h.start(2, &[0]).await;
+    wait_settled(&h, 3).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let l = led(&h);
+        let (max, min) = (l.values().max().unwrap(), l.values().min().unwrap());
+        if l.values().sum::<usize>() == 6 && max - min <= 1 {
+            break; // 2, 2, 2
+        }
+        assert!(Instant::now() < deadline, "leaders did not spread: {l:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Writes through every node still reach every shard.
+    for (i, n) in &h.nodes {
+        let body: String =
+            (0..60).map(|s| format!("cpu,host=h{s} v={i} {}\n", 1_000 + i)).collect();
+        n.router
+            .write_lines("db", &body, ebb_query::lp::Precision::Seconds, 0)
+            .await
+            .unwrap_or_else(|e| panic!("write through node {i}: {e}"));
+    }
+    for i in h.nodes.keys().copied().collect::<Vec<_>>() {
+        h.stop(i).await;
+    }
+}
