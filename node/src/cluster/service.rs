@@ -67,6 +67,11 @@ pub(super) async fn connect(
     Ok(ClusterClient::new(ch))
 }
 
+/// Bytes of a shard replica's engine files.
+pub(super) fn replica_bytes(s: &super::Shard) -> u64 {
+    s.db.engine().stats().levels.iter().map(|l| l.bytes).sum()
+}
+
 /// A stream of query result chunks.
 pub type QueryStream =
     std::pin::Pin<Box<dyn futures::Stream<Item = std::result::Result<QueryChunk, Status>> + Send>>;
@@ -248,6 +253,7 @@ impl Cluster for ClusterService {
                     term: m.current_term,
                     last_log_index: m.last_log_index.unwrap_or(0),
                     applied_index: m.last_applied.map_or(0, |l| l.index),
+                    bytes: replica_bytes(s),
                 }
             })
             .collect();

@@ -1,7 +1,8 @@
-//! `system.nodes` and `system.shards` of cluster SQL: the nodes with their state and role in
-//! the metadata group, and every shard's placement, leader and move in progress.
+//! `system.nodes` and `system.shards` of cluster SQL: the nodes with their state, role in the
+//! metadata group and load (replicas, shards led, bytes of their replicas' files), and every
+//! shard's placement, leader, move in progress and span of the series hash space.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, BooleanArray, StringArray, UInt64Array};
@@ -22,13 +23,22 @@ fn arrow(e: datafusion::arrow::error::ArrowError) -> QueryError {
     QueryError::Internal(e.to_string())
 }
 
-/// Why each of `nodes` is not ready (empty: ready), from the node itself ([`crate::health`]).
-async fn readiness(router: &Router, nodes: &[&super::view::NodeInfo]) -> Vec<Vec<String>> {
+/// What a node says of itself: why it is not ready (empty: ready), and per shard replica it
+/// holds, the bytes of its files.
+struct NodeReport {
+    not_ready: Vec<String>,
+    bytes: BTreeMap<u64, u64>,
+}
+
+/// The report of each of `nodes`, from the node itself ([`crate::health`]).
+async fn reports(router: &Router, nodes: &[&super::view::NodeInfo]) -> Vec<NodeReport> {
     use super::proto::cluster_client::ClusterClient;
     let me = router.meta().node();
     let calls = nodes.iter().map(|n| async move {
         if n.id == me {
-            return router.health().get().reasons;
+            let shards = router.shards().all();
+            let bytes = shards.iter().map(|s| (s.id, super::service::replica_bytes(s))).collect();
+            return NodeReport { not_ready: router.health().get().reasons, bytes };
         }
         let reply = async {
             let ch = router.conns().channel(&n.grpc_addr).ok()?;
@@ -38,10 +48,17 @@ async fn readiness(router: &Router, nodes: &[&super::view::NodeInfo]) -> Vec<Vec
         }
         .await;
         match reply.map(|r| r.into_inner()) {
-            Some(r) if r.ready => Vec::new(),
-            Some(r) if r.not_ready.is_empty() => vec!["not ready".into()],
-            Some(r) => r.not_ready,
-            None => vec!["does not answer".into()],
+            Some(r) => NodeReport {
+                bytes: r.leaders.iter().map(|l| (l.shard, l.bytes)).collect(),
+                not_ready: match (r.ready, r.not_ready.is_empty()) {
+                    (true, _) => Vec::new(),
+                    (false, true) => vec!["not ready".into()],
+                    (false, false) => r.not_ready,
+                },
+            },
+            None => {
+                NodeReport { not_ready: vec!["does not answer".into()], bytes: BTreeMap::new() }
+            }
         }
     });
     futures::future::join_all(calls).await
@@ -68,7 +85,9 @@ pub async fn table(router: &Router, name: &str) -> Result<Option<RecordBatch>> {
                     "none"
                 }
             };
-            let health = readiness(router, &nodes).await;
+            let reports = reports(router, &nodes).await;
+            let leaders = router.leaders().await;
+            let led = |id: u64| leaders.values().filter(|l| **l == id).count() as u64;
             let schema = Arc::new(Schema::new(vec![
                 Field::new("id", DataType::UInt64, false),
                 Field::new("state", DataType::Utf8, false),
@@ -77,6 +96,8 @@ pub async fn table(router: &Router, name: &str) -> Result<Option<RecordBatch>> {
                 Field::new("http_addr", DataType::Utf8, false),
                 Field::new("pg_addr", DataType::Utf8, false),
                 Field::new("replicas", DataType::UInt64, false),
+                Field::new("leaders", DataType::UInt64, false),
+                Field::new("bytes", DataType::UInt64, true),
                 Field::new("ready", DataType::Boolean, false),
                 Field::new("not_ready", DataType::Utf8, true),
             ]));
@@ -92,9 +113,17 @@ pub async fn table(router: &Router, name: &str) -> Result<Option<RecordBatch>> {
                 Arc::new(StringArray::from_iter_values(nodes.iter().map(|n| n.http_addr.clone()))),
                 Arc::new(StringArray::from_iter_values(nodes.iter().map(|n| n.pg_addr.clone()))),
                 Arc::new(UInt64Array::from_iter_values(nodes.iter().map(|n| replicas(n.id)))),
-                Arc::new(BooleanArray::from_iter(health.iter().map(|h| Some(h.is_empty())))),
+                Arc::new(UInt64Array::from_iter_values(nodes.iter().map(|n| led(n.id)))),
+                Arc::new(UInt64Array::from_iter(
+                    reports.iter().map(|r| (!r.bytes.is_empty()).then(|| r.bytes.values().sum())),
+                )),
+                Arc::new(BooleanArray::from_iter(
+                    reports.iter().map(|r| Some(r.not_ready.is_empty())),
+                )),
                 Arc::new(StringArray::from_iter(
-                    health.iter().map(|h| (!h.is_empty()).then(|| h.join("; "))),
+                    reports
+                        .iter()
+                        .map(|r| (!r.not_ready.is_empty()).then(|| r.not_ready.join("; "))),
                 )),
             ];
             RecordBatch::try_new(schema, cols).map_err(arrow)?
@@ -109,7 +138,11 @@ pub async fn table(router: &Router, name: &str) -> Result<Option<RecordBatch>> {
                 Field::new("leader", DataType::UInt64, true),
                 Field::new("moving", DataType::Boolean, false),
                 Field::new("moving_to", DataType::Utf8, true),
+                Field::new("root", DataType::UInt64, false),
+                Field::new("hash_lo", DataType::UInt64, false),
+                Field::new("hash_end", DataType::UInt64, true),
             ]));
+            let spans: Vec<_> = shards.iter().map(|s| s.span()).collect();
             let cols: Vec<ArrayRef> = vec![
                 Arc::new(UInt64Array::from_iter_values(shards.iter().map(|s| s.id))),
                 Arc::new(StringArray::from_iter_values(shards.iter().map(|s| join(&s.replicas)))),
@@ -122,6 +155,9 @@ pub async fn table(router: &Router, name: &str) -> Result<Option<RecordBatch>> {
                 Arc::new(StringArray::from(
                     shards.iter().map(|s| s.target.as_deref().map(join)).collect::<Vec<_>>(),
                 )),
+                Arc::new(UInt64Array::from_iter_values(spans.iter().map(|s| u64::from(s.root)))),
+                Arc::new(UInt64Array::from_iter_values(spans.iter().map(|s| s.lo))),
+                Arc::new(UInt64Array::from_iter(spans.iter().map(|s| s.end))),
             ];
             RecordBatch::try_new(schema, cols).map_err(arrow)?
         }

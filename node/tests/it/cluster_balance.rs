@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::cluster::wait_settled;
+use crate::cluster::{sql, wait_settled};
 use crate::cluster_harness::Harness;
 
 /// Shards each node leads, as the node's own replicas see it (every node in the map).
@@ -42,6 +42,23 @@ async fn leaders_spread_over_the_nodes() {
         }
         assert!(Instant::now() < deadline, "leaders did not spread: {l:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // `system.nodes` shows the load: two shards led and six replicas each, and their bytes;
+    // `system.shards` each shard's span (all of its root: none has split).
+    let q = "SELECT id, replicas, leaders, bytes IS NOT NULL AS b FROM system.nodes ORDER BY id";
+    let t = sql(&h, 1, q).await;
+    let rows: Vec<Vec<String>> = t
+        .lines()
+        .filter(|l| l.starts_with('|'))
+        .skip(1)
+        .map(|l| l.split('|').map(|c| c.trim().to_string()).filter(|c| !c.is_empty()).collect())
+        .collect();
+    assert_eq!(rows.len(), 3, "{t}");
+    assert!(rows.iter().all(|r| r[1..] == ["6", "2", "true"]), "{t}");
+    let t =
+        sql(&h, 2, "SELECT shard, root, hash_lo, hash_end FROM system.shards ORDER BY shard").await;
+    for s in 1..=6u64 {
+        assert!(t.contains(&format!("| {s}     | {}    | 0       |          |", s - 1)), "{t}");
     }
     // Writes through every node still reach every shard.
     for (i, n) in &h.nodes {
