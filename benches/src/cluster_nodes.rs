@@ -19,6 +19,13 @@ pub struct Node {
     child: Child,
 }
 
+impl Node {
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 impl Drop for Node {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -232,6 +232,26 @@ enum Cmd {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Scale-out: ingest at saturation on 3 nodes, then 3 more join (writes continue while
+    /// shards and leaders rebalance) and the load runs on 6; every node held to the same CPU
+    /// share by a cgroup (needs root).
+    Scale {
+        /// Data set as HOSTSxHOURS.
+        #[arg(long, default_value = "1000x2")]
+        set: String,
+        /// Concurrent writers per node.
+        #[arg(long, default_value_t = 2)]
+        clients_per_node: usize,
+        /// Shards of the cluster.
+        #[arg(long, default_value_t = 12)]
+        shards: u32,
+        /// CPU share of each node, in CPUs.
+        #[arg(long, default_value_t = 0.3)]
+        share: f64,
+        /// Working directory (default: a temporary directory, removed afterwards).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Erasures under ingest on a three-node cluster: ingest rate against a load without
     /// erasures, persistence latency on every replica against the deadline, audit time.
     Erasure {
@@ -437,6 +457,20 @@ fn main() {
             let mut tmp = None;
             let work = work_dir(dir, &mut tmp);
             if let Err(e) = ebb_benches::cluster::run(&work, &s) {
+                eprintln!("error: {e}");
+                std::process::exit(1);
+            }
+        }
+        Cmd::Scale { set, clients_per_node, shards, share, dir } => {
+            let s = ebb_benches::scale::Settings {
+                dataset: dataset(&set),
+                clients_per_node: clients_per_node.max(1),
+                shards: shards.max(1),
+                share: share.clamp(0.05, 64.0),
+            };
+            let mut tmp = None;
+            let work = work_dir(dir, &mut tmp);
+            if let Err(e) = ebb_benches::scale::run(&work, &s) {
                 eprintln!("error: {e}");
                 std::process::exit(1);
             }

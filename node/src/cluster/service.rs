@@ -67,9 +67,10 @@ pub(super) async fn connect(
     Ok(ClusterClient::new(ch))
 }
 
-/// Bytes of a shard replica's engine files.
+/// Bytes a shard replica holds: its engine files and its active memtable.
 pub(super) fn replica_bytes(s: &super::Shard) -> u64 {
-    s.db.engine().stats().levels.iter().map(|l| l.bytes).sum()
+    let st = s.db.engine().stats();
+    st.levels.iter().map(|l| l.bytes).sum::<u64>() + st.memtable_bytes as u64
 }
 
 /// A stream of query result chunks.

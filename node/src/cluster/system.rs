@@ -1,5 +1,5 @@
 //! `system.nodes` and `system.shards` of cluster SQL: the nodes with their state, role in the
-//! metadata group and load (replicas, shards led, bytes of their replicas' files), and every
+//! metadata group and load (replicas, shards led, bytes their replicas hold), and every
 //! shard's placement, leader, move in progress and span of the series hash space.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,7 +24,7 @@ fn arrow(e: datafusion::arrow::error::ArrowError) -> QueryError {
 }
 
 /// What a node says of itself: why it is not ready (empty: ready), and per shard replica it
-/// holds, the bytes of its files.
+/// holds, the bytes it holds (files and active memtable).
 struct NodeReport {
     not_ready: Vec<String>,
     bytes: BTreeMap<u64, u64>,

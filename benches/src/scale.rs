@@ -1,0 +1,204 @@
+//! `ebb-bench scale`: does a cluster gain capacity as it gains nodes? Nodes run as processes on
+//! loopback, each held to the same CPU share (a cgroup per node: cgroup v2 `cpu.max` where the
+//! `cpu` controller is available there, else cgroup v1 `cpu.cfs_quota_us`), so adding nodes adds
+//! CPU as adding machines would. The TSBS load runs at saturation on 3 nodes, then 3 more join;
+//! while shards and leaders rebalance, a writer keeps writing (every failed write is counted);
+//! then the load runs again on 6 nodes.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::cluster_nodes::{Cluster, ClusterSettings};
+use crate::report::{Better, Comparison};
+use crate::tsbs::{agent, generate, load_spread, Dataset};
+
+/// Time given the cluster after it balanced, before a load is measured (replicas that just
+/// arrived finish installing snapshots and compacting).
+const SETTLE: Duration = Duration::from_secs(10);
+
+/// What `ebb-bench scale` runs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The data set loaded at each size.
+    pub dataset: Dataset,
+    /// Concurrent writers per node.
+    pub clients_per_node: usize,
+    /// Shards of the cluster.
+    pub shards: u32,
+    /// CPU share of each node, in CPUs (0.25: a quarter of one).
+    pub share: f64,
+}
+
+/// A cgroup holding one node's process at a CPU share; removed when dropped.
+struct CpuShare {
+    dir: PathBuf,
+}
+
+impl CpuShare {
+    /// Puts process `pid` into a new cgroup `name` limited to `share` CPUs.
+    fn new(name: &str, pid: u32, share: f64) -> Result<CpuShare, String> {
+        let period = 100_000u64;
+        let quota = ((share * period as f64) as u64).max(1_000);
+        let v2 = Path::new("/sys/fs/cgroup");
+        let v2_cpu = std::fs::read_to_string(v2.join("cgroup.controllers"))
+            .is_ok_and(|c| c.split_whitespace().any(|c| c == "cpu"));
+        let (dir, limit) = if v2_cpu {
+            let _ = std::fs::write(v2.join("cgroup.subtree_control"), "+cpu");
+            (v2.join(name), vec![("cpu.max", format!("{quota} {period}"))])
+        } else {
+            let v1 = Path::new("/sys/fs/cgroup/cpu");
+            let limit = vec![
+                ("cpu.cfs_period_us", period.to_string()),
+                ("cpu.cfs_quota_us", quota.to_string()),
+            ];
+            (v1.join(name), limit)
+        };
+        let shown = dir.display().to_string();
+        let fail = |what: &str, e: std::io::Error| {
+            format!("cgroup {shown}: {what}: {e} (run as root with the cpu controller)")
+        };
+        std::fs::create_dir_all(&dir).map_err(|e| fail("create", e))?;
+        let share = CpuShare { dir };
+        for (file, value) in limit {
+            std::fs::write(share.dir.join(file), value).map_err(|e| fail(file, e))?;
+        }
+        std::fs::write(share.dir.join("cgroup.procs"), pid.to_string())
+            .map_err(|e| fail("cgroup.procs", e))?;
+        Ok(share)
+    }
+}
+
+impl Drop for CpuShare {
+    fn drop(&mut self) {
+        // Empty once its process is gone (the cluster is dropped first).
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Per node id: replicas, shards led and bytes, from `system.nodes`.
+fn load_per_node(c: &Cluster) -> Result<Vec<(u64, u64, u64, u64)>, String> {
+    let rows = c.sql(0, "SELECT id, replicas, leaders, bytes FROM system.nodes ORDER BY id")?;
+    rows.iter()
+        .map(|r| {
+            let n = |i: usize| r.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            Ok((n(0), n(1), n(2), n(3)))
+        })
+        .collect()
+}
+
+/// True if leaders and replicas are within one of even.
+fn balanced(rows: &[(u64, u64, u64, u64)]) -> bool {
+    let spread = |f: &dyn Fn(&(u64, u64, u64, u64)) -> u64| {
+        let v: Vec<u64> = rows.iter().map(f).collect();
+        v.iter().max().unwrap_or(&0) - v.iter().min().unwrap_or(&0)
+    };
+    spread(&|r| r.1) <= 1 && spread(&|r| r.2) <= 1
+}
+
+/// Runs the benchmark in `work`, printing progress and `RESULT` lines.
+pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
+    let batches = generate(s.dataset, 5000);
+    let rows = s.dataset.rows() as f64;
+    println!(
+        "scale {}: {} rows, {} shards, RF=3, {:.2} CPU per node, {} writers per node",
+        s.dataset.label(),
+        s.dataset.rows(),
+        s.shards,
+        s.share,
+        s.clients_per_node
+    );
+    let settings = ClusterSettings { shards: s.shards, replication: 3, snapshot_every: 10_000 };
+    let tag = std::process::id();
+    let mut shares = Vec::new();
+    let mut c = Cluster::start(&work.join("cluster"), 3, settings)?;
+    for (i, n) in c.nodes.iter().enumerate() {
+        shares.push(CpuShare::new(&format!("ebb-scale-{tag}-{i}"), n.pid(), s.share)?);
+    }
+    let wait_balanced = |c: &Cluster, what: &str| -> Result<Vec<(u64, u64, u64, u64)>, String> {
+        let start = Instant::now();
+        loop {
+            let l = load_per_node(c)?;
+            if balanced(&l) && l.iter().all(|r| r.1 > 0) {
+                return Ok(l);
+            }
+            if start.elapsed() > Duration::from_secs(300) {
+                return Err(format!("{what}: not balanced after 5 minutes: {l:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    };
+    wait_balanced(&c, "3 nodes")?;
+    std::thread::sleep(SETTLE);
+    let secs = load_spread(&c.urls(), "ebb", &batches, 3 * s.clients_per_node)?;
+    let three = rows / secs;
+    println!("  3 nodes   {three:>10.0} rows/s ({secs:.2} s)");
+
+    // Three more nodes join while a writer keeps writing.
+    let stop = AtomicBool::new(false);
+    let (written, failed) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let urls = c.urls();
+    let started = Instant::now();
+    let after = std::thread::scope(|sc| -> Result<_, String> {
+        sc.spawn(|| {
+            let a = agent();
+            let mut k = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let url = format!("{}/write?db=bench", urls[k % urls.len()]);
+                let body = &batches[k % batches.len()];
+                match a.post(&url).send(body.as_bytes()) {
+                    Ok(r) if r.status().is_success() => written.fetch_add(1, Ordering::Relaxed),
+                    _ => failed.fetch_add(1, Ordering::Relaxed),
+                };
+                k += 1;
+            }
+        });
+        let result = (|| {
+            for i in 3..6 {
+                c.add()?;
+                let pid = c.nodes[i].pid();
+                shares.push(CpuShare::new(&format!("ebb-scale-{tag}-{i}"), pid, s.share)?);
+            }
+            wait_balanced(&c, "6 nodes")
+        })();
+        stop.store(true, Ordering::Relaxed);
+        result
+    })?;
+    let (written, failed) = (written.into_inner(), failed.into_inner());
+    println!(
+        "  rebalanced onto 6 nodes in {:.1} s: {written} writes during it, {failed} failed",
+        started.elapsed().as_secs_f64()
+    );
+    let bytes: Vec<u64> = after.iter().map(|r| r.3).collect();
+    let mean = bytes.iter().sum::<u64>() as f64 / bytes.len().max(1) as f64;
+    let worst = bytes.iter().map(|&b| (b as f64 - mean).abs() / mean.max(1.0)).fold(0.0, f64::max);
+    for (id, replicas, leaders, b) in &after {
+        println!("  node {id}: {replicas} replicas, {leaders} leaders, {} MiB", b >> 20);
+    }
+    println!("  bytes per node within {:.0}% of even", worst * 100.0);
+    std::thread::sleep(SETTLE);
+    let secs = load_spread(&c.urls(), "ebb", &batches, 6 * s.clients_per_node)?;
+    let six = rows / secs;
+    println!("  6 nodes   {six:>10.0} rows/s ({secs:.2} s)");
+    let line = Comparison {
+        bench: "scale".into(),
+        metric: "rows_per_sec".into(),
+        params: vec![("nodes".into(), "6".into()), ("dataset".into(), s.dataset.label())],
+        ebb: six,
+        baseline: "nodes3".into(),
+        base: three,
+        better: Better::Higher,
+    };
+    println!("{}", line.line());
+    drop(c);
+    drop(shares);
+    if failed > 0 {
+        return Err(format!("{failed} writes failed while the cluster rebalanced"));
+    }
+    Ok(())
+}
