@@ -81,24 +81,34 @@ impl Drop for CpuShare {
     }
 }
 
-/// Per node id: replicas, shards led and bytes, from `system.nodes`.
-fn load_per_node(c: &Cluster) -> Result<Vec<(u64, u64, u64, u64)>, String> {
+/// One node's load as `system.nodes` shows it.
+#[derive(Debug, Clone, Copy)]
+struct NodeLoad {
+    id: u64,
+    replicas: u64,
+    leaders: u64,
+    bytes: u64,
+}
+
+/// Every node's load.
+fn load_per_node(c: &Cluster) -> Result<Vec<NodeLoad>, String> {
     let rows = c.sql(0, "SELECT id, replicas, leaders, bytes FROM system.nodes ORDER BY id")?;
-    rows.iter()
+    Ok(rows
+        .iter()
         .map(|r| {
             let n = |i: usize| r.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-            Ok((n(0), n(1), n(2), n(3)))
+            NodeLoad { id: n(0), replicas: n(1), leaders: n(2), bytes: n(3) }
         })
-        .collect()
+        .collect())
 }
 
 /// True if leaders and replicas are within one of even.
-fn balanced(rows: &[(u64, u64, u64, u64)]) -> bool {
-    let spread = |f: &dyn Fn(&(u64, u64, u64, u64)) -> u64| {
+fn balanced(rows: &[NodeLoad]) -> bool {
+    let spread = |f: fn(&NodeLoad) -> u64| {
         let v: Vec<u64> = rows.iter().map(f).collect();
         v.iter().max().unwrap_or(&0) - v.iter().min().unwrap_or(&0)
     };
-    spread(&|r| r.1) <= 1 && spread(&|r| r.2) <= 1
+    spread(|r| r.replicas) <= 1 && spread(|r| r.leaders) <= 1
 }
 
 /// Runs the benchmark in `work`, printing progress and `RESULT` lines.
@@ -120,11 +130,11 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
     for (i, n) in c.nodes.iter().enumerate() {
         shares.push(CpuShare::new(&format!("ebb-scale-{tag}-{i}"), n.pid(), s.share)?);
     }
-    let wait_balanced = |c: &Cluster, what: &str| -> Result<Vec<(u64, u64, u64, u64)>, String> {
+    let wait_balanced = |c: &Cluster, what: &str| -> Result<Vec<NodeLoad>, String> {
         let start = Instant::now();
         loop {
             let l = load_per_node(c)?;
-            if balanced(&l) && l.iter().all(|r| r.1 > 0) {
+            if balanced(&l) && l.iter().all(|r| r.replicas > 0) {
                 return Ok(l);
             }
             if start.elapsed() > Duration::from_secs(300) {
@@ -174,11 +184,12 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
         "  rebalanced onto 6 nodes in {:.1} s: {written} writes during it, {failed} failed",
         started.elapsed().as_secs_f64()
     );
-    let bytes: Vec<u64> = after.iter().map(|r| r.3).collect();
+    let bytes: Vec<u64> = after.iter().map(|r| r.bytes).collect();
     let mean = bytes.iter().sum::<u64>() as f64 / bytes.len().max(1) as f64;
     let worst = bytes.iter().map(|&b| (b as f64 - mean).abs() / mean.max(1.0)).fold(0.0, f64::max);
-    for (id, replicas, leaders, b) in &after {
-        println!("  node {id}: {replicas} replicas, {leaders} leaders, {} MiB", b >> 20);
+    for n in &after {
+        let (id, replicas, leaders) = (n.id, n.replicas, n.leaders);
+        println!("  node {id}: {replicas} replicas, {leaders} leaders, {} MiB", n.bytes >> 20);
     }
     println!("  bytes per node within {:.0}% of even", worst * 100.0);
     std::thread::sleep(SETTLE);
