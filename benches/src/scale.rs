@@ -13,10 +13,6 @@ use crate::cluster_nodes::{Cluster, ClusterSettings};
 use crate::report::{Better, Comparison};
 use crate::tsbs::{agent, generate, load_spread, Dataset};
 
-/// Time given the cluster after it balanced, before a load is measured (replicas that just
-/// arrived finish installing snapshots and compacting).
-const SETTLE: Duration = Duration::from_secs(10);
-
 /// What `ebb-bench scale` runs.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -28,6 +24,9 @@ pub struct Settings {
     pub shards: u32,
     /// CPU share of each node, in CPUs (0.25: a quarter of one).
     pub share: f64,
+    /// Time given the cluster once it is balanced, before a load is measured (replicas that
+    /// just arrived finish installing snapshots, earlier writes finish compacting).
+    pub settle: Duration,
 }
 
 /// A cgroup holding one node's process at a CPU share; removed when dropped.
@@ -38,7 +37,9 @@ struct CpuShare {
 impl CpuShare {
     /// Puts process `pid` into a new cgroup `name` limited to `share` CPUs.
     fn new(name: &str, pid: u32, share: f64) -> Result<CpuShare, String> {
-        let period = 100_000u64;
+        // A short period: a node out of quota freezes until the next one, and Raft heartbeats
+        // must not wait out a long freeze.
+        let period = 10_000u64;
         let quota = ((share * period as f64) as u64).max(1_000);
         let v2 = Path::new("/sys/fs/cgroup");
         let v2_cpu = std::fs::read_to_string(v2.join("cgroup.controllers"))
@@ -144,7 +145,7 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
         }
     };
     wait_balanced(&c, "3 nodes")?;
-    std::thread::sleep(SETTLE);
+    std::thread::sleep(s.settle);
     let secs = load_spread(&c.urls(), "ebb", &batches, 3 * s.clients_per_node)?;
     let three = rows / secs;
     println!("  3 nodes   {three:>10.0} rows/s ({secs:.2} s)");
@@ -192,7 +193,7 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
         println!("  node {id}: {replicas} replicas, {leaders} leaders, {} MiB", n.bytes >> 20);
     }
     println!("  bytes per node within {:.0}% of even", worst * 100.0);
-    std::thread::sleep(SETTLE);
+    std::thread::sleep(s.settle);
     let secs = load_spread(&c.urls(), "ebb", &batches, 6 * s.clients_per_node)?;
     let six = rows / secs;
     println!("  6 nodes   {six:>10.0} rows/s ({secs:.2} s)");

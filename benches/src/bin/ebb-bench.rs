@@ -246,8 +246,11 @@ enum Cmd {
         #[arg(long, default_value_t = 12)]
         shards: u32,
         /// CPU share of each node, in CPUs.
-        #[arg(long, default_value_t = 0.3)]
+        #[arg(long, default_value_t = 0.2)]
         share: f64,
+        /// Seconds the cluster is given once balanced, before each load.
+        #[arg(long, default_value_t = 10)]
+        settle: u64,
         /// Working directory (default: a temporary directory, removed afterwards).
         #[arg(long)]
         dir: Option<PathBuf>,
@@ -461,12 +464,13 @@ fn main() {
                 std::process::exit(1);
             }
         }
-        Cmd::Scale { set, clients_per_node, shards, share, dir } => {
+        Cmd::Scale { set, clients_per_node, shards, share, settle, dir } => {
             let s = ebb_benches::scale::Settings {
                 dataset: dataset(&set),
                 clients_per_node: clients_per_node.max(1),
                 shards: shards.max(1),
                 share: share.clamp(0.05, 64.0),
+                settle: std::time::Duration::from_secs(settle),
             };
             let mut tmp = None;
             let work = work_dir(dir, &mut tmp);
