@@ -112,6 +112,27 @@ fn balanced(rows: &[NodeLoad]) -> bool {
     spread(|r| r.replicas) <= 1 && spread(|r| r.leaders) <= 1
 }
 
+/// `batches` with every line's timestamp (its last field, nanoseconds) moved `ns` later: the
+/// same load as new rows, where writing the old ones again would overwrite rows that exist.
+fn shifted(batches: &[String], ns: i64) -> Vec<String> {
+    batches
+        .iter()
+        .map(|b| {
+            let mut out = String::with_capacity(b.len() + b.len() / 16);
+            for line in b.lines() {
+                match line
+                    .rsplit_once(' ')
+                    .and_then(|(head, t)| Some((head, t.parse::<i64>().ok()?)))
+                {
+                    Some((head, t)) => out.push_str(&format!("{head} {}\n", t + ns)),
+                    None => out.push_str(&format!("{line}\n")),
+                }
+            }
+            out
+        })
+        .collect()
+}
+
 /// Runs the benchmark in `work`, printing progress and `RESULT` lines.
 pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
     let batches = generate(s.dataset, 5000);
@@ -194,7 +215,10 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
     }
     println!("  bytes per node within {:.0}% of even", worst * 100.0);
     std::thread::sleep(s.settle);
-    let secs = load_spread(&c.urls(), "ebb", &batches, 6 * s.clients_per_node)?;
+    // The same rows, later: both loads insert rows that do not exist yet.
+    let hours = i64::try_from(s.dataset.hours).unwrap_or(0);
+    let later = shifted(&batches, (hours + 1) * 3_600_000_000_000);
+    let secs = load_spread(&c.urls(), "ebb", &later, 6 * s.clients_per_node)?;
     let six = rows / secs;
     println!("  6 nodes   {six:>10.0} rows/s ({secs:.2} s)");
     let line = Comparison {
