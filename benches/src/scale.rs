@@ -29,6 +29,43 @@ pub struct Settings {
     pub settle: Duration,
 }
 
+/// `ebb-bench scale`.
+#[derive(Debug, clap::Args)]
+pub struct ScaleArgs {
+    /// Data set as HOSTSxHOURS.
+    #[arg(long, default_value = "1000x2")]
+    pub set: String,
+    /// Concurrent writers per node.
+    #[arg(long, default_value_t = 2)]
+    pub clients_per_node: usize,
+    /// Shards of the cluster.
+    #[arg(long, default_value_t = 12)]
+    pub shards: u32,
+    /// CPU share of each node, in CPUs.
+    #[arg(long, default_value_t = 0.2)]
+    pub share: f64,
+    /// Seconds the cluster is given once balanced, before each load.
+    #[arg(long, default_value_t = 10)]
+    pub settle: u64,
+    /// Working directory (default: a temporary directory, removed afterwards).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+impl ScaleArgs {
+    /// Runs the benchmark in `work`.
+    pub fn run(&self, work: &Path) -> Result<(), String> {
+        let s = Settings {
+            dataset: self.set.parse()?,
+            clients_per_node: self.clients_per_node.max(1),
+            shards: self.shards.max(1),
+            share: self.share.clamp(0.05, 64.0),
+            settle: Duration::from_secs(self.settle),
+        };
+        run(work, &s)
+    }
+}
+
 /// A cgroup holding one node's process at a CPU share; removed when dropped.
 struct CpuShare {
     dir: PathBuf,

@@ -235,26 +235,7 @@ enum Cmd {
     /// Scale-out: ingest at saturation on 3 nodes, then 3 more join (writes continue while
     /// shards and leaders rebalance) and the load runs on 6; every node held to the same CPU
     /// share by a cgroup (needs root).
-    Scale {
-        /// Data set as HOSTSxHOURS.
-        #[arg(long, default_value = "1000x2")]
-        set: String,
-        /// Concurrent writers per node.
-        #[arg(long, default_value_t = 2)]
-        clients_per_node: usize,
-        /// Shards of the cluster.
-        #[arg(long, default_value_t = 12)]
-        shards: u32,
-        /// CPU share of each node, in CPUs.
-        #[arg(long, default_value_t = 0.2)]
-        share: f64,
-        /// Seconds the cluster is given once balanced, before each load.
-        #[arg(long, default_value_t = 10)]
-        settle: u64,
-        /// Working directory (default: a temporary directory, removed afterwards).
-        #[arg(long)]
-        dir: Option<PathBuf>,
-    },
+    Scale(ebb_benches::scale::ScaleArgs),
     /// Erasures under ingest on a three-node cluster: ingest rate against a load without
     /// erasures, persistence latency on every replica against the deadline, audit time.
     Erasure {
@@ -464,17 +445,10 @@ fn main() {
                 std::process::exit(1);
             }
         }
-        Cmd::Scale { set, clients_per_node, shards, share, settle, dir } => {
-            let s = ebb_benches::scale::Settings {
-                dataset: dataset(&set),
-                clients_per_node: clients_per_node.max(1),
-                shards: shards.max(1),
-                share: share.clamp(0.05, 64.0),
-                settle: std::time::Duration::from_secs(settle),
-            };
+        Cmd::Scale(args) => {
             let mut tmp = None;
-            let work = work_dir(dir, &mut tmp);
-            if let Err(e) = ebb_benches::scale::run(&work, &s) {
+            let work = work_dir(args.dir.clone(), &mut tmp);
+            if let Err(e) = args.run(&work) {
                 eprintln!("error: {e}");
                 std::process::exit(1);
             }
