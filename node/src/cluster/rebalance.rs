@@ -73,44 +73,90 @@ pub async fn balance_leaders(meta: &Arc<Meta>) -> bool {
     }
     let v = &v;
     let nodes: Vec<u64> = v.active().map(|n| n.id).collect();
-    let leaders = known_leaders(meta, v, &nodes).await;
-    let replicas: BTreeMap<u64, Vec<u64>> =
-        v.shards.values().map(|s| (s.id, s.replicas.clone())).collect();
+    // Only replicas close behind their leader are asked to lead (and only voters).
+    let (leaders, caught_up) = known_leaders(meta, v, &nodes).await;
+    let replicas: BTreeMap<u64, Vec<u64>> = v
+        .shards
+        .values()
+        .map(|s| {
+            let ready = caught_up.get(&s.id).map(Vec::as_slice).unwrap_or_default();
+            (s.id, s.replicas.iter().copied().filter(|n| ready.contains(n)).collect())
+        })
+        .collect();
     let Some(&(shard, to)) = placement::leader_moves(&replicas, &leaders, &nodes).first() else {
         return false;
     };
     let Some(addr) = v.nodes.get(&to).map(|n| n.grpc_addr.clone()) else { return false };
-    match connect(meta.conns(), &addr).await {
-        Ok(mut c) => match c.campaign(CampaignRequest { shard }).await {
-            Ok(_) => {
-                tracing::info!(shard, to, "moving a shard's leadership");
-                true
-            }
-            Err(e) => {
-                tracing::warn!(shard, to, %e, "asking a replica to lead");
-                false
-            }
-        },
-        Err(e) => {
-            tracing::warn!(shard, to, %e, "reaching a replica to lead");
+    let ask = async {
+        let mut c = connect(meta.conns(), &addr).await?;
+        c.campaign(CampaignRequest { shard }).await.map_err(|e| e.message().to_string())
+    };
+    match tokio::time::timeout(ASK_TIMEOUT * 5, ask).await {
+        Ok(Ok(_)) => {
+            tracing::info!(shard, to, "moving a shard's leadership");
+            true
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(shard, to, %e, "asking a replica to lead");
+            false
+        }
+        Err(_) => {
+            tracing::warn!(shard, to, "asking a replica to lead: no answer in time");
             false
         }
     }
 }
 
-/// The leader of each shard as the replicas on `nodes` know it (the answer of the highest term
-/// wins); shards no reachable replica knows a leader of are absent.
-async fn known_leaders(meta: &Arc<Meta>, v: &view::MetaView, nodes: &[u64]) -> BTreeMap<u64, u64> {
+/// Log entries a replica may trail its leader by and still be asked to lead: one further
+/// behind would lose the election, or win it only after catching up, and the shard would
+/// stall meanwhile.
+const CAUGHT_UP: u64 = 64;
+
+/// How long one node may take to say which shards it holds and who leads them.
+const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Per shard, its leader as the replicas on `nodes` know it (the answer of the highest term
+/// wins) and the replicas whose logs are within [`CAUGHT_UP`] entries of the leader's. Nodes
+/// are asked at once, each for at most [`ASK_TIMEOUT`]; shards no reachable replica knows a
+/// leader of are absent.
+async fn known_leaders(
+    meta: &Arc<Meta>,
+    v: &view::MetaView,
+    nodes: &[u64],
+) -> (BTreeMap<u64, u64>, BTreeMap<u64, Vec<u64>>) {
+    let asks = nodes.iter().map(|&n| async move {
+        let addr = v.nodes.get(&n).map(|i| i.grpc_addr.clone())?;
+        let ask = async {
+            let mut c = connect(meta.conns(), &addr).await.ok()?;
+            c.leaders(LeadersRequest {}).await.ok()
+        };
+        let reply = tokio::time::timeout(ASK_TIMEOUT, ask).await.ok()??;
+        Some((n, reply.into_inner().leaders))
+    });
+    let replies: Vec<_> = futures::future::join_all(asks).await.into_iter().flatten().collect();
     let mut best: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
-    for n in nodes {
-        let Some(addr) = v.nodes.get(n).map(|n| n.grpc_addr.clone()) else { continue };
-        let Ok(mut c) = connect(meta.conns(), &addr).await else { continue };
-        let Ok(reply) = c.leaders(LeadersRequest {}).await else { continue };
-        for l in reply.into_inner().leaders {
+    for (_, shards) in &replies {
+        for l in shards {
             if l.leader != 0 && best.get(&l.shard).is_none_or(|(term, _)| l.term > *term) {
                 best.insert(l.shard, (l.term, l.leader));
             }
         }
     }
-    best.into_iter().map(|(s, (_, leader))| (s, leader)).collect()
+    let leaders: BTreeMap<u64, u64> = best.into_iter().map(|(s, (_, l))| (s, l)).collect();
+    // The leader's own last log index, as its replica reports it.
+    let mut head: BTreeMap<u64, u64> = BTreeMap::new();
+    for (n, shards) in &replies {
+        for l in shards.iter().filter(|l| leaders.get(&l.shard) == Some(n)) {
+            head.insert(l.shard, l.last_log_index);
+        }
+    }
+    let mut caught_up: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for (n, shards) in &replies {
+        for l in shards {
+            if head.get(&l.shard).is_some_and(|h| l.last_log_index + CAUGHT_UP >= *h) {
+                caught_up.entry(l.shard).or_default().push(*n);
+            }
+        }
+    }
+    (leaders, caught_up)
 }
