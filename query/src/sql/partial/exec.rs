@@ -1,5 +1,6 @@
 //! The scan that aggregates as it reads (see the parent module).
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::ops::Bound;
 use std::sync::Arc;
@@ -365,10 +366,8 @@ fn aggregate(
             }
         }
         Some(k) => {
-            for g in latest_buckets(part, spec, t, k)? {
-                if !push(&mut out, &g)? {
-                    return Ok(());
-                }
+            if !latest_buckets(part, spec, t, k, &mut |g| push(&mut out, &g))? {
+                return Ok(());
             }
         }
     }
@@ -378,15 +377,19 @@ fn aggregate(
     Ok(())
 }
 
-/// The groups of the `k` newest buckets of `part` within `t`: windows of whole buckets read
-/// from the newest time back, each twice as wide as the last, until `k` buckets have rows or
-/// the windows reach the start of `t`.
+/// Calls `sink` with the groups of the `k` newest buckets of `part` within `t`: windows of
+/// whole buckets read from the newest time back, each twice as wide as the last, until `k`
+/// buckets have rows or the windows reach the start of `t`. A later window holds only older
+/// buckets, so the newest buckets of a window that still fit among the `k` are final and go to
+/// `sink` at once; one window's groups are held at most, and fewer once more than `k` buckets
+/// turn up in it. Returns `false` if `sink` stopped it.
 fn latest_buckets(
     part: &TableScan,
     spec: &Arc<Spec>,
     t: TimeBounds,
     k: usize,
-) -> Result<Vec<Group>, QueryError> {
+    sink: &mut dyn FnMut(Group) -> Result<bool, QueryError>,
+) -> Result<bool, QueryError> {
     let Some(stride) = spec.stride() else {
         return Err(QueryError::Internal("newest buckets without a date_bin group".into()));
     };
@@ -397,25 +400,34 @@ fn latest_buckets(
         (h, n) => h.or(n).unwrap_or(i64::MAX),
     };
     let mut width = stride.saturating_mul(i64::try_from(k).unwrap_or(i64::MAX));
-    let (mut groups, mut buckets) = (Vec::new(), std::collections::BTreeSet::new());
-    while upper > floor {
+    let mut room = k;
+    while upper > floor && room > 0 {
         let start = upper.saturating_sub(width);
         let lower = if start <= floor { floor } else { spec.bucket(start)?.max(floor) };
         let window = TimeBounds { lo: Some(lower), hi: Some(upper) };
+        let (mut groups, mut buckets) = (Vec::new(), BTreeSet::new());
         scan_window(part, spec, window, &mut |g| {
             buckets.insert(g.bucket);
             groups.push(g);
+            if groups.len() >= BATCH_ROWS && buckets.len() > room {
+                // Only the window's `room` newest buckets can count.
+                let cut = buckets.iter().rev().nth(room - 1).copied().unwrap_or(i64::MIN);
+                buckets.retain(|b| *b >= cut);
+                groups.retain(|g| g.bucket >= cut);
+            }
             Ok(true)
         })?;
-        if buckets.len() >= k {
-            break;
+        let keep: BTreeSet<i64> = buckets.iter().rev().take(room).copied().collect();
+        for g in groups {
+            if keep.contains(&g.bucket) && !sink(g)? {
+                return Ok(false);
+            }
         }
+        room -= keep.len();
         upper = lower;
         width = width.saturating_mul(2);
     }
-    let keep: std::collections::BTreeSet<i64> = buckets.iter().rev().take(k).copied().collect();
-    groups.retain(|g| keep.contains(&g.bucket));
-    Ok(groups)
+    Ok(true)
 }
 
 /// A time no row of the partition's series is newer than, where the catalog knows one for
