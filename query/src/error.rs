@@ -73,6 +73,13 @@ pub enum QueryError {
     /// attempt at it was (the attempt changed nothing).
     #[error("already applied on this shard by an earlier attempt")]
     Completed,
+    /// A line's series is not held by this shard: a split moved it to another shard since
+    /// the write was routed. Routed again (with the new shard map) it succeeds.
+    #[error("line {line}: its series moved to another shard; route the write again")]
+    NotHeld {
+        /// The line.
+        line: usize,
+    },
     /// A bug or an unexpected state.
     #[error("internal error: {0}")]
     Internal(String),
@@ -118,6 +125,7 @@ impl QueryError {
             | QueryError::Replication(_)
             | QueryError::Unavailable(_)
             | QueryError::DiskFull(_)
+            | QueryError::NotHeld { .. }
             | QueryError::Completed => false,
         }
     }

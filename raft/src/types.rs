@@ -33,6 +33,19 @@ pub enum Command {
         /// Retention in milliseconds.
         retention_ms: Option<u64>,
     },
+    /// Splits the group in two: every replica forks its engine into the first state of group
+    /// `child` on the same node (same membership; `child_batch` applied to it), then applies
+    /// `batch` to itself. A second split off the same child is applied as a no-op.
+    Split {
+        /// The new group.
+        child: u64,
+        /// The parent's batch (what it keeps from now on).
+        #[serde(with = "serde_bytes_compat")]
+        batch: Vec<u8>,
+        /// The child's first batch.
+        #[serde(with = "serde_bytes_compat")]
+        child_batch: Vec<u8>,
+    },
     /// An engine write batch as [`Command::Batch`], LZ4-compressed (what
     /// [`Command::write_batch`] proposes when compression saves at least an eighth).
     Lz4Batch {
@@ -85,7 +98,7 @@ impl Command {
                     Err(e) => Err(format!("compressed batch: {e}")),
                 })
             }
-            Command::SetRetention { .. } => None,
+            Command::SetRetention { .. } | Command::Split { .. } => None,
         }
     }
 }

@@ -9,63 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-use xxhash_rust::xxh3::xxh3_64;
-
-/// The hash of the series of `measurement` with `tags` (tag order does not matter).
-pub fn series_hash<K: AsRef<str>, V: AsRef<str>>(measurement: &str, tags: &[(K, V)]) -> u64 {
-    let mut sorted: Vec<(&str, &str)> =
-        tags.iter().map(|(k, v)| (k.as_ref(), v.as_ref())).collect();
-    sorted.sort_unstable();
-    let mut key = Vec::with_capacity(64);
-    key.extend_from_slice(measurement.as_bytes());
-    for (k, v) in sorted {
-        key.push(0);
-        key.extend_from_slice(k.as_bytes());
-        key.push(0);
-        key.extend_from_slice(v.as_bytes());
-    }
-    xxh3_64(&key)
-}
-
-/// The hashes a shard holds: those of root `root` (hash modulo the root count) in
-/// `[lo, end)` (`end` `None`: up to the largest hash).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct Span {
-    /// The root (0-based).
-    pub root: u32,
-    /// Smallest hash held.
-    pub lo: u64,
-    /// First hash past the span, if any.
-    pub end: Option<u64>,
-}
-
-impl Span {
-    /// All of root `root`.
-    pub fn root(root: u32) -> Span {
-        Span { root, lo: 0, end: None }
-    }
-
-    /// True if the span holds `hash` (of a series of root `root`).
-    pub fn holds(&self, hash: u64, roots: u32) -> bool {
-        hash % u64::from(roots.max(1)) == u64::from(self.root)
-            && hash >= self.lo
-            && self.end.is_none_or(|e| hash < e)
-    }
-
-    /// The two halves of the span, split at the middle of its hash range; `None` if it is too
-    /// narrow to split (a span must keep at least `roots` hashes, so each half still holds
-    /// hashes of its root).
-    pub fn halves(&self, roots: u32) -> Option<(Span, Span)> {
-        let end = self.end.map_or(1u128 << 64, u128::from);
-        let width = end - u128::from(self.lo);
-        if width < 2 * u128::from(roots.max(1)) {
-            return None;
-        }
-        let mid = u64::try_from(u128::from(self.lo) + width / 2).ok()?;
-        Some((Span { end: Some(mid), ..*self }, Span { lo: mid, ..*self }))
-    }
-}
+pub use ebb_query::cluster::hashspace::{series_hash, Span};
 
 /// Errors in a shard map.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -11,6 +11,7 @@
 //!   describes (`system.nodes`, `system.shards`), through the client.
 //! - [`ipc`]: the Arrow IPC framing of result batches between nodes.
 
+pub mod hashspace;
 mod insert;
 pub mod intent;
 pub mod ipc;

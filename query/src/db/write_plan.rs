@@ -4,6 +4,7 @@
 //! generation it read; the writer applies it only if the catalog is still at that generation,
 //! and plans again under its lock otherwise.
 
+use crate::cluster::hashspace::{series_hash, HashFilter};
 use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
@@ -66,6 +67,8 @@ pub(super) struct Plan<'c> {
     pub(super) next_series: u64,
     /// Rows by (table, series, time).
     pub(super) rows: BTreeMap<(u32, u64, i64), Fields>,
+    /// The series hashes the shard holds, if it holds only some (it has split).
+    holds: Option<HashFilter>,
 }
 
 impl<'c> Plan<'c> {
@@ -241,6 +244,7 @@ impl Database {
             next_table,
             next_series,
             rows: BTreeMap::new(),
+            holds: self.catalog.hashes(),
         };
         if !self.catalog.has_database(db) {
             plan.delta.databases.insert(db.to_string());
@@ -267,6 +271,11 @@ impl Database {
                 .ok_or_else(|| line_err(no, format!("timestamp {ts} out of range")))?,
             None => now_ns,
         };
+        if let Some(holds) = plan.holds {
+            if !holds.holds(series_hash(&line.measurement, &line.tags)) {
+                return Err(QueryError::NotHeld { line: no });
+            }
+        }
         let def = plan.table(&line.measurement, no)?;
         if let Some(r) = def.retention_ns {
             let horizon = now_ns.saturating_sub(r.min(i64::MAX as u64) as i64);

@@ -5,6 +5,8 @@
 //! 00000000 'D' name                    -> ""                      a database
 //! 00000000 'T' table_id u32            -> TableDef (JSON)         a table
 //! 00000000 'S' table_id u32 series u64 -> canonical series key    a series
+//! 00000000 'P'                         -> HashFilter (JSON)       the series hashes a
+//!                                                                 cluster shard holds
 //! ```
 //!
 //! Changes are planned as a [`CatalogDelta`] whose records go into the same write batch as the
@@ -21,6 +23,7 @@ use parking_lot::RwLock;
 use super::keys::{table_prefix, CATALOG_TABLE};
 use super::schema::TableDef;
 use super::series::{decode_series_key, SeriesIndex, TagValues};
+use crate::cluster::hashspace::HashFilter;
 use crate::error::QueryError;
 
 const DB: u8 = b'D';
@@ -32,6 +35,9 @@ const OUTCOME: u8 = b'R';
 /// Records of the line-protocol writes a coordinator sent a shard under a write id (see
 /// `crate::db::Database::write_lines_once`).
 const WRITTEN: u8 = b'W';
+/// The series hashes a cluster shard holds, once it has split (see
+/// [`crate::cluster::hashspace`]): writes of other series are refused.
+const HASHES: u8 = b'P';
 
 fn cat_key(kind: u8, rest: &[u8]) -> Vec<u8> {
     let mut k = table_prefix(CATALOG_TABLE).to_vec();
@@ -69,6 +75,8 @@ pub struct CatalogDelta {
     pub dropped: Vec<u32>,
     /// Series removed from their table's index (an erasure): `(table, series id)`.
     pub removed_series: Vec<(u32, u64)>,
+    /// The series hashes the shard holds from now on.
+    pub hashes: Option<HashFilter>,
 }
 
 impl CatalogDelta {
@@ -79,6 +87,7 @@ impl CatalogDelta {
             && self.series.is_empty()
             && self.dropped.is_empty()
             && self.removed_series.is_empty()
+            && self.hashes.is_none()
     }
 
     /// Adds the delta's records to `batch`.
@@ -96,6 +105,11 @@ impl CatalogDelta {
         }
         for (table, id) in &self.removed_series {
             batch.delete(series_cat_key(*table, *id));
+        }
+        if let Some(h) = &self.hashes {
+            let json = serde_json::to_vec(h)
+                .map_err(|e| QueryError::Internal(format!("shard hashes encoding: {e}")))?;
+            batch.put(cat_key(HASHES, &[]), json);
         }
         for id in &self.dropped {
             batch.delete(cat_key(TABLE, &id.to_be_bytes()));
@@ -134,6 +148,12 @@ impl CatalogDelta {
                             delta.tables.insert(def.id, def);
                         }
                         SERIES => series.push((key.clone(), value.clone())),
+                        HASHES => {
+                            delta.hashes =
+                                Some(serde_json::from_slice(value).map_err(|e| {
+                                    QueryError::Corrupt(format!("shard hashes: {e}"))
+                                })?)
+                        }
                         _ => {}
                     }
                 }
@@ -181,6 +201,7 @@ struct State {
     series: HashMap<u32, SeriesIndex>,
     next_table: u32,
     next_series: u64,
+    hashes: Option<HashFilter>,
 }
 
 /// Databases, tables and series, loaded from the engine.
@@ -212,6 +233,12 @@ impl Catalog {
             st.names.insert((def.database.clone(), def.name.clone()), def.id);
             st.series.insert(def.id, SeriesIndex::default());
             st.tables.insert(def.id, Arc::new(def));
+        }
+        if let Some(v) = engine.get(&cat_key(HASHES, &[]), None)? {
+            st.hashes = Some(
+                serde_json::from_slice(&v)
+                    .map_err(|e| QueryError::Corrupt(format!("shard hashes: {e}")))?,
+            );
         }
         let (lo, hi) = (cat_key(SERIES, &[]), cat_key(SERIES + 1, &[]));
         for item in engine.scan(lo..hi, None)? {
@@ -246,6 +273,9 @@ impl Catalog {
         let mut st = self.state.write();
         self.generation.fetch_add(1, Ordering::Release);
         st.databases.extend(delta.databases);
+        if let Some(h) = delta.hashes {
+            st.hashes = Some(h);
+        }
         for (id, def) in delta.tables {
             st.next_table = st.next_table.max(id + 1);
             st.names.insert((def.database.clone(), def.name.clone()), id);
@@ -341,6 +371,12 @@ impl Catalog {
         for &(table, id, t) in times {
             st.series.entry(table).or_default().note_time(id, t);
         }
+    }
+
+    /// The series hashes this shard holds, once it has split (`None`: every series written
+    /// to it).
+    pub fn hashes(&self) -> Option<HashFilter> {
+        self.state.read().hashes
     }
 
     /// Ids the next new table and series would get (under the caller's write lock).

@@ -21,6 +21,7 @@ use super::delete::delete_targets;
 use super::pushdown::{classify_with, Operands, ScanFilter};
 use super::rows::batch_lines;
 use super::scan::{SeriesSpan, TableScan};
+use crate::cluster::hashspace::HashFilter;
 use crate::db::Database;
 use crate::lp::{Line, Precision};
 use crate::model::schema::TableDef;
@@ -146,7 +147,12 @@ impl TableProvider for EbbTable {
                 "Placeholder '{p}' was not provided a value"
             )));
         }
-        let filter = ScanFilter::from_filters(&self.def, filters);
+        let mut filter = ScanFilter::from_filters(&self.def, filters);
+        if let Some(hashes) = state.config().get_extension::<HashFilter>() {
+            self.db.catalog().with_series(self.def.id, |idx| {
+                filter.limit_to_hashes(&self.def, idx, &hashes);
+            });
+        }
         let spans =
             SeriesSpan::split(&self.db, self.def.id, &filter, state.config().target_partitions());
         let snapshot = Arc::new(OnceLock::new());

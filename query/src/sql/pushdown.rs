@@ -14,6 +14,7 @@ use datafusion::arrow::datatypes::DataType;
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
 
+use crate::cluster::hashspace::{hash_of_series, HashFilter};
 use crate::model::schema::{Column, TableDef};
 use crate::model::series::SeriesIndex;
 
@@ -290,6 +291,9 @@ pub struct ScanFilter {
     pub time: TimeBounds,
     /// Tag predicates (all must hold).
     pub tags: Vec<TagPredicate>,
+    /// The only series the scan may read, ascending, if it is limited to some (a cluster shard
+    /// answering for part of the hashes it holds).
+    pub only: Option<std::sync::Arc<Vec<u64>>>,
 }
 
 impl ScanFilter {
@@ -309,13 +313,29 @@ impl ScanFilter {
 
     /// The series to read, ascending; `None` for all of them.
     pub fn series(&self, index: &SeriesIndex) -> Option<Vec<u64>> {
-        let (first, rest) = self.tags.split_first()?;
+        let Some((first, rest)) = self.tags.split_first() else {
+            return self.only.as_ref().map(|only| only.to_vec());
+        };
         let mut ids = first.series(index);
         for p in rest {
             let keep: BTreeSet<u64> = p.series(index).into_iter().collect();
             ids.retain(|id| keep.contains(id));
         }
+        if let Some(only) = &self.only {
+            ids.retain(|id| only.binary_search(id).is_ok());
+        }
         Some(ids)
+    }
+
+    /// Limits the scan of table `def` to the series whose hash `hashes` holds.
+    pub fn limit_to_hashes(&mut self, def: &TableDef, index: &SeriesIndex, hashes: &HashFilter) {
+        let mut ids: Vec<u64> = index
+            .iter()
+            .filter(|(_, tags)| hashes.holds(hash_of_series(def, tags)))
+            .map(|(id, _)| id)
+            .collect();
+        ids.sort_unstable();
+        self.only = Some(std::sync::Arc::new(ids));
     }
 }
 

@@ -21,6 +21,7 @@ use super::ddl::{create_spec, retention_option, table_name};
 use super::delete::delete_targets;
 use super::erase::{is_erase, parse_erase, EraseStatement};
 use super::CATALOG;
+use crate::cluster::hashspace::HashFilter;
 use crate::cluster::ShardRequest;
 use crate::db::{Database, RequestSpec};
 use crate::error::{QueryError, Result};
@@ -89,6 +90,13 @@ impl SqlSession {
     /// coordinator issues one request on every shard).
     pub fn with_request(mut self, request: ShardRequest) -> SqlSession {
         self.request = Some(request);
+        self
+    }
+
+    /// Limits the session's scans to the series whose hash `hashes` holds: what a coordinator
+    /// asks of a shard it routes those hashes to (a shard being split holds both halves).
+    pub fn with_hash_filter(self, hashes: HashFilter) -> SqlSession {
+        self.ctx.state_ref().write().config_mut().set_extension(Arc::new(hashes));
         self
     }
 

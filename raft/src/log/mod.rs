@@ -67,6 +67,14 @@ struct State {
     rotate_next: bool,
 }
 
+/// Writes the durable state of a new, empty log in `dir` that starts after `purged`, with
+/// `vote` cast: the log of a group forked from another at `purged` (a shard split), whose
+/// first entry follows the parent's entry `purged` and whose terms continue the parent's.
+pub fn seed(dir: &Path, vote: Vote<NodeId>, purged: LogId<NodeId>) -> Result<(), LogError> {
+    ebb_storage::durable::create_dir_all(dir).map_err(LogError::io(dir))?;
+    Meta { vote: Some(vote), purged: Some(purged) }.store(dir)
+}
+
 impl LogStore {
     /// Opens (or creates) the log in `dir`, validating every segment and cutting off a torn
     /// append at the end.

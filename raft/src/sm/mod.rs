@@ -7,6 +7,7 @@ pub mod applied;
 mod erasure;
 mod replica;
 pub mod snapshot;
+mod split;
 
 use std::sync::Arc;
 
@@ -16,6 +17,7 @@ use openraft::{ErrorSubject, ErrorVerb, LogId, RaftSnapshotBuilder, StorageError
 pub use applied::{entry_seq, Membership, MAX_BATCH_OPS};
 pub use replica::{Applier, Replica};
 pub use snapshot::{Descriptor, ShardSnapshot, SnapshotFile};
+pub use split::group_dir_name;
 
 use crate::error::ShardError;
 use crate::types::{NodeId, Response, TypeConfig};

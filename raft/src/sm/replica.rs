@@ -122,6 +122,11 @@ impl Replica {
         &self.root
     }
 
+    /// The options its engine runs with.
+    pub(super) fn engine_options(&self) -> &Options {
+        &self.opts
+    }
+
     /// The engine (a snapshot install replaces it; hold the `Arc` only for one operation).
     pub fn engine(&self) -> Arc<Engine> {
         self.engine.read().clone()
@@ -183,6 +188,32 @@ impl Replica {
                         Err(why) => {
                             reply.error = Some(why);
                             WriteBatch::new()
+                        }
+                    }
+                }
+                EntryPayload::Normal(Command::Split { child, batch, child_batch }) => {
+                    let decoded = decode_batch(batch.into())
+                        .and_then(|b| Ok((b, decode_batch(child_batch.into())?)));
+                    match decoded {
+                        Err(why) => {
+                            reply.error = Some(why);
+                            WriteBatch::new()
+                        }
+                        Ok(_) if engine.get(&super::split::split_key(child), None)?.is_some() => {
+                            reply.duplicate = true;
+                            WriteBatch::new()
+                        }
+                        Ok((mut parent, child_batch)) => {
+                            super::split::fork(
+                                self,
+                                &engine,
+                                child,
+                                &child_batch,
+                                &entry.log_id,
+                                seq,
+                            )?;
+                            parent.put(super::split::split_key(child), Vec::new());
+                            parent
                         }
                     }
                 }

@@ -8,3 +8,4 @@ mod harness;
 mod log_suite;
 mod purge;
 mod replica;
+mod split;

@@ -461,7 +461,7 @@ fn scan_window(
     let engine = part.db.engine().clone();
     let snap = part.snapshot.get_or_init(|| engine.snapshot());
     let table = part.def.id;
-    let filter = ScanFilter { time: t, tags: part.filter.tags.clone() };
+    let filter = ScanFilter { time: t, ..part.filter.clone() };
     let series = part.db.catalog().with_series(table, |idx| filter.series(idx));
     let ranges = key_ranges(&part.db, table, &filter, part.span, series.as_deref());
     let folder =

@@ -108,6 +108,18 @@ impl Cluster {
         self.nodes.insert(id, Node { id, addr, group, groups, stop: Some(stop), server });
     }
 
+    /// Starts group `group` on running node `id` from its directory among the node's shard
+    /// directories (where a split forks its child).
+    pub async fn start_child(&self, id: NodeId, group: u64) -> GroupHandle {
+        let n = &self.nodes[&id];
+        let dir = self.node_dir(id).join(ebb_raft::sm::group_dir_name(group));
+        let conns = Connections::new(id, self.faults.clone());
+        start_group(id, group, &dir, &self.opts, conns, &n.groups)
+            .await
+            .map_err(|e| e.to_string())
+            .unwrap()
+    }
+
     /// Stops node `id` abruptly: its server, its Raft, its engine (nothing flushed).
     pub async fn kill(&mut self, id: NodeId) {
         let mut n = self.nodes.remove(&id).unwrap();
@@ -119,7 +131,11 @@ impl Cluster {
         let Node { server, groups, group, .. } = n;
         server.abort();
         let _ = server.await;
-        groups.remove(GROUP);
+        for g in groups.ids() {
+            if let Some(h) = groups.remove(g) {
+                let _ = h.raft.shutdown().await;
+            }
+        }
         drop(group);
         // The replaced-engine retirement thread may briefly hold an engine; give it a moment.
         tokio::time::sleep(Duration::from_millis(50)).await;
