@@ -103,6 +103,11 @@ impl Meta {
         Ok(Arc::new(Meta { node, group, view, changed, write_lock: Default::default(), conns }))
     }
 
+    /// Serializes a read-modify-write change of the metadata (on the leader).
+    pub(super) async fn lock_changes(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.write_lock.lock().await
+    }
+
     /// This node's connections to the others.
     pub fn conns(&self) -> &Arc<Connections> {
         &self.conns

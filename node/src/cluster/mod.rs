@@ -16,6 +16,7 @@ mod service;
 mod shard;
 mod shard_client;
 mod shards;
+pub mod split;
 mod system;
 pub mod view;
 mod write_check;

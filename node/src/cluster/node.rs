@@ -363,12 +363,16 @@ const LEADER_CHECK: Duration = Duration::from_secs(2);
 async fn reconcile_loop(meta: Arc<Meta>, stop: watch::Receiver<bool>) {
     let mut changes = meta.subscribe();
     let mut leaders_checked = Instant::now();
+    let mut splits = super::split::SplitClock::default();
     loop {
         if *stop.borrow() {
             return;
         }
         if let Err(e) = meta.reconcile_members().await {
             tracing::warn!(%e, "reconciling metadata group members");
+        }
+        if super::split::step(&meta, &mut splits).await {
+            continue;
         }
         if super::rebalance::step(&meta).await {
             continue;

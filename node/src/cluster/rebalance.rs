@@ -46,6 +46,9 @@ pub async fn step(meta: &Arc<Meta>) -> bool {
     let want = placement::target(&v);
     for (id, replicas) in want {
         let Some(s) = v.shards.get(&id) else { continue };
+        if v.in_split(id) {
+            continue; // moved once the split is done
+        }
         let now: BTreeSet<u64> = s.replicas.iter().copied().collect();
         let next: BTreeSet<u64> = replicas.iter().copied().collect();
         if now == next {

@@ -54,6 +54,10 @@ pub enum RouteError {
     /// until space is freed. Parts for other shards may have been written.
     #[error("{0}")]
     DiskFull(String),
+    /// A shard no longer holds the series of these lines (a split moved them since the write
+    /// was routed); nothing of them was written. [`Router::write_lines`] routes them again.
+    #[error("the series of a write moved to another shard")]
+    Moved(String),
 }
 
 /// One shard's part of a line-protocol request.
@@ -150,9 +154,9 @@ impl Router {
         &self.shards
     }
 
-    /// Every shard id of the cluster.
+    /// Every shard id of the cluster that writes are routed to (not those being split off).
     pub fn shard_ids(&self) -> Vec<u64> {
-        self.meta.view().shards.keys().copied().collect()
+        self.meta.view().routed().map(|s| s.id).collect()
     }
 
     /// Writes a line-protocol request: every line is checked first (a bad line rejects the
@@ -164,6 +168,38 @@ impl Router {
         precision: Precision,
         now_ns: i64,
     ) -> Result<WriteSummary, RouteError> {
+        let deadline = Instant::now() + PROPOSE_TIMEOUT;
+        let mut total = WriteSummary::default();
+        let mut body = std::borrow::Cow::Borrowed(body);
+        loop {
+            let mut changes = self.meta.subscribe();
+            let (written, moved) = self.route_lines(db, &body, precision, now_ns).await?;
+            add(&mut total, &written);
+            if moved.is_empty() {
+                return Ok(total);
+            }
+            if Instant::now() >= deadline {
+                return Err(RouteError::Unavailable(
+                    "a shard split moved the series of this write, and the new shard map has \
+                     not arrived"
+                        .into(),
+                ));
+            }
+            // The split's new spans are in the metadata by the time the old shard refuses.
+            let _ = tokio::time::timeout(Duration::from_millis(200), changes.changed()).await;
+            body = std::borrow::Cow::Owned(moved.concat());
+        }
+    }
+
+    /// One pass of [`Router::write_lines`]: what was written, and the lines of parts a shard
+    /// refused because a split moved their series.
+    async fn route_lines(
+        &self,
+        db: &str,
+        body: &str,
+        precision: Precision,
+        now_ns: i64,
+    ) -> Result<(WriteSummary, Vec<String>), RouteError> {
         let map = self
             .meta
             .view()
@@ -215,8 +251,16 @@ impl Router {
                 .collect();
             let checks =
                 stale.iter().map(|(s, p)| self.write_shard(request(*s, p.text.clone(), true)));
+            let mut moved = false;
             for r in futures::future::join_all(checks).await {
-                r?;
+                match r {
+                    Err(RouteError::Moved(_)) => moved = true,
+                    r => drop(r?),
+                }
+            }
+            if moved {
+                // Nothing is written yet: all of it is routed again.
+                return Ok((WriteSummary::default(), vec![body.to_string()]));
             }
             for (s, p) in &stale {
                 self.checked.remember(*s, &prints[s], p.oldest_ns);
@@ -227,9 +271,11 @@ impl Router {
         });
         let mut total = WriteSummary::default();
         let mut failed = None;
+        let mut moved = Vec::new();
         for (shard, r) in futures::future::join_all(writes).await {
             match r {
                 Ok(s) => add(&mut total, &s),
+                Err(RouteError::Moved(lines)) => moved.push(lines),
                 Err(e @ RouteError::Rejected(_)) => {
                     self.checked.forget(shard, &prints[&shard]);
                     failed = Some(e);
@@ -239,7 +285,7 @@ impl Router {
         }
         match failed {
             Some(e) => Err(e),
-            None => Ok(total),
+            None => Ok((total, moved)),
         }
     }
 
@@ -252,6 +298,7 @@ impl Router {
             match tokio::time::timeout(ATTEMPT_TIMEOUT, self.try_write_shard(&req)).await {
                 Ok(Ok(s)) => return Ok(s),
                 Ok(Err(e @ (RouteError::Rejected(_) | RouteError::DiskFull(_)))) => return Err(e),
+                Ok(Err(RouteError::Moved(_))) => return Err(RouteError::Moved(req.body)),
                 Ok(Err(RouteError::Unavailable(why))) => last = why,
                 Err(_) => last = format!("no answer within {ATTEMPT_TIMEOUT:?}"),
             }
@@ -285,6 +332,7 @@ impl Router {
                 QueryError::NotLeader(_) | QueryError::Replication(_) => {
                     RouteError::Unavailable(e.to_string())
                 }
+                QueryError::NotHeld { .. } => RouteError::Moved(String::new()),
                 e if e.is_disk_full() => RouteError::DiskFull(e.to_string()),
                 e if e.is_client_error() => RouteError::Rejected(e.to_string()),
                 e => RouteError::Unavailable(e.to_string()),
@@ -308,6 +356,7 @@ impl Router {
             .await
             .map_err(|s| match s.code() {
                 tonic::Code::ResourceExhausted => RouteError::DiskFull(s.message().to_string()),
+                tonic::Code::Aborted => RouteError::Moved(String::new()),
                 _ => RouteError::Unavailable(format!("{addr}: {}", s.message())),
             })?
             .into_inner();

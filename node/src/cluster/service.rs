@@ -19,6 +19,10 @@ use super::proto::{
     QueryRequest, SetShardMembersReply, SetShardMembersRequest, ShardLeader, WriteLinesReply,
     WriteLinesRequest,
 };
+use super::proto::{
+    ForkShardReply, ForkShardRequest, SplitShardReply, SplitShardRequest, TrimShardReply,
+    TrimShardRequest,
+};
 use super::router::{RouteError, Router};
 use super::shards::Shards;
 use super::view::MetaView;
@@ -150,6 +154,10 @@ impl Cluster for ClusterService {
             Err(_) => return Err(Status::unavailable("read barrier timed out")),
         }
         let mut session = ebb_query::SqlSession::new(shard.db.clone(), &r.database);
+        if let Some(h) = &r.hashes {
+            session = session
+                .with_hash_filter(super::split::from_proto(h).map_err(Status::invalid_argument)?);
+        }
         if r.request_id != 0 {
             session = session.with_request(ebb_query::cluster::ShardRequest {
                 id: r.request_id,
@@ -238,6 +246,28 @@ impl Cluster for ClusterService {
         Ok(Response::new(CampaignReply {}))
     }
 
+    async fn split_shard(
+        &self,
+        req: Request<SplitShardRequest>,
+    ) -> std::result::Result<Response<SplitShardReply>, Status> {
+        let child = super::split::serve_split(&self.meta, req.into_inner()).await?;
+        Ok(Response::new(SplitShardReply { child }))
+    }
+
+    async fn fork_shard(
+        &self,
+        req: Request<ForkShardRequest>,
+    ) -> std::result::Result<Response<ForkShardReply>, Status> {
+        super::split::serve_fork(&self.shards, req.into_inner()).await.map(Response::new)
+    }
+
+    async fn trim_shard(
+        &self,
+        req: Request<TrimShardRequest>,
+    ) -> std::result::Result<Response<TrimShardReply>, Status> {
+        super::split::serve_trim(&self.shards, req.into_inner()).await.map(Response::new)
+    }
+
     async fn leaders(
         &self,
         _req: Request<LeadersRequest>,
@@ -310,6 +340,7 @@ impl Cluster for ClusterService {
             }
             Err(RouteError::Unavailable(why)) => Err(Status::unavailable(why)),
             Err(RouteError::DiskFull(why)) => Err(Status::resource_exhausted(why)),
+            Err(e @ RouteError::Moved(_)) => Err(Status::aborted(e.to_string())),
         }
     }
 

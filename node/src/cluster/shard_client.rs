@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
+use ebb_query::cluster::hashspace::HashFilter;
 use ebb_query::cluster::ipc;
 use ebb_query::cluster::{Batches, Intent, ShardClient, ShardError, ShardRequest};
 use ebb_query::deletions::ReplicaDeletion;
@@ -30,16 +31,31 @@ impl ShardClient for Router {
         Router::shard_ids(self)
     }
 
+    fn routing(&self) -> Vec<(u64, Option<HashFilter>)> {
+        let v = self.meta().view();
+        let roots = v.settings.map_or(1, |s| s.shards);
+        v.routed().map(|s| (s.id, s.span.map(|span| HashFilter { roots, span }))).collect()
+    }
+
+    fn statement_shard_ids(&self) -> Vec<u64> {
+        self.meta().view().shards.keys().copied().collect()
+    }
+
+    async fn split_shard(&self, shard: u64) -> Result<u64, QueryError> {
+        super::split::request(self.meta(), shard).await
+    }
+
     async fn query(
         &self,
         shard: u64,
         database: &str,
         sql: &str,
         request: Option<&ShardRequest>,
+        hashes: Option<HashFilter>,
     ) -> Result<(SchemaRef, Batches), ShardError> {
         let deadline = Instant::now() + QUERY_RETRY;
         loop {
-            match try_query(self, shard, database, sql, request).await {
+            match try_query(self, shard, database, sql, request, hashes).await {
                 Err(ShardError::Unavailable(why)) if Instant::now() < deadline => {
                     tracing::debug!(shard, %why, "retrying a shard query");
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -60,6 +76,7 @@ impl ShardClient for Router {
             RouteError::Rejected(m) => QueryError::Invalid(m),
             RouteError::Unavailable(m) => QueryError::Unavailable(m),
             RouteError::DiskFull(m) => QueryError::DiskFull(m),
+            e @ RouteError::Moved(_) => QueryError::Unavailable(e.to_string()),
         })
     }
 
@@ -98,6 +115,7 @@ async fn try_query(
     database: &str,
     sql: &str,
     request: Option<&ShardRequest>,
+    hashes: Option<HashFilter>,
 ) -> Result<(SchemaRef, Batches), ShardError> {
     let unavailable = |e: String| ShardError::Unavailable(e);
     let addr = router.leader_addr(shard).map_err(|e| unavailable(e.to_string()))?;
@@ -110,6 +128,7 @@ async fn try_query(
         request_id: request.map_or(0, |r| r.id),
         deadline_ms: request.and_then(|r| r.deadline_ms).unwrap_or(0),
         issued_by: request.map(|r| r.issued_by.clone()).unwrap_or_default(),
+        hashes: hashes.map(|h| super::split::to_proto(&h)),
     };
     let mut client = ClusterClient::new(ch).max_decoding_message_size(super::MAX_MESSAGE_BYTES);
     let call = tokio::time::timeout(QUERY_START_TIMEOUT, client.query(req))

@@ -57,7 +57,7 @@ pub struct ShardEnv {
 }
 
 fn shard_dir(dir: &Path, id: u64) -> PathBuf {
-    dir.join(format!("shard-{id}"))
+    dir.join(ebb_raft::sm::group_dir_name(id))
 }
 
 /// Opens the replicas `view` places on this node and closes those it no longer does. A shard
@@ -68,6 +68,10 @@ pub async fn sync(env: &ShardEnv, view: &MetaView, shards: &Shards) -> Result<()
             continue;
         }
         let dir = shard_dir(&env.dir, s.id);
+        // A shard being split off starts from the fork its parent's replica here makes.
+        if s.splitting() && !dir.exists() {
+            continue;
+        }
         let shard =
             Shard::open(env.node, s.id, &dir, &env.opts, env.conns.clone(), &env.groups).await?;
         shard.db.set_default_retention(env.default_retention);
@@ -78,7 +82,7 @@ pub async fn sync(env: &ShardEnv, view: &MetaView, shards: &Shards) -> Result<()
             .is_initialized()
             .await
             .map_err(|e| NodeError::Cluster(format!("shard {}: {e}", s.id)))?;
-        if fresh && s.replicas == [env.node] && s.target.is_none() {
+        if fresh && s.replicas == [env.node] && s.target.is_none() && s.span.is_none() {
             let addr = view.nodes.get(&env.node).map(|n| n.grpc_addr.clone()).unwrap_or_default();
             let members = BTreeMap::from([(env.node, BasicNode::new(addr))]);
             if let Err(e) = shard.group.raft.initialize(members).await {

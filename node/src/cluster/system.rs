@@ -141,6 +141,7 @@ pub async fn table(router: &Router, name: &str) -> Result<Option<RecordBatch>> {
                 Field::new("root", DataType::UInt64, false),
                 Field::new("hash_lo", DataType::UInt64, false),
                 Field::new("hash_end", DataType::UInt64, true),
+                Field::new("split", DataType::Utf8, true),
             ]));
             let spans: Vec<_> = shards.iter().map(|s| s.span()).collect();
             let cols: Vec<ArrayRef> = vec![
@@ -158,10 +159,23 @@ pub async fn table(router: &Router, name: &str) -> Result<Option<RecordBatch>> {
                 Arc::new(UInt64Array::from_iter_values(spans.iter().map(|s| u64::from(s.root)))),
                 Arc::new(UInt64Array::from_iter_values(spans.iter().map(|s| s.lo))),
                 Arc::new(UInt64Array::from_iter(spans.iter().map(|s| s.end))),
+                Arc::new(StringArray::from(
+                    shards.iter().map(|s| split_state(s)).collect::<Vec<_>>(),
+                )),
             ];
             RecordBatch::try_new(schema, cols).map_err(arrow)?
         }
         _ => return Ok(None),
     };
     Ok(Some(batch))
+}
+
+/// Where a shard stands in a split: `splitting from N` while it is being split off shard N,
+/// `trimming` until it has dropped the rows of the other half, else nothing.
+fn split_state(s: &super::view::ShardInfo) -> Option<String> {
+    match (&s.split_from, s.untrimmed) {
+        (Some(f), _) => Some(format!("splitting from {}", f.parent)),
+        (None, true) => Some("trimming".into()),
+        (None, false) => None,
+    }
 }

@@ -75,12 +75,32 @@ pub struct ShardInfo {
     /// `id - 1`, as every shard holds when the cluster is created).
     #[serde(default)]
     pub span: Option<Span>,
+    /// While the shard is being split off a parent: the split. Such a shard is neither routed
+    /// to nor queried until the split completes (statements that delete run on it too).
+    #[serde(default)]
+    pub split_from: Option<SplitFrom>,
+    /// The shard may still hold rows of series outside its span (it split, and has not
+    /// dropped the other half yet).
+    #[serde(default)]
+    pub untrimmed: bool,
+}
+
+/// A split in progress, as the new shard records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SplitFrom {
+    /// The shard being split.
+    pub parent: u64,
+    /// The half the parent keeps.
+    pub keep: Span,
+    /// Statements running on every shard that were recorded before the split was, so do not
+    /// run on the new shard: the parent forks only once they are done.
+    pub before: Vec<u64>,
 }
 
 impl ShardInfo {
     /// A shard holding all of its root, on `replicas`.
     pub fn root(id: u64, replicas: Vec<u64>) -> ShardInfo {
-        ShardInfo { id, replicas, target: None, span: None }
+        ShardInfo { id, replicas, target: None, span: None, split_from: None, untrimmed: false }
     }
 
     /// The series hashes it holds.
@@ -88,6 +108,11 @@ impl ShardInfo {
         self.span.unwrap_or_else(|| {
             Span::root(u32::try_from(self.id.saturating_sub(1)).unwrap_or(u32::MAX))
         })
+    }
+
+    /// True if the shard is being split off a parent (and is not routed to yet).
+    pub fn splitting(&self) -> bool {
+        self.split_from.is_some()
     }
 
     /// Every node that holds (or is about to hold) a replica.
@@ -138,7 +163,19 @@ impl MetaView {
     /// Which shard holds which series hashes; `None` before the cluster is created.
     pub fn shard_map(&self) -> Option<Result<ShardMap, MapError>> {
         let roots = self.settings?.shards;
-        Some(ShardMap::new(roots, self.shards.values().map(|s| (s.id, s.span()))))
+        Some(ShardMap::new(roots, self.routed().map(|s| (s.id, s.span()))))
+    }
+
+    /// The shards writes are routed to and queries read: all but those being split off.
+    pub fn routed(&self) -> impl Iterator<Item = &ShardInfo> + '_ {
+        self.shards.values().filter(|s| !s.splitting())
+    }
+
+    /// True if shard `id` is being split, or being split off another.
+    pub fn in_split(&self, id: u64) -> bool {
+        self.shards.values().any(|s| {
+            s.split_from.as_ref().is_some_and(|f| f.parent == id) || (s.id == id && s.splitting())
+        })
     }
 
     /// The view stored in `engine`.

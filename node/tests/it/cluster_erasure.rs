@@ -37,7 +37,7 @@ fn lines(user: &str, from: i64, to: i64) -> String {
 }
 
 /// Files under `dir` (recursively) whose bytes, SST pages decompressed, contain `needle`.
-fn files_with(dir: &Path, needle: &[u8]) -> Vec<String> {
+pub(crate) fn files_with(dir: &Path, needle: &[u8]) -> Vec<String> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {

@@ -32,7 +32,7 @@ fn lines(series: u32, points: u32) -> String {
 /// Runs `sql` as `request` on `shard`: the shard's answer.
 async fn on_shard(h: &Harness, shard: u64, sql: &str, request: &ShardRequest) -> Vec<RecordBatch> {
     let client: &dyn ShardClient = h.nodes[&0].router.as_ref();
-    let (_, stream) = client.query(shard, "db", sql, Some(request)).await.unwrap();
+    let (_, stream) = client.query(shard, "db", sql, Some(request), None).await.unwrap();
     stream.try_collect().await.unwrap()
 }
 

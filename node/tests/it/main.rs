@@ -11,6 +11,7 @@ mod cluster_erasure;
 mod cluster_harness;
 mod cluster_intent;
 mod cluster_server;
+mod cluster_split;
 mod cluster_writes;
 mod common;
 mod disk_full;

@@ -98,7 +98,7 @@ pub async fn drive(
     patience: Duration,
 ) -> Result<Vec<(u64, ShardOutcome)>, Vec<(u64, String)>> {
     let until = Instant::now() + patience;
-    let shards = client.shard_ids();
+    let shards = client.statement_shard_ids();
     let runs = shards.iter().map(|&s| drive_shard(client, intent, s, until));
     let answers = futures::future::join_all(runs).await;
     let mut done = Vec::new();
@@ -128,7 +128,7 @@ async fn drive_shard(
     loop {
         let attempt = async {
             let (_, stream) =
-                client.query(shard, &intent.database, &intent.sql, Some(&request)).await?;
+                client.query(shard, &intent.database, &intent.sql, Some(&request), None).await?;
             stream.try_collect::<Vec<_>>().await
         };
         let why = match attempt.await {

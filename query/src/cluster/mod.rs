@@ -29,6 +29,7 @@ use crate::error::{QueryError, Result};
 use crate::lp::Precision;
 use crate::WriteSummary;
 
+use hashspace::HashFilter;
 pub use intent::Intent;
 pub use session::ClusterSql;
 pub use table::ClusterTable;
@@ -76,17 +77,33 @@ pub type Batches = BoxStream<'static, std::result::Result<RecordBatch, ShardErro
 /// pooled gRPC channels; each call finds the shard's leader (retrying through elections).
 #[async_trait]
 pub trait ShardClient: Send + Sync + std::fmt::Debug {
-    /// Every shard id of the cluster.
+    /// Every shard id of the cluster that queries read (the shards writes are routed to).
     fn shard_ids(&self) -> Vec<u64>;
 
+    /// The shards queries read, each with the series hashes to limit it to (`None`: all it
+    /// holds), as of one moment: a shard that is splitting still holds the half it gives
+    /// away until the cluster routes to the new shard, and after that answers for its own
+    /// half only.
+    fn routing(&self) -> Vec<(u64, Option<HashFilter>)> {
+        self.shard_ids().into_iter().map(|s| (s, None)).collect()
+    }
+
+    /// The shards a `DELETE`, `ERASE` or DDL statement must run on: those queries read and
+    /// those being split off them (which hold a copy of their parent's rows).
+    fn statement_shard_ids(&self) -> Vec<u64> {
+        self.shard_ids()
+    }
+
     /// Runs `sql` in `database` on `shard`'s leader (as `request` for a `DELETE` or `ERASE`
-    /// issued on every shard): the result's schema and its batches.
+    /// issued on every shard; limited to the series `hashes` holds, if given): the result's
+    /// schema and its batches.
     async fn query(
         &self,
         shard: u64,
         database: &str,
         sql: &str,
         request: Option<&ShardRequest>,
+        hashes: Option<HashFilter>,
     ) -> std::result::Result<(SchemaRef, Batches), ShardError>;
 
     /// Writes a line-protocol request, each series to its shard's leader: every line is checked
@@ -103,6 +120,12 @@ pub trait ShardClient: Send + Sync + std::fmt::Debug {
     /// is recorded and still running.
     fn intent_patience(&self) -> std::time::Duration {
         std::time::Duration::from_secs(30)
+    }
+
+    /// Splits shard `shard` in two by the hashes of its series (`ALTER CLUSTER SPLIT SHARD`):
+    /// records the split, which the cluster then carries out; returns the new shard's id.
+    async fn split_shard(&self, shard: u64) -> Result<u64> {
+        Err(QueryError::Unsupported(format!("this cluster cannot split shard {shard}")))
     }
 
     /// Records `intent` in the metadata group, before any shard runs it.

@@ -25,6 +25,7 @@ use crate::access::{access_table, AccessStore, ACCESS_TABLES};
 use crate::db::new_request_id;
 use crate::error::{QueryError, Result};
 use crate::front::limits::Limits;
+use crate::sql::alter_cluster::ClusterStatement;
 use crate::sql::erase::{is_erase, parse_erase};
 use crate::sql::CATALOG;
 use crate::{QueryOutput, StatementKind};
@@ -187,6 +188,28 @@ impl ClusterSql {
             (Some(s), true) => self.execute_statement_by(s, issuer).await,
             (None, _) => Err(QueryError::invalid("empty query")),
             (Some(_), false) => Err(QueryError::invalid("give exactly one statement")),
+        }
+    }
+
+    /// Runs an `ALTER CLUSTER` statement: one row naming the shard split and the new shard.
+    pub async fn alter_cluster(&self, stmt: ClusterStatement) -> Result<QueryOutput> {
+        match stmt {
+            ClusterStatement::SplitShard(shard) => {
+                let child = self.client.split_shard(shard).await?;
+                let schema = Arc::new(ArrowSchema::new(vec![
+                    Field::new("shard", DataType::UInt64, false),
+                    Field::new("new_shard", DataType::UInt64, false),
+                ]));
+                let batch = RecordBatch::try_new(
+                    schema.clone(),
+                    vec![
+                        Arc::new(UInt64Array::from(vec![shard])),
+                        Arc::new(UInt64Array::from(vec![child])),
+                    ],
+                )
+                .map_err(|e| QueryError::Internal(e.to_string()))?;
+                Ok(crate::sql::rows_output(schema, batch, StatementKind::Query))
+            }
         }
     }
 

@@ -55,7 +55,7 @@ async fn layout(client: &dyn ShardClient) -> DfResult<RecordBatch> {
     let calls = client.shard_ids().into_iter().map(|shard| async move {
         let sql = "SELECT * FROM system.layout";
         let (_, batches) = client
-            .query(shard, "public", sql, None)
+            .query(shard, "public", sql, None, None)
             .await
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
         let batches: Vec<RecordBatch> =

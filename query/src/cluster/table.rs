@@ -23,6 +23,7 @@ use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::ExecutionPlan;
 use futures::StreamExt;
 
+use super::hashspace::HashFilter;
 use super::insert::ClusterInsert;
 use super::{ShardClient, ShardError};
 
@@ -33,8 +34,8 @@ pub struct ClusterTable {
     database: String,
     name: String,
     schema: SchemaRef,
-    /// The schema each shard holding the table has.
-    shards: BTreeMap<u64, SchemaRef>,
+    /// The schema each shard holding the table has, and the series hashes a scan limits it to.
+    shards: BTreeMap<u64, (SchemaRef, Option<HashFilter>)>,
     /// Scans ask each shard for the first row per group only (see [`ClusterTable::newest`]).
     newest: Option<NewestOn>,
 }
@@ -65,15 +66,15 @@ impl ClusterTable {
         let sql = format!("SELECT * FROM {} LIMIT 0", quote(name));
         let mut shards = BTreeMap::new();
         let mut fields: Vec<Field> = Vec::new();
-        for shard in client.shard_ids() {
-            match client.query(shard, database, &sql, None).await {
+        for (shard, hashes) in client.routing() {
+            match client.query(shard, database, &sql, None, hashes).await {
                 Ok((schema, _)) => {
                     for f in schema.fields() {
                         if !fields.iter().any(|g| g.name() == f.name()) {
                             fields.push(f.as_ref().clone().with_nullable(true));
                         }
                     }
-                    shards.insert(shard, schema);
+                    shards.insert(shard, (schema, hashes));
                 }
                 Err(ShardError::NotFound(_)) => {}
                 Err(e) => return Err(external(e)),
@@ -132,8 +133,11 @@ impl ClusterTable {
         );
         let mut tags = BTreeSet::new();
         for shard in self.shards.keys() {
-            let (_, mut batches) =
-                self.client.query(*shard, &self.database, &sql, None).await.map_err(external)?;
+            let (_, mut batches) = self
+                .client
+                .query(*shard, &self.database, &sql, None, None)
+                .await
+                .map_err(external)?;
             while let Some(b) = batches.next().await {
                 let b = b.map_err(external)?;
                 let Some(col) = b.column(0).as_string_opt::<i32>() else {
@@ -203,7 +207,7 @@ impl TableProvider for ClusterTable {
             .map(|f| datafusion::sql::unparser::expr_to_sql(f).ok().map(|e| format!("({e})")))
             .collect();
         let mut partitions: Vec<Arc<dyn PartitionStream>> = Vec::new();
-        for (shard, shard_schema) in &self.shards {
+        for (shard, (shard_schema, hashes)) in &self.shards {
             // Only filters on columns the shard has can be sent to it.
             let usable: Vec<&str> = conditions
                 .iter()
@@ -256,6 +260,7 @@ impl TableProvider for ClusterTable {
             partitions.push(Arc::new(ShardPartition {
                 client: self.client.clone(),
                 shard: *shard,
+                hashes: *hashes,
                 database: self.database.clone(),
                 sql,
                 schema: schema.clone(),
@@ -277,6 +282,8 @@ impl TableProvider for ClusterTable {
 struct ShardPartition {
     client: Arc<dyn ShardClient>,
     shard: u64,
+    /// The series hashes the shard answers for.
+    hashes: Option<HashFilter>,
     database: String,
     sql: String,
     schema: SchemaRef,
@@ -310,16 +317,17 @@ impl PartitionStream for ShardPartition {
     }
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
-        let (client, shard, db, sql, schema) = (
+        let (client, shard, hashes, db, sql, schema) = (
             self.client.clone(),
             self.shard,
+            self.hashes,
             self.database.clone(),
             self.sql.clone(),
             self.schema.clone(),
         );
         let target = schema.clone();
         let stream = futures::stream::once(async move {
-            match client.query(shard, &db, &sql, None).await {
+            match client.query(shard, &db, &sql, None, hashes).await {
                 Ok((_, batches)) => {
                     batches.map(move |b| conform(&b.map_err(external)?, &target)).boxed()
                 }

@@ -9,6 +9,7 @@ mod erase;
 mod outcome;
 mod replicated;
 mod request;
+mod split;
 mod write;
 mod write_plan;
 
@@ -24,6 +25,7 @@ pub use erase::EraseOutcome;
 pub use outcome::{admits, RequestOutcome};
 pub use replicated::{RaftReplicator, PROPOSE_TIMEOUT};
 pub use request::{human_duration, new_request_id, request_id_ms, RequestSpec};
+pub use split::TrimOutcome;
 pub use write::WriteSummary;
 
 use apply::Change;

@@ -82,7 +82,7 @@ impl Proposal {
 
 impl RaftReplicator {
     /// Submits `cmd` to the group without waiting for it.
-    fn submit(&self, cmd: Command) -> Result<Proposal> {
+    pub(crate) fn submit(&self, cmd: Command) -> Result<Proposal> {
         let raft = self
             .raft
             .get()

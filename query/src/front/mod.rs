@@ -35,6 +35,7 @@ use crate::cluster::{ClusterSql, ShardClient};
 use crate::db::Database;
 use crate::error::{QueryError, Result};
 use crate::lp::Precision;
+use crate::sql::alter_cluster::{is_alter_cluster, parse_alter_cluster};
 use crate::sql::erase::{is_erase, parse_erase};
 use crate::sql::{QueryOutput, SqlSession};
 use crate::WriteSummary;
@@ -446,6 +447,18 @@ impl Session {
         if is_access_statement(sql) {
             // Any client may create the first user of a server without users.
             return Ok(vec![self.door.run_access(&self.who, parse_access(sql)?).await?]);
+        }
+        if is_alter_cluster(sql) {
+            let stmt = parse_alter_cluster(sql)?;
+            self.door.authorize(&self.who, None, Privilege::Admin)?;
+            return Ok(vec![match &*self.sql {
+                Sql::Local(_) => {
+                    return Err(QueryError::Unsupported(
+                        "ALTER CLUSTER: this server runs as a single node, without shards".into(),
+                    ))
+                }
+                Sql::Cluster(s) => s.alter_cluster(stmt).await?,
+            }]);
         }
         if is_erase(sql) {
             let stmt = parse_erase(sql)?;

@@ -1,6 +1,7 @@
 //! DataFusion integration: the catalog (`ebb`, one schema per database, plus `system`), a table
 //! provider per table with pushdown, `INSERT`, `DELETE`, DDL, and SQL sessions.
 
+pub mod alter_cluster;
 mod catalog;
 pub mod ddl;
 pub mod delete;
