@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Simulates the Helm chart's StatefulSet on this machine with the real `ebb` binary: renders
 # the chart, runs each pod as a process with the rendered args, environment and config file,
-# a loopback address of its own and a directory per volume, then scales 3 -> 5 under writes
-# and deletes a pod (see deploy/k8s_sim.py), secured: admin password, HTTPS and mutual TLS
+# a loopback address of its own and a directory per volume, then scales 3 -> 6 under writes,
+# splits two shards, decommissions two nodes and scales 6 -> 4, and deletes a pod (see deploy/k8s_sim.py), secured: admin password, HTTPS and mutual TLS
 # between the nodes. Runs in new user, mount and network namespaces:
 # the pods' DNS names resolve through a private /etc/hosts and nothing touches the host's
 # network.

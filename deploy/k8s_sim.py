@@ -13,9 +13,12 @@ The chart runs secured as the README tells users to run it: an admin password Se
 and PostgreSQL TLS, and mutual TLS between the nodes, with certificates made by `ebb cert`
 standing in for the Secrets (mounted as files, as the kubelet would).
 The simulation then does what an operator would: install with 3 replicas, write, `helm upgrade
---set replicas=5` (new pods start in order and the cluster rebalances onto them while writes
-continue), delete a pod (SIGKILL; the StatefulSet controller recreates it on the same volume),
-and checks that no acknowledged row is lost and every node holds its share of shard replicas.
+--set replicas=6` (new pods start together and the cluster rebalances onto them while writes
+continue), split two shards so the new nodes have shards to lead (`ALTER CLUSTER SPLIT SHARD`),
+decommission the two highest pods and `helm upgrade --set replicas=4` once they have drained,
+delete a pod (SIGKILL; the StatefulSet controller recreates it on the same volume), stop and
+start every pod, and checks each time that no acknowledged row is lost or read twice and every
+node holds its share of shard replicas.
 """
 
 import argparse
@@ -257,21 +260,25 @@ class Sim:
         return self.sql(pod, "SELECT count(*) AS n FROM cpu")[0]["n"]
 
     def shards(self, pod):
-        return self.sql(pod, "SELECT shard, replicas, moving FROM system.shards ORDER BY shard")
+        return self.sql(
+            pod, "SELECT shard, replicas, moving, split, leader FROM system.shards ORDER BY shard"
+        )
 
     def wait_balanced(self, timeout=300):
         deadline = time.time() + timeout
         while time.time() < deadline:
             try:
                 rows = self.shards(self.pods[0])
-                nodes = self.sql(self.pods[0], "SELECT id, replicas FROM system.nodes")
+                nodes = self.sql(
+                    self.pods[0], "SELECT id, replicas FROM system.nodes WHERE state = 'active'"
+                )
             except (urllib.error.URLError, OSError, ValueError):
                 time.sleep(0.5)
                 continue
             total = sum(len(r["replicas"].split(",")) for r in rows)
             share = total // len(self.pods)
             if (
-                not any(r["moving"] for r in rows)
+                not any(r["moving"] or r["split"] for r in rows)
                 and len(nodes) == len(self.pods)
                 and all(n["replicas"] >= share for n in nodes)
             ):
@@ -281,6 +288,26 @@ class Sim:
         fail(f"shards did not rebalance within {timeout} s: {rows} {nodes}")
 
 
+def wait_until(check, timeout, what):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if check():
+                return
+        except (urllib.error.URLError, OSError, ValueError, IndexError, KeyError):
+            pass
+        time.sleep(0.5)
+    fail(f"timed out waiting for {what}")
+
+
+def settled(sim, n):
+    """True once the cluster has n shards, each with a leader, none moving or mid-split."""
+    rows = sim.shards(sim.pods[0])
+    return len(rows) == n and all(
+        r["leader"] is not None and not r["moving"] and r["split"] is None for r in rows
+    )
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ebb", required=True)
@@ -288,7 +315,8 @@ def main():
     ap.add_argument("--chart", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--from-replicas", type=int, default=3)
-    ap.add_argument("--to-replicas", type=int, default=5)
+    ap.add_argument("--to-replicas", type=int, default=6)
+    ap.add_argument("--down-to", type=int, default=4)
     a = ap.parse_args()
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     sim = Sim(a)
@@ -338,6 +366,67 @@ def main():
             if n != sim.written:
                 fail(f"{p.name} reads {n} rows, {sim.written} were acknowledged")
         log(f"scale-out {a.from_replicas} -> {a.to_replicas}: {sim.written} rows on every pod")
+
+        # More shards for the new nodes to lead: two splits, under writes.
+        stop.clear()
+        t = threading.Thread(target=writer)
+        t.start()
+        before = len(sim.shards(sim.pods[0]))
+        for shard in (1, 2):
+            out = sim.sql(sim.pods[-1], f"ALTER CLUSTER SPLIT SHARD {shard}")
+            log(f"ALTER CLUSTER SPLIT SHARD {shard}: new shard {out[0]['new_shard']}")
+            wait_until(lambda: settled(sim, before + 1), 180, f"the split of shard {shard}")
+            before += 1
+        sim.wait_balanced()
+        stop.set()
+        t.join()
+        if errors:
+            fail(f"writes failed during the splits: {errors[:3]}")
+        for p in sim.pods:
+            n = sim.count(p)
+            if n != sim.written:
+                fail(f"after the splits {p.name} reads {n} rows, {sim.written} were acknowledged")
+        log(f"splits: {before} shards; {sim.written} rows on every pod")
+
+        # Scale in: the highest pods are decommissioned, drained, then removed.
+        stop.clear()
+        t = threading.Thread(target=writer)
+        t.start()
+        leaving = sim.pods[a.down_to:]
+        leaving_ids = [int((p.pvc / "node_id").read_text()) for p in leaving]
+        for node in leaving_ids:
+            req = urllib.request.Request(
+                sim.pods[0].url() + f"/v1/cluster/decommission?node={node}", data=b"",
+                method="POST", headers=sim.auth,
+            )
+            with urllib.request.urlopen(req, timeout=30, context=sim.tls) as r:
+                if r.status >= 300:
+                    fail(f"decommission of node {node} answered {r.status}")
+        log(f"decommissioning nodes {leaving_ids}")
+        gone = ", ".join(str(i) for i in leaving_ids)
+        wait_until(
+            lambda: all(
+                r["state"] == "removed"
+                for r in sim.sql(sim.pods[0], f"SELECT state FROM system.nodes WHERE id IN ({gone})")
+            ),
+            300,
+            "the decommissioned nodes to drain and leave",
+        )
+        log(f"helm upgrade --set replicas={a.down_to}")
+        for p in leaving:
+            p.stop()
+        sim.pods = sim.pods[: a.down_to]
+        sim.apply(a.down_to)
+        sim.wait_balanced()
+        stop.set()
+        t.join()
+        if errors:
+            fail(f"writes failed during scale-in: {errors[:3]}")
+        for p in sim.pods:
+            n = sim.count(p)
+            if n != sim.written:
+                fail(f"after scale-in {p.name} reads {n} rows, {sim.written} were acknowledged")
+        log(f"scale-in {a.to_replicas} -> {a.down_to}: {sim.written} rows on every pod")
 
         # Pod deletion: the controller recreates it on the same volume; it keeps its id.
         victim = sim.pods[1]

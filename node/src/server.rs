@@ -171,6 +171,7 @@ impl Server {
             server_tls: tls.cluster.clone(),
             max_connections: config.max_connections,
             intent_patience: crate::cluster::router::DEFAULT_INTENT_PATIENCE,
+            scaling: config.scaling,
         };
         let node =
             ClusterNode::start(&cc, grpc, Arc::new(ebb_raft::transport::Faults::new())).await?;

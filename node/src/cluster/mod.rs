@@ -2,6 +2,7 @@
 //! services nodes call on each other. The [`Router`] is the `ebb_query::cluster::ShardClient`
 //! through which cluster SQL (in `ebb_query`) reaches the shards.
 
+mod autosplit;
 pub mod deletions;
 pub mod hashspace;
 mod intents;

@@ -14,7 +14,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::ClientTlsConfig;
 
+use super::autosplit::AutoSplit;
 use super::meta::Meta;
+use super::placement::SplitLimits;
 use super::proto::JoinRequest;
 use super::router::Router;
 use super::service::{join, ClusterService};
@@ -76,6 +78,8 @@ pub struct ClusterConfig {
     /// How long a `DELETE`, `ERASE` or DDL statement waits for every shard to apply it before
     /// answering that it is recorded and still running (the metadata leader finishes it).
     pub intent_patience: Duration,
+    /// When shards split by themselves and how fast replicas move.
+    pub scaling: crate::config::scaling::Scaling,
 }
 
 /// A running cluster node.
@@ -224,6 +228,7 @@ impl ClusterNode {
         );
         let groups = Groups::new();
         let conns = Connections::new(id, faults);
+        conns.snapshot_pacer().set_rate(cfg.scaling.move_rate);
         conns.set_credentials(Credentials { tls: cfg.tls.clone(), cluster_id });
         let meta =
             Meta::open(id, &cfg.data_dir.join("meta"), &cfg.groups, conns.clone(), &groups).await?;
@@ -293,7 +298,11 @@ impl ClusterNode {
             stopped(rx.clone()),
         )));
         tasks.push(tokio::spawn(super::intents::intent_loop(router.clone(), rx.clone())));
-        tasks.push(tokio::spawn(reconcile_loop(meta.clone(), rx)));
+        let limits = SplitLimits {
+            bytes: cfg.scaling.split_bytes,
+            rows_per_sec: cfg.scaling.split_rows_per_sec,
+        };
+        tasks.push(tokio::spawn(reconcile_loop(meta.clone(), AutoSplit::new(limits), rx)));
         // A joining node serves once it holds the metadata (the leader adds it as a learner).
         let mut changes = meta.subscribe();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
@@ -360,7 +369,7 @@ const LEADER_CHECK: Duration = Duration::from_secs(2);
 
 /// On the metadata leader: keeps the group's members in step with the registered nodes, and
 /// moves shard replicas where the placement wants them.
-async fn reconcile_loop(meta: Arc<Meta>, stop: watch::Receiver<bool>) {
+async fn reconcile_loop(meta: Arc<Meta>, mut auto: AutoSplit, stop: watch::Receiver<bool>) {
     let mut changes = meta.subscribe();
     let mut leaders_checked = Instant::now();
     let mut splits = super::split::SplitClock::default();
@@ -375,6 +384,9 @@ async fn reconcile_loop(meta: Arc<Meta>, stop: watch::Receiver<bool>) {
             continue;
         }
         if super::rebalance::step(&meta).await {
+            continue;
+        }
+        if auto.step(&meta).await {
             continue;
         }
         // Leaders are looked up on every node: not on every pass.

@@ -101,6 +101,45 @@ pub fn leader_moves(
     }
 }
 
+/// What the split policy knows of a shard.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ShardLoad {
+    /// The shard.
+    pub id: u64,
+    /// Bytes its leader's replica holds.
+    pub bytes: u64,
+    /// Rows a second its leader wrote lately, once measured.
+    pub rows_per_sec: Option<f64>,
+    /// False if it cannot split now (too narrow, moving, or in a split already).
+    pub splittable: bool,
+}
+
+/// When shards split by themselves (`None`: never for that reason).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SplitLimits {
+    /// Bytes.
+    pub bytes: Option<u64>,
+    /// Rows written a second.
+    pub rows_per_sec: Option<u64>,
+}
+
+/// The shard to split next: of those over a limit, the one furthest over it (as a multiple of
+/// the limit); `None` if none is.
+pub fn split_next(loads: &[ShardLoad], limits: &SplitLimits) -> Option<u64> {
+    let over = |l: &ShardLoad| {
+        let by_bytes = limits.bytes.map(|b| l.bytes as f64 / b.max(1) as f64);
+        let by_rate = limits.rows_per_sec.zip(l.rows_per_sec).map(|(r, x)| x / r.max(1) as f64);
+        by_bytes.into_iter().chain(by_rate).fold(0.0f64, f64::max)
+    };
+    loads
+        .iter()
+        .filter(|l| l.splittable)
+        .map(|l| (over(l), l.id))
+        .filter(|(x, _)| *x > 1.0)
+        .max_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)))
+        .map(|(_, id)| id)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,5 +284,27 @@ mod tests {
         v.nodes.get_mut(&2).unwrap().state = NodeState::Draining;
         let t = target(&v);
         assert!(t.values().all(|r| !r.contains(&2) && r.len() == 3));
+    }
+
+    #[test]
+    fn the_shard_furthest_over_a_limit_splits_first() {
+        let load = |id, bytes, rate: Option<f64>| ShardLoad {
+            id,
+            bytes,
+            rows_per_sec: rate,
+            splittable: true,
+        };
+        let limits = SplitLimits { bytes: Some(100), rows_per_sec: Some(1000) };
+        let loads = [load(1, 90, Some(900.0)), load(2, 150, None), load(3, 10, Some(3000.0))];
+        assert_eq!(split_next(&loads, &limits), Some(3), "3x its rate beats 1.5x bytes");
+        assert_eq!(split_next(&loads[..2], &limits), Some(2));
+        assert_eq!(split_next(&loads[..1], &limits), None, "under both limits");
+        let mut stuck = loads;
+        stuck[2].splittable = false;
+        stuck[1].splittable = false;
+        assert_eq!(split_next(&stuck, &limits), None, "only shards that can split");
+        assert_eq!(split_next(&loads, &SplitLimits::default()), None, "no limits, no splits");
+        let rate_only = SplitLimits { bytes: None, rows_per_sec: Some(1000) };
+        assert_eq!(split_next(&loads, &rate_only), Some(3));
     }
 }

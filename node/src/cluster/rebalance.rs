@@ -118,15 +118,13 @@ const CAUGHT_UP: u64 = 64;
 /// How long one node may take to say which shards it holds and who leads them.
 const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Per shard, its leader as the replicas on `nodes` know it (the answer of the highest term
-/// wins) and the replicas whose logs are within [`CAUGHT_UP`] entries of the leader's. Nodes
-/// are asked at once, each for at most [`ASK_TIMEOUT`]; shards no reachable replica knows a
-/// leader of are absent.
-async fn known_leaders(
+/// What every node of `nodes` says of the replicas it holds, asked at once, each for at most
+/// [`ASK_TIMEOUT`] (nodes that do not answer in time are left out).
+pub(super) async fn ask_replicas(
     meta: &Arc<Meta>,
     v: &view::MetaView,
     nodes: &[u64],
-) -> (BTreeMap<u64, u64>, BTreeMap<u64, Vec<u64>>) {
+) -> Vec<(u64, Vec<super::proto::ShardLeader>)> {
     let asks = nodes.iter().map(|&n| async move {
         let addr = v.nodes.get(&n).map(|i| i.grpc_addr.clone())?;
         let ask = async {
@@ -136,7 +134,19 @@ async fn known_leaders(
         let reply = tokio::time::timeout(ASK_TIMEOUT, ask).await.ok()??;
         Some((n, reply.into_inner().leaders))
     });
-    let replies: Vec<_> = futures::future::join_all(asks).await.into_iter().flatten().collect();
+    futures::future::join_all(asks).await.into_iter().flatten().collect()
+}
+
+/// Per shard, its leader as the replicas on `nodes` know it (the answer of the highest term
+/// wins) and the replicas whose logs are within [`CAUGHT_UP`] entries of the leader's. Nodes
+/// are asked at once, each for at most [`ASK_TIMEOUT`]; shards no reachable replica knows a
+/// leader of are absent.
+async fn known_leaders(
+    meta: &Arc<Meta>,
+    v: &view::MetaView,
+    nodes: &[u64],
+) -> (BTreeMap<u64, u64>, BTreeMap<u64, Vec<u64>>) {
+    let replies = ask_replicas(meta, v, nodes).await;
     let mut best: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
     for (_, shards) in &replies {
         for l in shards {

@@ -285,6 +285,7 @@ impl Cluster for ClusterService {
                     last_log_index: m.last_log_index.unwrap_or(0),
                     applied_index: m.last_applied.map_or(0, |l| l.index),
                     bytes: replica_bytes(s),
+                    rows_written: s.db.rows_written(),
                 }
             })
             .collect();

@@ -17,9 +17,12 @@
 //! cluster = false                # create a new cluster with this node as its first member
 //! join = "10.0.0.1:7090,10.0.0.2:7090"  # gRPC addresses of nodes of a cluster to join
 //! advertise_grpc = "10.0.0.3:7090" # the gRPC address other nodes reach this one at
-//! shards = 4                     # shards of a new cluster (fixed for its life)
+//! shards = 4                     # shards a new cluster starts with (they split as it grows)
 //! replication = 3                # replicas per shard of a new cluster
 //! raft_snapshot_every = 10000    # Raft log entries between snapshots of a shard
+//! split_shard_bytes = "16GiB"    # a shard larger than this splits ("none": never for size)
+//! split_shard_rows = 200000      # ... or one writing more rows a second, for a minute
+//! move_rate = "64MiB"            # bytes a second a node sends moving replicas at
 //! node_name = "ebb-0"            # this node's name (a pod's name; default: none)
 //! init_node = "ebb-0"            # the node that creates the cluster if no `join` seed answers
 //! init_cluster = false           # disaster recovery: create a new cluster here without asking
@@ -50,10 +53,13 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::error::{NodeError, Result};
+use crate::error::Result;
 use crate::tls::{CertFiles, ClusterFiles};
+use parse::{bad, boolean, bytes};
 
 pub mod durability;
+mod parse;
+pub mod scaling;
 
 /// Everything `ebb server` needs.
 #[derive(Debug, Clone, PartialEq)]
@@ -92,6 +98,8 @@ pub struct Config {
     pub shards: u32,
     /// Replicas per shard of a new cluster.
     pub replication: u32,
+    /// When shards split by themselves and how fast replicas move.
+    pub scaling: scaling::Scaling,
     /// Raft log entries between two snapshots of a shard (the log before a snapshot is purged,
     /// so a replica that falls further behind, or a new one, is sent the snapshot).
     pub raft_snapshot_every: u64,
@@ -190,6 +198,7 @@ impl Default for Config {
             shards: 4,
             replication: 3,
             raft_snapshot_every: 10_000,
+            scaling: Default::default(),
             node_name: None,
             init_node: None,
             default_retention: None,
@@ -243,6 +252,12 @@ pub struct Overrides {
     pub replication: Option<u32>,
     /// See [`Config::raft_snapshot_every`].
     pub raft_snapshot_every: Option<u64>,
+    /// See [`scaling::Scaling::split_bytes`] (`"16GiB"`, or `"none"`).
+    pub split_shard_bytes: Option<String>,
+    /// See [`scaling::Scaling::split_rows_per_sec`] (rows a second, or `"none"`).
+    pub split_shard_rows: Option<String>,
+    /// See [`scaling::Scaling::move_rate`] (`"64MiB"` a second, or `"none"`).
+    pub move_rate: Option<String>,
     /// See [`Config::node_name`].
     pub node_name: Option<String>,
     /// See [`Config::init_node`].
@@ -298,6 +313,9 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("EBB_SHARDS", "shards"),
     ("EBB_REPLICATION", "replication"),
     ("EBB_RAFT_SNAPSHOT_EVERY", "raft_snapshot_every"),
+    ("EBB_SPLIT_SHARD_BYTES", "split_shard_bytes"),
+    ("EBB_SPLIT_SHARD_ROWS", "split_shard_rows"),
+    ("EBB_MOVE_RATE", "move_rate"),
     ("EBB_NODE_NAME", "node_name"),
     ("EBB_INIT_NODE", "init_node"),
     ("EBB_DEFAULT_RETENTION", "default_retention"),
@@ -315,38 +333,6 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("EBB_CLUSTER_CERT", "cluster_cert"),
     ("EBB_CLUSTER_KEY", "cluster_key"),
 ];
-
-/// Bytes from `"1GiB"`, `"512MiB"`, `"64KiB"` or a plain number.
-fn bytes(what: &str, s: &str) -> Result<usize> {
-    let s = s.trim();
-    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => (&s[..i], s[i..].trim()),
-        None => (s, ""),
-    };
-    let shift = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "kib" | "k" => 10,
-        "mib" | "m" => 20,
-        "gib" | "g" => 30,
-        _ => return Err(bad(format!("{what}: {s:?} is not a size such as 512MiB or 2GiB"))),
-    };
-    let n: usize = num.parse().map_err(|_| bad(format!("{what}: {s:?} is not a size")))?;
-    n.checked_shl(shift)
-        .filter(|v| *v >> shift == n && *v > 0)
-        .ok_or_else(|| bad(format!("{what}: {s:?} is out of range")))
-}
-
-fn boolean(var: &str, v: &str) -> Result<bool> {
-    match v {
-        "1" | "true" | "yes" => Ok(true),
-        "0" | "false" | "no" | "" => Ok(false),
-        _ => Err(bad(format!("{var}: not a boolean: {v:?}"))),
-    }
-}
-
-fn bad(message: impl Into<String>) -> NodeError {
-    NodeError::Config(message.into())
-}
 
 impl Overrides {
     /// Reads a TOML file.
@@ -403,6 +389,9 @@ impl Overrides {
                 "EBB_NODE_NAME" => o.node_name = Some(v),
                 "EBB_INIT_NODE" => o.init_node = Some(v),
                 "EBB_DEFAULT_RETENTION" => o.default_retention = Some(v),
+                "EBB_SPLIT_SHARD_BYTES" => o.split_shard_bytes = Some(v),
+                "EBB_SPLIT_SHARD_ROWS" => o.split_shard_rows = Some(v),
+                "EBB_MOVE_RATE" => o.move_rate = Some(v),
                 "EBB_RAFT_SNAPSHOT_EVERY" => {
                     o.raft_snapshot_every =
                         Some(v.parse().map_err(|_| bad(format!("{var}: not a number: {v:?}")))?)
@@ -477,6 +466,7 @@ impl Overrides {
         if let Some(a) = &self.advertise_grpc {
             c.advertise_grpc = Some(a.clone());
         }
+        scaling::apply(self, &mut c.scaling)?;
         if let Some(n) = self.shards {
             if !(1..=4096).contains(&n) {
                 return Err(bad("shards must be between 1 and 4096"));

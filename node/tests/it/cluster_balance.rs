@@ -73,3 +73,33 @@ async fn leaders_spread_over_the_nodes() {
         h.stop(i).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_shard_over_its_size_limit_splits_by_itself() {
+    let mut h = Harness::new();
+    h.settings = ebb_node::cluster::view::Settings { shards: 1, replication: 1 };
+    // A shard over 64 KiB splits: the one the cluster starts with, once written to.
+    h.scaling.split_bytes = Some(64 << 10);
+    h.scaling.split_rows_per_sec = None;
+    h.start(0, &[]).await;
+    wait_settled(&h, 1).await;
+    let body: String =
+        (0..20_000).map(|i| format!("cpu,host=h{} v={i} {}\n", i % 200, 1_000 + i)).collect();
+    h.nodes[&0]
+        .router
+        .write_lines("db", &body, ebb_query::lp::Precision::Seconds, 0)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let t = sql(&h, 0, "SELECT count(*) AS n FROM system.shards WHERE split IS NULL").await;
+        if t.contains("| 2 |") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the shard did not split: {t}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let t = sql(&h, 0, "SELECT count(*) AS n, count(DISTINCT host) AS h FROM cpu").await;
+    assert!(t.contains("| 20000 | 200 |"), "every row once after the split: {t}");
+    h.stop(0).await;
+}

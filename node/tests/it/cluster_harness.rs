@@ -26,6 +26,8 @@ pub(crate) struct Harness {
     pub snapshot_every: u64,
     /// The engines' clock, if not the system's.
     pub clock: Option<ebb_storage::ManualClock>,
+    /// When shards split by themselves.
+    pub scaling: ebb_node::config::scaling::Scaling,
 }
 
 impl Harness {
@@ -39,6 +41,7 @@ impl Harness {
             intent_patience: Duration::from_secs(30),
             snapshot_every: 1000,
             clock: None,
+            scaling: Default::default(),
         }
     }
 
@@ -103,6 +106,7 @@ impl Harness {
             server_tls: None,
             max_connections: 256,
             intent_patience: self.intent_patience,
+            scaling: self.scaling,
         };
         (cfg, listener)
     }

@@ -86,6 +86,8 @@ pub struct Database {
     access: RwLock<Arc<crate::access::AccessState>>,
     /// Writes that add data are refused below this free space (none: no reserve).
     reserve: RwLock<Option<Arc<ebb_storage::disk::Reserve>>>,
+    /// Rows this database's writes have written since it opened (on a shard: while it led).
+    rows_written: std::sync::atomic::AtomicU64,
 }
 
 impl Database {
@@ -119,6 +121,7 @@ impl Database {
             default_retention: RwLock::new(None),
             access: RwLock::new(Arc::new(access)),
             reserve: RwLock::new(None),
+            rows_written: Default::default(),
         })
     }
 

@@ -196,6 +196,7 @@ impl Database {
             default_retention: RwLock::new(None),
             access: RwLock::new(Default::default()),
             reserve: RwLock::new(None),
+            rows_written: Default::default(),
         });
         replica.set_applier(Arc::new(ReplicaApplier(Arc::downgrade(&db))));
         Ok(db)

@@ -160,7 +160,14 @@ impl Database {
                 }
             }
         }
+        self.rows_written.fetch_add(p.summary.rows as u64, std::sync::atomic::Ordering::Relaxed);
         Ok(p.summary)
+    }
+
+    /// Rows written through this database since it opened (on a shard replica: while it led;
+    /// the cluster's split policy reads its rate).
+    pub fn rows_written(&self) -> u64 {
+        self.rows_written.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Checks a line-protocol request body against the schema of database `db` as a write

@@ -179,7 +179,8 @@ impl RaftNetwork<TypeConfig> for GroupClient {
             return Err(to_streaming(unreachable("snapshot dropped (fault injection)")));
         }
         let mut client = self.client().map_err(|e| to_streaming(unreachable(e)))?;
-        let (chunks, bytes) = super::stream::send(self.group, self.target, &vote, &snapshot)
+        let pacer = self.conns.snapshot_pacer().clone();
+        let (chunks, bytes) = super::stream::send(self.group, self.target, &vote, &snapshot, pacer)
             .await
             .map_err(|e| to_streaming(network(e)))?;
         let call = client.install_snapshot(chunks);

@@ -5,9 +5,12 @@
 
 mod client;
 mod faults;
+mod pace;
 mod server;
 mod stats;
 mod stream;
+
+pub use pace::Pacer;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -83,6 +86,7 @@ pub struct Connections {
     faults: Arc<Faults>,
     connect_timeout: Duration,
     snapshots_sent: Traffic,
+    snapshot_pacer: Arc<Pacer>,
 }
 
 impl Connections {
@@ -94,6 +98,7 @@ impl Connections {
             faults,
             connect_timeout: Duration::from_secs(1),
             snapshots_sent: Traffic::default(),
+            snapshot_pacer: Arc::default(),
         })
     }
 
@@ -110,6 +115,11 @@ impl Connections {
     /// Snapshots this node sent and the receiver installed.
     pub fn snapshots_sent(&self) -> &Traffic {
         &self.snapshots_sent
+    }
+
+    /// The budget every snapshot this node sends draws from (see [`Pacer`]).
+    pub fn snapshot_pacer(&self) -> &Arc<Pacer> {
+        &self.snapshot_pacer
     }
 
     /// Sets how this node proves itself; open channels are dropped so that new requests use

@@ -23,6 +23,7 @@ pub(crate) async fn send(
     target: NodeId,
     vote: &Vote<NodeId>,
     snapshot: &Snapshot<TypeConfig>,
+    pacer: std::sync::Arc<super::Pacer>,
 ) -> Result<(ReceiverStream<SnapshotChunk>, u64), String> {
     let snap = (*snapshot.snapshot).clone();
     let d = tokio::task::spawn_blocking(move || snap.descriptor())
@@ -42,7 +43,7 @@ pub(crate) async fn send(
         if tx.send(SnapshotChunk { kind: Some(Kind::Header(header)) }).await.is_err() {
             return;
         }
-        if let Err(e) = send_files(&dir, &d, &tx).await {
+        if let Err(e) = send_files(&dir, &d, &tx, &pacer).await {
             // The stream ends early; the receiver finds files short and refuses the snapshot.
             tracing::warn!(dir = %dir.display(), %e, "reading a snapshot to send");
         }
@@ -54,6 +55,7 @@ async fn send_files(
     dir: &std::path::Path,
     d: &Descriptor,
     tx: &tokio::sync::mpsc::Sender<SnapshotChunk>,
+    pacer: &super::Pacer,
 ) -> std::io::Result<()> {
     for (i, f) in d.files.iter().enumerate() {
         let mut file = tokio::fs::File::open(dir.join(&f.name)).await?;
@@ -65,6 +67,7 @@ async fn send_files(
                 break;
             }
             buf.truncate(n);
+            pacer.take(n as u64).await;
             let chunk = FileChunk { file: i as u32, offset, data: buf.into() };
             offset += n as u64;
             if tx.send(SnapshotChunk { kind: Some(Kind::Data(chunk)) }).await.is_err() {

@@ -113,11 +113,18 @@ impl Cluster {
     pub async fn start_child(&self, id: NodeId, group: u64) -> GroupHandle {
         let n = &self.nodes[&id];
         let dir = self.node_dir(id).join(ebb_raft::sm::group_dir_name(group));
-        let conns = Connections::new(id, self.faults.clone());
-        start_group(id, group, &dir, &self.opts, conns, &n.groups)
-            .await
-            .map_err(|e| e.to_string())
-            .unwrap()
+        // A replica of the group closed a moment ago may still be shutting down.
+        for _ in 0..100 {
+            let conns = Connections::new(id, self.faults.clone());
+            match start_group(id, group, &dir, &self.opts, conns, &n.groups).await {
+                Ok(g) => return g,
+                Err(e) if e.to_string().contains("locked") => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                Err(e) => panic!("starting group {group} on node {id}: {e}"),
+            }
+        }
+        panic!("group {group} on node {id} stayed locked")
     }
 
     /// Stops node `id` abruptly: its server, its Raft, its engine (nothing flushed).

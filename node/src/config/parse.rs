@@ -1,0 +1,35 @@
+//! Parsing of setting values: sizes, booleans, and the error they make.
+
+use crate::error::{NodeError, Result};
+
+/// Bytes from `"1GiB"`, `"512MiB"`, `"64KiB"` or a plain number.
+pub(super) fn bytes(what: &str, s: &str) -> Result<usize> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => (&s[..i], s[i..].trim()),
+        None => (s, ""),
+    };
+    let shift = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "kib" | "k" => 10,
+        "mib" | "m" => 20,
+        "gib" | "g" => 30,
+        _ => return Err(bad(format!("{what}: {s:?} is not a size such as 512MiB or 2GiB"))),
+    };
+    let n: usize = num.parse().map_err(|_| bad(format!("{what}: {s:?} is not a size")))?;
+    n.checked_shl(shift)
+        .filter(|v| *v >> shift == n && *v > 0)
+        .ok_or_else(|| bad(format!("{what}: {s:?} is out of range")))
+}
+
+pub(super) fn boolean(var: &str, v: &str) -> Result<bool> {
+    match v {
+        "1" | "true" | "yes" => Ok(true),
+        "0" | "false" | "no" | "" => Ok(false),
+        _ => Err(bad(format!("{var}: not a boolean: {v:?}"))),
+    }
+}
+
+pub(super) fn bad(message: impl Into<String>) -> NodeError {
+    NodeError::Config(message.into())
+}
