@@ -23,6 +23,7 @@ node holds its share of shard replicas.
 
 import argparse
 import base64
+import itertools
 import json
 import os
 import pathlib
@@ -278,7 +279,7 @@ class Sim:
             total = sum(len(r["replicas"].split(",")) for r in rows)
             share = total // len(self.pods)
             if (
-                not any(r["moving"] or r["split"] for r in rows)
+                not any(r["moving"] or r.get("split") for r in rows)
                 and len(nodes) == len(self.pods)
                 and all(n["replicas"] >= share for n in nodes)
             ):
@@ -304,7 +305,7 @@ def settled(sim, n):
     """True once the cluster has n shards, each with a leader, none moving or mid-split."""
     rows = sim.shards(sim.pods[0])
     return len(rows) == n and all(
-        r["leader"] is not None and not r["moving"] and r["split"] is None for r in rows
+        r.get("leader") is not None and not r["moving"] and r.get("split") is None for r in rows
     )
 
 
@@ -343,16 +344,18 @@ def main():
         stop = threading.Event()
         errors = []
 
+        # Batch numbers go on across the writers of every phase: each batch's rows are new.
+        batches = itertools.count(1000)
+
         def writer():
-            b = 1000
             while not stop.is_set():
+                b = next(batches)
                 try:
                     sim.write(sim.pods[b % a.from_replicas], b)
                 except Exception as e:  # noqa: BLE001 - any failure is reported below
                     errors.append(repr(e))
-                b += 1
 
-        t = threading.Thread(target=writer)
+        t = threading.Thread(target=writer, daemon=True)
         t.start()
         log(f"helm upgrade --set replicas={a.to_replicas}")
         sim.apply(a.to_replicas)
@@ -369,7 +372,7 @@ def main():
 
         # More shards for the new nodes to lead: two splits, under writes.
         stop.clear()
-        t = threading.Thread(target=writer)
+        t = threading.Thread(target=writer, daemon=True)
         t.start()
         before = len(sim.shards(sim.pods[0]))
         for shard in (1, 2):
@@ -390,7 +393,7 @@ def main():
 
         # Scale in: the highest pods are decommissioned, drained, then removed.
         stop.clear()
-        t = threading.Thread(target=writer)
+        t = threading.Thread(target=writer, daemon=True)
         t.start()
         leaving = sim.pods[a.down_to:]
         leaving_ids = [int((p.pvc / "node_id").read_text()) for p in leaving]
@@ -432,7 +435,7 @@ def main():
         victim = sim.pods[1]
         victim.kill()
         for b in range(5):
-            sim.write(sim.pods[0], 5000 + b)
+            sim.write(sim.pods[0], next(batches))
         victim.start()
         victim.wait_ready()
         if (victim.pvc / "node_id").read_text().strip() != ids[victim.name]:
@@ -458,7 +461,7 @@ def main():
             n = sim.count(p)
             if n != sim.written:
                 fail(f"after the full restart {p.name} reads {n} rows, {sim.written} were acknowledged")
-        sim.write(sim.pods[-1], 6000)
+        sim.write(sim.pods[-1], next(batches))
         log(f"full restart: {len(sim.pods)} pods ready again with their ids; {sim.written} rows")
         log("PASSED")
     finally:

@@ -77,6 +77,18 @@ enum Command {
         /// EBB_RAFT_SNAPSHOT_EVERY]. Smaller: shorter logs on disk, more snapshots.
         #[arg(long)]
         raft_snapshot_every: Option<u64>,
+        /// A shard larger than this splits in two, e.g. 16GiB or none [default: 16GiB; env
+        /// EBB_SPLIT_SHARD_BYTES].
+        #[arg(long)]
+        split_shard_bytes: Option<String>,
+        /// A shard whose leader writes more rows a second than this, over a minute, splits in
+        /// two; or none [default: 200000; env EBB_SPLIT_SHARD_ROWS].
+        #[arg(long)]
+        split_shard_rows: Option<String>,
+        /// Bytes a second this node sends moving shard replicas at, e.g. 64MiB or none
+        /// [default: 64MiB; env EBB_MOVE_RATE].
+        #[arg(long)]
+        move_rate: Option<String>,
         /// This node's name, e.g. a pod's name [env EBB_NODE_NAME].
         #[arg(long)]
         node_name: Option<String>,
@@ -307,6 +319,9 @@ fn main() -> ExitCode {
             shards,
             replication,
             raft_snapshot_every,
+            split_shard_bytes,
+            split_shard_rows,
+            move_rate,
             node_name,
             init_node,
             default_retention,
@@ -340,6 +355,9 @@ fn main() -> ExitCode {
                 shards,
                 replication,
                 raft_snapshot_every,
+                split_shard_bytes,
+                split_shard_rows,
+                move_rate,
                 node_name,
                 init_node,
                 default_retention,

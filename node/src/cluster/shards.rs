@@ -68,8 +68,10 @@ pub async fn sync(env: &ShardEnv, view: &MetaView, shards: &Shards) -> Result<()
             continue;
         }
         let dir = shard_dir(&env.dir, s.id);
-        // A shard being split off starts from the fork its parent's replica here makes.
-        if s.splitting() && !dir.exists() {
+        // A shard being split off starts from the fork its parent's replica here makes (and
+        // is not opened while that fork is being made).
+        let forking = dir.with_extension("forking").exists();
+        if (s.splitting() || forking) && !dir.exists() {
             continue;
         }
         let shard =

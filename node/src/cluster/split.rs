@@ -156,8 +156,8 @@ pub async fn serve_fork(shards: &Shards, r: ForkShardRequest) -> Result<ForkShar
         .await
         .map_err(|e| Status::internal(e.to_string()))?
         .map_err(|e| Status::unavailable(e.to_string()))?;
-    tracing::info!(shard = r.shard, child = r.child, forked, "split entry applied");
-    Ok(ForkShardReply {})
+    tracing::info!(shard = r.shard, child = r.child, index = ?forked, "split entry applied");
+    Ok(ForkShardReply { index: forked.unwrap_or(0) })
 }
 
 /// The `TrimShard` call: drops the rows of series this node's leading replica no longer holds.
@@ -198,6 +198,29 @@ where
     Err(last)
 }
 
+/// How long the switch waits for every replica of the parent to fork the new shard (one that
+/// is down or far behind gets the new shard's state from its leader instead).
+const FORK_WAIT: Duration = Duration::from_secs(30);
+
+/// Waits until every replica of `parent` has applied log index `index` (its split entry), so
+/// each forks the new shard before the cluster routes to it, or [`FORK_WAIT`] passes.
+async fn forked_everywhere(meta: &Arc<Meta>, v: &MetaView, parent: &ShardInfo, index: u64) {
+    let until = Instant::now() + FORK_WAIT;
+    while Instant::now() < until {
+        let reports = super::rebalance::ask_replicas(meta, v, &parent.replicas).await;
+        let applied = |n: u64| {
+            reports.iter().any(|(m, r)| {
+                *m == n && r.iter().any(|l| l.shard == parent.id && l.applied_index >= index)
+            })
+        };
+        if parent.replicas.iter().all(|n| applied(*n)) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tracing::warn!(shard = parent.id, index, "not every replica applied the split entry in time");
+}
+
 /// When this metadata leader switched shards to their new spans (trims wait [`TRIM_DELAY`]).
 #[derive(Debug, Default)]
 pub struct SplitClock {
@@ -226,9 +249,15 @@ pub async fn step(meta: &Arc<Meta>, clock: &mut SplitClock) -> bool {
         };
         let forked =
             on_leader(meta, &v, parent.id, |mut c| async move { c.fork_shard(req).await }).await;
-        if let Err(why) = forked {
-            tracing::warn!(shard = parent.id, child = child.id, %why, "split entry not applied yet");
-            continue;
+        let index = match forked {
+            Ok(r) => r.index,
+            Err(why) => {
+                tracing::warn!(shard = parent.id, child = child.id, %why, "split entry not applied yet");
+                continue;
+            }
+        };
+        if index > 0 {
+            forked_everywhere(meta, &v, parent, index).await;
         }
         let mut b = WriteBatch::new();
         view::put_shard(

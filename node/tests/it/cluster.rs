@@ -84,7 +84,7 @@ pub(crate) fn placement(h: &Harness) -> BTreeMap<u64, BTreeSet<u64>> {
     view.shards.values().map(|s| (s.id, s.replicas.iter().copied().collect())).collect()
 }
 
-fn settled(h: &Harness, want_rf: usize) -> bool {
+pub(crate) fn settled(h: &Harness, want_rf: usize) -> bool {
     let p = placement(h);
     let view = h.nodes.values().next().unwrap().meta.view();
     if view.active().count() != h.nodes.len() || view.shards.values().any(|s| s.target.is_some()) {

@@ -4,6 +4,8 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::cluster::{sql, wait_settled};
@@ -102,4 +104,80 @@ async fn a_shard_over_its_size_limit_splits_by_itself() {
     let t = sql(&h, 0, "SELECT count(*) AS n, count(DISTINCT host) AS h FROM cpu").await;
     assert!(t.contains("| 20000 | 200 |"), "every row once after the split: {t}");
     h.stop(0).await;
+}
+
+/// Shards on every node and nothing moving, splitting or untrimmed.
+async fn quiet(h: &Harness, shards: usize) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let t = sql(
+            h,
+            0,
+            "SELECT count(*) AS n FROM system.shards WHERE split IS NULL AND NOT moving AND \
+             leader IS NOT NULL",
+        )
+        .await;
+        if t.contains(&format!("| {shards} |")) && crate::cluster::settled(h, 3) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "not settled: {t}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn splits_after_a_scale_out_under_writes_lose_nothing() {
+    let mut h = Harness::new();
+    h.start(0, &[]).await;
+    h.start(1, &[0]).await;
+    h.start(2, &[0]).await;
+    wait_settled(&h, 3).await;
+    let p = ebb_query::lp::Precision::Nanoseconds;
+    let write = move |r: Arc<ebb_node::cluster::Router>, b: u64| async move {
+        let body: String = (0..500)
+            .map(|i| format!("cpu,host=h{} usage={i}.5 {}\n", (b * 7 + i) % 50, b * 1000 + i))
+            .collect();
+        r.write_lines("db", &body, p, 0).await.map(|_| 500u64)
+    };
+    let mut acked = 0;
+    for b in 0..20 {
+        acked += write(h.nodes[&(b as usize % 3)].router.clone(), b).await.unwrap();
+    }
+    h.start(3, &[0]).await;
+    h.start(4, &[0]).await;
+    h.start(5, &[0]).await;
+    quiet(&h, 4).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let routers: Vec<_> = (0..3).map(|i| h.nodes[&i].router.clone()).collect();
+    let writer = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let (mut b, mut n) = (1000u64, 0u64);
+            while !stop.load(Ordering::Relaxed) {
+                n += write(routers[b as usize % 3].clone(), b).await.expect("a write failed");
+                b += 1;
+            }
+            n
+        })
+    };
+    for (shard, child) in [(1u64, 5u64), (2, 6)] {
+        let q = format!("ALTER CLUSTER SPLIT SHARD {shard}");
+        let s = ebb_query::cluster::ClusterSql::new(
+            h.nodes[&5].router.clone(),
+            h.nodes[&5].meta.clone(),
+            "public",
+        );
+        let out = s.execute(&q).await.unwrap();
+        drop(out);
+        quiet(&h, child as usize).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    acked += writer.await.unwrap();
+    for i in 0..6 {
+        let t = sql(&h, i, "SELECT count(*) AS n FROM cpu").await;
+        assert!(t.contains(&format!("| {acked} |")), "node {i}: {t} of {acked}");
+    }
+    for i in h.nodes.keys().copied().collect::<Vec<_>>() {
+        h.stop(i).await;
+    }
 }

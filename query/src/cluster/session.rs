@@ -25,7 +25,7 @@ use crate::access::{access_table, AccessStore, ACCESS_TABLES};
 use crate::db::new_request_id;
 use crate::error::{QueryError, Result};
 use crate::front::limits::Limits;
-use crate::sql::alter_cluster::ClusterStatement;
+use crate::sql::alter_cluster::{is_alter_cluster, parse_alter_cluster, ClusterStatement};
 use crate::sql::erase::{is_erase, parse_erase};
 use crate::sql::CATALOG;
 use crate::{QueryOutput, StatementKind};
@@ -173,6 +173,9 @@ impl ClusterSql {
 
     /// [`ClusterSql::execute`], its deletes recorded as issued by `issuer`.
     pub async fn execute_by(&self, sql: &str, issuer: &str) -> Result<QueryOutput> {
+        if is_alter_cluster(sql) {
+            return self.alter_cluster(parse_alter_cluster(sql)?).await;
+        }
         if is_erase(sql) {
             // One request id, deadline and issuer for every shard.
             let stmt = parse_erase(sql)?;

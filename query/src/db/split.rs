@@ -28,8 +28,9 @@ impl Database {
     /// Splits this shard (on its leader): proposes the entry on which every replica forks
     /// group `child`, which holds the series hashes of `give`, while this shard keeps those of
     /// `keep` and refuses writes of other series from then on. Writes planned before it are
-    /// applied before it. Returns false if this shard had split off `child` already.
-    pub fn split(&self, child: u64, keep: HashFilter, give: HashFilter) -> Result<bool> {
+    /// applied before it. Returns the log index of the split entry, or `None` if this shard
+    /// had split off `child` already.
+    pub fn split(&self, child: u64, keep: HashFilter, give: HashFilter) -> Result<Option<u64>> {
         let Some(rep) = &self.replicator else {
             return Err(QueryError::invalid("only a shard of a cluster splits"));
         };
@@ -42,8 +43,8 @@ impl Database {
         let cmd =
             Command::Split { child, batch: parent.to_bytes(), child_batch: child_batch.to_bytes() };
         match rep.submit(cmd)?.wait() {
-            Ok(_) => Ok(true),
-            Err(QueryError::Completed) => Ok(false),
+            Ok(seq) => Ok(ebb_raft::sm::applied::seq_index(seq)),
+            Err(QueryError::Completed) => Ok(None),
             Err(e) => Err(e),
         }
     }

@@ -204,14 +204,15 @@ impl Replica {
                             WriteBatch::new()
                         }
                         Ok((mut parent, child_batch)) => {
-                            super::split::fork(
-                                self,
-                                &engine,
-                                child,
-                                &child_batch,
-                                &entry.log_id,
-                                seq,
-                            )?;
+                            // The fork is this node's head start: a child replica without it
+                            // is sent the child's state by the child's leader. So a failure
+                            // here must not stop the parent.
+                            let log_id = &entry.log_id;
+                            if let Err(e) =
+                                super::split::fork(self, &engine, child, &child_batch, log_id, seq)
+                            {
+                                tracing::error!(child, %e, "forking a split's child");
+                            }
                             parent.put(super::split::split_key(child), Vec::new());
                             parent
                         }

@@ -65,6 +65,37 @@ pub(super) fn fork(
     let base = dir.parent().map(Path::to_path_buf).unwrap_or_default();
     let tmp = base.join(format!("{}.forking", group_dir_name(child)));
     let _ = std::fs::remove_dir_all(&tmp);
+    let made = make(replica, engine, batch, log_id, seq, &tmp);
+    if made.is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    made?;
+    if dir.exists() {
+        // The node opened the child's replica meanwhile (the cluster routed to it before this
+        // replica applied the split): it is sent the child's state by the child's leader.
+        let _ = std::fs::remove_dir_all(&tmp);
+        tracing::info!(child, "the child of a split opened here before its fork");
+        return Ok(());
+    }
+    if let Err(e) = std::fs::rename(&tmp, &dir) {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(ShardError::io(&dir)(e));
+    }
+    sync_dir(&base)?;
+    tracing::info!(child, index = log_id.index, "forked a split's child");
+    Ok(())
+}
+
+/// Makes the child's directory in `tmp`: the engine checkpoint with `batch` and the applied
+/// state written, and the seeded log.
+fn make(
+    replica: &Replica,
+    engine: &Engine,
+    batch: &WriteBatch,
+    log_id: &LogId<NodeId>,
+    seq: u64,
+    tmp: &Path,
+) -> Result<(), ShardError> {
     let shard = tmp.join("shard");
     ebb_storage::durable::create_dir_all(&shard).map_err(ShardError::io(&shard))?;
     let engine_dir = shard.join(engine_dir_name(1));
@@ -80,10 +111,6 @@ pub(super) fn fork(
     }
     let vote = Vote::new(log_id.leader_id.term, log_id.leader_id.node_id);
     crate::log::seed(&tmp.join("log"), vote, *log_id)
-        .map_err(|e| ShardError::io(&tmp)(std::io::Error::other(e.to_string())))?;
-    sync_dir(&tmp)?;
-    std::fs::rename(&tmp, &dir).map_err(ShardError::io(&dir))?;
-    sync_dir(&base)?;
-    tracing::info!(child, index = log_id.index, "forked a split's child");
-    Ok(())
+        .map_err(|e| ShardError::io(tmp)(std::io::Error::other(e.to_string())))?;
+    sync_dir(tmp)
 }
