@@ -3,7 +3,9 @@
 //! `cpu` controller is available there, else cgroup v1 `cpu.cfs_quota_us`), so adding nodes adds
 //! CPU as adding machines would. The TSBS load runs at saturation on 3 nodes, then 3 more join;
 //! while shards and leaders rebalance, a writer keeps writing (every failed write is counted);
-//! then the load runs again on 6 nodes.
+//! then the load runs again on 6 nodes. With `--split-to N`, the shards are split
+//! (`ALTER CLUSTER SPLIT SHARD`) after the join until there are N, while the writer goes on: the
+//! growth of a cluster created with fewer shards.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -27,6 +29,8 @@ pub struct Settings {
     /// Time given the cluster once it is balanced, before a load is measured (replicas that
     /// just arrived finish installing snapshots, earlier writes finish compacting).
     pub settle: Duration,
+    /// Shards to split to once the six nodes are in (no splits if not above `shards`).
+    pub split_to: u32,
 }
 
 /// `ebb-bench scale`.
@@ -47,6 +51,9 @@ pub struct ScaleArgs {
     /// Seconds the cluster is given once balanced, before each load.
     #[arg(long, default_value_t = 10)]
     pub settle: u64,
+    /// Split shards once the six nodes are in until the cluster has this many.
+    #[arg(long, default_value_t = 0)]
+    pub split_to: u32,
     /// Working directory (default: a temporary directory, removed afterwards).
     #[arg(long)]
     pub dir: Option<PathBuf>,
@@ -61,6 +68,7 @@ impl ScaleArgs {
             shards: self.shards.max(1),
             share: self.share.clamp(0.05, 64.0),
             settle: Duration::from_secs(self.settle),
+            split_to: self.split_to,
         };
         run(work, &s)
     }
@@ -138,6 +146,31 @@ fn load_per_node(c: &Cluster) -> Result<Vec<NodeLoad>, String> {
             NodeLoad { id: n(0), replicas: n(1), leaders: n(2), bytes: n(3) }
         })
         .collect())
+}
+
+/// Splits shards, lowest id first, until the cluster has `to` (it has `from`), each split
+/// waited for until both halves are routed and trimmed.
+fn split_to(c: &Cluster, from: u32, to: u32) -> Result<(), String> {
+    for n in from..to {
+        let shard = u64::from(n - from) + 1;
+        let started = Instant::now();
+        c.sql(0, &format!("ALTER CLUSTER SPLIT SHARD {shard}"))?;
+        loop {
+            let q = "SELECT count(*) FROM system.shards WHERE split IS NULL AND leader IS NOT NULL";
+            let done = c.sql(0, q)?;
+            if done.first().and_then(|r| r.first()).and_then(|v| v.parse::<u32>().ok())
+                == Some(n + 1)
+            {
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(120) {
+                return Err(format!("the split of shard {shard} did not finish in 2 minutes"));
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        println!("  split shard {shard} in {:.1} s", started.elapsed().as_secs_f64());
+    }
+    Ok(())
 }
 
 /// True if leaders and replicas are within one of even.
@@ -233,7 +266,9 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
                 let pid = c.nodes[i].pid();
                 shares.push(CpuShare::new(&format!("ebb-scale-{tag}-{i}"), pid, s.share)?);
             }
-            wait_balanced(&c, "6 nodes")
+            wait_balanced(&c, "6 nodes")?;
+            split_to(&c, s.shards, s.split_to)?;
+            wait_balanced(&c, "6 nodes, split")
         })();
         stop.store(true, Ordering::Relaxed);
         result
@@ -261,7 +296,17 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
     let line = Comparison {
         bench: "scale".into(),
         metric: "rows_per_sec".into(),
-        params: vec![("nodes".into(), "6".into()), ("dataset".into(), s.dataset.label())],
+        params: vec![
+            ("nodes".into(), "6".into()),
+            ("dataset".into(), s.dataset.label()),
+            (
+                "shards".into(),
+                match s.split_to > s.shards {
+                    true => format!("{}to{}", s.shards, s.split_to),
+                    false => s.shards.to_string(),
+                },
+            ),
+        ],
         ebb: six,
         baseline: "nodes3".into(),
         base: three,
