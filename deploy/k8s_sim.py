@@ -257,6 +257,13 @@ class Sim:
         with self.lock:
             self.written += 500
 
+    def check_counts(self, when):
+        """Every pod reads every acknowledged row, once."""
+        for p in self.pods:
+            n = self.count(p)
+            if n != self.written:
+                fail(f"{when} {p.name} reads {n} rows, {self.written} were acknowledged")
+
     def count(self, pod):
         return self.sql(pod, "SELECT count(*) AS n FROM cpu")[0]["n"]
 
@@ -364,10 +371,7 @@ def main():
         t.join()
         if errors:
             fail(f"writes failed during scale-out: {errors[:3]}")
-        for p in sim.pods:
-            n = sim.count(p)
-            if n != sim.written:
-                fail(f"{p.name} reads {n} rows, {sim.written} were acknowledged")
+        sim.check_counts("after scale-out")
         log(f"scale-out {a.from_replicas} -> {a.to_replicas}: {sim.written} rows on every pod")
 
         # More shards for the new nodes to lead: two splits, under writes.
@@ -385,10 +389,7 @@ def main():
         t.join()
         if errors:
             fail(f"writes failed during the splits: {errors[:3]}")
-        for p in sim.pods:
-            n = sim.count(p)
-            if n != sim.written:
-                fail(f"after the splits {p.name} reads {n} rows, {sim.written} were acknowledged")
+        sim.check_counts("after the splits")
         log(f"splits: {before} shards; {sim.written} rows on every pod")
 
         # Scale in: the highest pods are decommissioned, drained, then removed.
@@ -425,10 +426,7 @@ def main():
         t.join()
         if errors:
             fail(f"writes failed during scale-in: {errors[:3]}")
-        for p in sim.pods:
-            n = sim.count(p)
-            if n != sim.written:
-                fail(f"after scale-in {p.name} reads {n} rows, {sim.written} were acknowledged")
+        sim.check_counts("after scale-in")
         log(f"scale-in {a.to_replicas} -> {a.down_to}: {sim.written} rows on every pod")
 
         # Pod deletion: the controller recreates it on the same volume; it keeps its id.
@@ -441,10 +439,7 @@ def main():
         if (victim.pvc / "node_id").read_text().strip() != ids[victim.name]:
             fail(f"{victim.name} came back with another node id")
         sim.wait_balanced()
-        for p in sim.pods:
-            n = sim.count(p)
-            if n != sim.written:
-                fail(f"after the pod deletion {p.name} reads {n} rows, {sim.written} were acknowledged")
+        sim.check_counts("after the pod deletion")
         log(f"pod deletion: {victim.name} rejoined as node {ids[victim.name]}; {sim.written} rows")
 
         # The whole StatefulSet goes down at once (a node pool drained, a power cut) and
@@ -457,10 +452,7 @@ def main():
             p.wait_ready()
             if (p.pvc / "node_id").read_text().strip() != ids.get(p.name, (p.pvc / "node_id").read_text().strip()):
                 fail(f"{p.name} came back with another node id")
-        for p in sim.pods:
-            n = sim.count(p)
-            if n != sim.written:
-                fail(f"after the full restart {p.name} reads {n} rows, {sim.written} were acknowledged")
+        sim.check_counts("after the full restart")
         sim.write(sim.pods[-1], next(batches))
         log(f"full restart: {len(sim.pods)} pods ready again with their ids; {sim.written} rows")
         log("PASSED")

@@ -23,7 +23,7 @@ fn config(dir: &Path) -> Config {
 }
 
 /// Lines for `user`, points `from..to`, each with a marker value naming the user and point.
-fn lines(user: &str, from: i64, to: i64) -> String {
+pub(crate) fn lines(user: &str, from: i64, to: i64) -> String {
     let mut s = String::new();
     for p in from..to {
         for dev in 0..3 {

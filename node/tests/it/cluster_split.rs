@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cluster_erasure::files_with;
+use crate::cluster_erasure::{files_with, lines};
 use crate::common::{loopback, start_cluster, Http, BASE};
 use ebb_node::config::Config;
 use ebb_query::cluster::hashspace::series_hash;
@@ -22,20 +22,6 @@ fn config(dir: &Path) -> Config {
         delete_deadline: Some(Duration::from_secs(3600)),
         ..loopback(dir)
     }
-}
-
-/// Lines of `user`, points `from..to` on three devices, each with a marker naming its row.
-fn lines(user: &str, from: i64, to: i64) -> String {
-    let mut s = String::new();
-    for p in from..to {
-        for dev in 0..3 {
-            let t = BASE + p * 1_000_000_000;
-            s.push_str(&format!(
-                "temp,user={user},device=d{dev} c={p}.5,note=\"secret-{user}-{dev}-{p}\" {t}\n"
-            ));
-        }
-    }
-    s
 }
 
 /// Waits until `sql` on `h` answers JSON rows for which `done` holds; returns them.

@@ -147,14 +147,15 @@ impl Replica {
         self.current.lock().clone()
     }
 
-    /// A fresh directory to receive snapshot `id` into. Until it is installed or removed, the
-    /// engine marks no delete persisted (the leader's files may hold anything).
+    /// A fresh directory to receive snapshot `id` into, of this receive alone (a leader may
+    /// stream the same snapshot twice at once, after a timeout). Until it is installed or
+    /// removed, the engine marks no delete persisted (the leader's files may hold anything).
     pub fn incoming_dir(&self, id: &str) -> Result<PathBuf, ShardError> {
         {
             let _w = self.watermark_lock.lock();
             self.engine().narrow_log_clearance(&ebb_storage::LogClearance::below(0));
         }
-        let dir = self.root.join("incoming").join(sanitize(id));
+        let dir = self.root.join("incoming").join(format!("{}.{}", sanitize(id), unique_suffix()));
         let _ = std::fs::remove_dir_all(&dir);
         ebb_storage::durable::create_dir_all(&dir).map_err(ShardError::io(&dir))?;
         Ok(dir)
@@ -294,6 +295,9 @@ impl Replica {
                 format!("holds {:?}, expected {:?}", d.meta.last_log_id, meta.last_log_id),
             ));
         }
+        // One install at a time, and none while entries are applied: two receives of the same
+        // snapshot must not replace each other's files.
+        let _g = self.apply_lock.lock();
         let own = self.root.join("snapshots").join(sanitize(&d.meta.snapshot_id));
         let own = if snapshot.dir() == own {
             snapshot.clone()
@@ -306,7 +310,6 @@ impl Replica {
             let _ = std::fs::remove_dir_all(&own);
             snapshot.copy_to(&own)?
         };
-        let _g = self.apply_lock.lock();
         let mut gen = self.generation.lock();
         let next = *gen + 1;
         let dir = self.root.join(engine_dir_name(next));
