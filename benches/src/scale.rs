@@ -173,6 +173,18 @@ fn split_to(c: &Cluster, from: u32, to: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// Prints each node's replicas, leaders and bytes, and how far the bytes are from even.
+fn report_bytes(nodes: &[NodeLoad]) {
+    let bytes: Vec<u64> = nodes.iter().map(|r| r.bytes).collect();
+    let mean = bytes.iter().sum::<u64>() as f64 / bytes.len().max(1) as f64;
+    let worst = bytes.iter().map(|&b| (b as f64 - mean).abs() / mean.max(1.0)).fold(0.0, f64::max);
+    for n in nodes {
+        let (id, replicas, leaders) = (n.id, n.replicas, n.leaders);
+        println!("  node {id}: {replicas} replicas, {leaders} leaders, {} MiB", n.bytes >> 20);
+    }
+    println!("  bytes per node within {:.0}% of even", worst * 100.0);
+}
+
 /// True if leaders and replicas are within one of even.
 fn balanced(rows: &[NodeLoad]) -> bool {
     let spread = |f: fn(&NodeLoad) -> u64| {
@@ -278,15 +290,10 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
         "  rebalanced onto 6 nodes in {:.1} s: {written} writes during it, {failed} failed",
         started.elapsed().as_secs_f64()
     );
-    let bytes: Vec<u64> = after.iter().map(|r| r.bytes).collect();
-    let mean = bytes.iter().sum::<u64>() as f64 / bytes.len().max(1) as f64;
-    let worst = bytes.iter().map(|&b| (b as f64 - mean).abs() / mean.max(1.0)).fold(0.0, f64::max);
-    for n in &after {
-        let (id, replicas, leaders) = (n.id, n.replicas, n.leaders);
-        println!("  node {id}: {replicas} replicas, {leaders} leaders, {} MiB", n.bytes >> 20);
-    }
-    println!("  bytes per node within {:.0}% of even", worst * 100.0);
+    report_bytes(&after);
     std::thread::sleep(s.settle);
+    println!("  after {:.0} s of settling:", s.settle.as_secs_f64());
+    report_bytes(&load_per_node(&c)?);
     // The same rows, later: both loads insert rows that do not exist yet.
     let hours = i64::try_from(s.dataset.hours).unwrap_or(0);
     let later = shifted(&batches, (hours + 1) * 3_600_000_000_000);

@@ -218,6 +218,17 @@ async fn a_split_under_writes_deletes_and_an_erasure_loses_and_resurrects_nothin
     }
     assert!(replicas.contains_key(&child), "the new shard's replicas: {rows:?}");
     assert!(replicas.values().all(|n| *n == 3), "every replica: {rows:?}");
+    // Each half's trim is a delete request of its own, on every replica, with a deadline.
+    let trims = hs[0].json(
+        "SELECT shard, count(*) AS n FROM system.deletions WHERE kind = 'trim' GROUP BY shard",
+    );
+    let trimmed: BTreeMap<u64, u64> = trims
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| (r["shard"].as_u64().unwrap_or(0), r["n"].as_u64().unwrap_or(0)))
+        .collect();
+    assert_eq!(trimmed, BTreeMap::from([(1, 3), (child, 3)]), "{trims}");
     for d in &dirs {
         let left = files_with(d.path(), format!("secret-{gone}-").as_bytes());
         assert!(left.is_empty(), "erased values still in {left:?}");

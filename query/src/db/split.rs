@@ -11,6 +11,10 @@ use crate::error::{QueryError, Result};
 use crate::model::catalog::CatalogDelta;
 use crate::model::keys::series_range;
 
+/// How soon the rows a trim drops must be physically gone from every replica: the deletion
+/// deadlines compact them away (and the half a shard gave up stops taking its space).
+const TRIM_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// Operations per trim batch (each range delete drops a run of series, and each series record
 /// is one more).
 const OPS_PER_BATCH: usize = 4096;
@@ -75,7 +79,16 @@ impl Database {
             }
         }
         let mut out = TrimOutcome::default();
-        let (mut batch, mut delta) = (WriteBatch::new(), CatalogDelta::default());
+        let deadline = crate::now_ms() + TRIM_DEADLINE.as_millis() as u64;
+        let spec = super::RequestSpec::new("trim", "rows of series a split moved to another shard")
+            .with_issuer("split")
+            .with_deadline(Some(deadline));
+        let fresh = || {
+            let mut b = WriteBatch::new();
+            b.set_request(spec.request(None));
+            b
+        };
+        let (mut batch, mut delta) = (fresh(), CatalogDelta::default());
         for (table, ids) in runs {
             let (Some(&first), Some(&last)) = (ids.first(), ids.last()) else { continue };
             let lo = series_range(table, first, i64::MIN, None).0;
@@ -87,7 +100,7 @@ impl Database {
             if batch.len() + delta.removed_series.len() >= OPS_PER_BATCH {
                 delta.write_to(&mut batch)?;
                 self.commit(&mut w, &batch, std::mem::take(&mut delta))?;
-                batch = WriteBatch::new();
+                batch = fresh();
             }
         }
         if !delta.is_empty() {
