@@ -23,6 +23,7 @@ node holds its share of shard replicas.
 
 import argparse
 import base64
+import contextlib
 import itertools
 import json
 import os
@@ -362,71 +363,68 @@ def main():
                 except Exception as e:  # noqa: BLE001 - any failure is reported below
                     errors.append(repr(e))
 
-        t = threading.Thread(target=writer, daemon=True)
-        t.start()
-        log(f"helm upgrade --set replicas={a.to_replicas}")
-        sim.apply(a.to_replicas)
-        sim.wait_balanced()
-        stop.set()
-        t.join()
-        if errors:
-            fail(f"writes failed during scale-out: {errors[:3]}")
-        sim.check_counts("after scale-out")
+        @contextlib.contextmanager
+        def writing(what):
+            """A writer runs meanwhile; then no write may have failed and every pod reads every
+            acknowledged row once."""
+            stop.clear()
+            t = threading.Thread(target=writer, daemon=True)
+            t.start()
+            try:
+                yield
+            finally:
+                stop.set()
+                t.join()
+            if errors:
+                fail(f"writes failed during {what}: {errors[:3]}")
+            sim.check_counts(f"after {what}")
+
+        with writing("scale-out"):
+            log(f"helm upgrade --set replicas={a.to_replicas}")
+            sim.apply(a.to_replicas)
+            sim.wait_balanced()
         log(f"scale-out {a.from_replicas} -> {a.to_replicas}: {sim.written} rows on every pod")
 
         # More shards for the new nodes to lead: two splits, under writes.
-        stop.clear()
-        t = threading.Thread(target=writer, daemon=True)
-        t.start()
         before = len(sim.shards(sim.pods[0]))
-        for shard in (1, 2):
-            out = sim.sql(sim.pods[-1], f"ALTER CLUSTER SPLIT SHARD {shard}")
-            log(f"ALTER CLUSTER SPLIT SHARD {shard}: new shard {out[0]['new_shard']}")
-            wait_until(lambda: settled(sim, before + 1), 180, f"the split of shard {shard}")
-            before += 1
-        sim.wait_balanced()
-        stop.set()
-        t.join()
-        if errors:
-            fail(f"writes failed during the splits: {errors[:3]}")
-        sim.check_counts("after the splits")
+        with writing("the splits"):
+            for shard in (1, 2):
+                out = sim.sql(sim.pods[-1], f"ALTER CLUSTER SPLIT SHARD {shard}")
+                log(f"ALTER CLUSTER SPLIT SHARD {shard}: new shard {out[0]['new_shard']}")
+                n = before + 1
+                wait_until(lambda: settled(sim, n), 180, f"the split of shard {shard}")
+                before += 1
+            sim.wait_balanced()
         log(f"splits: {before} shards; {sim.written} rows on every pod")
 
         # Scale in: the highest pods are decommissioned, drained, then removed.
-        stop.clear()
-        t = threading.Thread(target=writer, daemon=True)
-        t.start()
-        leaving = sim.pods[a.down_to:]
-        leaving_ids = [int((p.pvc / "node_id").read_text()) for p in leaving]
-        for node in leaving_ids:
-            req = urllib.request.Request(
-                sim.pods[0].url() + f"/v1/cluster/decommission?node={node}", data=b"",
-                method="POST", headers=sim.auth,
+        with writing("scale-in"):
+            leaving = sim.pods[a.down_to:]
+            leaving_ids = [int((p.pvc / "node_id").read_text()) for p in leaving]
+            for node in leaving_ids:
+                req = urllib.request.Request(
+                    sim.pods[0].url() + f"/v1/cluster/decommission?node={node}", data=b"",
+                    method="POST", headers=sim.auth,
+                )
+                with urllib.request.urlopen(req, timeout=30, context=sim.tls) as r:
+                    if r.status >= 300:
+                        fail(f"decommission of node {node} answered {r.status}")
+            log(f"decommissioning nodes {leaving_ids}")
+            gone = ", ".join(str(i) for i in leaving_ids)
+            wait_until(
+                lambda: all(
+                    r["state"] == "removed"
+                    for r in sim.sql(sim.pods[0], f"SELECT state FROM system.nodes WHERE id IN ({gone})")
+                ),
+                300,
+                "the decommissioned nodes to drain and leave",
             )
-            with urllib.request.urlopen(req, timeout=30, context=sim.tls) as r:
-                if r.status >= 300:
-                    fail(f"decommission of node {node} answered {r.status}")
-        log(f"decommissioning nodes {leaving_ids}")
-        gone = ", ".join(str(i) for i in leaving_ids)
-        wait_until(
-            lambda: all(
-                r["state"] == "removed"
-                for r in sim.sql(sim.pods[0], f"SELECT state FROM system.nodes WHERE id IN ({gone})")
-            ),
-            300,
-            "the decommissioned nodes to drain and leave",
-        )
-        log(f"helm upgrade --set replicas={a.down_to}")
-        for p in leaving:
-            p.stop()
-        sim.pods = sim.pods[: a.down_to]
-        sim.apply(a.down_to)
-        sim.wait_balanced()
-        stop.set()
-        t.join()
-        if errors:
-            fail(f"writes failed during scale-in: {errors[:3]}")
-        sim.check_counts("after scale-in")
+            log(f"helm upgrade --set replicas={a.down_to}")
+            for p in leaving:
+                p.stop()
+            sim.pods = sim.pods[: a.down_to]
+            sim.apply(a.down_to)
+            sim.wait_balanced()
         log(f"scale-in {a.to_replicas} -> {a.down_to}: {sim.written} rows on every pod")
 
         # Pod deletion: the controller recreates it on the same volume; it keeps its id.

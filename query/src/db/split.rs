@@ -63,7 +63,11 @@ impl Database {
         let mut runs: Vec<(u32, Vec<u64>)> = Vec::new();
         for t in self.catalog.tables() {
             let mut all: Vec<(u64, bool)> = self.catalog.with_series(t.id, |idx| {
-                idx.iter().map(|(id, tags)| (id, holds.holds(hash_of_series(&t, tags)))).collect()
+                idx.iter()
+                    .map(|(id, tags)| {
+                        (id, holds.holds(idx.hash(id).unwrap_or_else(|| hash_of_series(&t, tags))))
+                    })
+                    .collect()
             });
             all.sort_unstable();
             let mut run = Vec::new();

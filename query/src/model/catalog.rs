@@ -23,7 +23,7 @@ use parking_lot::RwLock;
 use super::keys::{table_prefix, CATALOG_TABLE};
 use super::schema::TableDef;
 use super::series::{decode_series_key, SeriesIndex, TagValues};
-use crate::cluster::hashspace::HashFilter;
+use crate::cluster::hashspace::{hash_of_series, HashFilter};
 use crate::error::QueryError;
 
 const DB: u8 = b'D';
@@ -251,7 +251,10 @@ impl Catalog {
             st.next_series = st.next_series.max(id + 1);
             let Some(def) = st.tables.get(&table) else { continue };
             let tags = decode_series_key(&v, def.tags.len())?;
-            st.series.entry(table).or_default().insert(v.to_vec(), id, tags);
+            let hash = hash_of_series(def, &tags);
+            let idx = st.series.entry(table).or_default();
+            idx.insert(v.to_vec(), id, tags);
+            idx.set_hash(id, hash);
         }
         Ok(Catalog { state: RwLock::new(st), generation: AtomicU64::new(0) })
     }
@@ -286,7 +289,12 @@ impl Catalog {
         }
         for (table, key, id, tags) in delta.series {
             st.next_series = st.next_series.max(id + 1);
-            st.series.entry(table).or_default().insert(key, id, tags);
+            let hash = st.tables.get(&table).map(|def| hash_of_series(def, &tags));
+            let idx = st.series.entry(table).or_default();
+            idx.insert(key, id, tags);
+            if let Some(h) = hash {
+                idx.set_hash(id, h);
+            }
         }
         for (table, id) in delta.removed_series {
             if let Some(idx) = st.series.get_mut(&table) {

@@ -19,6 +19,9 @@ pub struct SeriesIndex {
     /// Keyed by a randomly seeded fast hash: keys come from the network.
     by_key: HashMap<Vec<u8>, u64, ahash::RandomState>,
     tags_of: HashMap<u64, TagValues>,
+    /// The cluster hash of each series (see `crate::cluster::hashspace`), as the catalog
+    /// noted it: what a shard of a split cluster filters its scans by.
+    hash_of: HashMap<u64, u64>,
     /// Series per `(tag number, value)`: `tag = value` without a pass over every series.
     postings: HashMap<(usize, String), BTreeSet<u64>>,
     /// Newest row time written per series since open (rows at or below it may exist already).
@@ -89,6 +92,7 @@ impl SeriesIndex {
         let id = self.by_key.remove(key)?;
         self.unpost(id);
         self.tags_of.remove(&id);
+        self.hash_of.remove(&id);
         self.max_time.remove(&id);
         Some(id)
     }
@@ -115,8 +119,19 @@ impl SeriesIndex {
         }
         self.unpost(id);
         self.tags_of.remove(&id);
+        self.hash_of.remove(&id);
         self.max_time.remove(&id);
         true
+    }
+
+    /// Notes the cluster hash of series `id`.
+    pub fn set_hash(&mut self, id: u64, hash: u64) {
+        self.hash_of.insert(id, hash);
+    }
+
+    /// The cluster hash of series `id`, if noted.
+    pub fn hash(&self, id: u64) -> Option<u64> {
+        self.hash_of.get(&id).copied()
     }
 
     /// Tag values of series `id`, padded to `tag_count` tags (tags added after it was created).

@@ -329,9 +329,10 @@ impl ScanFilter {
 
     /// Limits the scan of table `def` to the series whose hash `hashes` holds.
     pub fn limit_to_hashes(&mut self, def: &TableDef, index: &SeriesIndex, hashes: &HashFilter) {
+        let hash = |id: u64, tags: &_| index.hash(id).unwrap_or_else(|| hash_of_series(def, tags));
         let mut ids: Vec<u64> = index
             .iter()
-            .filter(|(_, tags)| hashes.holds(hash_of_series(def, tags)))
+            .filter(|(id, tags)| hashes.holds(hash(*id, tags)))
             .map(|(id, _)| id)
             .collect();
         ids.sort_unstable();
