@@ -173,6 +173,77 @@ fn split_to(c: &Cluster, from: u32, to: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// CPU seconds (user and system) each node's process has used so far, from `/proc/PID/stat`
+/// (in clock ticks of 1/100 s, Linux's `USER_HZ`); 0 where it cannot be read.
+fn cpu_per_node(c: &Cluster) -> Vec<f64> {
+    c.nodes
+        .iter()
+        .map(|n| {
+            let stat =
+                std::fs::read_to_string(format!("/proc/{}/stat", n.pid())).unwrap_or_default();
+            // Fields after the command name, which is in parentheses and may hold spaces.
+            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+            // utime and stime are fields 14 and 15 of the line; 12 and 13 after the name.
+            (tick(11) + tick(12)) / 100.0
+        })
+        .collect()
+}
+
+/// Prints how busy each node was during a load of `secs` seconds: its CPU use against its share.
+fn report_cpu(before: &[f64], after: &[f64], secs: f64, s: &Settings) {
+    let used: Vec<f64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
+    let shown: Vec<String> =
+        used.iter().map(|u| format!("{:.0}%", 100.0 * u / (secs * s.share).max(1e-9))).collect();
+    println!(
+        "    CPU of share per node: {}; {:.2} CPU s per million rows",
+        shown.join(" "),
+        used.iter().sum::<f64>() / (s.dataset.rows() as f64 / 1e6)
+    );
+}
+
+/// One node's engine figures from its `/metrics`, summed over its replicas: the active
+/// memtables' bytes, SST bytes, and bytes compacted and flushes so far.
+fn engine_per_node(c: &Cluster) -> Vec<[f64; 4]> {
+    let names =
+        ["ebb_memtable_bytes", "ebb_level_bytes", "ebb_bytes_compacted_total", "ebb_flushes_total"];
+    c.urls()
+        .iter()
+        .map(|url| {
+            let text = agent()
+                .get(&format!("{url}/metrics"))
+                .call()
+                .ok()
+                .and_then(|mut r| r.body_mut().read_to_string().ok())
+                .unwrap_or_default();
+            let mut out = [0.0; 4];
+            for line in text.lines().filter(|l| !l.starts_with('#')) {
+                let Some((key, value)) = line.rsplit_once(' ') else { continue };
+                let name = key.split('{').next().unwrap_or(key);
+                if let Some(i) = names.iter().position(|n| *n == name) {
+                    out[i] += value.parse::<f64>().unwrap_or(0.0);
+                }
+            }
+            out
+        })
+        .collect()
+}
+
+/// Prints each node's memtable and SST bytes, and what it compacted and flushed since `before`.
+fn report_engine(before: &[[f64; 4]], after: &[[f64; 4]]) {
+    for (i, (b, a)) in before.iter().zip(after).enumerate() {
+        println!(
+            "    node {}: memtables {:.0} MiB, SSTs {:.0} MiB; {:.0} MiB compacted, {:.0} flushes",
+            i + 1,
+            a[0] / 1048576.0,
+            a[1] / 1048576.0,
+            (a[2] - b[2]) / 1048576.0,
+            a[3] - b[3]
+        );
+    }
+}
+
 /// Prints each node's replicas, leaders and bytes, and how far the bytes are from even.
 fn report_bytes(nodes: &[NodeLoad]) {
     let bytes: Vec<u64> = nodes.iter().map(|r| r.bytes).collect();
@@ -249,9 +320,12 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
     };
     wait_balanced(&c, "3 nodes")?;
     std::thread::sleep(s.settle);
+    let (before, engine) = (cpu_per_node(&c), engine_per_node(&c));
     let secs = load_spread(&c.urls(), "ebb", &batches, 3 * s.clients_per_node)?;
     let three = rows / secs;
     println!("  3 nodes   {three:>10.0} rows/s ({secs:.2} s)");
+    report_cpu(&before, &cpu_per_node(&c), secs, s);
+    report_engine(&engine, &engine_per_node(&c));
 
     // Three more nodes join while a writer keeps writing.
     let stop = AtomicBool::new(false);
@@ -297,9 +371,12 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
     // The same rows, later: both loads insert rows that do not exist yet.
     let hours = i64::try_from(s.dataset.hours).unwrap_or(0);
     let later = shifted(&batches, (hours + 1) * 3_600_000_000_000);
+    let (before, engine) = (cpu_per_node(&c), engine_per_node(&c));
     let secs = load_spread(&c.urls(), "ebb", &later, 6 * s.clients_per_node)?;
     let six = rows / secs;
     println!("  6 nodes   {six:>10.0} rows/s ({secs:.2} s)");
+    report_cpu(&before, &cpu_per_node(&c), secs, s);
+    report_engine(&engine, &engine_per_node(&c));
     let line = Comparison {
         bench: "scale".into(),
         metric: "rows_per_sec".into(),
