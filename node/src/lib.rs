@@ -27,6 +27,7 @@ pub mod health;
 pub mod http;
 pub mod metrics;
 pub mod pg;
+pub mod prom;
 pub mod security;
 pub mod server;
 pub mod tls;

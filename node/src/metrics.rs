@@ -47,6 +47,12 @@ pub struct Metrics {
     pub pg_connections: Counter,
     /// Retention purges written.
     pub retention_purges: Counter,
+    /// Samples written by Prometheus remote write.
+    pub prometheus_samples_written: Counter,
+    /// Remote-write samples not stored (NaN or infinite values, series refused).
+    pub prometheus_samples_skipped: Counter,
+    /// Prometheus remote read requests.
+    pub prometheus_reads: Counter,
     /// Delete requests seen late (by this process), for `ebb_deletions_late_total`.
     pub late_seen: parking_lot::Mutex<std::collections::HashSet<u64>>,
 }
@@ -86,6 +92,24 @@ impl Metrics {
             "ebb_retention_purges_total",
             "Retention purges written.",
             &self.retention_purges,
+        );
+        c(
+            &mut o,
+            "ebb_prometheus_samples_written_total",
+            "Samples written by Prometheus remote write.",
+            &self.prometheus_samples_written,
+        );
+        c(
+            &mut o,
+            "ebb_prometheus_samples_skipped_total",
+            "Remote-write samples not stored: NaN or infinite values, or of series refused.",
+            &self.prometheus_samples_skipped,
+        );
+        c(
+            &mut o,
+            "ebb_prometheus_reads_total",
+            "Prometheus remote read requests.",
+            &self.prometheus_reads,
         );
         let stats: Vec<_> = engines.iter().map(|(_, db)| db.engine().stats()).collect();
         let levels = stats.iter().map(|s| s.levels.len()).max().unwrap_or(0);

@@ -305,15 +305,15 @@ impl Report {
                 let (a, b) = span(r);
                 a.max(b)
             })
-            .fold(1e-3, f64::max);
-        let x = |s: f64| left + (w - left - right) * s / max;
+            .fold(1.0, f64::max);
+        let axis = LogAxis::new(max);
+        let x = |s: f64| left + (w - left - right) * axis.at(s);
         let mut o = format!(
             "<svg id=\"latency-chart\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" \
              height=\"{h}\" viewBox=\"0 0 {w} {h}\" role=\"img\" aria-label=\"persistence \
              latency against deadline\">"
         );
-        for i in 0..=4 {
-            let s = max * i as f64 / 4.0;
+        for s in axis.ticks() {
             let _ = write!(
                 o,
                 "<line x1=\"{0:.1}\" y1=\"20\" x2=\"{0:.1}\" y2=\"{1:.1}\" class=\"grid\"/>\
@@ -354,7 +354,8 @@ impl Report {
         }
         o.push_str(
             "</svg><p class=\"legend\">Bars: time from issue to persistence on every \
-                    replica (to now while pending). Black marks: the deadline.</p>",
+                    replica (to now while pending). Black marks: the deadline. The time axis is \
+                    logarithmic, so a 30-second deadline and a day-long one both show.</p>",
         );
         o
     }
@@ -414,6 +415,40 @@ fn iso(ms: Option<u64>) -> String {
         .unwrap_or_default()
 }
 
+/// A logarithmic time axis from [`LogAxis::FLOOR`] to the longest time shown: deadlines of
+/// seconds and of days differ by four orders of magnitude, and a linear axis would leave the
+/// short ones invisible.
+#[derive(Debug, Clone, Copy)]
+struct LogAxis {
+    /// The longest time shown, in seconds.
+    max: f64,
+}
+
+impl LogAxis {
+    /// Times below this (in seconds) are drawn at the axis' start.
+    const FLOOR: f64 = 0.1;
+    /// Tick marks: round times, in seconds.
+    const TICKS: [f64; 9] =
+        [0.1, 1.0, 10.0, 60.0, 600.0, 3_600.0, 21_600.0, 86_400.0, 7.0 * 86_400.0];
+
+    fn new(max: f64) -> LogAxis {
+        LogAxis { max: max.max(Self::FLOOR * 10.0) }
+    }
+
+    /// Where `secs` falls, from 0 (the floor) to 1 (the longest time).
+    fn at(&self, secs: f64) -> f64 {
+        let span = (self.max / Self::FLOOR).ln();
+        ((secs.max(Self::FLOOR) / Self::FLOOR).ln() / span).clamp(0.0, 1.0)
+    }
+
+    /// The tick marks within the axis, and its end.
+    fn ticks(&self) -> Vec<f64> {
+        let mut t: Vec<f64> = Self::TICKS.iter().copied().filter(|&t| t < self.max * 0.9).collect();
+        t.push(self.max);
+        t
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -466,6 +501,30 @@ mod tests {
         assert!(html.contains("<td>dpo via http from 127.0.0.1:5000</td>"));
         let back: Report = serde_json::from_str(&r.to_json()).unwrap();
         assert_eq!(back, r);
+    }
+
+    #[test]
+    fn the_chart_shows_short_deadlines_beside_long_ones() {
+        let axis = LogAxis::new(86_400.0);
+        // A 30-second deadline takes more than a third of a day-long axis (1/2880 linearly).
+        assert!(axis.at(30.0) > 0.4 && axis.at(30.0) < 0.5, "{}", axis.at(30.0));
+        assert_eq!((axis.at(0.0), axis.at(86_400.0)), (0.0, 1.0));
+        assert!(axis.at(1.0) < axis.at(10.0) && axis.at(10.0) < axis.at(60.0));
+        assert_eq!(axis.ticks().last(), Some(&86_400.0));
+        assert!(axis.ticks().contains(&60.0) && axis.ticks().contains(&3_600.0));
+        // A retention purge of a day and an erasure of 30 s: the erasure's bar is no sliver.
+        let mut rows = vec![row(1, 1, 1, Some(31_000), "persisted")];
+        let mut day = row(2, 1, 1, Some(86_000_000), "persisted");
+        day.deadline_ms = Some(86_401_000);
+        rows.push(day);
+        let html = Report::new("http://x", 0, 86_500_000, &rows).to_html();
+        let width = |id: u64| -> f64 {
+            let at = html.find(&format!("data-id=\"{id}\"")).unwrap();
+            let rest = &html[at..];
+            let w = rest.split("width=\"").nth(1).unwrap();
+            w[..w.find('"').unwrap()].parse().unwrap()
+        };
+        assert!(width(1) > 0.4 * width(2), "{} against {}", width(1), width(2));
     }
 
     #[test]

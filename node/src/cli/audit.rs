@@ -194,15 +194,21 @@ pub fn report(base: &str, since: &str, format: ReportFormat, scope: VerifyScope)
     let todo: Vec<usize> = (0..report.requests.len())
         .filter(|&i| wanted(&report.requests[i].kind) && report.requests[i].persisted_ms.is_some())
         .collect();
+    // On a terminal one line is rewritten in place; elsewhere each step is a line of its own.
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     for (n, &i) in todo.iter().enumerate() {
         let id = report.requests[i].id;
-        eprint!("\rverifying request {}/{} ({id})", n + 1, todo.len());
+        let line = format!("verifying request {}/{} ({id})", n + 1, todo.len());
+        match terminal {
+            true => eprint!("\r{line}"),
+            false => eprintln!("{line}"),
+        }
         let _ = std::io::stderr().flush();
-        let v = fetch_verify(base, id)?;
-        report.requests[i].verification = Some(Verification::from(&v));
-    }
-    if !todo.is_empty() {
-        eprintln!();
+        let v = fetch_verify(base, id);
+        if terminal && (v.is_err() || n + 1 == todo.len()) {
+            eprintln!();
+        }
+        report.requests[i].verification = Some(Verification::from(&v?));
     }
     Ok(match format {
         ReportFormat::Html => report.to_html(),

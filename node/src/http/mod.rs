@@ -6,12 +6,15 @@
 //! - `POST /v1/sql?db=`: the body is SQL; JSON rows by default, CSV (`Accept: text/csv`),
 //!   Arrow IPC (`Accept: application/vnd.apache.arrow.stream`) or a text table
 //!   (`Accept: text/plain`).
+//! - `POST /api/v1/write?db=` and `POST /api/v1/read?db=`: Prometheus remote write and read
+//!   (snappy-compressed protobuf; see [`crate::prom`]).
 //! - `GET /health` (the process is up), `GET /ready` (it can serve: see [`crate::health`]),
 //!   `GET /metrics`
 //!   (Prometheus text format).
 
 mod admin;
 mod auth;
+mod prom;
 pub mod serve;
 mod stream;
 
@@ -56,6 +59,8 @@ pub fn router(state: AppState) -> Router {
         .route("/write", post(write_v1))
         .route("/api/v2/write", post(write_v2))
         .route("/v1/sql", post(sql))
+        .route("/api/v1/write", post(prom::write))
+        .route("/api/v1/read", post(prom::read))
         .route("/health", get(|| async { "ok\n" }))
         .route("/ready", get(ready))
         .route("/metrics", get(metrics))

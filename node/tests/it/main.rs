@@ -20,6 +20,7 @@ mod linearizable;
 mod local_cluster;
 mod nemesis;
 mod nemesis_processes;
+mod prometheus;
 mod readiness;
 mod replicated_shard;
 mod server;
