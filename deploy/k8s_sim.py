@@ -115,6 +115,7 @@ class Pod:
         run_env["EBB_HTTP_ADDR"] = f"{self.ip}:{self.sim.ports['http']}"
         run_env["EBB_PG_ADDR"] = f"{self.ip}:{self.sim.ports['postgres']}"
         run_env["EBB_GRPC_ADDR"] = f"{self.ip}:{self.sim.ports['grpc']}"
+        run_env["EBB_FLIGHT_ADDR"] = f"{self.ip}:{self.sim.ports['flight']}"
         run_env["EBB_DATA_DIR"] = str(self.pvc)
         run_env.setdefault("EBB_LOG", "info")
         logf = open(self.sim.work / f"{self.name}.log", "ab")

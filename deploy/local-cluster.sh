@@ -95,10 +95,11 @@ start_node() {
     fi
   fi
   "$bin" server --data-dir "$dir/n$i" --http-addr "$(http "$i")" --grpc-addr "$(grpc "$i")" \
-    --pg-addr "127.0.0.1:$((base + 200 + i))" ${args[@]+"${args[@]}"} >>"$dir/n$i.log" 2>&1 &
+    --pg-addr "127.0.0.1:$((base + 200 + i))" --flight-addr "127.0.0.1:$((base + 300 + i))" \
+    ${args[@]+"${args[@]}"} >>"$dir/n$i.log" 2>&1 &
   echo $! >"$dir/n$i.pid"
   wait_ready "$i"
-  echo "node $i: HTTP $scheme://$(http "$i")  PostgreSQL 127.0.0.1:$((base + 200 + i))  gRPC $(grpc "$i")  data $dir/n$i  log $dir/n$i.log"
+  echo "node $i: HTTP $scheme://$(http "$i")  PostgreSQL 127.0.0.1:$((base + 200 + i))  Flight SQL 127.0.0.1:$((base + 300 + i))  gRPC $(grpc "$i")  data $dir/n$i  log $dir/n$i.log"
 }
 
 case ${1:-} in

@@ -132,6 +132,7 @@ impl Cluster {
             .args(["--http-addr", &format!("127.0.0.1:{http}")])
             .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
             .args(["--pg-addr", &format!("127.0.0.1:{}", free_port()?)])
+            .args(["--flight-addr", &format!("127.0.0.1:{}", free_port()?)])
             .args(["--shards", &s.shards.to_string()])
             .args(["--replication", &s.replication.to_string()])
             .args(["--raft-snapshot-every", &s.snapshot_every.to_string()])

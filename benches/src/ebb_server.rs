@@ -61,6 +61,7 @@ impl Server {
             .arg(dir.join("data"))
             .args(["--http-addr", &format!("127.0.0.1:{port}")])
             .args(["--pg-addr", &format!("127.0.0.1:{}", free_port()?)])
+            .args(["--flight-addr", &format!("127.0.0.1:{}", free_port()?)])
             .args(["--grpc-addr", &format!("127.0.0.1:{}", free_port()?)])
             .args(extra)
             .env("EBB_LOG", "warn");

@@ -22,6 +22,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod error;
+pub mod flight;
 pub mod grpc;
 pub mod health;
 pub mod http;

@@ -36,6 +36,9 @@ enum Command {
         /// gRPC address [default: 127.0.0.1:7090; env EBB_GRPC_ADDR].
         #[arg(long)]
         grpc_addr: Option<String>,
+        /// Arrow Flight SQL address [default: 127.0.0.1:7091; env EBB_FLIGHT_ADDR].
+        #[arg(long)]
+        flight_addr: Option<String>,
         /// Deadline for every delete to be physically gone, e.g. 24h, or none
         /// [default: 24h; env EBB_DELETE_DEADLINE].
         #[arg(long)]
@@ -314,6 +317,7 @@ fn main() -> ExitCode {
             http_addr,
             pg_addr,
             grpc_addr,
+            flight_addr,
             delete_deadline,
             sync,
             sync_interval,
@@ -350,6 +354,7 @@ fn main() -> ExitCode {
                 http_addr,
                 pg_addr,
                 grpc_addr,
+                flight_addr,
                 delete_deadline,
                 sync,
                 sync_interval,
@@ -472,11 +477,12 @@ fn check(file: Option<PathBuf>, flags: Overrides) -> Result<(), NodeError> {
     let d = |v: Option<std::time::Duration>| v.map_or("none".to_string(), |d| format!("{d:?}"));
     println!("configuration ok: {mode}");
     println!(
-        "  data {}  HTTP {}  PostgreSQL {}  gRPC {}",
+        "  data {}  HTTP {}  PostgreSQL {}  gRPC {}  Flight SQL {}",
         c.data_dir.display(),
         c.http_addr,
         c.pg_addr,
-        c.grpc_addr
+        c.grpc_addr,
+        c.flight_addr
     );
     println!(
         "  delete deadline {}  default retention {}  retention checks every {:?}",
@@ -538,18 +544,21 @@ fn run_server(file: Option<PathBuf>, flags: Overrides) -> Result<(), NodeError> 
         let scheme = if config.tls.is_some() { "https" } else { "http" };
         match server.cluster() {
             Some(node) => eprintln!(
-                "EbbDB cluster node {} ready: HTTP {scheme}://{}  PostgreSQL {}  gRPC {}  data {}",
+                "EbbDB cluster node {} ready: HTTP {scheme}://{}  PostgreSQL {}  gRPC {}  \
+                 Flight SQL {}  data {}",
                 node.id,
                 server.http_addr,
                 server.pg_addr,
                 server.grpc_addr,
+                server.flight_addr,
                 config.data_dir.display()
             ),
             None => eprintln!(
-                "EbbDB ready: HTTP {scheme}://{}  PostgreSQL {}  gRPC {}  data {}",
+                "EbbDB ready: HTTP {scheme}://{}  PostgreSQL {}  gRPC {}  Flight SQL {}  data {}",
                 server.http_addr,
                 server.pg_addr,
                 server.grpc_addr,
+                server.flight_addr,
                 config.data_dir.display()
             ),
         }

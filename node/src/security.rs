@@ -24,11 +24,12 @@ const BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(60);
 /// What a server that reaches other machines without users is told.
 pub fn refusal(config: &Config) -> NodeError {
     NodeError::Config(format!(
-        "refusing to serve HTTP {}, PostgreSQL {} and gRPC {} to other machines without any \
+        "refusing to serve HTTP {}, PostgreSQL {}, gRPC {} and Flight SQL {} to other machines \
+         without any \
          user: set an admin password (--admin-password-file PATH, or EBB_ADMIN_PASSWORD) to \
          create user `admin`, or listen on 127.0.0.1 only; --insecure serves without users \
          (every client may read, write and delete everything)",
-        config.http_addr, config.pg_addr, config.grpc_addr
+        config.http_addr, config.pg_addr, config.grpc_addr, config.flight_addr
     ))
 }
 
@@ -88,6 +89,7 @@ pub async fn warn_while_insecure(door: Arc<FrontDoor>, config: Config) {
                 http = %config.http_addr,
                 pg = %config.pg_addr,
                 grpc = %config.grpc_addr,
+                flight = %config.flight_addr,
                 "serving other machines without users (--insecure): every client may read, write \
                  and delete everything; CREATE USER turns authentication on"
             );

@@ -26,6 +26,8 @@ pub struct Server {
     pub pg_addr: SocketAddr,
     /// Bound gRPC address.
     pub grpc_addr: SocketAddr,
+    /// Bound Arrow Flight SQL address.
+    pub flight_addr: SocketAddr,
     db: Option<Arc<Database>>,
     cluster: Option<crate::cluster::ClusterNode>,
     stop: watch::Sender<bool>,
@@ -90,11 +92,10 @@ impl Server {
             .map_err(|e| NodeError::Config(format!("query runtime: {e}")))?;
         crate::security::bootstrap(&door, config).await?;
         let tls = Tls::load(config)?;
-        let http = bind("HTTP", config.http_addr).await?;
-        let pg = bind("PostgreSQL", config.pg_addr).await?;
+        let clients = Listeners::bind(config).await?;
         let grpc = bind("gRPC", config.grpc_addr).await?;
-        let addr = |l: &TcpListener| l.local_addr();
-        let (http_addr, pg_addr, grpc_addr) = (addr(&http)?, addr(&pg)?, addr(&grpc)?);
+        let (http_addr, pg_addr, flight_addr) = clients.addrs()?;
+        let grpc_addr = grpc.local_addr()?;
         let (stop, rx) = watch::channel(false);
         let metrics = Arc::new(Metrics::default());
         let health = Arc::new(crate::health::Health::default());
@@ -107,7 +108,7 @@ impl Server {
         };
         health.set(check().await);
         let mut tasks =
-            serve_clients(http, pg, &door, None, health.clone(), &metrics, config, &tls, &rx)?;
+            serve_clients(clients, &door, None, health.clone(), &metrics, config, &tls, &rx)?;
         tasks.push(tokio::spawn(crate::health::run(health, check, stopped(rx.clone()))));
         let grpc = crate::tls::conn::incoming(grpc, tls.cluster.clone(), config.max_connections)?;
         let shutdown = stopped(rx.clone());
@@ -124,8 +125,17 @@ impl Server {
             config.retention_check_interval,
             stopped(rx),
         )));
-        tracing::info!(%http_addr, %pg_addr, %grpc_addr, data_dir = %config.data_dir.display(), "EbbDB serving");
-        Ok(Server { http_addr, pg_addr, grpc_addr, db: Some(db), cluster: None, stop, tasks })
+        tracing::info!(%http_addr, %pg_addr, %grpc_addr, %flight_addr, data_dir = %config.data_dir.display(), "EbbDB serving");
+        Ok(Server {
+            http_addr,
+            pg_addr,
+            grpc_addr,
+            flight_addr,
+            db: Some(db),
+            cluster: None,
+            stop,
+            tasks,
+        })
     }
 
     /// Starts a cluster node: creates a cluster, joins one, or rejoins with its stored id.
@@ -138,11 +148,10 @@ impl Server {
         ebb_storage::durable::create_dir_all(&dir)
             .map_err(|source| NodeError::DataDir { dir: dir.clone(), source })?;
         let tls = Tls::load(config)?;
-        let http = bind("HTTP", config.http_addr).await?;
-        let pg = bind("PostgreSQL", config.pg_addr).await?;
+        let clients = Listeners::bind(config).await?;
         let grpc = bind("gRPC", config.grpc_addr).await?;
-        let (http_addr, pg_addr, grpc_addr) =
-            (http.local_addr()?, pg.local_addr()?, grpc.local_addr()?);
+        let (http_addr, pg_addr, flight_addr) = clients.addrs()?;
+        let grpc_addr = grpc.local_addr()?;
         let advertise = match &config.advertise_grpc {
             Some(a) => a.clone(),
             None if config.grpc_addr.port() == 0 => grpc_addr.to_string(),
@@ -190,8 +199,7 @@ impl Server {
         let (stop, rx) = watch::channel(false);
         let metrics = Arc::new(Metrics::default());
         let mut tasks = match serve_clients(
-            http,
-            pg,
+            clients,
             &door,
             Some(node.router.clone()),
             node.router.health().clone(),
@@ -227,8 +235,17 @@ impl Server {
             config.retention_check_interval,
             stopped(rx),
         )));
-        tracing::info!(node = node.id, %http_addr, %pg_addr, %grpc_addr, data_dir = %config.data_dir.display(), "EbbDB cluster node serving");
-        Ok(Server { http_addr, pg_addr, grpc_addr, db: None, cluster: Some(node), stop, tasks })
+        tracing::info!(node = node.id, %http_addr, %pg_addr, %grpc_addr, %flight_addr, data_dir = %config.data_dir.display(), "EbbDB cluster node serving");
+        Ok(Server {
+            http_addr,
+            pg_addr,
+            grpc_addr,
+            flight_addr,
+            db: None,
+            cluster: Some(node),
+            stop,
+            tasks,
+        })
     }
 
     /// The database, on a single node.
@@ -266,6 +283,8 @@ struct Tls {
     http: Option<Arc<TlsSource>>,
     /// PostgreSQL.
     pg: Option<Arc<TlsSource>>,
+    /// Arrow Flight SQL.
+    flight: Option<Arc<TlsSource>>,
     /// The cluster port (mutual TLS).
     cluster: Option<Arc<TlsSource>>,
     /// How this node connects to the others' cluster port.
@@ -275,29 +294,52 @@ struct Tls {
 impl Tls {
     fn load(config: &Config) -> Result<Tls> {
         let tls = |e: crate::tls::TlsError| NodeError::Config(format!("TLS: {e}"));
-        let (mut http, mut pg, mut cluster, mut cluster_client) = (None, None, None, None);
+        let (mut http, mut pg, mut flight) = (None, None, None);
+        let (mut cluster, mut cluster_client) = (None, None);
         if let Some(files) = &config.tls {
             http = Some(TlsSource::clients("HTTP", files, &[b"http/1.1"]).map_err(tls)?);
             pg = Some(TlsSource::clients("PostgreSQL", files, &[b"postgresql"]).map_err(tls)?);
+            flight = Some(TlsSource::clients("Flight SQL", files, &[b"h2"]).map_err(tls)?);
         }
         if let Some(files) = &config.cluster_tls {
             cluster = Some(TlsSource::cluster(files).map_err(tls)?);
             cluster_client = Some(crate::tls::cluster::client_config(files).map_err(tls)?);
         }
-        Ok(Tls { http, pg, cluster, cluster_client })
+        Ok(Tls { http, pg, flight, cluster, cluster_client })
     }
 
     fn sources(&self) -> Vec<Arc<TlsSource>> {
-        [&self.http, &self.pg, &self.cluster].into_iter().flatten().cloned().collect()
+        [&self.http, &self.pg, &self.flight, &self.cluster].into_iter().flatten().cloned().collect()
     }
 }
 
 /// Serves HTTP and the PostgreSQL wire protocol through `door` until `rx` turns true, and
 /// warns while the server runs insecure.
-#[allow(clippy::too_many_arguments)]
-fn serve_clients(
+/// The listeners clients connect to.
+struct Listeners {
     http: TcpListener,
     pg: TcpListener,
+    flight: TcpListener,
+}
+
+impl Listeners {
+    async fn bind(config: &Config) -> Result<Listeners> {
+        Ok(Listeners {
+            http: bind("HTTP", config.http_addr).await?,
+            pg: bind("PostgreSQL", config.pg_addr).await?,
+            flight: bind("Flight SQL", config.flight_addr).await?,
+        })
+    }
+
+    /// The HTTP, PostgreSQL and Flight SQL addresses bound.
+    fn addrs(&self) -> Result<(SocketAddr, SocketAddr, SocketAddr)> {
+        Ok((self.http.local_addr()?, self.pg.local_addr()?, self.flight.local_addr()?))
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn serve_clients(
+    clients: Listeners,
     door: &Arc<FrontDoor>,
     cluster: Option<Arc<crate::cluster::Router>>,
     health: Arc<crate::health::Health>,
@@ -313,6 +355,7 @@ fn serve_clients(
         max_body_bytes: config.max_body_bytes,
         health,
     });
+    let Listeners { http, pg, flight } = clients;
     let mut tasks = Vec::new();
     let http = crate::tls::conn::incoming(http, tls.http.clone(), config.max_connections)?;
     tasks.push(tokio::spawn(crate::http::serve::serve(http, app, stopped(rx.clone()))));
@@ -322,6 +365,13 @@ fn serve_clients(
     tasks.push(tokio::spawn(async move {
         if let Err(e) = crate::pg::serve(pg, pg_door, pg_metrics, pg_tls, limit, shutdown).await {
             tracing::error!(error = %e, "PostgreSQL server failed");
+        }
+    }));
+    let flight = crate::tls::conn::incoming(flight, tls.flight.clone(), config.max_connections)?;
+    let (flight_door, shutdown) = (door.clone(), stopped(rx.clone()));
+    tasks.push(tokio::spawn(async move {
+        if let Err(e) = crate::flight::serve(flight, flight_door, shutdown).await {
+            tracing::error!(error = %e, "Flight SQL server failed");
         }
     }));
     tasks.push(tokio::spawn(until_stopped(

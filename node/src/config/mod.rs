@@ -6,6 +6,7 @@
 //! http_addr = "127.0.0.1:7080"
 //! pg_addr = "127.0.0.1:7432"
 //! grpc_addr = "127.0.0.1:7090"
+//! flight_addr = "127.0.0.1:7091" # Arrow Flight SQL
 //! delete_deadline = "24h"        # every delete physically gone within this
 //! sync = "always"                # single node: fsync before acknowledging ("interval", "none")
 //! sync_interval = "100ms"        # how often sync = "interval" fsyncs
@@ -72,6 +73,8 @@ pub struct Config {
     pub pg_addr: SocketAddr,
     /// gRPC listen address (node-to-node and admin).
     pub grpc_addr: SocketAddr,
+    /// Arrow Flight SQL listen address (clients: ADBC, JDBC).
+    pub flight_addr: SocketAddr,
     /// Deadline within which every delete is physically gone (`None`: no deadline).
     pub delete_deadline: Option<Duration>,
     /// Create a new cluster on this node if its data directory holds none, without asking the
@@ -151,7 +154,9 @@ impl Config {
 
     /// True if every address the server listens on is a loopback address.
     pub fn loopback_only(&self) -> bool {
-        [self.http_addr, self.pg_addr, self.grpc_addr].iter().all(|a| a.ip().is_loopback())
+        [self.http_addr, self.pg_addr, self.grpc_addr, self.flight_addr]
+            .iter()
+            .all(|a| a.ip().is_loopback())
     }
 
     /// The gRPC address other nodes reach this one at.
@@ -185,6 +190,7 @@ impl Default for Config {
             http_addr: ([127, 0, 0, 1], 7080).into(),
             pg_addr: ([127, 0, 0, 1], 7432).into(),
             grpc_addr: ([127, 0, 0, 1], 7090).into(),
+            flight_addr: ([127, 0, 0, 1], 7091).into(),
             delete_deadline: Some(Duration::from_secs(24 * 3600)),
             init_cluster: false,
             sync: ebb_storage::SyncMode::Always,
@@ -224,6 +230,8 @@ pub struct Overrides {
     pub pg_addr: Option<String>,
     /// See [`Config::grpc_addr`].
     pub grpc_addr: Option<String>,
+    /// See [`Config::flight_addr`].
+    pub flight_addr: Option<String>,
     /// See [`Config::delete_deadline`] (`"24h"`, or `"none"`).
     pub delete_deadline: Option<String>,
     /// See [`Config::init_cluster`].
@@ -299,6 +307,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("EBB_HTTP_ADDR", "http_addr"),
     ("EBB_PG_ADDR", "pg_addr"),
     ("EBB_GRPC_ADDR", "grpc_addr"),
+    ("EBB_FLIGHT_ADDR", "flight_addr"),
     ("EBB_DELETE_DEADLINE", "delete_deadline"),
     ("EBB_INIT_CLUSTER", "init_cluster"),
     ("EBB_SYNC", "sync"),
@@ -352,6 +361,7 @@ impl Overrides {
                 "EBB_HTTP_ADDR" => o.http_addr = Some(v),
                 "EBB_PG_ADDR" => o.pg_addr = Some(v),
                 "EBB_GRPC_ADDR" => o.grpc_addr = Some(v),
+                "EBB_FLIGHT_ADDR" => o.flight_addr = Some(v),
                 "EBB_DELETE_DEADLINE" => o.delete_deadline = Some(v),
                 "EBB_SYNC" => o.sync = Some(v),
                 "EBB_INIT_CLUSTER" => o.init_cluster = Some(boolean(var, &v)?),
@@ -427,6 +437,9 @@ impl Overrides {
         }
         if let Some(a) = &self.grpc_addr {
             c.grpc_addr = addr("grpc_addr", a)?;
+        }
+        if let Some(a) = &self.flight_addr {
+            c.flight_addr = addr("flight_addr", a)?;
         }
         if let Some(d) = &self.delete_deadline {
             c.delete_deadline = ebb_query::sql::ddl::parse_retention(d)

@@ -19,6 +19,7 @@ pub fn loopback(dir: &Path) -> Config {
         http_addr: "127.0.0.1:0".parse().expect("addr"),
         pg_addr: "127.0.0.1:0".parse().expect("addr"),
         grpc_addr: "127.0.0.1:0".parse().expect("addr"),
+        flight_addr: "127.0.0.1:0".parse().expect("addr"),
         ..Config::default()
     }
 }

@@ -47,6 +47,7 @@ impl Server {
             .arg(vol.join("data"))
             .args(["--http-addr", &format!("127.0.0.1:{http}")])
             .args(["--pg-addr", &format!("127.0.0.1:{}", port())])
+            .args(["--flight-addr", &format!("127.0.0.1:{}", port())])
             .args(["--grpc-addr", &format!("127.0.0.1:{}", port())])
             .args(["--disk-reserve", "16MiB", "--delete-deadline", "5s"])
             .env("EBB_LOG", "warn")

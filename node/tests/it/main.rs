@@ -15,6 +15,7 @@ mod cluster_split;
 mod cluster_writes;
 mod common;
 mod disk_full;
+mod flight;
 mod limits;
 mod linearizable;
 mod local_cluster;

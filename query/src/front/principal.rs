@@ -12,6 +12,8 @@ pub enum Protocol {
     Http,
     /// The PostgreSQL wire protocol.
     Postgres,
+    /// Arrow Flight SQL.
+    Flight,
     /// Inside the server (retention purges, tests).
     Internal,
 }
@@ -22,6 +24,7 @@ impl Protocol {
         match self {
             Protocol::Http => "http",
             Protocol::Postgres => "postgres",
+            Protocol::Flight => "flight",
             Protocol::Internal => "internal",
         }
     }
