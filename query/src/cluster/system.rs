@@ -1,5 +1,6 @@
 //! The `system` schema of cluster SQL: `system.deletions` (every delete request on every
-//! replica, gathered from every node), `system.layout` (each shard leader's KiWi+ layout) and
+//! replica, gathered from every node), `system.layout` and `system.compactions` (each shard
+//! leader's KiWi+ layout and recent compactions) and
 //! the tables the cluster describes itself (`system.nodes`, `system.shards`).
 
 use std::sync::Arc;
@@ -18,7 +19,7 @@ use super::ShardClient;
 pub fn names(client: &dyn ShardClient) -> Vec<String> {
     let mut names: Vec<String> = client.cluster_tables().iter().map(|s| s.to_string()).collect();
     names.push("deletions".into());
-    names.push("layout".into());
+    names.extend(PER_SHARD.iter().map(|s| s.to_string()));
     names.sort();
     names
 }
@@ -32,8 +33,8 @@ pub async fn table(
         let rows = client.deletions().await;
         crate::deletions::batch(&rows, crate::now_ms())
             .map_err(|e| DataFusionError::External(Box::new(e)))?
-    } else if name == "layout" {
-        layout(client).await?
+    } else if let Some(fields) = per_shard_fields(name) {
+        per_shard(client, name, fields).await?
     } else if client.cluster_tables().contains(&name) {
         match client.cluster_table(name).await {
             Ok(Some(b)) => b,
@@ -47,20 +48,39 @@ pub async fn table(
     Ok(Some(Arc::new(t)))
 }
 
-/// `system.layout` of every shard's leader, with a `shard` column first.
-async fn layout(client: &dyn ShardClient) -> DfResult<RecordBatch> {
+/// System tables of one engine, answered by every shard's leader with a `shard` column first.
+const PER_SHARD: [&str; 2] = ["compactions", "layout"];
+
+/// The columns of per-shard system table `name` (without `shard`).
+fn per_shard_fields(name: &str) -> Option<Vec<Field>> {
+    match name {
+        "compactions" => Some(crate::sql::system::compaction_fields()),
+        "layout" => Some(crate::sql::system::layout_fields()),
+        _ => None,
+    }
+}
+
+/// System table `name` of every shard's leader, with a `shard` column first.
+async fn per_shard(
+    client: &dyn ShardClient,
+    name: &str,
+    columns: Vec<Field>,
+) -> DfResult<RecordBatch> {
     let mut fields = vec![Field::new("shard", DataType::UInt64, false)];
-    fields.extend(crate::sql::system::layout_fields());
+    fields.extend(columns);
     let schema = Arc::new(Schema::new(fields));
-    let calls = client.shard_ids().into_iter().map(|shard| async move {
-        let sql = "SELECT * FROM system.layout";
-        let (_, batches) = client
-            .query(shard, "public", sql, None, None)
-            .await
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
-        let batches: Vec<RecordBatch> =
-            batches.try_collect().await.map_err(|e| DataFusionError::External(Box::new(e)))?;
-        Ok::<_, DataFusionError>((shard, batches))
+    let sql = format!("SELECT * FROM system.{name}");
+    let calls = client.shard_ids().into_iter().map(|shard| {
+        let sql = sql.clone();
+        async move {
+            let (_, batches) = client
+                .query(shard, "public", &sql, None, None)
+                .await
+                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+            let batches: Vec<RecordBatch> =
+                batches.try_collect().await.map_err(|e| DataFusionError::External(Box::new(e)))?;
+            Ok::<_, DataFusionError>((shard, batches))
+        }
     });
     let mut out = Vec::new();
     for r in futures::future::join_all(calls).await {

@@ -80,22 +80,7 @@ impl SystemTable {
                 ],
             ),
             "layout" => ("layout", layout_fields()),
-            "compactions" => (
-                "compactions",
-                vec![
-                    ts("finished_at", false),
-                    Field::new("kind", DataType::Utf8, false),
-                    Field::new("reason", DataType::Utf8, false),
-                    Field::new("level", DataType::UInt64, false),
-                    Field::new("output_level", DataType::UInt64, false),
-                    Field::new("input_files", DataType::UInt64, false),
-                    Field::new("output_files", DataType::UInt64, false),
-                    Field::new("bytes_written", DataType::UInt64, false),
-                    Field::new("entries_in", DataType::UInt64, false),
-                    Field::new("entries_out", DataType::UInt64, false),
-                    Field::new("duration_ms", DataType::UInt64, false),
-                ],
-            ),
+            "compactions" => ("compactions", compaction_fields()),
             _ => return None,
         };
         Some(SystemTable { db, name, schema: Arc::new(Schema::new(fields)) })
@@ -271,6 +256,23 @@ impl SystemTable {
             u(&|r| r.duration_ms),
         ]
     }
+}
+
+/// The columns of `system.compactions`.
+pub fn compaction_fields() -> Vec<Field> {
+    vec![
+        ts("finished_at", false),
+        Field::new("kind", DataType::Utf8, false),
+        Field::new("reason", DataType::Utf8, false),
+        Field::new("level", DataType::UInt64, false),
+        Field::new("output_level", DataType::UInt64, false),
+        Field::new("input_files", DataType::UInt64, false),
+        Field::new("output_files", DataType::UInt64, false),
+        Field::new("bytes_written", DataType::UInt64, false),
+        Field::new("entries_in", DataType::UInt64, false),
+        Field::new("entries_out", DataType::UInt64, false),
+        Field::new("duration_ms", DataType::UInt64, false),
+    ]
 }
 
 /// Columns of `system.layout`.

@@ -1,0 +1,99 @@
+//! The Grafana dashboard shipped in the Helm chart (`helm/ebb/dashboards/ebb.json`): every
+//! panel's SQL, with Grafana's `$__timeFilter` macro and the dashboard's variables expanded as
+//! Grafana's PostgreSQL data source expands them, runs through `psql` against a three-node
+//! cluster (the chart's deployment) holding data, deletes and compactions, and answers rows.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::common::{loopback, psql, start_cluster, until, Http};
+use ebb_node::config::Config;
+
+/// `$__timeFilter(col)` over the last six hours (the dashboard's default range), as Grafana
+/// writes it: `col BETWEEN '<from>' AND '<to>'` in RFC 3339, UTC.
+fn expand(sql: &str, table: &str, now_s: i64) -> String {
+    let rfc = |s: i64| {
+        chrono::DateTime::from_timestamp(s, 0)
+            .expect("time")
+            .format("%Y-%m-%dT%H:%M:%SZ")
+            .to_string()
+    };
+    let mut out = sql.replace("$table", table);
+    while let Some(at) = out.find("$__timeFilter(") {
+        let rest = &out[at + "$__timeFilter(".len()..];
+        let end = rest.find(')').expect("macro closes");
+        let col = rest[..end].to_string();
+        let with = format!("{col} BETWEEN '{}' AND '{}'", rfc(now_s - 6 * 3600), rfc(now_s + 60));
+        out.replace_range(at..at + "$__timeFilter(".len() + end + 1, &with);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_dashboard_panel_answers_through_postgres() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../helm/ebb/dashboards/ebb.json");
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("dashboard")).expect("json");
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().expect("tempdir")).collect();
+    let servers =
+        start_cluster(&dirs, |d| Config { shards: 4, replication: 2, ..loopback(d) }).await;
+    let (http, pg) = (servers[0].http_addr, servers[1].pg_addr.port());
+    tokio::task::spawn_blocking(move || {
+        until(60, "the cluster ready", || Http::new(http).get("/ready").0 == 200);
+        let h = Http::new(http);
+        let now_s = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_secs() as i64;
+        let body: String = (0..2_000)
+            .map(|i| format!("cpu,host=h{} usage={} {}\n", i % 20, i % 100, (now_s - i) * 1_000_000_000))
+            .collect();
+        assert_eq!(h.post("/write?db=public", &body).0, 204);
+        // A delete and an erasure with a short deadline: requests in system.deletions, and the
+        // flushes and compactions that persist them in system.compactions.
+        assert_eq!(h.sql("DELETE FROM cpu WHERE host = 'h0'").0, 200);
+        assert_eq!(h.sql("ERASE WHERE host = 'h1' DEADLINE '20s'").0, 200);
+        until(90, "the erasure persisted on every replica", || {
+            let (_, body) = h.sql("SELECT count(*) AS c FROM system.deletions WHERE kind = 'erase' AND status = 'persisted'");
+            body.contains("\"c\":") && !body.contains("\"c\":0")
+        });
+
+        // The `table` variable's query, then every panel's.
+        let var = dashboard["templating"]["list"]
+            .as_array()
+            .expect("variables")
+            .iter()
+            .find(|v| v["name"] == "table")
+            .expect("table variable");
+        let (ok, tables, err) = psql(pg, var["query"].as_str().expect("query"));
+        assert!(ok && tables.lines().any(|t| t == "cpu"), "{tables} {err}");
+        let panels = dashboard["panels"].as_array().expect("panels");
+        assert!(panels.len() >= 10, "{} panels", panels.len());
+        let mut answers = std::collections::BTreeMap::new();
+        for p in panels {
+            let title = p["title"].as_str().expect("title");
+            for t in p["targets"].as_array().expect("targets") {
+                let sql = expand(t["rawSql"].as_str().expect("rawSql"), "cpu", now_s);
+                assert!(!sql.contains('$'), "{title}: unexpanded {sql}");
+                let (ok, out, err) = psql(pg, &sql);
+                assert!(ok, "panel {title:?}: {sql}\n{err}");
+                assert!(!out.trim().is_empty(), "panel {title:?} answered no rows: {sql}");
+                answers.insert(title.to_string(), out);
+            }
+        }
+        // Answers that must hold on this cluster.
+        assert_eq!(answers["Late"].trim(), "0");
+        assert!(answers["Persisted"].trim().parse::<u64>().expect("count") >= 1);
+        assert_eq!(answers["Raft: nodes"].lines().count(), 3, "{}", answers["Raft: nodes"]);
+        let shards: Vec<&str> =
+            answers["Raft: shards without a leader, moving, splitting"].trim().split('|').collect();
+        assert_eq!(shards, ["0", "0", "0", "4"]);
+        assert!(answers["Tables"].contains("public|cpu"), "{}", answers["Tables"]);
+        let ingested: u64 = answers["Rows ingested per minute ($table)"]
+            .lines()
+            .filter_map(|l| l.rsplit('|').next()?.parse::<u64>().ok())
+            .sum();
+        assert_eq!(ingested, 2_000 - 100 - 100, "rows left after the DELETE and the ERASE");
+    })
+    .await
+    .expect("panels");
+    for s in servers {
+        s.shutdown().await.expect("shutdown");
+    }
+}
