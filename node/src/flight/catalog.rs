@@ -125,13 +125,13 @@ fn like(pattern: &str, s: &str) -> bool {
     // recursion for a hostile pattern.
     let (mut i, mut j, mut star, mut mark) = (0, 0, None, 0);
     while j < s.len() {
-        if i < p.len() && (p[i] == '_' || p[i] == s[j]) {
-            i += 1;
-            j += 1;
-        } else if i < p.len() && p[i] == '%' {
+        if i < p.len() && p[i] == '%' {
             star = Some(i);
             mark = j;
             i += 1;
+        } else if i < p.len() && (p[i] == '_' || p[i] == s[j]) {
+            i += 1;
+            j += 1;
         } else if let Some(st) = star {
             i = st + 1;
             mark += 1;
@@ -153,5 +153,7 @@ mod tests {
         assert!(like("cp_", "cpu") && like("%", "") && like("c%u", "cpu") && like("%u%", "cpu"));
         assert!(!like("c%x", "cpu") && !like("_", ""));
         assert!(like("%a%b%c%", "xaybzc") && !like("%a%b%c%", "xaybz"));
+        // `%` is a wildcard even where the name holds a `%`.
+        assert!(like("%x", "%ax") && like("a%", "a%b"));
     }
 }

@@ -140,8 +140,9 @@ impl FlightSqlService for FlightSql {
         Response<Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>>,
         Status,
     > {
-        let who = self.who(&request).await?;
-        let token = self.sessions.open(who);
+        let token =
+            auth::handshake(&self.door, &self.sessions, request.metadata(), request.remote_addr())
+                .await?;
         let reply = HandshakeResponse { protocol_version: 0, payload: token.clone().into() };
         let mut resp: Response<Pin<Box<dyn Stream<Item = _> + Send>>> =
             Response::new(Box::pin(futures::stream::iter([Ok(reply)])));
@@ -205,6 +206,7 @@ impl FlightSqlService for FlightSql {
         cmd: CommandStatementUpdate,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
+        statements::check_length(&cmd.query)?;
         let (_, session) = self.session(&request).await?;
         let out = session.execute(&cmd.query).await.map_err(|e| query_status(&e))?;
         statements::affected(out).await
@@ -234,7 +236,7 @@ impl FlightSqlService for FlightSql {
         request: Request<PeekableFlightDataStream>,
     ) -> Result<DoPutPreparedStatementResult, Status> {
         let who = self.who(&request).await?;
-        self.prepared.bind(&query, &who, request.into_inner()).await?;
+        self.prepared.bind(&query.prepared_statement_handle, &who, request.into_inner()).await?;
         Ok(DoPutPreparedStatementResult {
             prepared_statement_handle: Some(query.prepared_statement_handle),
         })
@@ -276,7 +278,15 @@ impl FlightSqlService for FlightSql {
     ) -> Result<Response<DataStream>, Status> {
         let who = self.who(&request).await?;
         let p = self.prepared.get(&query.prepared_statement_handle, &who)?;
-        let run = p.lock().run();
+        let (is_query, run) = {
+            let p = p.lock();
+            (p.is_query, p.run())
+        };
+        if !is_query {
+            return Err(Status::invalid_argument(
+                "not a query: it runs when its FlightInfo is asked for, and its ticket fetches the answer",
+            ));
+        }
         let session = self.door.open(who, &run.database);
         let out = statements::run_prepared(&session, &run).await?;
         Ok(Response::new(stream_batches(out)))
@@ -288,8 +298,10 @@ impl FlightSqlService for FlightSql {
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
         let who = self.who(&request).await?;
-        let p = self.prepared.get(&query.prepared_statement_handle, &who)?;
-        let run = p.lock().run();
+        let handle = query.prepared_statement_handle;
+        // The values come with the update itself.
+        self.prepared.bind(&handle, &who, request.into_inner()).await?;
+        let run = self.prepared.get(&handle, &who)?.lock().run();
         let session = self.door.open(who, &run.database);
         let out = statements::run_prepared(&session, &run).await?;
         statements::affected(out).await

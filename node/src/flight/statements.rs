@@ -30,9 +30,15 @@ use tonic::Status;
 use super::query_status;
 
 /// Most prepared statements held at once (over all clients); past it the oldest is closed.
-const MAX_PREPARED: usize = 10_000;
-/// Largest parameter set a client may bind, in bytes of Arrow data.
+const MAX_PREPARED: usize = 4_096;
+/// Most bytes of SQL they hold in all; past it the oldest are closed.
+const MAX_PREPARED_BYTES: usize = 256 << 20;
+/// Most prepared statements of one user; past it their oldest is closed.
+const PREPARED_PER_USER: usize = 64;
+/// Largest parameter set a client may bind, in bytes of Arrow IPC messages.
 const MAX_PARAMETER_BYTES: usize = 16 << 20;
+/// Longest statement accepted.
+pub const MAX_SQL_BYTES: usize = 1 << 20;
 
 /// What a statement ticket carries: the database and the SQL. The ticket is the client's to
 /// send back, so it gives nothing the client could not send as SQL: `DoGet` authenticates the
@@ -77,6 +83,8 @@ pub fn read_ticket(t: &TicketStatementQuery) -> Result<TicketFor, Status> {
 const RESULT_TTL: std::time::Duration = std::time::Duration::from_secs(300);
 /// Most such answers kept at once.
 const MAX_RESULTS: usize = 1_000;
+/// ... and of one user.
+const RESULTS_PER_USER: usize = 16;
 
 /// A kept answer: whose it is, its columns and rows, and when it was kept.
 type Kept = (Option<String>, SchemaRef, Vec<RecordBatch>, Instant);
@@ -99,6 +107,13 @@ impl Results {
         let mut map = self.map.lock();
         let now = Instant::now();
         map.retain(|_, (_, _, _, at)| now.duration_since(*at) < RESULT_TTL);
+        let mine: Vec<(Instant, String)> =
+            map.iter().filter(|(_, v)| v.0 == who.user).map(|(k, v)| (v.3, k.clone())).collect();
+        if mine.len() >= RESULTS_PER_USER {
+            if let Some((_, k)) = mine.into_iter().min() {
+                map.remove(&k);
+            }
+        }
         if map.len() >= MAX_RESULTS {
             if let Some(k) = map.iter().min_by_key(|(_, v)| v.3).map(|(k, _)| k.clone()) {
                 map.remove(&k);
@@ -142,6 +157,7 @@ pub fn flight_info(
 /// statements that are not planned ahead (`ERASE`, `ALTER CLUSTER`, DDL the planner does not
 /// know): their columns come with their answer.
 pub async fn plan(session: &Session, sql: &str) -> Result<Option<LogicalPlan>, Status> {
+    check_length(sql)?;
     let mut statements = match DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {}) {
         Ok(s) => s,
         Err(_) => return Ok(None),
@@ -167,6 +183,17 @@ pub async fn plan(session: &Session, sql: &str) -> Result<Option<LogicalPlan>, S
     }
 }
 
+/// Refuses statements over [`MAX_SQL_BYTES`].
+pub fn check_length(sql: &str) -> Result<(), Status> {
+    match sql.len() > MAX_SQL_BYTES {
+        true => Err(Status::invalid_argument(format!(
+            "the statement is {} bytes, more than {MAX_SQL_BYTES}",
+            sql.len()
+        ))),
+        false => Ok(()),
+    }
+}
+
 /// The columns a statement answers with: its plan's for a query, none known ahead for others.
 pub fn answer_schema(plan: Option<&LogicalPlan>) -> SchemaRef {
     match plan {
@@ -182,25 +209,31 @@ pub fn is_query(plan: Option<&LogicalPlan>) -> bool {
 }
 
 /// The rows a statement's output counts as affected (`INSERT`, `DELETE`, `ERASE`), or -1.
+/// Queries are refused: their rows are fetched with `CommandStatementQuery`, not counted.
 pub async fn affected(out: QueryOutput) -> Result<i64, Status> {
-    let QueryOutput { schema, stream, kind } = out;
+    let QueryOutput { schema, mut stream, kind } = out;
     let column = match kind {
+        StatementKind::Query if !schema.fields().is_empty() => {
+            return Err(Status::invalid_argument(
+                "a query returns rows: run it as a query (CommandStatementQuery), not an update",
+            ))
+        }
         StatementKind::Insert => Some(0),
         StatementKind::Delete => schema.index_of("rows_deleted").ok(),
         StatementKind::Erase => schema.index_of("rows_erased").ok(),
         _ => None,
     };
-    let batches: Vec<_> = stream.try_collect().await.map_err(|e| query_status(&e.into()))?;
-    let Some(i) = column else { return Ok(-1) };
     let mut total = 0i64;
-    for b in &batches {
-        let col = b.column(i);
-        let col = datafusion::arrow::compute::cast(col, &DataType::Int64)
+    // One batch at a time: a count is all that is kept.
+    while let Some(b) = stream.next().await {
+        let b = b.map_err(|e| query_status(&e.into()))?;
+        let Some(i) = column else { continue };
+        let col = datafusion::arrow::compute::cast(b.column(i), &DataType::Int64)
             .map_err(|e| Status::internal(e.to_string()))?;
         let col = col.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
         total += col.iter().flatten().sum::<i64>();
     }
-    Ok(total)
+    Ok(if column.is_some() { total } else { -1 })
 }
 
 /// A prepared statement of one principal.
@@ -287,11 +320,27 @@ impl PreparedStore {
         };
         {
             let mut map = self.map.lock();
-            if map.len() >= MAX_PREPARED {
+            let mine: Vec<(Instant, Vec<u8>)> = map
+                .iter()
+                .filter_map(|(k, p)| {
+                    let p = p.lock();
+                    (p.user == who.user).then(|| (p.created, k.clone()))
+                })
+                .collect();
+            if mine.len() >= PREPARED_PER_USER {
+                if let Some((_, k)) = mine.into_iter().min() {
+                    map.remove(&k);
+                }
+            }
+            let mut held: usize = map.values().map(|p| p.lock().sql.len()).sum();
+            while !map.is_empty()
+                && (map.len() >= MAX_PREPARED || held + sql.len() > MAX_PREPARED_BYTES)
+            {
                 let oldest =
                     map.iter().min_by_key(|(_, p)| p.lock().created).map(|(k, _)| k.clone());
-                if let Some(k) = oldest {
-                    map.remove(&k);
+                match oldest.and_then(|k| map.remove(&k)) {
+                    Some(p) => held -= p.lock().sql.len(),
+                    None => break,
                 }
             }
             map.insert(handle.to_vec(), Arc::new(Mutex::new(prepared)));
@@ -322,37 +371,66 @@ impl PreparedStore {
         Ok(())
     }
 
-    /// Binds the parameters a `DoPut` carries (the first row) to `handle`.
+    /// Binds the parameters a `DoPut` carries (one row) to `handle`.
     pub async fn bind(
         &self,
-        cmd: &CommandPreparedStatementQuery,
+        handle: &[u8],
         who: &Principal,
         data: PeekableFlightDataStream,
     ) -> Result<(), Status> {
-        let p = self.get(&cmd.prepared_statement_handle, who)?;
-        let mut batches =
-            FlightRecordBatchStream::new_from_flight_data(data.map_err(FlightError::from));
-        let (mut bytes, mut first) = (0usize, None);
-        while let Some(batch) = batches.next().await {
-            let batch = batch.map_err(|e| Status::invalid_argument(format!("parameters: {e}")))?;
-            bytes += batch.get_array_memory_size();
-            if bytes > MAX_PARAMETER_BYTES {
-                return Err(Status::resource_exhausted("parameters over 16 MiB"));
-            }
-            if first.is_none() && batch.num_rows() > 0 {
-                first = Some(batch);
-            }
-        }
-        let values = match first {
-            None => Vec::new(),
-            Some(b) => (0..b.num_columns())
-                .map(|i| ScalarValue::try_from_array(b.column(i).as_ref(), 0))
-                .collect::<Result<_, _>>()
-                .map_err(|e| Status::invalid_argument(format!("parameters: {e}")))?,
-        };
+        let p = self.get(handle, who)?;
+        let values = parameters(data).await?;
         p.lock().params = Some(values);
         Ok(())
     }
+}
+
+/// The one row of parameter values a `DoPut` carries (none if it carries no rows). The
+/// messages are checked before Arrow decodes them: at most [`MAX_PARAMETER_BYTES`] in all, a
+/// schema and record batches only (no dictionaries), uncompressed (a compressed buffer names
+/// the size to allocate for it), and reading stops at the first batch with rows.
+async fn parameters(data: PeekableFlightDataStream) -> Result<Vec<ScalarValue>, Status> {
+    use datafusion::arrow::ipc::{root_as_message, MessageHeader};
+    let bad = |why: &str| Status::invalid_argument(format!("parameters: {why}"));
+    let mut total = 0usize;
+    let checked = data.map(move |fd| {
+        let fd = fd?;
+        total += fd.data_header.len() + fd.data_body.len() + fd.app_metadata.len();
+        if total > MAX_PARAMETER_BYTES {
+            return Err(Status::resource_exhausted("parameters over 16 MiB"));
+        }
+        if fd.data_header.is_empty() {
+            return Ok(fd);
+        }
+        let message = root_as_message(&fd.data_header).map_err(|_| bad("not an IPC message"))?;
+        match message.header_type() {
+            MessageHeader::Schema => Ok(fd),
+            MessageHeader::RecordBatch => {
+                let compressed = message.header_as_record_batch().and_then(|b| b.compression());
+                match compressed {
+                    Some(_) => Err(bad("compressed batches are not accepted")),
+                    None => Ok(fd),
+                }
+            }
+            _ => Err(bad("only a schema and record batches are accepted")),
+        }
+    });
+    let mut batches =
+        FlightRecordBatchStream::new_from_flight_data(checked.map_err(FlightError::from));
+    while let Some(batch) = batches.next().await {
+        let batch = batch.map_err(|e| bad(&e.to_string()))?;
+        match batch.num_rows() {
+            0 => continue,
+            1 => {
+                return (0..batch.num_columns())
+                    .map(|i| ScalarValue::try_from_array(batch.column(i).as_ref(), 0))
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| bad(&e.to_string()))
+            }
+            n => return Err(bad(&format!("{n} rows; one row of values per run"))),
+        }
+    }
+    Ok(Vec::new())
 }
 
 /// `schema` as the IPC message Flight SQL carries schemas in.

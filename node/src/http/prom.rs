@@ -11,10 +11,15 @@ use super::{query_error, AppState, Caller};
 use crate::body::LimitedBody;
 use crate::prom::proto::{ReadRequest, WriteRequest};
 use crate::prom::read::{ReadError, Reader};
-use crate::prom::{decode, encode, write::to_line_protocol};
+use crate::prom::write::{text_size, to_line_protocol};
+use crate::prom::{decode, encode};
+use ebb_query::access::Privilege;
 
 /// Line-protocol text written per front-door write of one remote write.
 const CHUNK_BYTES: usize = 4 << 20;
+/// How many times its compressed body's size (at least 64 KiB) a remote write may make in line
+/// protocol.
+const MAX_EXPANSION: usize = 256;
 
 /// The `db` parameter.
 fn database(caller: &Caller) -> Option<String> {
@@ -37,15 +42,21 @@ pub(super) async fn write(
     let result = async {
         let who = caller.principal(&state.door).await?;
         let db = database(&caller).ok_or_else(no_database)?;
+        // Refused before the body is even decoded.
+        state.door.authorize(&who, Some(&db), Privilege::Write).map_err(|e| query_error(&e))?;
         let body = body.map_err(|(status, why)| error(status, why))?;
         let req: WriteRequest = decode(&body, state.max_body_bytes, "WriteRequest")
             .map_err(|e| error(StatusCode::BAD_REQUEST, e))?;
+        if text_size(&req) > MAX_EXPANSION.saturating_mul(body.len().max(1 << 16)) {
+            return Err(error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the samples' series labels make this request far larger as rows than as \
+                 protobuf: send fewer samples per request (queue_config.max_samples_per_send)",
+            ));
+        }
         drop(body);
-        let c = to_line_protocol(&req, CHUNK_BYTES);
-        let refused: usize = c.refused_series;
-        drop(req);
-        m.prometheus_samples_skipped.add((c.non_finite + c.refused_samples) as u64);
-        for text in c.bodies.iter().cloned() {
+        let mut chunks = to_line_protocol(&req, CHUNK_BYTES);
+        while let Some(text) = chunks.next_body() {
             let s = state
                 .door
                 .write_lines(&who, &db, text, Precision::Milliseconds)
@@ -55,6 +66,9 @@ pub(super) async fn write(
             m.rows_written.add(s.rows as u64);
             m.prometheus_samples_written.add(s.lines as u64);
         }
+        let c = chunks.out;
+        let refused = c.refused_series;
+        m.prometheus_samples_skipped.add((c.non_finite + c.refused_samples) as u64);
         match c.refusal() {
             Some(why) => {
                 tracing::warn!(refused, "remote write: {why}");
@@ -87,16 +101,19 @@ pub(super) async fn read(
         let session = state.door.open(who, &db);
         let resp = Reader::new(&session).read(&req.queries).await.map_err(|e| match e {
             ReadError::Query(q) => query_error(&q),
-            e @ ReadError::BadRegex { .. } => error(StatusCode::BAD_REQUEST, e),
+            e @ (ReadError::BadRegex { .. } | ReadError::BadRequest(_)) => {
+                error(StatusCode::BAD_REQUEST, e)
+            }
             e => error(StatusCode::UNPROCESSABLE_ENTITY, e),
         })?;
+        let body = encode(&resp).map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e))?;
         Ok::<_, Response>(
             (
                 [
                     (header::CONTENT_TYPE, "application/x-protobuf"),
                     (header::CONTENT_ENCODING, "snappy"),
                 ],
-                encode(&resp),
+                body,
             )
                 .into_response(),
         )

@@ -23,6 +23,11 @@ use super::STALE_NAN_BITS;
 /// bounds the memory one request holds, about 40 bytes a sample).
 pub const MAX_SAMPLES: usize = 5_000_000;
 
+/// Most bytes of series labels and samples one read request may return.
+pub const MAX_RESPONSE_BYTES: usize = 256 << 20;
+/// Most queries in one read request, and matchers in one query.
+pub const MAX_QUERIES: usize = 64;
+
 /// Largest compiled regular expression of a matcher.
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
 
@@ -40,9 +45,12 @@ pub enum ReadError {
         /// Why it does not compile.
         reason: String,
     },
-    /// The answer would hold more than [`MAX_SAMPLES`].
-    #[error("the query matches more than {0} samples: narrow its time range or series")]
-    TooManySamples(usize),
+    /// The answer would hold more than [`MAX_SAMPLES`] samples or [`MAX_RESPONSE_BYTES`].
+    #[error("the query matches more than {0}: narrow its time range or series")]
+    TooLarge(String),
+    /// More queries or matchers than a request may hold, or a matcher of an unknown type.
+    #[error("{0}")]
+    BadRequest(String),
     /// The SQL failed (access, availability, limits).
     #[error(transparent)]
     Query(#[from] QueryError),
@@ -53,6 +61,8 @@ pub struct Reader<'a> {
     session: &'a Session,
     /// Samples returned so far, against [`MAX_SAMPLES`].
     samples: usize,
+    /// Bytes of labels and samples returned so far, against [`MAX_RESPONSE_BYTES`].
+    bytes: usize,
 }
 
 /// A table that can answer reads: its name and tag (label) columns.
@@ -66,11 +76,16 @@ struct Table {
 impl<'a> Reader<'a> {
     /// A reader on `session`, whose default database is the one read.
     pub fn new(session: &'a Session) -> Self {
-        Reader { session, samples: 0 }
+        Reader { session, samples: 0, bytes: 0 }
     }
 
     /// Answers every query of a request, in order.
     pub async fn read(&mut self, queries: &[Query]) -> Result<ReadResponse, ReadError> {
+        if queries.len() > MAX_QUERIES || queries.iter().any(|q| q.matchers.len() > MAX_QUERIES) {
+            return Err(ReadError::BadRequest(format!(
+                "at most {MAX_QUERIES} queries per request and {MAX_QUERIES} matchers per query"
+            )));
+        }
         let tables = self.tables().await?;
         let mut results = Vec::with_capacity(queries.len());
         for q in queries {
@@ -167,8 +182,9 @@ impl<'a> Reader<'a> {
         while let Some(batch) = stream.next().await {
             let batch = batch.map_err(QueryError::from)?;
             self.samples += batch.num_rows();
+            self.bytes += batch.num_rows() * 16;
             if self.samples > MAX_SAMPLES {
-                return Err(ReadError::TooManySamples(MAX_SAMPLES));
+                return Err(ReadError::TooLarge(format!("{MAX_SAMPLES} samples")));
             }
             let time = batch.column(0).as_primitive_opt::<TimestampNanosecondType>();
             let value = batch.column(1).as_primitive_opt::<Float64Type>();
@@ -186,12 +202,23 @@ impl<'a> Reader<'a> {
                         (true, false) => value.value(r),
                         (false, false) => continue,
                     };
-                let key = labels
+                let key: Vec<Option<String>> = labels
                     .iter()
                     .map(|c| c.filter(|c| c.is_valid(r)).map(|c| c.value(r).to_string()))
                     .collect();
                 let ms = time.value(r).div_euclid(1_000_000);
-                series.entry(key).or_default().push(Sample { value: v, timestamp: ms });
+                let sample = Sample { value: v, timestamp: ms };
+                match series.get_mut(&key) {
+                    Some(samples) => samples.push(sample),
+                    None => {
+                        // A new series: its labels count once.
+                        self.bytes += key.iter().flatten().map(|v| v.len() + 16).sum::<usize>();
+                        if self.bytes > MAX_RESPONSE_BYTES {
+                            return Err(ReadError::TooLarge(format!("{MAX_RESPONSE_BYTES} bytes")));
+                        }
+                        series.insert(key, vec![sample]);
+                    }
+                }
             }
         }
         for (key, mut samples) in series {
@@ -220,7 +247,9 @@ struct Matcher {
 
 impl Matcher {
     fn new(m: &LabelMatcher) -> Result<Matcher, ReadError> {
-        let kind = MatchType::try_from(m.r#type).unwrap_or(MatchType::Eq);
+        let kind = MatchType::try_from(m.r#type).map_err(|_| {
+            ReadError::BadRequest(format!("matcher on {:?}: unknown type {}", m.name, m.r#type))
+        })?;
         let regex = match kind {
             MatchType::Re | MatchType::Nre => Some(
                 regex::RegexBuilder::new(&format!("^(?:{})$", m.value))

@@ -10,12 +10,23 @@ use super::proto::{TimeSeries, WriteRequest};
 /// Labels that would collide with the columns a sample is stored in.
 pub const RESERVED_LABELS: [&str; 3] = ["time", "value", "stale"];
 
-/// A remote write as line protocol: bodies to write one after another, and what was left out.
+/// A remote write as line protocol, in bodies of about a chunk's size each, built one at a
+/// time ([`Chunks::next_body`]) so a request whose text would be far larger than its protobuf
+/// (every sample repeats its series' labels) is never held whole.
+#[derive(Debug)]
+pub struct Chunks<'a> {
+    req: &'a WriteRequest,
+    chunk: usize,
+    /// The next series, and its next sample.
+    at: (usize, usize),
+    /// What was left out so far.
+    pub out: Converted,
+}
+
+/// What a remote write left out, and how many samples its bodies hold.
 #[derive(Debug, Default)]
 pub struct Converted {
-    /// Line-protocol bodies (millisecond timestamps), each at most about the chunk size given.
-    pub bodies: Vec<String>,
-    /// Samples in `bodies`.
+    /// Samples in the bodies built so far.
     pub samples: usize,
     /// NaN or infinite samples (not staleness markers) left out.
     pub non_finite: usize,
@@ -30,55 +41,76 @@ pub struct Converted {
 /// How many refused series a [`Converted`] names.
 const NAMED_REFUSALS: usize = 5;
 
-/// The lines of `req`, cut into bodies of about `chunk` bytes: a series' samples repeat its
-/// labels, so the text can be far larger than the protobuf, and each body is written (and
-/// freed) before the next. A sample is `value=`, a staleness marker `stale=true`.
-pub fn to_line_protocol(req: &WriteRequest, chunk: usize) -> Converted {
-    let mut out = Converted::default();
-    let mut body = String::new();
-    for ts in &req.timeseries {
-        let (name, tags) = match series(ts) {
-            Ok(s) => s,
-            Err(why) => {
-                out.refuse(why);
-                out.refused_samples += ts.samples.len();
-                continue;
-            }
-        };
-        let mut line = Line {
-            measurement: Cow::Borrowed(name),
-            tags: tags.into(),
-            fields: Default::default(),
-            timestamp: None,
-        };
-        for s in &ts.samples {
-            let field = match s.value {
-                v if is_stale_marker(v) => ("stale", FieldValue::Boolean(true)),
-                v if v.is_finite() => ("value", FieldValue::Float(v)),
-                _ => {
-                    out.non_finite += 1;
+/// About how many bytes of line protocol `req` makes: each sample's line repeats its series'
+/// names and values. Known before anything is built, to refuse a request that expands too far.
+pub fn text_size(req: &WriteRequest) -> usize {
+    req.timeseries
+        .iter()
+        .map(|ts| {
+            let names: usize = ts.labels.iter().map(|l| l.name.len() + l.value.len() + 2).sum();
+            (names + 48).saturating_mul(ts.samples.len())
+        })
+        .fold(0usize, usize::saturating_add)
+}
+
+/// The lines of `req` in bodies of about `chunk` bytes. A sample is `value=`, a staleness
+/// marker `stale=true`.
+pub fn to_line_protocol(req: &WriteRequest, chunk: usize) -> Chunks<'_> {
+    Chunks { req, chunk, at: (0, 0), out: Converted::default() }
+}
+
+impl Chunks<'_> {
+    /// The next body, or `None` when every sample is in one.
+    pub fn next_body(&mut self) -> Option<String> {
+        let mut body = String::new();
+        while let Some(ts) = self.req.timeseries.get(self.at.0) {
+            let (name, tags) = match series(ts) {
+                Ok(s) => s,
+                Err(why) => {
+                    // Counted once, at its first visit.
+                    if self.at.1 == 0 {
+                        self.out.refuse(why);
+                        self.out.refused_samples += ts.samples.len();
+                    }
+                    self.at = (self.at.0 + 1, 0);
                     continue;
                 }
             };
-            line.fields.clear();
-            line.fields.push((Cow::Borrowed(field.0), field.1));
-            line.timestamp = Some(s.timestamp);
-            // `series` checked the names, and the value is finite: this cannot fail, but if
-            // it did, the line is left out whole and the series named.
-            if let Err(why) = line.write_to(&mut body) {
-                out.refuse(format!("series {}: {why}", describe(ts)));
-                break;
+            let mut line = Line {
+                measurement: Cow::Borrowed(name),
+                tags: tags.into(),
+                fields: Default::default(),
+                timestamp: None,
+            };
+            while let Some(s) = ts.samples.get(self.at.1) {
+                self.at.1 += 1;
+                let field = match s.value {
+                    v if is_stale_marker(v) => ("stale", FieldValue::Boolean(true)),
+                    v if v.is_finite() => ("value", FieldValue::Float(v)),
+                    _ => {
+                        self.out.non_finite += 1;
+                        continue;
+                    }
+                };
+                line.fields.clear();
+                line.fields.push((Cow::Borrowed(field.0), field.1));
+                line.timestamp = Some(s.timestamp);
+                // `series` checked the names, and the value is finite: this cannot fail, but
+                // if it did, the line is left out and the series named.
+                if let Err(why) = line.write_to(&mut body) {
+                    self.out.refuse(format!("series {}: {why}", describe(ts)));
+                    self.at.1 = ts.samples.len();
+                    break;
+                }
+                self.out.samples += 1;
+                if body.len() >= self.chunk {
+                    return Some(body);
+                }
             }
-            out.samples += 1;
-            if body.len() >= chunk {
-                out.bodies.push(std::mem::take(&mut body));
-            }
+            self.at = (self.at.0 + 1, 0);
         }
+        (!body.is_empty()).then_some(body)
     }
-    if !body.is_empty() {
-        out.bodies.push(body);
-    }
-    out
 }
 
 impl Converted {
@@ -112,7 +144,15 @@ type Tags<'a> = Vec<(Cow<'a, str>, Cow<'a, str>)>;
 fn series(ts: &TimeSeries) -> Result<(&str, Tags<'_>), String> {
     let mut name = None;
     let mut tags = Vec::with_capacity(ts.labels.len());
+    let mut seen = std::collections::HashSet::with_capacity(ts.labels.len());
     for l in &ts.labels {
+        if l.name.is_empty() || !seen.insert(l.name.as_str()) {
+            return Err(format!(
+                "series {}: an empty or repeated label name {:?}",
+                describe(ts),
+                l.name
+            ));
+        }
         if l.name.contains(['\n', '\r']) || l.value.contains(['\n', '\r']) {
             return Err(format!(
                 "series {}: a line break in a label, which line protocol cannot carry",
@@ -191,12 +231,14 @@ mod tests {
                 ts(&[("job", "x")], &[(1.0, 1)]),
                 ts(&[("__name__", "up"), ("value", "x")], &[(1.0, 1)]),
                 ts(&[("__name__", "up"), ("path", "a\nb")], &[(1.0, 1)]),
+                ts(&[("__name__", "up"), ("", "x")], &[(1.0, 1)]),
             ],
             metadata: vec![],
         };
-        let c = to_line_protocol(&req, 1 << 20);
-        assert_eq!((c.samples, c.non_finite, c.refused_series, c.refused_samples), (3, 2, 3, 3));
-        let text = c.bodies.concat();
+        let mut chunks = to_line_protocol(&req, 1 << 20);
+        let text: String = std::iter::from_fn(|| chunks.next_body()).collect();
+        let c = chunks.out;
+        assert_eq!((c.samples, c.non_finite, c.refused_series, c.refused_samples), (3, 2, 4, 4));
         let lines: Vec<Line> = Lines::new(&text).map(|l| l.unwrap().1).collect();
         assert_eq!(lines.len(), 3);
         assert_eq!(lines[0].measurement, "http_requests_total");
@@ -207,7 +249,7 @@ mod tests {
         assert_eq!(lines[2].measurement, "job:rate5m");
         assert_eq!(lines[2].fields[0], ("value".into(), FieldValue::Float(-2e-300)));
         let why = c.refusal().unwrap();
-        assert!(why.contains("3 series not written"), "{why}");
+        assert!(why.contains("4 series not written"), "{why}");
         assert!(why.contains("no metric name") && why.contains("\"value\""), "{why}");
         assert!(why.contains("line break"), "{why}");
     }
@@ -219,11 +261,19 @@ mod tests {
             timeseries: vec![ts(&[("__name__", "m"), ("host", &"h".repeat(100))], &samples)],
             metadata: vec![],
         };
-        let c = to_line_protocol(&req, 64 << 10);
-        assert_eq!(c.samples, 10_000);
-        assert!(c.bodies.len() > 10, "{}", c.bodies.len());
-        assert!(c.bodies.iter().all(|b| b.len() < (64 << 10) + 200));
-        let lines: usize = c.bodies.iter().map(|b| Lines::new(b).count()).sum();
+        let mut chunks = to_line_protocol(&req, 64 << 10);
+        let bodies: Vec<String> = std::iter::from_fn(|| chunks.next_body()).collect();
+        assert_eq!(chunks.out.samples, 10_000);
+        assert!(bodies.len() > 10, "{}", bodies.len());
+        assert!(bodies.iter().all(|b| b.len() < (64 << 10) + 200));
+        let lines: usize = bodies.iter().map(|b| Lines::new(b).count()).sum();
         assert_eq!(lines, 10_000);
+        // The estimate is near the text made.
+        let made: usize = bodies.iter().map(String::len).sum();
+        assert!(
+            text_size(&req) >= made && text_size(&req) < 2 * made,
+            "{} {made}",
+            text_size(&req)
+        );
     }
 }

@@ -13,7 +13,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::common::{loopback, start_cluster, until, Http};
-use ebb_node::config::Config;
+use ebb_node::config::{Config, Secret};
+use ebb_node::prom::encode;
+use ebb_node::prom::proto::{
+    Label, LabelMatcher, Query, ReadRequest, Sample, TimeSeries, WriteRequest,
+};
 use ebb_node::server::Server;
 
 /// What the fixed target serves: two series of a gauge (one label value with a space, one
@@ -247,6 +251,28 @@ fn bad_bodies(addr: SocketAddr) {
     let (status, body) = http.post_with("/api/v1/write", b"", &[]);
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("?db="), "{body}");
+    // Requests within the size limit that would cost far more than they weigh.
+    let queries = (0..65).map(|_| Query::default()).collect();
+    let many = encode(&ReadRequest { queries, accepted_response_types: vec![] }).expect("encode");
+    let (status, body) = http.post_with("/api/v1/read?db=prom", &many, &[]);
+    assert_eq!(status, 400, "65 queries: {body}");
+    let odd = LabelMatcher { r#type: 9, name: "job".into(), value: "x".into() };
+    let q = Query { matchers: vec![odd], ..Query::default() };
+    let odd =
+        encode(&ReadRequest { queries: vec![q], accepted_response_types: vec![] }).expect("encode");
+    let (status, body) = http.post_with("/api/v1/read?db=prom", &odd, &[]);
+    assert_eq!(status, 400, "unknown matcher type: {body}");
+    // One series of 1 KiB of labels and 300,000 samples: 600 KB of protobuf, 300 MB of rows.
+    let long = TimeSeries {
+        labels: vec![
+            Label { name: "__name__".into(), value: "m".into() },
+            Label { name: "l".into(), value: "x".repeat(1024) },
+        ],
+        samples: vec![Sample::default(); 300_000],
+    };
+    let long = encode(&WriteRequest { timeseries: vec![long], metadata: vec![] }).expect("encode");
+    let (status, body) = http.post_with("/api/v1/write?db=prom", &long, &[]);
+    assert_eq!(status, 413, "{body}");
     assert_eq!(http.get("/health").0, 200);
 }
 
@@ -281,4 +307,67 @@ async fn prometheus_remote_write_and_read_on_a_cluster() {
     for s in servers {
         s.shutdown().await.expect("shutdown");
     }
+}
+
+/// With users, remote write needs WRITE on the database, checked before the body is decoded,
+/// and remote read needs READ.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn prometheus_endpoints_go_through_access_control() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = Config { admin_password: Some(Secret("prom admin".into())), ..loopback(dir.path()) };
+    let server = Server::start(&cfg).await.expect("start");
+    let addr = server.http_addr;
+    tokio::task::spawn_blocking(move || {
+        let http = Http::new(addr);
+        let basic = |user: &str, pw: &str| {
+            let b64 = base64::Engine::encode(
+                &base64::engine::general_purpose::STANDARD,
+                format!("{user}:{pw}"),
+            );
+            format!("Basic {b64}")
+        };
+        let admin = basic("admin", "prom admin");
+        for sql in ["CREATE USER reader WITH PASSWORD 'r'", "GRANT READ ON DATABASE prom TO reader"]
+        {
+            let (status, body) =
+                http.post_with("/v1/sql?db=prom", sql.as_bytes(), &[("Authorization", &admin)]);
+            assert_eq!(status, 200, "{sql}: {body}");
+        }
+        let reader = basic("reader", "r");
+        let series = TimeSeries {
+            labels: vec![Label { name: "__name__".into(), value: "up".into() }],
+            samples: vec![Sample { value: 1.0, timestamp: 1_700_000_000_000 }],
+        };
+        let write =
+            encode(&WriteRequest { timeseries: vec![series], metadata: vec![] }).expect("encode");
+        // No credentials: 401. A reader, even with a body that is not snappy: 403.
+        assert_eq!(http.post_with("/api/v1/write?db=prom", &write, &[]).0, 401);
+        let garbage =
+            http.post_with("/api/v1/write?db=prom", b"garbage", &[("Authorization", &reader)]);
+        assert_eq!(garbage.0, 403, "{}", garbage.1);
+        let (status, body) =
+            http.post_with("/api/v1/write?db=prom", &write, &[("Authorization", &admin)]);
+        assert_eq!(status, 204, "{body}");
+        let read = encode(&ReadRequest {
+            queries: vec![Query {
+                start_timestamp_ms: 1_699_999_000_000,
+                end_timestamp_ms: 1_700_001_000_000,
+                matchers: vec![LabelMatcher {
+                    r#type: 0,
+                    name: "__name__".into(),
+                    value: "up".into(),
+                }],
+                hints: None,
+            }],
+            accepted_response_types: vec![],
+        })
+        .expect("encode");
+        assert_eq!(http.post_with("/api/v1/read?db=prom", &read, &[]).0, 401);
+        let (status, _) =
+            http.post_with("/api/v1/read?db=prom", &read, &[("Authorization", &reader)]);
+        assert_eq!(status, 200);
+    })
+    .await
+    .expect("checks");
+    server.shutdown().await.expect("shutdown");
 }

@@ -113,8 +113,9 @@ impl Cluster {
     pub async fn start_child(&self, id: NodeId, group: u64) -> GroupHandle {
         let n = &self.nodes[&id];
         let dir = self.node_dir(id).join(ebb_raft::sm::group_dir_name(group));
-        // A replica of the group closed a moment ago may still be shutting down.
-        for _ in 0..100 {
+        // A replica of the group closed a moment ago may still be shutting down (its background
+        // work lets go of the engine last; on a loaded machine that takes seconds).
+        for _ in 0..600 {
             let conns = Connections::new(id, self.faults.clone());
             match start_group(id, group, &dir, &self.opts, conns, &n.groups).await {
                 Ok(g) => return g,
