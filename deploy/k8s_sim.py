@@ -196,7 +196,8 @@ class Sim:
         """helm install/upgrade: renders, checks the manifests, and reconciles the pods."""
         docs = render(self.helm, self.chart, replicas, self.work / f"rendered-{replicas}")
         (sts,) = [d for d in docs if d["kind"] == "StatefulSet"]
-        (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
+        # The server's configuration (the chart also ships the Grafana dashboard's ConfigMap).
+        (cm,) = [d for d in docs if d["kind"] == "ConfigMap" and "config.toml" in d.get("data", {})]
         (headless,) = [
             d for d in docs if d["kind"] == "Service" and d["spec"].get("clusterIP") == "None"
         ]
