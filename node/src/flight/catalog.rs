@@ -15,6 +15,7 @@ use futures::TryStreamExt;
 use tonic::Status;
 
 use super::query_status;
+use ebb_query::sql::quote_ident as ident;
 
 /// The catalog every database is in.
 pub const CATALOG: &str = ebb_query::sql::CATALOG;
@@ -111,11 +112,6 @@ pub async fn get_tables(session: &Session, q: CommandGetTables) -> Result<Record
             .map_err(|e| Status::internal(e.to_string()))?;
     }
     b.build().map_err(|e| Status::internal(e.to_string()))
-}
-
-/// `s` as a SQL identifier.
-fn ident(s: &str) -> String {
-    format!("\"{}\"", s.replace('"', "\"\""))
 }
 
 /// SQL `LIKE` without escapes, as Flight SQL filter patterns are: `%` any run, `_` any one.

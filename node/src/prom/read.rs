@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::datatypes::{DataType, Float64Type, TimestampNanosecondType};
 use ebb_query::front::Session;
+use ebb_query::sql::{quote_ident as ident, quote_literal as literal};
 use ebb_query::QueryError;
 use futures::StreamExt;
 
@@ -294,16 +295,6 @@ impl Matcher {
             (false, false) => format!("({col} IS NOT NULL AND {test})"),
         }
     }
-}
-
-/// `s` as a SQL identifier.
-fn ident(s: &str) -> String {
-    format!("\"{}\"", s.replace('"', "\"\""))
-}
-
-/// `s` as a SQL string literal.
-fn literal(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
 }
 
 #[cfg(test)]

@@ -49,7 +49,7 @@ struct NewestOn {
 }
 
 fn quote(ident: &str) -> String {
-    format!("\"{}\"", ident.replace('"', "\"\""))
+    crate::sql::quote_ident(ident)
 }
 
 fn external(e: impl std::fmt::Display) -> DataFusionError {

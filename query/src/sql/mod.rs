@@ -25,3 +25,13 @@ pub(crate) use session::{limited_stream, new_context, optimized_stream};
 
 /// Name of the DataFusion catalog.
 pub const CATALOG: &str = "ebb";
+
+/// `s` as a quoted SQL identifier (`"` doubled), for SQL the server writes from names.
+pub fn quote_ident(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\"\""))
+}
+
+/// `s` as a SQL string literal (`'` doubled; no backslash escapes in the dialect used).
+pub fn quote_literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
