@@ -138,3 +138,41 @@ async fn adbc_flight_sql_on_a_cluster() {
         s.shutdown().await.expect("shutdown");
     }
 }
+
+/// With `tls` set, Flight SQL is served over TLS only: the ADBC client trusting the CA reads,
+/// a plain-text one is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn adbc_flight_sql_over_tls() {
+    use ebb_node::tls::issue::{issue, make_ca};
+    use ebb_node::tls::CertFiles;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let certs = dir.path().join("certs");
+    make_ca(&certs, 30).expect("ca");
+    issue(&certs, "server", &["127.0.0.1".to_string()], 30).expect("issue");
+    let tls = CertFiles { cert: certs.join("server.crt"), key: certs.join("server.key") };
+    let cfg = Config { tls: Some(tls), ..loopback(&dir.path().join("data")) };
+    let server = Server::start(&cfg).await.expect("start");
+    let (http, flight) = (server.http_addr, server.flight_addr);
+    let ca = certs.join("ca.crt");
+    tokio::task::spawn_blocking(move || {
+        // The rows go in through HTTPS, with the same certificate.
+        let r = crate::tls::https(&ca)
+            .post(&format!("https://{http}/write?db=public"))
+            .send("cpu,host=a usage=1 1\ncpu,host=b usage=2 1\n")
+            .expect("write");
+        assert_eq!(r.status().as_u16(), 204);
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/flight_tls_client.py");
+        let out = Command::new(python())
+            .arg(&script)
+            .arg(format!("grpc+tls://{flight}"))
+            .arg(&ca)
+            .output()
+            .expect("run python");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && stdout.contains("all checks passed"), "{stdout}\n{stderr}");
+    })
+    .await
+    .expect("client");
+    server.shutdown().await.expect("shutdown");
+}

@@ -27,7 +27,7 @@ fn files(dir: &Path, name: &str) -> CertFiles {
 }
 
 /// An HTTPS client trusting only the CA in `ca`.
-fn https(ca: &Path) -> ureq::Agent {
+pub(crate) fn https(ca: &Path) -> ureq::Agent {
     let pem = std::fs::read(ca).expect("ca");
     let certs: Vec<_> = ureq::tls::parse_pem(&pem)
         .filter_map(|i| match i {
