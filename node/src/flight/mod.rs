@@ -113,8 +113,14 @@ impl FlightSql {
         auth::principal(&self.door, &self.sessions, req.metadata(), req.remote_addr()).await
     }
 
-    /// A session of the caller on the call's database.
-    async fn session<T>(&self, req: &Request<T>) -> Result<(Principal, Session), Status> {
+    /// A session of the caller on the call's database, for one call that runs `sql` (calls are
+    /// stateless: a session shared with other requests, as HTTP requests use, unless `sql`
+    /// changes settings).
+    async fn session<T>(
+        &self,
+        req: &Request<T>,
+        sql: &str,
+    ) -> Result<(Principal, Session), Status> {
         let who = self.who(req).await?;
         let db = match req.metadata().get("database") {
             Some(v) => v
@@ -124,7 +130,7 @@ impl FlightSql {
                 .ok_or_else(|| Status::invalid_argument("the database header is not a name"))?,
             None => DEFAULT_DATABASE,
         };
-        let session = self.door.open(who.clone(), db);
+        let session = self.door.request_session(who.clone(), db, sql);
         Ok((who, session))
     }
 }
@@ -158,7 +164,7 @@ impl FlightSqlService for FlightSql {
         query: CommandStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let (who, session) = self.session(&request).await?;
+        let (who, session) = self.session(&request, &query.query).await?;
         let plan = statements::plan(&session, &query.query).await?;
         if statements::is_query(plan.as_ref()) {
             let schema = statements::answer_schema(plan.as_ref());
@@ -187,7 +193,9 @@ impl FlightSqlService for FlightSql {
         let who = self.who(&request).await?;
         match statements::read_ticket(&ticket)? {
             statements::TicketFor::Sql { database, sql } => {
-                let session = self.door.open(who, &database);
+                statements::check_length(&sql)?;
+                // Stateless: a shared session of the database, as HTTP requests use.
+                let session = self.door.request_session(who, &database, &sql);
                 let out = session.execute(&sql).await.map_err(|e| query_status(&e))?;
                 Ok(Response::new(stream_batches(out)))
             }
@@ -207,7 +215,7 @@ impl FlightSqlService for FlightSql {
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
         statements::check_length(&cmd.query)?;
-        let (_, session) = self.session(&request).await?;
+        let (_, session) = self.session(&request, &cmd.query).await?;
         let out = session.execute(&cmd.query).await.map_err(|e| query_status(&e))?;
         statements::affected(out).await
     }
@@ -217,7 +225,7 @@ impl FlightSqlService for FlightSql {
         query: ActionCreatePreparedStatementRequest,
         request: Request<Action>,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
-        let (who, session) = self.session(&request).await?;
+        let (who, session) = self.session(&request, &query.query).await?;
         self.prepared.create(&session, &who, &query.query).await
     }
 
@@ -262,7 +270,7 @@ impl FlightSqlService for FlightSql {
             )?));
         }
         // Not a query: it runs now, and its answer waits for the ticket.
-        let session = self.door.open(who.clone(), &run.database);
+        let session = self.door.request_session(who.clone(), &run.database, run.sql());
         let out = statements::run_prepared(&session, &run).await?;
         let schema = out.schema.clone();
         let batches: Vec<RecordBatch> =
@@ -287,7 +295,7 @@ impl FlightSqlService for FlightSql {
                 "not a query: it runs when its FlightInfo is asked for, and its ticket fetches the answer",
             ));
         }
-        let session = self.door.open(who, &run.database);
+        let session = self.door.request_session(who, &run.database, run.sql());
         let out = statements::run_prepared(&session, &run).await?;
         Ok(Response::new(stream_batches(out)))
     }
@@ -302,7 +310,7 @@ impl FlightSqlService for FlightSql {
         // The values come with the update itself.
         self.prepared.bind(&handle, &who, request.into_inner()).await?;
         let run = self.prepared.get(&handle, &who)?.lock().run();
-        let session = self.door.open(who, &run.database);
+        let session = self.door.request_session(who, &run.database, run.sql());
         let out = statements::run_prepared(&session, &run).await?;
         statements::affected(out).await
     }
@@ -344,7 +352,7 @@ impl FlightSqlService for FlightSql {
         query: CommandGetDbSchemas,
         request: Request<Ticket>,
     ) -> Result<Response<DataStream>, Status> {
-        let (_, session) = self.session(&request).await?;
+        let (_, session) = self.session(&request, "").await?;
         Ok(Response::new(stream_batch(catalog::db_schemas(&session, query).await?)))
     }
 
@@ -363,7 +371,7 @@ impl FlightSqlService for FlightSql {
         query: CommandGetTables,
         request: Request<Ticket>,
     ) -> Result<Response<DataStream>, Status> {
-        let (_, session) = self.session(&request).await?;
+        let (_, session) = self.session(&request, "").await?;
         Ok(Response::new(stream_batch(catalog::get_tables(&session, query).await?)))
     }
 

@@ -242,8 +242,6 @@ pub struct Prepared {
     pub user: Option<String>,
     /// Its database.
     pub database: String,
-    /// Its SQL.
-    pub sql: String,
     /// Its plans, kept between runs.
     pub query: Arc<PreparedQuery>,
     /// The columns it answers with.
@@ -261,7 +259,6 @@ impl Prepared {
         Run {
             database: self.database.clone(),
             query: self.query.clone(),
-            sql: self.sql.clone(),
             params: self.params.clone().unwrap_or_default(),
         }
     }
@@ -272,8 +269,14 @@ pub struct Run {
     /// Its database.
     pub database: String,
     query: Arc<PreparedQuery>,
-    sql: String,
     params: Vec<ScalarValue>,
+}
+
+impl Run {
+    /// The statement.
+    pub fn sql(&self) -> &str {
+        self.query.sql()
+    }
 }
 
 /// Prepared statements by handle.
@@ -311,7 +314,6 @@ impl PreparedStore {
         let prepared = Prepared {
             user: who.user.clone(),
             database: session.database().to_string(),
-            sql: sql.to_string(),
             query: Arc::new(PreparedQuery::new(sql)),
             schema: schema.clone(),
             is_query: is_query(plan.as_ref()),
@@ -332,14 +334,14 @@ impl PreparedStore {
                     map.remove(&k);
                 }
             }
-            let mut held: usize = map.values().map(|p| p.lock().sql.len()).sum();
+            let mut held: usize = map.values().map(|p| p.lock().query.sql().len()).sum();
             while !map.is_empty()
                 && (map.len() >= MAX_PREPARED || held + sql.len() > MAX_PREPARED_BYTES)
             {
                 let oldest =
                     map.iter().min_by_key(|(_, p)| p.lock().created).map(|(k, _)| k.clone());
                 match oldest.and_then(|k| map.remove(&k)) {
-                    Some(p) => held -= p.lock().sql.len(),
+                    Some(p) => held -= p.lock().query.sql().len(),
                     None => break,
                 }
             }
@@ -452,7 +454,7 @@ pub async fn run_prepared(session: &Session, run: &Run) -> Result<QueryOutput, S
     match session.execute_prepared(&run.query, run.params.clone()).await {
         Ok(Some(out)) => Ok(out),
         Ok(None) if run.params.is_empty() => {
-            session.execute(&run.sql).await.map_err(|e| query_status(&e))
+            session.execute(run.query.sql()).await.map_err(|e| query_status(&e))
         }
         Ok(None) => Err(Status::invalid_argument(
             "parameters are supported in queries; send other statements with their values",

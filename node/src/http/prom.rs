@@ -98,7 +98,8 @@ pub(super) async fn read(
         let body = body.map_err(|(status, why)| error(status, why))?;
         let req: ReadRequest = decode(&body, state.max_body_bytes, "ReadRequest")
             .map_err(|e| error(StatusCode::BAD_REQUEST, e))?;
-        let session = state.door.open(who, &db);
+        // Queries only: a session shared with other requests on the database.
+        let session = state.door.request_session(who, &db, "");
         let resp = Reader::new(&session).read(&req.queries).await.map_err(|e| match e {
             ReadError::Query(q) => query_error(&q),
             e @ (ReadError::BadRegex { .. } | ReadError::BadRequest(_)) => {
