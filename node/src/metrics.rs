@@ -47,6 +47,8 @@ pub struct Metrics {
     pub pg_connections: Counter,
     /// Retention purges written.
     pub retention_purges: Counter,
+    /// Rollup buckets recomputed from their sources.
+    pub rollup_buckets: Counter,
     /// Samples written by Prometheus remote write.
     pub prometheus_samples_written: Counter,
     /// Remote-write samples not stored (NaN or infinite values, series refused).
@@ -92,6 +94,12 @@ impl Metrics {
             "ebb_retention_purges_total",
             "Retention purges written.",
             &self.retention_purges,
+        );
+        c(
+            &mut o,
+            "ebb_rollup_buckets_total",
+            "Rollup buckets recomputed from their sources.",
+            &self.rollup_buckets,
         );
         c(
             &mut o,

@@ -381,8 +381,12 @@ fn serve_clients(
     Ok(tasks)
 }
 
-/// Writes retention purges every `every` until stopped, on each database `dbs` lists then
-/// (the single database, or the shards this node leads).
+/// How often rollups are brought up to date with their sources.
+const ROLLUP_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Until stopped, on each database `dbs` lists at the time (the single database, or the shards
+/// this node leads): writes retention purges every `every`, and recomputes dirty rollup
+/// buckets every [`ROLLUP_INTERVAL`].
 async fn purge_loop(
     dbs: impl Fn() -> Vec<Arc<Database>>,
     metrics: Arc<Metrics>,
@@ -390,18 +394,29 @@ async fn purge_loop(
     stop: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(stop);
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut purge = tokio::time::interval(every);
+    purge.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut rollups = tokio::time::interval(ROLLUP_INTERVAL);
+    rollups.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::select! {
+        let purging = tokio::select! {
             _ = &mut stop => return,
-            _ = tick.tick() => {}
-        }
+            _ = purge.tick() => true,
+            _ = rollups.tick() => false,
+        };
         for db in dbs() {
-            match tokio::task::spawn_blocking(move || db.purge_expired()).await {
-                Ok(Ok(n)) => metrics.retention_purges.add(n),
-                Ok(Err(e)) => tracing::warn!(error = %e, "retention purge failed"),
-                Err(e) => tracing::warn!(error = %e, "retention purge task failed"),
+            let m = metrics.clone();
+            let done = tokio::task::spawn_blocking(move || match purging {
+                true => db.purge_expired().map(|n| m.retention_purges.add(n)),
+                false => db.maintain_rollups().map(|r| m.rollup_buckets.add(r.buckets)),
+            });
+            let what = if purging { "retention purge" } else { "rollup maintenance" };
+            match done.await {
+                Ok(Ok(())) => {}
+                // A shard whose leadership moved meanwhile: the new leader carries on.
+                Ok(Err(ebb_query::QueryError::NotLeader(_))) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "{what} failed"),
+                Err(e) => tracing::warn!(error = %e, "{what} task failed"),
             }
         }
     }

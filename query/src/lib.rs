@@ -25,8 +25,8 @@ pub mod model;
 pub mod sql;
 
 pub use db::{
-    Database, DeleteOutcome, DeleteTarget, EraseOutcome, RaftReplicator, RequestSpec, WriteSummary,
-    DEFAULT_DATABASE,
+    Database, DeleteOutcome, DeleteTarget, EraseOutcome, RaftReplicator, RequestSpec, RollupRound,
+    WriteSummary, DEFAULT_DATABASE,
 };
 pub use error::{QueryError, Result};
 pub use sql::{QueryOutput, SqlSession, StatementKind};

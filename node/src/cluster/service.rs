@@ -153,7 +153,8 @@ impl Cluster for ClusterService {
             Ok(Err(e)) => return Err(Status::unavailable(format!("read barrier: {e}"))),
             Err(_) => return Err(Status::unavailable("read barrier timed out")),
         }
-        let mut session = ebb_query::SqlSession::new(shard.db.clone(), &r.database);
+        let mut session =
+            ebb_query::SqlSession::new(shard.db.clone(), &r.database).with_raw_rollups();
         if let Some(h) = &r.hashes {
             session = session
                 .with_hash_filter(super::split::from_proto(h).map_err(Status::invalid_argument)?);

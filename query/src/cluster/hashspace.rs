@@ -74,7 +74,7 @@ pub fn hash_of_series(def: &TableDef, tags: &TagValues) -> u64 {
         .enumerate()
         .filter_map(|(i, v)| Some((def.tags.get(i)?.as_str(), v.as_deref()?)))
         .collect();
-    series_hash(&def.name, &named)
+    series_hash(def.hash_name(), &named)
 }
 
 /// The hashes a shard answers a query for: `span` of a cluster with `roots` roots. A shard
@@ -108,6 +108,7 @@ mod tests {
             tags: vec!["host".into(), "dc".into(), "rack".into()],
             fields: Vec::new(),
             retention_ns: None,
+            rollup: None,
         };
         let tags: TagValues = vec![Some("a".to_string()), Some("x".to_string()), None].into();
         assert_eq!(hash_of_series(&def, &tags), series_hash("cpu", &[("dc", "x"), ("host", "a")]));

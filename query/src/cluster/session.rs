@@ -14,7 +14,7 @@ use datafusion::error::Result as DfResult;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::{DFParser, Statement as DfStatement};
-use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
+use datafusion::sql::sqlparser::ast::{ObjectType, Statement as SqlStatement};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use futures::TryStreamExt;
 
@@ -76,9 +76,14 @@ impl SchemaProvider for Schema {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        Ok(ClusterTable::load(self.client.clone(), &self.database, name)
-            .await?
-            .map(|t| Arc::new(t) as Arc<dyn TableProvider>))
+        let Some(table) = ClusterTable::load(self.client.clone(), &self.database, name).await?
+        else {
+            return Ok(None);
+        };
+        match table.rollup().cloned() {
+            Some(r) => crate::sql::rollup::rollup_view(name, &r, Arc::new(table)).map(Some),
+            None => Ok(Some(Arc::new(table))),
+        }
     }
 
     fn table_exist(&self, _name: &str) -> bool {
@@ -337,6 +342,10 @@ fn tag(s: &SqlStatement) -> String {
     match s {
         SqlStatement::CreateTable(_) => "CREATE TABLE".into(),
         SqlStatement::AlterTable(_) => "ALTER TABLE".into(),
+        SqlStatement::CreateView(_) => "CREATE MATERIALIZED VIEW".into(),
+        SqlStatement::Drop { object_type: ObjectType::MaterializedView, .. } => {
+            "DROP MATERIALIZED VIEW".into()
+        }
         SqlStatement::Drop { .. } => "DROP TABLE".into(),
         SqlStatement::CreateDatabase { .. } | SqlStatement::CreateSchema { .. } => {
             "CREATE DATABASE".into()

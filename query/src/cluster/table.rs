@@ -26,6 +26,7 @@ use futures::StreamExt;
 use super::hashspace::HashFilter;
 use super::insert::ClusterInsert;
 use super::{ShardClient, ShardError};
+use crate::model::schema::ROLLUP_METADATA;
 
 /// A table of the cluster.
 #[derive(Debug, Clone)]
@@ -38,6 +39,8 @@ pub struct ClusterTable {
     shards: BTreeMap<u64, (SchemaRef, Option<HashFilter>)>,
     /// Scans ask each shard for the first row per group only (see [`ClusterTable::newest`]).
     newest: Option<NewestOn>,
+    /// What it keeps, if it is a rollup's stored partials.
+    rollup: Option<crate::model::rollup::RollupDef>,
 }
 
 /// `DISTINCT ON (on) ... ORDER BY order` sent to every shard.
@@ -66,9 +69,13 @@ impl ClusterTable {
         let sql = format!("SELECT * FROM {} LIMIT 0", quote(name));
         let mut shards = BTreeMap::new();
         let mut fields: Vec<Field> = Vec::new();
+        let mut rollup = None;
         for (shard, hashes) in client.routing() {
             match client.query(shard, database, &sql, None, hashes).await {
                 Ok((schema, _)) => {
+                    if let Some(json) = schema.metadata().get(ROLLUP_METADATA) {
+                        rollup = Some(serde_json::from_str(json).map_err(external)?);
+                    }
                     for f in schema.fields() {
                         if !fields.iter().any(|g| g.name() == f.name()) {
                             fields.push(f.as_ref().clone().with_nullable(true));
@@ -95,7 +102,13 @@ impl ClusterTable {
             schema: Arc::new(Schema::new(fields)),
             shards,
             newest: None,
+            rollup,
         }))
+    }
+
+    /// What it keeps, if it is a rollup's stored partials.
+    pub fn rollup(&self) -> Option<&crate::model::rollup::RollupDef> {
+        self.rollup.as_ref()
     }
 
     /// True if its scans ask each shard for the first row per group only.

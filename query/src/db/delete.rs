@@ -83,6 +83,12 @@ impl Database {
         if self.catalog.table_by_id(table.id).is_none() {
             return Err(QueryError::UnknownTable(format!("{}.{}", table.database, table.name)));
         }
+        if let Some(r) = &table.rollup {
+            return Err(QueryError::invalid(format!(
+                "{} is a rollup of {}: its rows follow its source; delete from {}",
+                table.name, r.source, r.source
+            )));
+        }
         let snap = self.engine().staged_snapshot();
         let mut seen: HashSet<bytes::Bytes> = HashSet::new();
         let dedupe = targets.len() > 1;
@@ -157,6 +163,7 @@ impl Database {
             }
         }
         drop(snap);
+        self.cascade_delete(table, targets, spec.id, &mut batch);
         rows += pages.rows.load(Ordering::Relaxed);
         let n = batch.len() as u64;
         batch.set_request(spec.request(rows));

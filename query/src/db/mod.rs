@@ -9,6 +9,7 @@ mod erase;
 mod outcome;
 mod replicated;
 mod request;
+mod rollup;
 mod split;
 mod write;
 mod write_plan;
@@ -25,6 +26,7 @@ pub use erase::EraseOutcome;
 pub use outcome::{admits, RequestOutcome};
 pub use replicated::{RaftReplicator, PROPOSE_TIMEOUT};
 pub use request::{human_duration, new_request_id, request_id_ms, RequestSpec};
+pub use rollup::RollupRound;
 pub use split::TrimOutcome;
 pub use write::WriteSummary;
 
@@ -226,6 +228,7 @@ impl Database {
             tags: Vec::new(),
             fields: Vec::new(),
             retention_ns: retention.map(|d| d.as_nanos().min(u64::MAX as u128) as u64),
+            rollup: None,
         };
         for t in tags {
             def.check_new_column(&t)?;
@@ -276,6 +279,14 @@ impl Database {
     pub fn drop_table_as(&self, db: &str, name: &str, spec: &RequestSpec) -> Result<u64> {
         let mut w = self.writer.lock();
         let def = self.existing(db, name)?;
+        let rollups: Vec<String> =
+            self.catalog.rollups_of(&def).iter().map(|r| r.name.clone()).collect();
+        if !rollups.is_empty() {
+            return Err(QueryError::invalid(format!(
+                "{name} has rollups ({}); drop them first (DROP MATERIALIZED VIEW)",
+                rollups.join(", ")
+            )));
+        }
         let mut delta = CatalogDelta::default();
         delta.dropped.push(def.id);
         let mut batch = WriteBatch::new();

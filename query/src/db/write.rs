@@ -114,6 +114,7 @@ impl Database {
         }
         let delta = std::mem::take(&mut p.delta);
         delta.write_to(&mut batch)?;
+        self.mark_written(&p.points, &mut batch);
         batch.reserve(p.points.len());
         let mut merged = Vec::new();
         for (i, (key, value)) in p.keys.drain(..).zip(p.values.drain(..)).enumerate() {

@@ -76,6 +76,13 @@ impl<'c> Plan<'c> {
         if !self.tables.contains_key(name) {
             check_name("table", name).map_err(|e| line_err(line, e.to_string()))?;
             let def = match self.db.catalog.table(&self.database, name) {
+                Some(def) if def.rollup.is_some() => {
+                    let source = def.rollup.as_ref().map_or("", |r| r.source.as_str());
+                    return Err(line_err(
+                        line,
+                        format!("{name} is a rollup of {source}, kept from it; write to {source}"),
+                    ));
+                }
                 Some(def) => (*def).clone(),
                 None => {
                     let id = self.next_table;
@@ -87,6 +94,7 @@ impl<'c> Plan<'c> {
                         tags: Vec::new(),
                         fields: Vec::new(),
                         retention_ns: None,
+                        rollup: None,
                     };
                     self.delta.tables.insert(id, def.clone());
                     def

@@ -63,7 +63,14 @@ pub fn needs(stmt: &DfStatement, state: &SessionState, default: &str) -> Result<
         Statement::Delete(_) => on_tables(Privilege::Delete, &mut out)?,
         Statement::CreateTable(ct) => named(&ct.name, Privilege::Admin, &mut out)?,
         Statement::AlterTable(at) => named(&at.name, Privilege::Delete, &mut out)?,
-        Statement::Drop { object_type: ObjectType::Table, names, .. } => {
+        Statement::CreateView(cv) if cv.materialized => {
+            named(&cv.name, Privilege::Admin, &mut out)?
+        }
+        Statement::Drop {
+            object_type: ObjectType::Table | ObjectType::MaterializedView,
+            names,
+            ..
+        } => {
             for n in names {
                 named(n, Privilege::Delete, &mut out)?;
             }

@@ -20,7 +20,8 @@ use std::sync::Arc;
 use ebb_storage::{Engine, WriteBatch};
 use parking_lot::RwLock;
 
-use super::keys::{table_prefix, CATALOG_TABLE};
+use super::keys::{table_prefix, time_to_u64, u64_to_time, CATALOG_TABLE};
+use super::rollup::Mark;
 use super::schema::TableDef;
 use super::series::{decode_series_key, SeriesIndex, TagValues};
 use crate::cluster::hashspace::{hash_of_series, HashFilter};
@@ -54,6 +55,57 @@ pub(crate) fn written_key(id: u64) -> Vec<u8> {
 /// The key of the outcome record of request `id`.
 pub(crate) fn outcome_key(id: u64) -> Vec<u8> {
     cat_key(OUTCOME, &id.to_be_bytes())
+}
+
+/// Dirty marks of rollup buckets (see [`crate::model::rollup`]): `'Q' rollup series bucket
+/// nonce` for one series, `'q' rollup bucket nonce` for every series.
+const MARK: u8 = b'Q';
+const WINDOW_MARK: u8 = b'q';
+
+/// The key of dirty mark `mark` left by the change with `nonce` (each change leaves its own, so
+/// the maintainer removes exactly the marks it read).
+pub(crate) fn mark_key(mark: &Mark, nonce: u64) -> Vec<u8> {
+    let mut rest = Vec::with_capacity(28);
+    let kind = match *mark {
+        Mark::Series { rollup, series, bucket } => {
+            rest.extend_from_slice(&rollup.to_be_bytes());
+            rest.extend_from_slice(&series.to_be_bytes());
+            rest.extend_from_slice(&time_to_u64(bucket).to_be_bytes());
+            MARK
+        }
+        Mark::Window { rollup, bucket } => {
+            rest.extend_from_slice(&rollup.to_be_bytes());
+            rest.extend_from_slice(&time_to_u64(bucket).to_be_bytes());
+            WINDOW_MARK
+        }
+    };
+    rest.extend_from_slice(&nonce.to_be_bytes());
+    cat_key(kind, &rest)
+}
+
+/// `[lo, hi)` of every dirty mark's key.
+pub(crate) fn mark_ranges() -> [(Vec<u8>, Vec<u8>); 2] {
+    [
+        (cat_key(MARK, &[]), cat_key(MARK + 1, &[])),
+        (cat_key(WINDOW_MARK, &[]), cat_key(WINDOW_MARK + 1, &[])),
+    ]
+}
+
+/// The mark a dirty mark's key holds; `None` if it is not one.
+pub(crate) fn parse_mark(key: &[u8]) -> Option<Mark> {
+    let u32_at = |i: usize| Some(u32::from_be_bytes(key.get(i..i + 4)?.try_into().ok()?));
+    let u64_at = |i: usize| Some(u64::from_be_bytes(key.get(i..i + 8)?.try_into().ok()?));
+    match (key.get(4)?, key.len()) {
+        (&MARK, 33) => Some(Mark::Series {
+            rollup: u32_at(5)?,
+            series: u64_at(9)?,
+            bucket: u64_to_time(u64_at(17)?),
+        }),
+        (&WINDOW_MARK, 25) => {
+            Some(Mark::Window { rollup: u32_at(5)?, bucket: u64_to_time(u64_at(9)?) })
+        }
+        _ => None,
+    }
 }
 
 fn series_cat_key(table: u32, series: u64) -> Vec<u8> {
@@ -314,6 +366,27 @@ impl Catalog {
         let st = self.state.read();
         let id = st.names.get(&(db.to_string(), name.to_string()))?;
         st.tables.get(id).cloned()
+    }
+
+    /// The rollups whose source is table `source` (see [`crate::model::rollup`]).
+    pub fn rollups_of(&self, source: &TableDef) -> Vec<Arc<TableDef>> {
+        let st = self.state.read();
+        if !st.tables.values().any(|t| t.rollup.is_some()) {
+            return Vec::new();
+        }
+        st.tables
+            .values()
+            .filter(|t| {
+                t.database == source.database
+                    && t.rollup.as_ref().is_some_and(|r| r.source == source.name)
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// True if any table is a rollup.
+    pub fn has_rollups(&self) -> bool {
+        self.state.read().tables.values().any(|t| t.rollup.is_some())
     }
 
     /// The table with id `id`.

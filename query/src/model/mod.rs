@@ -2,6 +2,7 @@
 
 pub mod catalog;
 pub mod keys;
+pub mod rollup;
 pub mod row;
 pub mod schema;
 pub mod series;

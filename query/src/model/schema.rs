@@ -5,10 +5,16 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use serde::{Deserialize, Serialize};
 
+use super::rollup::RollupDef;
 use crate::error::QueryError;
 
 /// Name of the time column.
 pub const TIME_COLUMN: &str = "time";
+
+/// The schema metadata key under which a rollup's stored partials carry its definition (JSON
+/// of [`RollupDef`]), so a cluster coordinator reading them from the shards knows how to merge
+/// them.
+pub const ROLLUP_METADATA: &str = "ebb.rollup";
 
 /// Type of a field column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -80,6 +86,9 @@ pub struct TableDef {
     pub fields: Vec<(String, FieldType)>,
     /// Retention in nanoseconds (`None`: keep forever).
     pub retention_ns: Option<u64>,
+    /// What it keeps if it is a rollup (see [`crate::model::rollup`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollup: Option<RollupDef>,
 }
 
 /// What a column of a table is.
@@ -94,6 +103,12 @@ pub enum Column {
 }
 
 impl TableDef {
+    /// The measurement its series hash by (see `crate::cluster::hashspace`): its own name, or a
+    /// rollup's source, so a rollup's series live on their source series' shard.
+    pub fn hash_name(&self) -> &str {
+        self.rollup.as_ref().map_or(&self.name, |r| &r.source)
+    }
+
     /// Column `name`, if the table has it.
     pub fn column(&self, name: &str) -> Option<Column> {
         if name == TIME_COLUMN {
@@ -119,7 +134,11 @@ impl TableDef {
             vec![Field::new(TIME_COLUMN, DataType::Timestamp(TimeUnit::Nanosecond, None), false)];
         fields.extend(self.tags.iter().map(|t| Field::new(t, DataType::Utf8, true)));
         fields.extend(self.fields.iter().map(|(f, ty)| Field::new(f, ty.data_type(), true)));
-        Arc::new(Schema::new(fields))
+        let mut meta = std::collections::HashMap::new();
+        if let Some(json) = self.rollup.as_ref().and_then(|r| serde_json::to_string(r).ok()) {
+            meta.insert(ROLLUP_METADATA.to_string(), json);
+        }
+        Arc::new(Schema::new_with_metadata(fields, meta))
     }
 
     /// Checks that `name` may be a new tag or field of this table.

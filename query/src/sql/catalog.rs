@@ -16,12 +16,20 @@ use crate::db::Database;
 #[derive(Debug)]
 pub struct EbbCatalog {
     db: Arc<Database>,
+    /// Rollups read as their stored partials (what a shard answers a cluster coordinator,
+    /// which merges them across shards) rather than merged.
+    raw_rollups: bool,
 }
 
 impl EbbCatalog {
     /// The catalog of `db`.
     pub fn new(db: Arc<Database>) -> Self {
-        EbbCatalog { db }
+        EbbCatalog { db, raw_rollups: false }
+    }
+
+    /// The catalog of `db` with rollups read as their stored partials.
+    pub fn with_raw_rollups(db: Arc<Database>) -> Self {
+        EbbCatalog { db, raw_rollups: true }
     }
 }
 
@@ -42,7 +50,11 @@ impl CatalogProvider for EbbCatalog {
         }
         // Every name resolves, so a query on a database that has no table yet says which table
         // is missing rather than that the schema is.
-        Some(Arc::new(DatabaseSchema { db: self.db.clone(), name: name.to_string() }))
+        Some(Arc::new(DatabaseSchema {
+            db: self.db.clone(),
+            name: name.to_string(),
+            raw_rollups: self.raw_rollups,
+        }))
     }
 }
 
@@ -51,6 +63,7 @@ impl CatalogProvider for EbbCatalog {
 struct DatabaseSchema {
     db: Arc<Database>,
     name: String,
+    raw_rollups: bool,
 }
 
 #[async_trait]
@@ -69,11 +82,13 @@ impl SchemaProvider for DatabaseSchema {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        Ok(self
-            .db
-            .catalog()
-            .table(&self.name, name)
-            .map(|def| Arc::new(EbbTable::new(self.db.clone(), def)) as Arc<dyn TableProvider>))
+        let Some(def) = self.db.catalog().table(&self.name, name) else { return Ok(None) };
+        let rollup = def.rollup.clone().filter(|_| !self.raw_rollups);
+        let table = Arc::new(EbbTable::new(self.db.clone(), def)) as Arc<dyn TableProvider>;
+        match rollup {
+            Some(r) => super::rollup::rollup_view(name, &r, table).map(Some),
+            None => Ok(Some(table)),
+        }
     }
 
     fn table_exist(&self, name: &str) -> bool {

@@ -12,6 +12,7 @@ mod partial;
 mod provider;
 pub mod pushdown;
 pub mod requested;
+pub mod rollup;
 pub mod rows;
 mod scan;
 mod scan_exec;

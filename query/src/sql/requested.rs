@@ -23,6 +23,10 @@ pub fn requested_kind(stmt: &DfStatement) -> Option<StatementKind> {
         SqlStatement::CreateTable(_) => "CREATE TABLE",
         SqlStatement::AlterTable(_) => "ALTER TABLE",
         SqlStatement::Drop { object_type: ObjectType::Table, .. } => "DROP TABLE",
+        SqlStatement::CreateView(v) if v.materialized => "CREATE MATERIALIZED VIEW",
+        SqlStatement::Drop { object_type: ObjectType::MaterializedView, .. } => {
+            "DROP MATERIALIZED VIEW"
+        }
         SqlStatement::CreateSchema { .. } | SqlStatement::CreateDatabase { .. } => {
             "CREATE DATABASE"
         }

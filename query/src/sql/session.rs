@@ -86,6 +86,13 @@ impl SqlSession {
         s
     }
 
+    /// The session with rollups read as their stored partials, as a shard answers a cluster
+    /// coordinator (which merges them across shards).
+    pub fn with_raw_rollups(self) -> SqlSession {
+        self.ctx.register_catalog(CATALOG, Arc::new(EbbCatalog::with_raw_rollups(self.db.clone())));
+        self
+    }
+
     /// Runs the session's `DELETE`, `ERASE` and `DROP TABLE` statements as `request` (when a
     /// coordinator issues one request on every shard).
     pub fn with_request(mut self, request: ShardRequest) -> SqlSession {
@@ -278,13 +285,35 @@ impl SqlSession {
                 blocking(move || db.set_retention(&d, &t, retention)).await?;
                 command("ALTER TABLE")
             }
-            SqlStatement::Drop { object_type: ObjectType::Table, names, if_exists, .. } => {
+            SqlStatement::CreateView(cv) if cv.materialized => {
+                let spec = super::rollup::rollup_spec(cv, &self.database)?;
+                if spec.if_not_exists && db.catalog().table(&spec.database, &spec.name).is_some() {
+                    return Ok(Some(command("CREATE MATERIALIZED VIEW")));
+                }
+                blocking(move || {
+                    db.create_rollup(&spec.database, &spec.name, spec.def, spec.retention)
+                })
+                .await?;
+                command("CREATE MATERIALIZED VIEW")
+            }
+            SqlStatement::Drop {
+                object_type: object @ (ObjectType::Table | ObjectType::MaterializedView),
+                names,
+                if_exists,
+                ..
+            } => {
                 let names: Vec<(String, String)> =
                     names.iter().map(|n| table_name(n, &self.database)).collect::<Result<_>>()?;
                 let if_exists = *if_exists;
+                let views = *object == ObjectType::MaterializedView;
                 let spec = self.request_spec("drop", String::new(), issuer);
                 blocking(move || {
                     for (d, t) in names {
+                        if views && db.catalog().table(&d, &t).is_some_and(|t| t.rollup.is_none()) {
+                            return Err(QueryError::invalid(format!(
+                                "{d}.{t} is a table, not a rollup; use DROP TABLE"
+                            )));
+                        }
                         match db.drop_table_as(&d, &t, &spec) {
                             Err(QueryError::UnknownTable(_)) if if_exists => {}
                             other => {
@@ -295,7 +324,7 @@ impl SqlSession {
                     Ok(())
                 })
                 .await?;
-                command("DROP TABLE")
+                command(if views { "DROP MATERIALIZED VIEW" } else { "DROP TABLE" })
             }
             SqlStatement::CreateSchema { schema_name: SchemaName::Simple(n), .. }
             | SqlStatement::CreateDatabase { db_name: n, .. } => {
@@ -367,6 +396,12 @@ impl SqlSession {
             (None, t) => (self.database.clone(), t.to_string()),
         };
         let def = self.db.existing(&database, &table)?;
+        if let Some(r) = &def.rollup {
+            return Err(QueryError::invalid(format!(
+                "{table} is a rollup of {}: its rows follow its source; delete from {}",
+                r.source, r.source
+            )));
+        }
         let predicate = filter_of(&d.input);
         let db = self.db.clone();
         let spec = self.request_spec("delete", text, issuer);

@@ -10,4 +10,5 @@ mod erase;
 mod line_protocol;
 mod newest;
 mod prepared;
+mod rollup;
 mod sql;
