@@ -25,5 +25,6 @@ mod nemesis_processes;
 mod prometheus;
 mod readiness;
 mod replicated_shard;
+mod rollup;
 mod server;
 mod tls;
