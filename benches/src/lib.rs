@@ -23,6 +23,7 @@ pub mod range_query;
 pub mod range_reduce;
 pub mod report;
 pub mod rocksdb;
+pub mod rollup;
 pub mod scale;
 pub mod security;
 pub mod server_layout;

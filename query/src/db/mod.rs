@@ -10,6 +10,7 @@ mod outcome;
 mod replicated;
 mod request;
 mod rollup;
+mod rollup_round;
 mod split;
 mod write;
 mod write_plan;
@@ -26,7 +27,7 @@ pub use erase::EraseOutcome;
 pub use outcome::{admits, RequestOutcome};
 pub use replicated::{RaftReplicator, PROPOSE_TIMEOUT};
 pub use request::{human_duration, new_request_id, request_id_ms, RequestSpec};
-pub use rollup::RollupRound;
+pub use rollup_round::RollupRound;
 pub use split::TrimOutcome;
 pub use write::WriteSummary;
 
@@ -72,6 +73,10 @@ struct Writer {
     next_seq: u64,
     /// When records of writes older than their keeping time were last removed (ms).
     written_forgotten_ms: u64,
+    /// Changes committed that remove rows (range and time-window deletes, dropped tables and
+    /// series) or replace the engine: rollup maintenance planned outside the lock is planned
+    /// again if one came meanwhile.
+    removals: u64,
 }
 
 /// An EbbDB database's data: the engine, the catalog and the writer. On a single node the
@@ -118,7 +123,7 @@ impl Database {
         Ok(Database {
             engine: RwLock::new(Arc::new(engine)),
             catalog,
-            writer: Mutex::new(Writer { next_seq, written_forgotten_ms: 0 }),
+            writer: Mutex::new(Writer { next_seq, written_forgotten_ms: 0, removals: 0 }),
             replicator: None,
             default_retention: RwLock::new(None),
             access: RwLock::new(Arc::new(access)),
@@ -169,6 +174,18 @@ impl Database {
     /// share one (group commit); a replicated database proposes it, and the caller waits for
     /// the proposal (see [`replicated`] for what must be waited for under the lock).
     fn commit_staged(&self, w: &mut Writer, change: Change<'_>) -> Result<Pending> {
+        let removes = !change.delta.dropped.is_empty()
+            || !change.delta.removed_series.is_empty()
+            || change.batch.ops().iter().any(|op| {
+                matches!(
+                    op,
+                    ebb_storage::BatchOp::DeleteRange { .. }
+                        | ebb_storage::BatchOp::DeleteTimeRange { .. }
+                )
+            });
+        if removes {
+            w.removals += 1;
+        }
         if let Some(rep) = &self.replicator {
             // Every replica applies it as the group commits it (`Database::apply`).
             if change.batch.is_empty() {

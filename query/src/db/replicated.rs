@@ -191,7 +191,7 @@ impl Database {
         let db = Arc::new(Database {
             engine: RwLock::new(engine),
             catalog,
-            writer: Mutex::new(Writer { next_seq, written_forgotten_ms: 0 }),
+            writer: Mutex::new(Writer { next_seq, written_forgotten_ms: 0, removals: 0 }),
             replicator: Some(replicator),
             default_retention: RwLock::new(None),
             access: RwLock::new(Default::default()),
@@ -224,7 +224,8 @@ impl Database {
 
     /// Switches to `engine` (a snapshot replaced the replica's) and reloads the catalog from it.
     pub fn on_replaced(&self, engine: &Arc<Engine>) -> Result<()> {
-        let _w = self.writer.lock();
+        let mut w = self.writer.lock();
+        w.removals += 1;
         *self.engine.write() = engine.clone();
         self.catalog.reload(engine)
     }

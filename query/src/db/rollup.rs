@@ -1,14 +1,8 @@
-//! Rollups kept by a database (see [`crate::model::rollup`]): creating one, the dirty marks
-//! writes and deletes leave, and [`Database::maintain_rollups`], which recomputes marked buckets
-//! from their source.
-//!
-//! The maintainer plans under the writer lock and waits for its change before releasing it,
-//! as catalog changes do: an `ERASE` or `DELETE` (also under the lock) is then wholly before
-//! or wholly after a recompute, so a recompute never writes back what an erasure removed. On a
-//! shard, only the leader maintains, and its change goes through the Raft log like any other.
+//! Rollups kept by a database (see [`crate::model::rollup`]): creating one, and the dirty
+//! marks writes and deletes leave in their own batches for the maintainer
+//! ([`super::rollup_round`]).
 
-use std::collections::btree_map::Entry;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,28 +10,14 @@ use ebb_storage::WriteBatch;
 
 use super::{Database, DeleteTarget};
 use crate::error::{QueryError, Result};
-use crate::model::catalog::{mark_key, mark_ranges, parse_mark, CatalogDelta};
-use crate::model::keys::{row_key, series_range, table_prefix, table_range, time_to_u64};
+use crate::model::catalog::{mark_key, CatalogDelta};
+use crate::model::keys::{parse_row_key, series_range, table_prefix, table_range, time_to_u64};
 use crate::model::rollup::{Mark, RollupDef};
-use crate::model::row::{decode_row, encode_row, Value};
 use crate::model::schema::{check_name, TableDef};
 use crate::model::series::encode_series_key;
 
-/// Dirty marks one maintenance round reads at most (its change stays well within what one
-/// shard write may hold).
-const MARKS_PER_ROUND: usize = 16_384;
-
 /// Marks the backfill of a new rollup writes per batch.
 const BACKFILL_MARKS_PER_BATCH: usize = 16_384;
-
-/// What one call of [`Database::maintain_rollups`] did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct RollupRound {
-    /// Dirty marks read and removed.
-    pub marks: u64,
-    /// Buckets recomputed (a row written or removed each).
-    pub buckets: u64,
-}
 
 impl Database {
     /// Creates rollup `name` of database `db` computing `def` over its source, kept for
@@ -121,7 +101,7 @@ impl Database {
             let mut last = None;
             for item in engine.scan(lo..hi, Some(&snap))? {
                 let (k, _) = item?;
-                let Some((_, _, t)) = crate::model::keys::parse_row_key(&k) else { continue };
+                let Some((_, _, t)) = parse_row_key(&k) else { continue };
                 let b = def.bucket_of(t);
                 if last != Some(b) {
                     last = Some(b);
@@ -163,10 +143,11 @@ impl Database {
                     continue;
                 }
                 last = Some((table, series, bucket, r.id));
-                batch.put(
-                    mark_key(&Mark::Series { rollup: r.id, series, bucket }, nonce),
-                    Vec::new(),
-                );
+                // The earliest time the change writes in the bucket (points are in time order
+                // within a series): a bucket whose partials include everything before it is
+                // merged with the newer rows alone.
+                let m = Mark::Series { rollup: r.id, series, bucket };
+                batch.put(mark_key(&m, nonce), time.to_be_bytes().to_vec());
             }
         }
     }
@@ -246,178 +227,5 @@ impl Database {
             &mut key,
         );
         self.catalog.with_series(rollup.id, |idx| idx.get(&key))
-    }
-}
-
-/// One bucket to recompute: `(rollup, source series, bucket start)`.
-type Bucket = (u32, u64, i64);
-
-impl Database {
-    /// Recomputes the rollup buckets marked dirty, round after round until none is left (each
-    /// round under the writer lock, released between rounds). Call it on a single node, or on
-    /// a shard this replica leads.
-    pub fn maintain_rollups(&self) -> Result<RollupRound> {
-        let mut total = RollupRound::default();
-        if !self.catalog.has_rollups() {
-            return Ok(total);
-        }
-        loop {
-            let round = self.rollup_round()?;
-            total.marks += round.marks;
-            total.buckets += round.buckets;
-            if round.marks < MARKS_PER_ROUND as u64 {
-                return Ok(total);
-            }
-        }
-    }
-
-    fn rollup_round(&self) -> Result<RollupRound> {
-        let mut w = self.writer.lock();
-        let engine = self.engine();
-        let snap = engine.staged_snapshot();
-        let mut keys = Vec::new();
-        let mut buckets: BTreeSet<Bucket> = BTreeSet::new();
-        let mut windows: BTreeSet<(u32, i64)> = BTreeSet::new();
-        'ranges: for (lo, hi) in mark_ranges() {
-            for item in engine.scan(lo..hi, Some(&snap))? {
-                let (k, _) = item?;
-                match parse_mark(&k) {
-                    Some(Mark::Series { rollup, series, bucket }) => {
-                        buckets.insert((rollup, series, bucket));
-                    }
-                    Some(Mark::Window { rollup, bucket }) => {
-                        windows.insert((rollup, bucket));
-                    }
-                    None => {}
-                }
-                keys.push(k);
-                if keys.len() >= MARKS_PER_ROUND {
-                    break 'ranges;
-                }
-            }
-        }
-        if keys.is_empty() {
-            return Ok(RollupRound::default());
-        }
-        // A window mark stands for the bucket of every series of the source.
-        for (rollup, bucket) in windows {
-            let Some(source) = self.source_of(rollup) else { continue };
-            self.catalog.with_series(source.id, |idx| {
-                buckets.extend(idx.iter().map(|(s, _)| (rollup, s, bucket)));
-            });
-        }
-        let mut batch = WriteBatch::new();
-        let mut delta = CatalogDelta::default();
-        let (_, mut next_series) = self.catalog.next_ids();
-        let holds = self.catalog.hashes();
-        let now_ns = engine.options().clock.now_ms().saturating_mul(1_000_000) as i64;
-        let mut done = 0u64;
-        let mut defs: BTreeMap<u32, (TableDef, Arc<TableDef>)> = BTreeMap::new();
-        for (rollup, series, bucket) in buckets {
-            let (rdef, source) = match defs.entry(rollup) {
-                Entry::Occupied(e) => e.into_mut(),
-                Entry::Vacant(v) => {
-                    let (Some(r), Some(src)) =
-                        (self.catalog.table_by_id(rollup), self.source_of(rollup))
-                    else {
-                        continue; // dropped
-                    };
-                    v.insert(((*r).clone(), src))
-                }
-            };
-            let Some(def) = rdef.rollup.clone() else { continue };
-            let Some((tags, hash)) = self
-                .catalog
-                .with_series(source.id, |idx| Some((idx.tags(series)?.clone(), idx.hash(series))))
-            else {
-                continue; // erased, or trimmed off by a split
-            };
-            let hash =
-                hash.unwrap_or_else(|| crate::cluster::hashspace::hash_of_series(source, &tags));
-            if holds.is_some_and(|h| !h.holds(hash)) {
-                continue; // the other half of a split holds it
-            }
-            let Some(end) = def.bucket_end(bucket) else { continue };
-            let horizon =
-                |r: Option<u64>| r.map(|r| now_ns.saturating_sub(r.min(i64::MAX as u64) as i64));
-            // Past the source's retention the rows are (being) purged: the bucket stays as
-            // recomputed last. Past the rollup's own, it is (being) purged too.
-            if horizon(source.retention_ns).is_some_and(|h| end <= h)
-                || horizon(rdef.retention_ns).is_some_and(|h| bucket < h)
-            {
-                continue;
-            }
-            let mut accs = def.accumulators(source);
-            let mut rows = 0u64;
-            let (lo, hi) = series_range(source.id, series, bucket, Some(end));
-            for item in engine.scan(lo..hi, Some(&snap))? {
-                let (_, v) = item?;
-                let fields = decode_row(&v)?;
-                for a in &mut accs {
-                    a.add(&fields);
-                }
-                rows += 1;
-            }
-            // The rollup's tags follow its source's (same order, so the same series keys).
-            if rdef.tags.len() < source.tags.len() {
-                rdef.tags = source.tags.clone();
-                delta.tables.insert(rdef.id, rdef.clone());
-            }
-            let mut key = Vec::new();
-            encode_series_key(
-                tags.iter().enumerate().filter_map(|(i, v)| Some((i, v.as_deref()?))),
-                &mut key,
-            );
-            let existing = self.catalog.with_series(rollup, |idx| idx.get(&key)).or_else(|| {
-                delta.series.iter().find(|(t, k, _, _)| *t == rollup && *k == key).map(|s| s.2)
-            });
-            done += 1;
-            if rows == 0 {
-                if let Some(rs) = existing {
-                    batch.delete(row_key(rollup, rs, bucket).to_vec());
-                }
-                continue;
-            }
-            let rs = match existing {
-                Some(rs) => rs,
-                None => {
-                    let id = next_series;
-                    next_series += 1;
-                    delta.series.push((rollup, key, id, tags.clone()));
-                    id
-                }
-            };
-            let mut values: Vec<(usize, Value)> = Vec::new();
-            let mut at = 0;
-            for (a, o) in accs.iter().zip(&def.outputs) {
-                let n = o.partial_names().len();
-                let types: Vec<_> =
-                    rdef.fields.get(at..at + n).unwrap_or_default().iter().map(|f| f.1).collect();
-                for (j, v) in a.finish(&types).into_iter().enumerate() {
-                    if let Some(v) = v {
-                        values.push((at + j, v));
-                    }
-                }
-                at += n;
-            }
-            let mut encoded = Vec::new();
-            encode_row(values.iter().map(|(i, v)| (*i, v)), &mut encoded);
-            batch.put(row_key(rollup, rs, bucket).to_vec(), encoded);
-        }
-        drop(snap);
-        let marks = keys.len() as u64;
-        for k in keys {
-            batch.delete(k);
-        }
-        delta.write_to(&mut batch)?;
-        self.commit(&mut w, &batch, delta)?;
-        Ok(RollupRound { marks, buckets: done })
-    }
-
-    /// The source table of rollup `rollup`.
-    fn source_of(&self, rollup: u32) -> Option<Arc<TableDef>> {
-        let r = self.catalog.table_by_id(rollup)?;
-        let def = r.rollup.as_ref()?;
-        self.catalog.table(&r.database, &def.source)
     }
 }

@@ -21,6 +21,10 @@ use super::row::Value;
 use super::schema::{FieldType, TableDef};
 use crate::error::QueryError;
 
+/// The stored partial column holding the newest source time a bucket's partials include: a
+/// later change whose points are all newer is merged into them instead of recomputed.
+pub const UPTO_COLUMN: &str = ".upto";
+
 /// An aggregate a rollup keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -167,6 +171,7 @@ impl RollupDef {
                 }
             }
         }
+        out.push((UPTO_COLUMN.to_string(), FieldType::Integer));
         Ok(out)
     }
 
@@ -235,6 +240,28 @@ impl Acc {
             (Some(Wide::I(a)), Wide::I(b), Agg::Max) => Wide::I(a.max(b)),
             (Some(a), _, _) => a,
         });
+    }
+
+    /// Starts from the stored partial values `stored` of this output (its partial columns).
+    pub fn resume(&mut self, stored: &[Option<Value>]) {
+        let wide = |v: &Option<Value>| match v {
+            Some(Value::Float(x)) => Some(Wide::F(*x)),
+            Some(Value::Integer(n)) => Some(Wide::I(i128::from(*n))),
+            Some(Value::UInteger(n)) => Some(Wide::I(i128::from(*n))),
+            _ => None,
+        };
+        let count = |v: Option<&Option<Value>>| match v {
+            Some(Some(Value::Integer(n))) => *n,
+            _ => 0,
+        };
+        match self.agg {
+            Agg::Count => self.count = count(stored.first()),
+            Agg::Avg => {
+                self.value = stored.first().and_then(wide);
+                self.count = count(stored.get(1));
+            }
+            _ => self.value = stored.first().and_then(wide),
+        }
     }
 
     /// The stored partial values, typed as `types` (this output's partial columns) say.

@@ -247,3 +247,60 @@ proptest! {
         rt.block_on(model(ops));
     }
 }
+
+/// Maintenance runs in a loop beside writes, deletes and erasures (planned outside the writer
+/// lock, it must never write back what a delete or an erasure removed meanwhile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maintenance_beside_changes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = open(dir.path());
+    write(&db, &line(0, 0, 1));
+    let s = SqlSession::new(db.clone(), "public");
+    run(&s, CREATE).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let keeper = {
+        let (db, stop) = (db.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut rounds = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                rounds += db.maintain_rollups().expect("maintain").buckets;
+            }
+            rounds
+        })
+    };
+    let mut next = crate::common::numbers(7);
+    for i in 0..1000 {
+        let body: String =
+            (0..20).map(|_| line(next(6) as usize, next(120), next(100) - 50)).collect();
+        write(&db, &body);
+        match i % 10 {
+            3 => {
+                let (u, a) = (next(6), next(100));
+                run(
+                    &s,
+                    &format!(
+                        "DELETE FROM cpu WHERE user = 'u{u}' AND time >= {} AND time < {}",
+                        at(a),
+                        at(a + next(30))
+                    ),
+                )
+                .await;
+            }
+            6 => {
+                let a = next(100);
+                run(
+                    &s,
+                    &format!("DELETE FROM cpu WHERE time >= {} AND time < {}", at(a), at(a + 7)),
+                )
+                .await;
+            }
+            9 => {
+                run(&s, &format!("ERASE WHERE user = 'u{}'", next(6))).await;
+            }
+            _ => {}
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(keeper.join().expect("keeper") > 0, "maintenance ran during the changes");
+    same(&db, &s).await;
+}
