@@ -2,7 +2,7 @@
 //! marks writes and deletes leave in their own batches for the maintainer
 //! ([`super::rollup_round`]).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,11 +12,11 @@ use super::{Database, DeleteTarget};
 use crate::error::{QueryError, Result};
 use crate::model::catalog::{mark_key, CatalogDelta};
 use crate::model::keys::{parse_row_key, series_range, table_prefix, table_range, time_to_u64};
-use crate::model::rollup::{Mark, RollupDef};
+use crate::model::rollup::{encode_touched, Mark, RollupDef, Touched};
 use crate::model::schema::{check_name, TableDef};
 use crate::model::series::encode_series_key;
 
-/// Marks the backfill of a new rollup writes per batch.
+/// Series the backfill of a new rollup lists per batch of marks.
 const BACKFILL_MARKS_PER_BATCH: usize = 16_384;
 
 impl Database {
@@ -94,8 +94,7 @@ impl Database {
         let mut series: Vec<u64> =
             self.catalog.with_series(source.id, |idx| idx.iter().map(|(id, _)| id).collect());
         series.sort_unstable();
-        let nonce = super::new_request_id();
-        let mut marks = Vec::new();
+        let mut marks: BTreeMap<i64, Vec<Touched>> = BTreeMap::new();
         for s in series {
             let (lo, hi) = series_range(source.id, s, i64::MIN, None);
             let mut last = None;
@@ -105,18 +104,25 @@ impl Database {
                 let b = def.bucket_of(t);
                 if last != Some(b) {
                     last = Some(b);
-                    marks.push(Mark::Series { rollup, series: s, bucket: b });
+                    marks.entry(b).or_default().push((s, None));
                 }
             }
         }
         drop(snap);
-        for chunk in marks.chunks(BACKFILL_MARKS_PER_BATCH) {
-            let mut batch = WriteBatch::new();
-            for m in chunk {
-                batch.put(mark_key(m, nonce), Vec::new());
+        let mut batch = WriteBatch::new();
+        let mut listed = 0;
+        let last = marks.keys().next_back().copied();
+        for (bucket, touched) in marks {
+            for chunk in touched.chunks(BACKFILL_MARKS_PER_BATCH) {
+                let m = Mark::Series { rollup, bucket };
+                batch.put(mark_key(&m, super::new_request_id()), encode_touched(chunk));
+                listed += chunk.len();
             }
-            let mut w = self.writer.lock();
-            self.commit(&mut w, &batch, CatalogDelta::default())?;
+            if listed >= BACKFILL_MARKS_PER_BATCH || Some(bucket) == last {
+                let mut w = self.writer.lock();
+                self.commit(&mut w, &std::mem::take(&mut batch), CatalogDelta::default())?;
+                listed = 0;
+            }
         }
         Ok(())
     }
@@ -127,9 +133,11 @@ impl Database {
         if points.is_empty() || !self.catalog.has_rollups() {
             return;
         }
-        let nonce = super::new_request_id();
         let mut rollups: HashMap<u32, Vec<Arc<TableDef>>> = HashMap::new();
-        let mut last: Option<(u32, u64, i64, u32)> = None;
+        // Per rollup and bucket, the series written with the earliest time written (points
+        // are in time order within a series): a bucket whose partials include everything
+        // before that is merged with the newer rows alone.
+        let mut touched: BTreeMap<(u32, i64), Vec<Touched>> = BTreeMap::new();
         for &(table, series, time) in points {
             let of =
                 rollups.entry(table).or_insert_with(|| match self.catalog.table_by_id(table) {
@@ -138,17 +146,15 @@ impl Database {
                 });
             for r in of.iter() {
                 let Some(def) = &r.rollup else { continue };
-                let bucket = def.bucket_of(time);
-                if last == Some((table, series, bucket, r.id)) {
-                    continue;
+                let list = touched.entry((r.id, def.bucket_of(time))).or_default();
+                if list.last().map(|t| t.0) != Some(series) {
+                    list.push((series, Some(time)));
                 }
-                last = Some((table, series, bucket, r.id));
-                // The earliest time the change writes in the bucket (points are in time order
-                // within a series): a bucket whose partials include everything before it is
-                // merged with the newer rows alone.
-                let m = Mark::Series { rollup: r.id, series, bucket };
-                batch.put(mark_key(&m, nonce), time.to_be_bytes().to_vec());
             }
+        }
+        let nonce = super::new_request_id();
+        for ((rollup, bucket), list) in touched {
+            batch.put(mark_key(&Mark::Series { rollup, bucket }, nonce), encode_touched(&list));
         }
     }
 
@@ -194,10 +200,11 @@ impl Database {
                                     batch.delete_range(lo, hi);
                                 }
                             }
-                            for &b in &edges {
-                                let m = Mark::Series { rollup: r.id, series: s, bucket: b };
-                                batch.put(mark_key(&m, nonce), Vec::new());
-                            }
+                        }
+                        let list: Vec<Touched> = series.iter().map(|&s| (s, None)).collect();
+                        for &b in &edges {
+                            let m = Mark::Series { rollup: r.id, bucket: b };
+                            batch.put(mark_key(&m, nonce), encode_touched(&list));
                         }
                     }
                     DeleteTarget::TimeWindow { t_lo, t_hi } => {

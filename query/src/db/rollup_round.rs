@@ -20,14 +20,15 @@ use super::{Database, Writer};
 use crate::error::Result;
 use crate::model::catalog::{mark_ranges, parse_mark, CatalogDelta};
 use crate::model::keys::{parse_row_key, row_key, series_range};
-use crate::model::rollup::Mark;
+use crate::model::rollup::{decode_touched, Mark};
 use crate::model::row::{decode_row, encode_row, Value};
 use crate::model::schema::TableDef;
 use crate::model::series::{encode_series_key, TagValues};
 
-/// Dirty marks one maintenance round reads at most (its change stays well within what one
-/// shard write may hold).
+/// Dirty marks one maintenance round reads at most, and buckets it brings up to date (its
+/// change stays well within what one shard write may hold); more are left to the next round.
 const MARKS_PER_ROUND: usize = 65_536;
+const BUCKETS_PER_ROUND: usize = 65_536;
 
 /// What one call of [`Database::maintain_rollups`] did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +60,8 @@ struct Planned {
     updated: Vec<Updated>,
     /// Rollups whose tags must widen to their source's.
     widened: BTreeMap<u32, TableDef>,
+    /// True if it stopped reading marks at its limit.
+    full: bool,
 }
 
 impl Database {
@@ -80,7 +83,7 @@ impl Database {
                 true => planned,
                 false => self.plan_round()?,
             };
-            let full = planned.marks.len() >= MARKS_PER_ROUND;
+            let full = planned.marks.len() >= MARKS_PER_ROUND || planned.full;
             total.marks += planned.marks.len() as u64;
             total.buckets += planned.updated.len() as u64;
             self.commit_round(&mut w, planned)?;
@@ -102,10 +105,11 @@ impl Database {
             for item in engine.scan(lo..hi, Some(&snap))? {
                 let (k, v) = item?;
                 match parse_mark(&k) {
-                    Some(Mark::Series { rollup, series, bucket }) => {
-                        let since = <[u8; 8]>::try_from(&v[..]).ok().map(i64::from_be_bytes);
-                        let e = buckets.entry((rollup, series, bucket)).or_insert(since);
-                        *e = (*e).zip(since).map(|(a, b)| a.min(b));
+                    Some(Mark::Series { rollup, bucket }) => {
+                        for (series, since) in decode_touched(&v).unwrap_or_default() {
+                            let e = buckets.entry((rollup, series, bucket)).or_insert(since);
+                            *e = (*e).zip(since).map(|(a, b)| a.min(b));
+                        }
                     }
                     Some(Mark::Window { rollup, bucket }) => {
                         windows.insert((rollup, bucket));
@@ -113,7 +117,7 @@ impl Database {
                     None => {}
                 }
                 marks.push(k);
-                if marks.len() >= MARKS_PER_ROUND {
+                if buckets.len() >= BUCKETS_PER_ROUND || marks.len() >= MARKS_PER_ROUND {
                     break 'ranges;
                 }
             }
@@ -127,7 +131,8 @@ impl Database {
                 }
             });
         }
-        let mut planned = Planned { marks, updated: Vec::new(), widened: BTreeMap::new() };
+        let full = buckets.len() >= BUCKETS_PER_ROUND;
+        let mut planned = Planned { marks, updated: Vec::new(), widened: BTreeMap::new(), full };
         let holds = self.catalog.hashes();
         let now_ns = engine.options().clock.now_ms().saturating_mul(1_000_000) as i64;
         let horizon =

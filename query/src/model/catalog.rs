@@ -57,28 +57,21 @@ pub(crate) fn outcome_key(id: u64) -> Vec<u8> {
     cat_key(OUTCOME, &id.to_be_bytes())
 }
 
-/// Dirty marks of rollup buckets (see [`crate::model::rollup`]): `'Q' rollup series bucket
-/// nonce` for one series, `'q' rollup bucket nonce` for every series.
+/// Dirty marks of rollup buckets (see [`crate::model::rollup`]): `'Q' rollup bucket nonce` for
+/// the series its value lists, `'q' rollup bucket nonce` for every series.
 const MARK: u8 = b'Q';
 const WINDOW_MARK: u8 = b'q';
 
 /// The key of dirty mark `mark` left by the change with `nonce` (each change leaves its own, so
 /// the maintainer removes exactly the marks it read).
 pub(crate) fn mark_key(mark: &Mark, nonce: u64) -> Vec<u8> {
-    let mut rest = Vec::with_capacity(28);
-    let kind = match *mark {
-        Mark::Series { rollup, series, bucket } => {
-            rest.extend_from_slice(&rollup.to_be_bytes());
-            rest.extend_from_slice(&series.to_be_bytes());
-            rest.extend_from_slice(&time_to_u64(bucket).to_be_bytes());
-            MARK
-        }
-        Mark::Window { rollup, bucket } => {
-            rest.extend_from_slice(&rollup.to_be_bytes());
-            rest.extend_from_slice(&time_to_u64(bucket).to_be_bytes());
-            WINDOW_MARK
-        }
+    let (kind, rollup, bucket) = match *mark {
+        Mark::Series { rollup, bucket } => (MARK, rollup, bucket),
+        Mark::Window { rollup, bucket } => (WINDOW_MARK, rollup, bucket),
     };
+    let mut rest = Vec::with_capacity(20);
+    rest.extend_from_slice(&rollup.to_be_bytes());
+    rest.extend_from_slice(&time_to_u64(bucket).to_be_bytes());
     rest.extend_from_slice(&nonce.to_be_bytes());
     cat_key(kind, &rest)
 }
@@ -93,17 +86,14 @@ pub(crate) fn mark_ranges() -> [(Vec<u8>, Vec<u8>); 2] {
 
 /// The mark a dirty mark's key holds; `None` if it is not one.
 pub(crate) fn parse_mark(key: &[u8]) -> Option<Mark> {
-    let u32_at = |i: usize| Some(u32::from_be_bytes(key.get(i..i + 4)?.try_into().ok()?));
-    let u64_at = |i: usize| Some(u64::from_be_bytes(key.get(i..i + 8)?.try_into().ok()?));
-    match (key.get(4)?, key.len()) {
-        (&MARK, 33) => Some(Mark::Series {
-            rollup: u32_at(5)?,
-            series: u64_at(9)?,
-            bucket: u64_to_time(u64_at(17)?),
-        }),
-        (&WINDOW_MARK, 25) => {
-            Some(Mark::Window { rollup: u32_at(5)?, bucket: u64_to_time(u64_at(9)?) })
-        }
+    if key.len() != 25 {
+        return None;
+    }
+    let rollup = u32::from_be_bytes(key.get(5..9)?.try_into().ok()?);
+    let bucket = u64_to_time(u64::from_be_bytes(key.get(9..17)?.try_into().ok()?));
+    match *key.get(4)? {
+        MARK => Some(Mark::Series { rollup, bucket }),
+        WINDOW_MARK => Some(Mark::Window { rollup, bucket }),
         _ => None,
     }
 }

@@ -289,15 +289,15 @@ impl Acc {
     }
 }
 
-/// A dirty mark: a bucket of a rollup to recompute from its source.
+/// A dirty mark: a bucket of a rollup some change touched. Each change leaves its own marks (a
+/// key with its own nonce), so the maintainer removes exactly the marks it read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Mark {
-    /// The bucket starting at `bucket` of source series `series`.
+    /// The bucket starting at `bucket` of the source series the mark's value lists
+    /// ([`encode_touched`]).
     Series {
         /// The rollup's table id.
         rollup: u32,
-        /// The source series.
-        series: u64,
         /// The bucket start.
         bucket: i64,
     },
@@ -308,4 +308,34 @@ pub enum Mark {
         /// The bucket start.
         bucket: i64,
     },
+}
+
+/// How a change touched one series in a bucket: it wrote points from time `since` on
+/// (`Some`), or removed rows (`None`), after which the bucket is recomputed whole.
+pub type Touched = (u64, Option<i64>);
+
+/// The value of a [`Mark::Series`]: `(series u64, flag u8, since i64)` per series, big-endian;
+/// flag 1 if `since` is given.
+pub fn encode_touched(touched: &[Touched]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(touched.len() * 17);
+    for &(series, since) in touched {
+        out.extend_from_slice(&series.to_be_bytes());
+        out.push(u8::from(since.is_some()));
+        out.extend_from_slice(&since.unwrap_or_default().to_be_bytes());
+    }
+    out
+}
+
+/// The inverse of [`encode_touched`]; `None` if `b` is not such a value.
+pub fn decode_touched(b: &[u8]) -> Option<Vec<Touched>> {
+    if !b.len().is_multiple_of(17) {
+        return None;
+    }
+    b.chunks_exact(17)
+        .map(|c| {
+            let series = u64::from_be_bytes(c[..8].try_into().ok()?);
+            let since = i64::from_be_bytes(c[9..].try_into().ok()?);
+            Some((series, (c[8] == 1).then_some(since)))
+        })
+        .collect()
 }

@@ -4,7 +4,8 @@
 //!   purge), its deadline, and when it was applied and persisted ([`crate::deletions`]).
 //! - `system.engine_deletes`: the engine's deletion ledger itself, one row per engine delete,
 //!   with what each covered in table terms.
-//! - `system.tables`: tables, their columns, retention and series count.
+//! - `system.tables`: tables, their columns, retention, series count, and for a rollup its
+//!   definition.
 //! - `system.compactions`: recent flushes, compactions and time-window executions.
 //! - `system.layout`: the KiWi+ delete-tile size h new files get per level, and why.
 
@@ -77,6 +78,7 @@ impl SystemTable {
                     Field::new("fields", DataType::Utf8, false),
                     Field::new("retention", DataType::Utf8, true),
                     Field::new("series", DataType::UInt64, false),
+                    Field::new("rollup", DataType::Utf8, true),
                 ],
             ),
             "layout" => ("layout", layout_fields()),
@@ -202,6 +204,11 @@ impl SystemTable {
             )),
             Arc::new(UInt64Array::from_iter_values(
                 rows.iter().map(|t| cat.with_series(t.id, |idx| idx.len() as u64)),
+            )),
+            Arc::new(StringArray::from(
+                rows.iter()
+                    .map(|t| t.rollup.as_ref().map(|r| r.definition.clone()))
+                    .collect::<Vec<_>>(),
             )),
         ]
     }

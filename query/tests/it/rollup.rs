@@ -136,6 +136,34 @@ async fn rollup_follows_its_source() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollups_keep_their_source_retention_unless_told() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = open(dir.path());
+    let s = SqlSession::new(db.clone(), "public");
+    run(&s, "CREATE TABLE m (host TAG, v DOUBLE) WITH (retention = '30d')").await;
+    let def =
+        "AS SELECT date_bin(INTERVAL '1 hour', time) AS time, host, max(v) FROM m GROUP BY 1, 2";
+    run(&s, &format!("CREATE MATERIALIZED VIEW m_1h {def}")).await;
+    run(&s, &format!("CREATE MATERIALIZED VIEW m_1d WITH (retention = '365d') {def}")).await;
+    run(&s, &format!("CREATE MATERIALIZED VIEW IF NOT EXISTS m_1d {def}")).await;
+    run(&s, "ALTER TABLE m_1h SET (retention = '90d')").await;
+    let t = text(
+        &run(
+            &s,
+            "SELECT name, retention, rollup IS NOT NULL AS r FROM system.tables ORDER BY name",
+        )
+        .await,
+    );
+    for want in [
+        "| m    | 30d       | false |",
+        "| m_1d | 365d      | true  |",
+        "| m_1h | 90d       | true  |",
+    ] {
+        assert!(t.contains(want), "{want}\n{t}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_definitions_are_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = open(dir.path());
