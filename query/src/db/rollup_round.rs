@@ -39,6 +39,10 @@ pub struct RollupRound {
     pub buckets: u64,
 }
 
+/// Buckets starting less than this (ns) past the rollup's retention horizon are left to
+/// expire: the round's batch reaches the engine later than it is planned.
+const MARGIN_NS: i64 = 60_000_000_000;
+
 /// One bucket to bring up to date: `(rollup, source series, bucket start)`.
 type Bucket = (u32, u64, i64);
 
@@ -164,9 +168,10 @@ impl Database {
             }
             let Some(end) = def.bucket_end(bucket) else { continue };
             // Past the source's retention its rows are (being) purged: the bucket stays as
-            // computed last. Past the rollup's own, it is (being) purged too.
+            // computed last. Near or past the rollup's own, it is (being) purged too (and the
+            // engine would refuse the whole round's batch for a row past it).
             if horizon(source.retention_ns).is_some_and(|h| end <= h)
-                || horizon(rdef.retention_ns).is_some_and(|h| bucket < h)
+                || horizon(rdef.retention_ns).is_some_and(|h| bucket < h.saturating_add(MARGIN_NS))
             {
                 continue;
             }
