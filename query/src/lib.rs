@@ -11,6 +11,11 @@
 //! - [`sql`]: DataFusion: the catalog, a table provider per table with projection, limit and
 //!   filter pushdown, `INSERT`, `DELETE`, DDL and the system tables.
 //! - [`cluster`]: the same SQL over a sharded cluster, through a [`cluster::ShardClient`].
+//! - Rollups (`CREATE MATERIALIZED VIEW`): what they keep in [`model::rollup`], how they are
+//!   read in [`sql::rollup`], kept and maintained by [`db`]. They are not in the design
+//!   document; they store partials per source series (not per group) so that deletes and
+//!   erasure reach them by the same series keys, and a source's retention purge does not
+//!   recompute them (a rollup has its own retention, the source's unless set).
 //! - [`front`]: the front door every protocol uses: [`front::FrontDoor`] authenticates,
 //!   authorizes and opens [`front::Session`]s on a single database or a cluster.
 
