@@ -92,6 +92,10 @@ enum Command {
         /// [default: 64MiB; env EBB_MOVE_RATE].
         #[arg(long)]
         move_rate: Option<String>,
+        /// Memtable memory all shard replicas of a cluster node share, e.g. 512MiB or none
+        /// [default: 512MiB; env EBB_MEMTABLE_BUDGET].
+        #[arg(long)]
+        memtable_budget: Option<String>,
         /// This node's name, e.g. a pod's name [env EBB_NODE_NAME].
         #[arg(long)]
         node_name: Option<String>,
@@ -332,6 +336,7 @@ fn main() -> ExitCode {
             split_shard_bytes,
             split_shard_rows,
             move_rate,
+            memtable_budget,
             node_name,
             init_node,
             default_retention,
@@ -369,6 +374,7 @@ fn main() -> ExitCode {
                 split_shard_bytes,
                 split_shard_rows,
                 move_rate,
+                memtable_budget,
                 node_name,
                 init_node,
                 default_retention,

@@ -157,7 +157,14 @@ impl Server {
             None if config.grpc_addr.port() == 0 => grpc_addr.to_string(),
             None => config.advertised_grpc()?,
         };
-        let engine = Options { delete_deadline: config.delete_deadline, ..Options::default() };
+        let engine = Options {
+            delete_deadline: config.delete_deadline,
+            write_budget: config
+                .scaling
+                .memtable_budget
+                .map(|b| ebb_storage::WriteBudget::new(usize::try_from(b).unwrap_or(usize::MAX))),
+            ..Options::default()
+        };
         let groups = ebb_raft::GroupOptions::new(
             Duration::from_millis(100),
             config.raft_snapshot_every,

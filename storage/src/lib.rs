@@ -84,6 +84,7 @@ pub use iter::EngineIter;
 pub use ledger::{
     DeleteRequest, Deletion, DeletionKind, DeletionStatus, RequestRecord, RequestStatus,
 };
+pub use memtable::budget::WriteBudget;
 pub use options::{
     Compression, DeleteKeyExtractor, LayoutTuning, Options, RangeDeleteMode, RangeIndexOptions,
     SyncMode, TileLayout, TimeToDeleteKey,

@@ -174,6 +174,9 @@ pub struct Options {
     /// [`crate::Engine::scan_summarized`] can answer from a page's summary without reading the
     /// page. `None` (the default) stores none.
     pub page_summary: Option<std::sync::Arc<dyn crate::sst::PageSummarizer>>,
+    /// Memtable memory shared with other engines (see [`crate::WriteBudget`]); `None`: this
+    /// engine's memtables are bounded by `write_buffer_size` alone.
+    pub write_budget: Option<std::sync::Arc<crate::WriteBudget>>,
     /// Capacity of the decoded page cache in bytes.
     ///
     /// Memory use is bounded by this, plus memtables (`write_buffer_size` times
@@ -323,6 +326,7 @@ impl Default for Options {
             compression: Compression::Lz4,
             page_summary: None,
             page_cache_bytes: 64 << 20,
+            write_budget: None,
             delete_key: DeleteKeyExtractor::trailing_u64_be(),
             time_to_delete_key: TimeToDeleteKey::nanos_sign_flipped(),
             range_delete_mode: RangeDeleteMode::Gloran,

@@ -24,6 +24,7 @@
 //! split_shard_bytes = "16GiB"    # a shard larger than this splits ("none": never for size)
 //! split_shard_rows = 200000      # ... or one writing more rows a second, for a minute
 //! move_rate = "64MiB"            # bytes a second a node sends moving replicas at
+//! memtable_budget = "512MiB"     # memtable memory all of a node's shard replicas share
 //! node_name = "ebb-0"            # this node's name (a pod's name; default: none)
 //! init_node = "ebb-0"            # the node that creates the cluster if no `join` seed answers
 //! init_cluster = false           # disaster recovery: create a new cluster here without asking
@@ -59,8 +60,11 @@ use crate::tls::{CertFiles, ClusterFiles};
 use parse::{bad, boolean, bytes};
 
 pub mod durability;
+mod env;
 mod parse;
 pub mod scaling;
+
+pub use env::ENV_VARS;
 
 /// Everything `ebb server` needs.
 #[derive(Debug, Clone, PartialEq)]
@@ -266,6 +270,8 @@ pub struct Overrides {
     pub split_shard_rows: Option<String>,
     /// See [`scaling::Scaling::move_rate`] (`"64MiB"` a second, or `"none"`).
     pub move_rate: Option<String>,
+    /// See [`scaling::Scaling::memtable_budget`] (`"512MiB"`, or `"none"`).
+    pub memtable_budget: Option<String>,
     /// See [`Config::node_name`].
     pub node_name: Option<String>,
     /// See [`Config::init_node`].
@@ -300,48 +306,6 @@ pub struct Overrides {
     /// Its key.
     pub cluster_key: Option<PathBuf>,
 }
-
-/// Environment variables read, and the setting each sets.
-pub const ENV_VARS: &[(&str, &str)] = &[
-    ("EBB_DATA_DIR", "data_dir"),
-    ("EBB_HTTP_ADDR", "http_addr"),
-    ("EBB_PG_ADDR", "pg_addr"),
-    ("EBB_GRPC_ADDR", "grpc_addr"),
-    ("EBB_FLIGHT_ADDR", "flight_addr"),
-    ("EBB_DELETE_DEADLINE", "delete_deadline"),
-    ("EBB_INIT_CLUSTER", "init_cluster"),
-    ("EBB_SYNC", "sync"),
-    ("EBB_SYNC_INTERVAL", "sync_interval"),
-    ("EBB_DISK_RESERVE", "disk_reserve"),
-    ("EBB_RETENTION_CHECK_INTERVAL", "retention_check_interval"),
-    ("EBB_MAX_BODY_BYTES", "max_body_bytes"),
-    ("EBB_LOG_FORMAT", "log_format"),
-    ("EBB_CLUSTER", "cluster"),
-    ("EBB_JOIN", "join"),
-    ("EBB_ADVERTISE_GRPC", "advertise_grpc"),
-    ("EBB_SHARDS", "shards"),
-    ("EBB_REPLICATION", "replication"),
-    ("EBB_RAFT_SNAPSHOT_EVERY", "raft_snapshot_every"),
-    ("EBB_SPLIT_SHARD_BYTES", "split_shard_bytes"),
-    ("EBB_SPLIT_SHARD_ROWS", "split_shard_rows"),
-    ("EBB_MOVE_RATE", "move_rate"),
-    ("EBB_NODE_NAME", "node_name"),
-    ("EBB_INIT_NODE", "init_node"),
-    ("EBB_DEFAULT_RETENTION", "default_retention"),
-    ("EBB_ADMIN_PASSWORD_FILE", "admin_password_file"),
-    ("EBB_ADMIN_PASSWORD", "admin_password"),
-    ("EBB_INSECURE", "insecure"),
-    ("EBB_QUERY_MEMORY", "query_memory"),
-    ("EBB_SERVER_MEMORY", "server_memory"),
-    ("EBB_STATEMENT_TIMEOUT", "statement_timeout"),
-    ("EBB_MAX_CONNECTIONS", "max_connections"),
-    ("EBB_MAX_STATEMENTS", "max_statements"),
-    ("EBB_TLS_CERT", "tls_cert"),
-    ("EBB_TLS_KEY", "tls_key"),
-    ("EBB_CLUSTER_CA", "cluster_ca"),
-    ("EBB_CLUSTER_CERT", "cluster_cert"),
-    ("EBB_CLUSTER_KEY", "cluster_key"),
-];
 
 impl Overrides {
     /// Reads a TOML file.
@@ -402,6 +366,7 @@ impl Overrides {
                 "EBB_SPLIT_SHARD_BYTES" => o.split_shard_bytes = Some(v),
                 "EBB_SPLIT_SHARD_ROWS" => o.split_shard_rows = Some(v),
                 "EBB_MOVE_RATE" => o.move_rate = Some(v),
+                "EBB_MEMTABLE_BUDGET" => o.memtable_budget = Some(v),
                 "EBB_RAFT_SNAPSHOT_EVERY" => {
                     o.raft_snapshot_every =
                         Some(v.parse().map_err(|_| bad(format!("{var}: not a number: {v:?}")))?)

@@ -4,6 +4,7 @@
 //! split_shard_bytes = "16GiB"     # a shard larger than this splits ("none": never for size)
 //! split_shard_rows = 200000       # ... or one taking more rows a second, for a minute
 //! move_rate = "64MiB"             # bytes a second a node sends replicas at ("none": unlimited)
+//! memtable_budget = "512MiB"      # memtable memory a node's shard replicas share ("none")
 //! ```
 
 use super::{bad, bytes, Overrides};
@@ -19,6 +20,10 @@ pub struct Scaling {
     /// Bytes a second this node sends shard snapshots at (moving replicas, far-behind
     /// followers), all of them together.
     pub move_rate: Option<u64>,
+    /// Memtable bytes all shard replicas of this node share (see `ebb_storage::WriteBudget`):
+    /// past it, a replica written to flushes its memtable early, so a node's memory does not
+    /// grow with the shards it holds.
+    pub memtable_budget: Option<u64>,
 }
 
 impl Default for Scaling {
@@ -27,6 +32,7 @@ impl Default for Scaling {
             split_bytes: Some(16 << 30),
             split_rows_per_sec: Some(200_000),
             move_rate: Some(64 << 20),
+            memtable_budget: Some(512 << 20),
         }
     }
 }
@@ -53,6 +59,10 @@ pub(super) fn apply(o: &Overrides, c: &mut Scaling) -> Result<()> {
         let size = |v: &str| bytes("move_rate", v).map(|n| n as u64);
         c.move_rate = limit("move_rate", v, size)?;
     }
+    if let Some(v) = &o.memtable_budget {
+        let size = |v: &str| bytes("memtable_budget", v).map(|n| n as u64);
+        c.memtable_budget = limit("memtable_budget", v, size)?;
+    }
     Ok(())
 }
 
@@ -67,6 +77,7 @@ mod tests {
             split_shard_bytes: Some("2GiB".into()),
             split_shard_rows: Some("none".into()),
             move_rate: Some("10MiB".into()),
+            memtable_budget: Some("none".into()),
             ..Default::default()
         };
         apply(&o, &mut c).unwrap();
@@ -75,13 +86,15 @@ mod tests {
             Scaling {
                 split_bytes: Some(2 << 30),
                 split_rows_per_sec: None,
-                move_rate: Some(10 << 20)
+                move_rate: Some(10 << 20),
+                memtable_budget: None,
             }
         );
         for bad in [
             Overrides { split_shard_bytes: Some("lots".into()), ..Default::default() },
             Overrides { split_shard_rows: Some("-5".into()), ..Default::default() },
             Overrides { move_rate: Some("1XB".into()), ..Default::default() },
+            Overrides { memtable_budget: Some("half".into()), ..Default::default() },
         ] {
             assert!(apply(&bad, &mut Scaling::default()).is_err(), "{bad:?}");
         }

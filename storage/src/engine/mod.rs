@@ -23,7 +23,7 @@ mod write;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -142,6 +142,8 @@ pub(crate) struct Inner {
     layout: layout::LayoutState,
     /// Ranges recent scans merged (RangeReduce).
     reduce_hints: reduce::Hints,
+    /// Memtable bytes last reported to `Options::write_budget`.
+    budget_held: AtomicUsize,
     _lock_file: File,
 }
 
@@ -288,6 +290,15 @@ impl Engine {
     }
 }
 
+impl Drop for Inner {
+    /// Returns the engine's share of the write budget.
+    fn drop(&mut self) {
+        if let Some(b) = &self.opts.write_budget {
+            b.moved(*self.budget_held.get_mut(), 0);
+        }
+    }
+}
+
 impl Drop for Engine {
     /// Dropping without `close` stops background threads without flushing or syncing, which is
     /// what a crashed process leaves behind.
@@ -299,6 +310,15 @@ impl Drop for Engine {
 impl Inner {
     pub(crate) fn current(&self) -> Arc<SuperVersion> {
         self.sv.read().clone()
+    }
+
+    /// Reports the bytes of `sv`'s memtables to the write budget, if the engine has one.
+    fn report_memtables(&self, sv: &SuperVersion) {
+        if let Some(b) = &self.opts.write_budget {
+            let now = sv.mem.approximate_bytes()
+                + sv.imms.iter().map(|m| m.approximate_bytes()).sum::<usize>();
+            b.moved(self.budget_held.swap(now, Ordering::Relaxed), now);
+        }
     }
 
     fn alloc_file_id(&self) -> u64 {
@@ -403,6 +423,9 @@ impl Inner {
                 None => sv.imms.clone(),
             };
             *sv = Arc::new(SuperVersion { mem: sv.mem.clone(), imms, version });
+            if flushed.is_some() {
+                self.report_memtables(&sv);
+            }
         }
         if meta.manifest.size() > MANIFEST_ROTATE_BYTES {
             // The edit is committed whatever happens here: a rotation that fails before

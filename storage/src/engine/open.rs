@@ -401,6 +401,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         counters: Counters::default(),
         layout: super::layout::LayoutState::new(opts.clock.now_ms()),
         reduce_hints: Default::default(),
+        budget_held: Default::default(),
         windows: RwLock::new(Arc::new(super::windows::pending_windows(&ledger))),
         window_state: Mutex::new(Default::default()),
         ledger: Mutex::new(ledger),

@@ -184,7 +184,12 @@ impl Inner {
         loop {
             self.check_writable()?;
             let sv = self.current();
-            let full = sv.mem.approximate_bytes() >= self.opts.write_buffer_size;
+            self.report_memtables(&sv);
+            let bytes = sv.mem.approximate_bytes();
+            // Full, or holding a share of a spent write budget (see `WriteBudget`).
+            let spent = self.opts.write_budget.as_ref().is_some_and(|b| b.spent());
+            let full = bytes >= self.opts.write_buffer_size
+                || (spent && bytes >= crate::memtable::budget::MIN_EARLY_SEAL);
             let too_many_imms = sv.imms.len() >= self.opts.max_immutable_memtables;
             let l0_full = sv.version.levels[0].len() >= self.opts.level0_stop_writes_trigger;
             if full && !too_many_imms && !l0_full {

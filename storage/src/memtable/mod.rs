@@ -1,5 +1,6 @@
 //! The memtable: a concurrent skiplist of (key, seq) -> value | tombstone.
 
+pub mod budget;
 mod cursor;
 
 use std::cmp::Ordering;

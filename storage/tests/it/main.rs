@@ -19,3 +19,4 @@ mod requests;
 mod retention;
 mod summarized;
 mod time_window;
+mod write_budget;
