@@ -295,6 +295,7 @@ impl Drop for Inner {
     fn drop(&mut self) {
         if let Some(b) = &self.opts.write_budget {
             b.moved(*self.budget_held.get_mut(), 0);
+            b.opened(false);
         }
     }
 }

@@ -374,6 +374,9 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         version: Arc::new(version),
     };
     tracing::info!(dir = %dir.display(), last_seq, persisted_seq, "engine opened");
+    if let Some(b) = &opts.write_budget {
+        b.opened(true); // until the `Inner` is dropped
+    }
     Ok(Inner {
         dir: dir.to_path_buf(),
         cache,

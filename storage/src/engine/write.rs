@@ -187,9 +187,9 @@ impl Inner {
             self.report_memtables(&sv);
             let bytes = sv.mem.approximate_bytes();
             // Full, or holding a share of a spent write budget (see `WriteBudget`).
-            let spent = self.opts.write_budget.as_ref().is_some_and(|b| b.spent());
+            let early = self.opts.write_budget.as_ref().filter(|b| b.spent());
             let full = bytes >= self.opts.write_buffer_size
-                || (spent && bytes >= crate::memtable::budget::MIN_EARLY_SEAL);
+                || early.is_some_and(|b| bytes >= b.early_seal_bytes());
             let too_many_imms = sv.imms.len() >= self.opts.max_immutable_memtables;
             let l0_full = sv.version.levels[0].len() >= self.opts.level0_stop_writes_trigger;
             if full && !too_many_imms && !l0_full {
