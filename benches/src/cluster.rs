@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::cluster_nodes::{Cluster, ClusterSettings, ShardRow};
+use crate::cluster_nodes::{Cluster, ClusterSettings, MoveRate, ShardRow};
 use crate::peers::{dir_bytes, start, System};
 use crate::report::{median, Better, Comparison};
 use crate::tsbs::{generate, load, load_spread, Dataset};
@@ -49,8 +49,12 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
     println!("  single node          {base:>10.0} rows/s ({secs:.2} s)");
     let _ = std::fs::remove_dir_all(&dir);
 
-    let default_settings =
-        ClusterSettings { shards: s.shards, replication: 3, snapshot_every: 10_000 };
+    let default_settings = ClusterSettings {
+        shards: s.shards,
+        replication: 3,
+        snapshot_every: 10_000,
+        move_rate: MoveRate::Default,
+    };
     let mut moves = Vec::new();
     for (nodes, rf) in [(1usize, 1u32), (3, 3)] {
         let dir = work.join(format!("cluster-{nodes}"));

@@ -53,6 +53,19 @@ pub struct ClusterSettings {
     pub replication: u32,
     /// Raft log entries between snapshots.
     pub snapshot_every: u64,
+    /// How fast each node sends replicas it moves.
+    pub move_rate: MoveRate,
+}
+
+/// The `--move-rate` nodes start with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoveRate {
+    /// The server's default.
+    Default,
+    /// Bytes a second.
+    Limit(u64),
+    /// No limit.
+    Unlimited,
 }
 
 /// Nodes started in order; node `i` (0-based) is the `i + 1`-th to join.
@@ -137,6 +150,11 @@ impl Cluster {
             .args(["--replication", &s.replication.to_string()])
             .args(["--raft-snapshot-every", &s.snapshot_every.to_string()])
             .env("EBB_LOG", std::env::var("EBB_BENCH_NODE_LOG").unwrap_or_else(|_| "warn".into()));
+        match s.move_rate {
+            MoveRate::Default => &mut cmd,
+            MoveRate::Limit(b) => cmd.args(["--move-rate", &b.to_string()]),
+            MoveRate::Unlimited => cmd.args(["--move-rate", "none"]),
+        };
         match self.nodes.first() {
             None => cmd.arg("--cluster"),
             Some(first) => cmd.args(["--join", &first.grpc]),

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::cluster_nodes::{Cluster, ClusterSettings};
+use crate::cluster_nodes::{Cluster, ClusterSettings, MoveRate};
 use crate::report::{Better, Comparison};
 use crate::tsbs::{agent, generate, load_spread, Dataset};
 
@@ -56,7 +56,12 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
         s.shards,
         s.interval
     );
-    let cs = ClusterSettings { shards: s.shards, replication: 3, snapshot_every: 10_000 };
+    let cs = ClusterSettings {
+        shards: s.shards,
+        replication: 3,
+        snapshot_every: 10_000,
+        move_rate: MoveRate::Default,
+    };
 
     let dir = work.join("baseline");
     let c = Cluster::start(&dir, 3, cs)?;

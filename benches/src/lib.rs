@@ -14,6 +14,7 @@ pub mod durability;
 mod ebb_server;
 pub mod engine;
 pub mod erasure;
+pub mod moves;
 pub mod peers;
 pub mod range_delete;
 pub mod range_delete_plot;

@@ -15,19 +15,34 @@ use ebb_storage::Options;
 
 use crate::report::{Better, Comparison};
 
-/// Settings of one run.
-#[derive(Debug, Clone)]
-pub struct Settings {
+/// `ebb-bench rollup`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RollupArgs {
     /// Hosts (series).
+    #[arg(long, default_value_t = 1_000)]
     pub hosts: u64,
     /// Points per host.
+    #[arg(long, default_value_t = 1_440)]
     pub points: u64,
     /// Seconds between two points of a host.
+    #[arg(long, default_value_t = 10)]
     pub step_secs: u64,
     /// Points per write request.
+    #[arg(long, default_value_t = 5_000)]
     pub batch: u64,
-    /// Times each query is run (the median is reported).
+    /// Times each query runs (the median is reported).
+    #[arg(long, default_value_t = 20)]
     pub queries: u64,
+    /// Working directory (default: a temporary directory, removed afterwards).
+    #[arg(long)]
+    pub dir: Option<std::path::PathBuf>,
+}
+
+impl RollupArgs {
+    /// Runs the benchmark in `work`.
+    pub fn run(&self, work: &Path) -> Result<Vec<Comparison>, String> {
+        run(work, self)
+    }
 }
 
 const ROLLUP: &str = "CREATE MATERIALIZED VIEW cpu_1h AS SELECT date_bin(INTERVAL '1 hour', time) \
@@ -42,7 +57,7 @@ fn err(e: impl std::fmt::Display) -> String {
 }
 
 /// The load's request bodies: `batch` points each, hosts interleaved per time step.
-fn bodies(s: &Settings, start_ns: i64) -> Vec<String> {
+fn bodies(s: &RollupArgs, start_ns: i64) -> Vec<String> {
     let mut out = Vec::new();
     let mut body = String::new();
     let mut n = 0;
@@ -70,7 +85,7 @@ struct Side {
     catch_up_s: f64,
 }
 
-fn load(dir: &Path, s: &Settings, start_ns: i64, rollup: bool) -> Result<Side, String> {
+fn load(dir: &Path, s: &RollupArgs, start_ns: i64, rollup: bool) -> Result<Side, String> {
     let db = Arc::new(Database::open(dir, Options::default()).map_err(err)?);
     let all = bodies(s, start_ns);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -113,7 +128,7 @@ fn load(dir: &Path, s: &Settings, start_ns: i64, rollup: bool) -> Result<Side, S
 }
 
 fn median_ms(
-    s: &Settings,
+    s: &RollupArgs,
     session: &SqlSession,
     sql: &str,
     rt: &tokio::runtime::Runtime,
@@ -130,8 +145,7 @@ fn median_ms(
     Ok((times[times.len() / 2], rows))
 }
 
-/// Runs the benchmark in `work`.
-pub fn run(work: &Path, s: &Settings) -> Result<Vec<Comparison>, String> {
+fn run(work: &Path, s: &RollupArgs) -> Result<Vec<Comparison>, String> {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_err(err)?;
     let start_ns = now.as_nanos() as i64 - (s.points * s.step_secs.max(1)) as i64 * 1_000_000_000;
     eprintln!("loading {} hosts x {} points without a rollup", s.hosts, s.points);

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::cluster_nodes::{Cluster, ClusterSettings};
+use crate::cluster_nodes::{Cluster, ClusterSettings, MoveRate};
 use crate::report::{Better, Comparison};
 use crate::tsbs::{agent, generate, load_spread, Dataset};
 
@@ -298,7 +298,12 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
         s.share,
         s.clients_per_node
     );
-    let settings = ClusterSettings { shards: s.shards, replication: 3, snapshot_every: 10_000 };
+    let settings = ClusterSettings {
+        shards: s.shards,
+        replication: 3,
+        snapshot_every: 10_000,
+        move_rate: MoveRate::Default,
+    };
     let tag = std::process::id();
     let mut shares = Vec::new();
     let mut c = Cluster::start(&work.join("cluster"), 3, settings)?;

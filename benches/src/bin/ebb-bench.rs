@@ -263,26 +263,10 @@ enum Cmd {
     },
     /// Rollups: ingest with a rollup kept against without, and an hourly dashboard query
     /// from the rollup against the same aggregate over the raw rows.
-    Rollup {
-        /// Hosts (series).
-        #[arg(long, default_value_t = 1_000)]
-        hosts: u64,
-        /// Points per host.
-        #[arg(long, default_value_t = 1_440)]
-        points: u64,
-        /// Seconds between two points of a host.
-        #[arg(long, default_value_t = 10)]
-        step_secs: u64,
-        /// Points per write request.
-        #[arg(long, default_value_t = 5_000)]
-        batch: u64,
-        /// Times each query runs (the median is reported).
-        #[arg(long, default_value_t = 20)]
-        queries: u64,
-        /// Working directory (default: a temporary directory, removed afterwards).
-        #[arg(long)]
-        dir: Option<PathBuf>,
-    },
+    Rollup(ebb_benches::rollup::RollupArgs),
+    /// Foreground write latency while replicas move to a new node, with the movers limited
+    /// (`--move-rate`) against unlimited, and how long the moves take.
+    Moves(ebb_benches::moves::MovesArgs),
     /// The TSBS devops query set on TSBS cpu data: EbbDB (SQL) against InfluxDB (InfluxQL) and
     /// QuestDB (SQL), plus a prepared statement over pgwire and a time-window DELETE.
     Query(ebb_benches::tsbs_cli::QueryArgs),
@@ -452,10 +436,13 @@ fn main() {
             let work = work_dir(dir, &mut tmp);
             print_results(ebb_benches::server_layout::run(&work, &s));
         }
-        Cmd::Rollup { hosts, points, step_secs, batch, queries, dir } => {
-            let s = ebb_benches::rollup::Settings { hosts, points, step_secs, batch, queries };
+        Cmd::Rollup(args) => {
             let mut tmp = None;
-            print_results(ebb_benches::rollup::run(&work_dir(dir, &mut tmp), &s));
+            print_results(args.run(&work_dir(args.dir.clone(), &mut tmp)));
+        }
+        Cmd::Moves(args) => {
+            let mut tmp = None;
+            print_results(args.run(&work_dir(args.dir.clone(), &mut tmp)));
         }
         Cmd::Cluster { set, clients, shards, snapshot_every, baseline_bin, dir } => {
             let s = ebb_benches::cluster::Settings {
