@@ -112,28 +112,5 @@ pub async fn sync(env: &ShardEnv, view: &MetaView, shards: &Shards) -> Result<()
             tracing::warn!(dir = %dir.display(), %e, "removing a moved shard's files");
         }
     }
-    remove_stray_forks(env, view, shards).await;
     Ok(())
-}
-
-/// Removes the directories of shards the metadata places elsewhere that this node holds no
-/// replica of: the forks a parent replica makes when it applies a split after the child's
-/// replicas were placed on other nodes (replaying its log, say). Directories of shards the
-/// metadata does not know yet, or that are still splitting, are left alone.
-async fn remove_stray_forks(env: &ShardEnv, view: &MetaView, shards: &Shards) {
-    let Ok(mut entries) = tokio::fs::read_dir(&env.dir).await else { return };
-    while let Ok(Some(e)) = entries.next_entry().await {
-        let name = e.file_name();
-        let id = name.to_str().and_then(|n| n.strip_prefix("shard-")?.parse::<u64>().ok());
-        let Some(id) = id else { continue };
-        let Some(s) = view.shards.get(&id) else { continue };
-        if s.involves(env.node) || s.splitting() || shards.get(id).is_some() {
-            continue;
-        }
-        let dir = e.path();
-        tracing::info!(shard = id, node = env.node, dir = %dir.display(), "removing the fork of a shard held elsewhere");
-        if let Err(e) = tokio::fs::remove_dir_all(&dir).await {
-            tracing::warn!(dir = %dir.display(), %e, "removing a stray fork");
-        }
-    }
 }

@@ -12,7 +12,6 @@ mod cluster_harness;
 mod cluster_intent;
 mod cluster_server;
 mod cluster_split;
-mod cluster_strays;
 mod cluster_writes;
 mod common;
 mod disk_full;
