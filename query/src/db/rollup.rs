@@ -188,6 +188,10 @@ impl Database {
                 }
                 (b_lo, b_hi, edges)
             };
+            // Edge buckets per rollup bucket, over every target (one mark each: marks of one
+            // request share its nonce, so a second mark of a bucket would replace the first).
+            let mut edge_series: BTreeMap<i64, BTreeSet<u64>> = BTreeMap::new();
+            let mut edge_windows: BTreeSet<i64> = BTreeSet::new();
             for t in targets {
                 match t {
                     DeleteTarget::Series { series, t_lo, t_hi } => {
@@ -201,10 +205,8 @@ impl Database {
                                 }
                             }
                         }
-                        let list: Vec<Touched> = series.iter().map(|&s| (s, None)).collect();
-                        for &b in &edges {
-                            let m = Mark::Series { rollup: r.id, bucket: b };
-                            batch.put(mark_key(&m, nonce), encode_touched(&list));
+                        for b in edges {
+                            edge_series.entry(b).or_default().extend(series.iter().copied());
                         }
                     }
                     DeleteTarget::TimeWindow { t_lo, t_hi } => {
@@ -215,12 +217,17 @@ impl Database {
                             let (lo, hi) = table_range(r.id);
                             batch.delete_time_range(d_lo, d_hi, lo, hi);
                         }
-                        for &b in &edges {
-                            let m = Mark::Window { rollup: r.id, bucket: b };
-                            batch.put(mark_key(&m, nonce), Vec::new());
-                        }
+                        edge_windows.extend(edges);
                     }
                 }
+            }
+            for (bucket, series) in edge_series {
+                let list: Vec<Touched> = series.into_iter().map(|s| (s, None)).collect();
+                let m = Mark::Series { rollup: r.id, bucket };
+                batch.put(mark_key(&m, nonce), encode_touched(&list));
+            }
+            for bucket in edge_windows {
+                batch.put(mark_key(&Mark::Window { rollup: r.id, bucket }, nonce), Vec::new());
             }
         }
     }

@@ -203,6 +203,8 @@ enum Op {
     DeleteUser(usize, i64, i64),
     /// `DELETE` of every row in `[from, to)` minutes.
     DeleteWindow(i64, i64),
+    /// One `DELETE` of two users' rows, each in its own range (`OR`).
+    DeleteTwo((usize, i64, i64), (usize, i64, i64)),
     /// `ERASE` of one user.
     Erase(usize),
     /// Maintenance now.
@@ -216,6 +218,14 @@ fn op() -> impl Strategy<Value = Op> {
         4 => prop::collection::vec((0..5usize, 0..90i64, -50..50i64), 1..20).prop_map(Op::Write),
         1 => (0..5usize, 0..90i64, 0..40i64).prop_map(|(u, a, n)| Op::DeleteUser(u, a, a + n)),
         1 => (0..90i64, 1..40i64).prop_map(|(a, n)| Op::DeleteWindow(a, a + n)),
+        1 => ((0..5usize, 0..45i64, 0..8i64), (0..4usize, 0..45i64, 0..8i64)).prop_map(
+            // Two users and four different bounds (the planner merges shared conditions,
+            // which DELETE then cannot take): even and odd minutes.
+            |((u, a, n), (d, b, m))| {
+                let v = (u + 1 + d) % 5;
+                Op::DeleteTwo((u, 2 * a, 2 * (a + n) + 1), (v, 2 * b + 1, 2 * (b + m) + 2))
+            }
+        ),
         1 => (0..5usize).prop_map(Op::Erase),
         2 => Just(Op::Maintain),
         1 => Just(Op::Restart),
@@ -243,6 +253,17 @@ async fn model(ops: Vec<Op>) {
             }
             Op::DeleteWindow(a, b) => {
                 let sql = format!("DELETE FROM cpu WHERE time >= {} AND time < {}", at(a), at(b));
+                run(&s, &sql).await;
+            }
+            Op::DeleteTwo((u, a, b), (v, c, d)) => {
+                let sql = format!(
+                    "DELETE FROM cpu WHERE (user = 'u{u}' AND time >= {} AND time < {}) OR \
+                     (user = 'u{v}' AND time >= {} AND time < {})",
+                    at(a),
+                    at(b),
+                    at(c),
+                    at(d)
+                );
                 run(&s, &sql).await;
             }
             Op::Erase(u) => {
