@@ -58,6 +58,14 @@ impl Database {
         change: Change<'_>,
         seq: u64,
     ) -> Result<Option<Staged>, ebb_storage::Error> {
+        let removes = !change.delta.dropped.is_empty()
+            || !change.delta.removed_series.is_empty()
+            || change.batch.ops().iter().any(|op| {
+                matches!(op, BatchOp::DeleteRange { .. } | BatchOp::DeleteTimeRange { .. })
+            });
+        if removes {
+            self.removals.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
         let staged = match change.batch.is_empty() {
             true => None,
             false => Some(engine.stage(change.batch, seq)?),

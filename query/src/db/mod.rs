@@ -73,10 +73,6 @@ struct Writer {
     next_seq: u64,
     /// When records of writes older than their keeping time were last removed (ms).
     written_forgotten_ms: u64,
-    /// Changes committed that remove rows (range and time-window deletes, dropped tables and
-    /// series) or replace the engine: rollup maintenance planned outside the lock is planned
-    /// again if one came meanwhile.
-    removals: u64,
 }
 
 /// An EbbDB database's data: the engine, the catalog and the writer. On a single node the
@@ -95,6 +91,10 @@ pub struct Database {
     reserve: RwLock<Option<Arc<ebb_storage::disk::Reserve>>>,
     /// Rows this database's writes have written since it opened (on a shard: while it led).
     rows_written: std::sync::atomic::AtomicU64,
+    /// Changes applied that remove rows (range and time-window deletes, dropped tables and
+    /// series), whoever planned them, or that replaced the engine: rollup maintenance planned
+    /// outside the writer lock is planned again if one was applied meanwhile.
+    removals: std::sync::atomic::AtomicU64,
 }
 
 impl Database {
@@ -123,7 +123,8 @@ impl Database {
         Ok(Database {
             engine: RwLock::new(Arc::new(engine)),
             catalog,
-            writer: Mutex::new(Writer { next_seq, written_forgotten_ms: 0, removals: 0 }),
+            writer: Mutex::new(Writer { next_seq, written_forgotten_ms: 0 }),
+            removals: Default::default(),
             replicator: None,
             default_retention: RwLock::new(None),
             access: RwLock::new(Arc::new(access)),
@@ -174,18 +175,6 @@ impl Database {
     /// share one (group commit); a replicated database proposes it, and the caller waits for
     /// the proposal (see [`replicated`] for what must be waited for under the lock).
     fn commit_staged(&self, w: &mut Writer, change: Change<'_>) -> Result<Pending> {
-        let removes = !change.delta.dropped.is_empty()
-            || !change.delta.removed_series.is_empty()
-            || change.batch.ops().iter().any(|op| {
-                matches!(
-                    op,
-                    ebb_storage::BatchOp::DeleteRange { .. }
-                        | ebb_storage::BatchOp::DeleteTimeRange { .. }
-                )
-            });
-        if removes {
-            w.removals += 1;
-        }
         if let Some(rep) = &self.replicator {
             // Every replica applies it as the group commits it (`Database::apply`).
             if change.batch.is_empty() {

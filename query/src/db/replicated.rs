@@ -16,7 +16,7 @@ use std::time::Duration;
 use ebb_raft::sm::{Applier, MAX_BATCH_OPS};
 use ebb_raft::{Command, Replica, Response, TypeConfig};
 use ebb_storage::{Engine, WriteBatch};
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::Raft;
 use parking_lot::{Condvar, Mutex, RwLock};
 
@@ -121,6 +121,31 @@ impl RaftReplicator {
         self.submit(Command::write_batch(batch.to_bytes_issued(issued_at_ms)))
     }
 
+    /// Waits until this replica has applied everything its group committed before the call (a
+    /// read barrier); fails with [`QueryError::NotLeader`] if it does not lead the group.
+    pub(crate) fn barrier(&self) -> Result<()> {
+        let raft = self
+            .raft
+            .get()
+            .ok_or_else(|| QueryError::Replication("the shard is starting".into()))?
+            .clone();
+        let (tx, rx) = sync_channel(1);
+        self.rt.spawn(async move {
+            let res = tokio::time::timeout(PROPOSE_TIMEOUT, raft.ensure_linearizable()).await;
+            let _ = tx.send(match res {
+                Err(_) => Err(QueryError::Replication("read barrier timed out".into())),
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
+                    Err(QueryError::NotLeader(f.leader_id))
+                }
+                Ok(Err(e)) => Err(QueryError::Replication(e.to_string())),
+            });
+        });
+        rx.recv().map_err(|_| {
+            QueryError::Replication("the shard stopped during a read barrier".into())
+        })?
+    }
+
     /// Proposes a retention change for keys starting with `prefix` and waits until it is
     /// applied here.
     fn propose_retention(&self, prefix: Vec<u8>, retention: Option<Duration>) -> Result<()> {
@@ -191,7 +216,8 @@ impl Database {
         let db = Arc::new(Database {
             engine: RwLock::new(engine),
             catalog,
-            writer: Mutex::new(Writer { next_seq, written_forgotten_ms: 0, removals: 0 }),
+            writer: Mutex::new(Writer { next_seq, written_forgotten_ms: 0 }),
+            removals: Default::default(),
             replicator: Some(replicator),
             default_retention: RwLock::new(None),
             access: RwLock::new(Default::default()),
@@ -224,8 +250,8 @@ impl Database {
 
     /// Switches to `engine` (a snapshot replaced the replica's) and reloads the catalog from it.
     pub fn on_replaced(&self, engine: &Arc<Engine>) -> Result<()> {
-        let mut w = self.writer.lock();
-        w.removals += 1;
+        let _w = self.writer.lock();
+        self.removals.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         *self.engine.write() = engine.clone();
         self.catalog.reload(engine)
     }

@@ -6,9 +6,10 @@
 //! writer lock, against a snapshot; under the lock the round writes the partials and removes
 //! exactly the marks it read. A write applied meanwhile left marks of its own, which the next
 //! round reads. A change that removes rows (a delete, an erasure, a dropped table, a trim, a
-//! retention purge) applied meanwhile could be undone by partials read before it, so then the
-//! round is planned again under the lock. On a shard, only the leader maintains; its change
-//! goes through the Raft log like any other.
+//! retention purge) applied meanwhile, whoever planned it, could be undone by partials read
+//! before it, so then the round is planned again under the lock. On a shard, only the leader
+//! maintains, after a read barrier (so it plans from everything committed before, also by an
+//! earlier leader); its change goes through the Raft log like any other.
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
@@ -76,14 +77,20 @@ impl Database {
         if !self.catalog.has_rollups() {
             return Ok(total);
         }
+        // A new leader plans from everything the group committed before (a delete another
+        // leader committed, say), not from what it happened to have applied.
+        if let Some(rep) = &self.replicator {
+            rep.barrier()?;
+        }
+        let removals = || self.removals.load(std::sync::atomic::Ordering::Acquire);
         loop {
-            let removals = self.writer.lock().removals;
+            let before = removals();
             let planned = self.plan_round()?;
             if planned.marks.is_empty() {
                 return Ok(total);
             }
             let mut w = self.writer.lock();
-            let planned = match w.removals == removals {
+            let planned = match removals() == before {
                 true => planned,
                 false => self.plan_round()?,
             };
