@@ -198,7 +198,17 @@ impl Database {
                 Some(rs) => engine.get(&row_key(rollup, rs, bucket), Some(&snap))?,
                 None => None,
             };
-            let row = bucket_row(&engine, &snap, rdef, source, series, bucket, end, since, stored)?;
+            // A bucket starting before the source's horizon has lost rows to retention: newer
+            // rows may be merged into it, but a recompute would drop what expired.
+            let whole = horizon(source.retention_ns).is_none_or(|h| bucket >= h);
+            let row = bucket_row(
+                (&engine, &snap),
+                (rdef, source),
+                (series, bucket, end),
+                since,
+                stored,
+                whole,
+            )?;
             if let Some(row) = row {
                 planned.updated.push(Updated { rollup, key, tags, bucket, row });
             }
@@ -252,18 +262,15 @@ impl Database {
 
 /// The new partials of bucket `bucket` (ending at `end`) of source series `series`, given the
 /// stored ones and the earliest time the bucket's marks name (`since`, `None`: recompute):
-/// `Some(None)` if the bucket has no rows left, `None` if the stored partials stand.
-#[allow(clippy::too_many_arguments)]
+/// `Some(None)` if the bucket has no rows left, `None` if the stored partials stand (also when
+/// only a recompute would do and `whole` forbids one).
 fn bucket_row(
-    engine: &Engine,
-    snap: &ebb_storage::Snapshot,
-    rdef: &TableDef,
-    source: &TableDef,
-    series: u64,
-    bucket: i64,
-    end: i64,
+    (engine, snap): (&Engine, &ebb_storage::Snapshot),
+    (rdef, source): (&TableDef, &TableDef),
+    (series, bucket, end): (u64, i64, i64),
     since: Option<i64>,
     stored: Option<bytes::Bytes>,
+    whole: bool,
 ) -> Result<Option<Option<Vec<u8>>>> {
     let Some(def) = &rdef.rollup else { return Ok(None) };
     let mut accs = def.accumulators(source);
@@ -293,6 +300,9 @@ fn bucket_row(
         }
     }
     let merging = upto.is_some();
+    if !merging && !whole {
+        return Ok(None);
+    }
     let mut rows = 0u64;
     let (lo, hi) = series_range(source.id, series, from, Some(end));
     for item in engine.scan(lo..hi, Some(snap))? {

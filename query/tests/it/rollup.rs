@@ -353,3 +353,66 @@ async fn maintenance_beside_changes() {
     assert!(keeper.join().expect("keeper") > 0, "maintenance ran during the changes");
     same(&db, &s).await;
 }
+
+/// A bucket reaching past its source's retention horizon keeps what expired: newer rows are
+/// merged into it, and a change that would need a recompute leaves it as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buckets_past_the_source_horizon_are_not_recomputed() {
+    const MIN_MS: u64 = 60_000;
+    let h_ms: u64 = 1_700_002_800_000; // a whole hour
+    let clock = ebb_storage::ManualClock::new(h_ms);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = Options { clock: ebb_storage::Clock::manual(&clock), ..Options::default() };
+    let db = Arc::new(Database::open(dir.path(), opts).expect("open"));
+    let s = SqlSession::new(db.clone(), "public");
+    run(&s, "CREATE TABLE m (host TAG, v DOUBLE) WITH (retention = '2h')").await;
+    run(
+        &s,
+        "CREATE MATERIALIZED VIEW m_1h WITH (retention = 'none') AS SELECT date_bin(INTERVAL \
+         '1 hour', time) AS time, count(*) AS n, sum(v) AS total FROM m GROUP BY 1",
+    )
+    .await;
+    let at = |min_before: u64| (h_ms - min_before * MIN_MS) as i64 * 1_000_000;
+    let now_ns = |c: &ebb_storage::ManualClock| c.now_ms() as i64 * 1_000_000;
+    // Ten-minute points from 90 minutes before the hour: [H-2h, H-1h) holds H-90, -80, -70.
+    let body: String =
+        (1..=9).map(|k| format!("m,host=a v={} {}\n", 1u64 << k, at(k * 10))).collect();
+    db.write_lines("public", &body, Precision::Nanoseconds, now_ns(&clock)).expect("write");
+    db.maintain_rollups().expect("maintain");
+    let first = "SELECT n, total FROM m_1h ORDER BY time LIMIT 1";
+    assert!(
+        text(&run(&s, first).await).contains("| 3 | 896.0 |"),
+        "{}",
+        text(&run(&s, first).await)
+    );
+    // 35 minutes on, the point at H-90 has expired from the source.
+    clock.advance(35 * MIN_MS);
+    // A late point older than the bucket's newest would need a recompute: the bucket stands.
+    db.write_lines(
+        "public",
+        &format!("m,host=a v=1 {}\n", at(75)),
+        Precision::Nanoseconds,
+        now_ns(&clock),
+    )
+    .expect("late write");
+    db.maintain_rollups().expect("maintain");
+    assert!(
+        text(&run(&s, first).await).contains("| 3 | 896.0 |"),
+        "{}",
+        text(&run(&s, first).await)
+    );
+    // A newer one is merged, and what expired stays counted.
+    db.write_lines(
+        "public",
+        &format!("m,host=a v=2048 {}\n", at(65)),
+        Precision::Nanoseconds,
+        now_ns(&clock),
+    )
+    .expect("newer write");
+    db.maintain_rollups().expect("maintain");
+    assert!(
+        text(&run(&s, first).await).contains("| 4 | 2944.0 |"),
+        "{}",
+        text(&run(&s, first).await)
+    );
+}
