@@ -42,9 +42,14 @@ fn lines(users: std::ops::Range<usize>, minutes: std::ops::Range<i64>, salt: i64
 
 /// Waits until the rollup read through `h` equals the oracle; returns its rows.
 fn converges(h: &Http, what: &str) -> serde_json::Value {
+    converges_to(h, ORACLE, READ, what)
+}
+
+/// Waits until `read` through `h` answers what `oracle` does; returns its rows.
+fn converges_to(h: &Http, oracle: &str, read: &str, what: &str) -> serde_json::Value {
     let start = Instant::now();
     loop {
-        let (want, got) = (h.json(ORACLE), h.sql(READ));
+        let (want, got) = (h.json(oracle), h.sql(read));
         if got.0 == 200
             && serde_json::from_str::<serde_json::Value>(&got.1).ok() == Some(want.clone())
         {
@@ -70,6 +75,23 @@ async fn rollups_on_a_cluster_follow_deletes_erasure_and_splits() {
         hs[1].json(CREATE);
         let first = converges(&hs[2], "backfill");
         assert_eq!(first.as_array().map(Vec::len), Some(7 * 3), "{first}");
+
+        // A source that only one shard holds when its rollup is created: the other shards get
+        // the table and the rollup too, so series written to them later are rolled up.
+        assert_eq!(hs[0].post("/write?db=public", &format!("solo,dev=a v=1 {BASE}\n")).0, 204);
+        hs[1].json(
+            "CREATE MATERIALIZED VIEW solo_1h AS SELECT date_bin(INTERVAL '1 hour', time) AS \
+             time, count(*) AS n FROM solo GROUP BY 1",
+        );
+        let more: String = (0..40).map(|u| format!("solo,dev=d{u} v=2 {BASE}\n")).collect();
+        assert_eq!(hs[2].post("/write?db=public", &more).0, 204);
+        let solo = converges_to(
+            &hs[0],
+            "SELECT date_bin(INTERVAL '1 hour', time) AS time, count(*) AS n FROM solo GROUP BY 1",
+            "SELECT * FROM solo_1h",
+            "a source on one shard",
+        );
+        assert_eq!(solo[0]["n"], 41, "{solo}");
 
         // Late data, replaced points and new series.
         assert_eq!(hs[2].post("/write?db=public", &lines(0..12, 55..70, 5)).0, 204);

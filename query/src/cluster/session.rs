@@ -243,6 +243,26 @@ impl ClusterSql {
                     let sql = s.to_string();
                     return self.on_every_shard(&sql, StatementKind::Delete, &request).await;
                 }
+                SqlStatement::CreateView(cv) if cv.materialized => {
+                    // The rollup is kept on every shard its source is on, which is every shard
+                    // once the source is created where writes have not reached yet.
+                    let spec = crate::sql::rollup::rollup_spec(cv, &self.database)?;
+                    let source =
+                        ClusterTable::load(self.client.clone(), &spec.database, &spec.def.source)
+                            .await?
+                            .ok_or_else(|| {
+                                QueryError::UnknownTable(format!(
+                                    "{}.{}",
+                                    spec.database, spec.def.source
+                                ))
+                            })?;
+                    let create = source.create_if_missing_sql().await?;
+                    let prepare = ShardRequest { id: new_request_id(), ..request.clone() };
+                    let kind = StatementKind::Command("CREATE TABLE".into());
+                    self.on_every_shard(&create, kind, &prepare).await?;
+                    let kind = StatementKind::Command(tag(s));
+                    return self.on_every_shard(&s.to_string(), kind, &request).await;
+                }
                 other => {
                     let kind = StatementKind::Command(tag(other));
                     let sql = other.to_string();

@@ -165,6 +165,60 @@ impl ClusterTable {
     }
 }
 
+impl ClusterTable {
+    /// `CREATE TABLE IF NOT EXISTS` of this table as the shards holding it define it (its
+    /// tags, fields and retention), for the shards that do not hold it yet.
+    pub(crate) async fn create_if_missing_sql(&self) -> DfResult<String> {
+        use crate::model::schema::{FieldType, TIME_COLUMN};
+        let lit = crate::sql::quote_literal;
+        let sql = format!(
+            "SELECT tags, retention FROM system.tables WHERE database = {} AND name = {}",
+            lit(&self.database),
+            lit(&self.name)
+        );
+        let (mut tags, mut retention) = (Vec::<String>::new(), None);
+        if let Some(shard) = self.shards.keys().next() {
+            let (_, mut batches) = self
+                .client
+                .query(*shard, &self.database, &sql, None, None)
+                .await
+                .map_err(external)?;
+            while let Some(b) = batches.next().await {
+                let b = b.map_err(external)?;
+                let text = |i: usize| b.column(i).as_string_opt::<i32>().cloned();
+                let (Some(t), Some(r)) = (text(0), text(1)) else {
+                    return Err(DataFusionError::Internal("system.tables is not text".into()));
+                };
+                if let Some(v) = t.iter().flatten().next() {
+                    tags = v.split(',').filter(|t| !t.is_empty()).map(String::from).collect();
+                }
+                retention = r.iter().flatten().next().map(String::from);
+            }
+        }
+        let mut cols: Vec<String> = tags.iter().map(|t| format!("{} TAG", quote(t))).collect();
+        for f in self.schema.fields() {
+            if f.name() == TIME_COLUMN || tags.contains(f.name()) {
+                continue;
+            }
+            let ty = match FieldType::from_data_type(f.data_type()) {
+                Some(FieldType::Float) => "DOUBLE",
+                Some(FieldType::Integer) => "BIGINT",
+                Some(FieldType::UInteger) => "BIGINT UNSIGNED",
+                Some(FieldType::Boolean) => "BOOLEAN",
+                Some(FieldType::String) | None => "TEXT",
+            };
+            cols.push(format!("{} {ty}", quote(f.name())));
+        }
+        Ok(format!(
+            "CREATE TABLE IF NOT EXISTS {}.{} ({}) WITH (retention = {})",
+            quote(&self.database),
+            quote(&self.name),
+            cols.join(", "),
+            lit(retention.as_deref().unwrap_or("none"))
+        ))
+    }
+}
+
 #[async_trait]
 impl TableProvider for ClusterTable {
     fn schema(&self) -> SchemaRef {
