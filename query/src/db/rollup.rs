@@ -94,7 +94,18 @@ impl Database {
         let mut series: Vec<u64> =
             self.catalog.with_series(source.id, |idx| idx.iter().map(|(id, _)| id).collect());
         series.sort_unstable();
+        // Written as they are found, a bounded number at a time.
         let mut marks: BTreeMap<i64, Vec<Touched>> = BTreeMap::new();
+        let mut listed = 0;
+        let write = |marks: &mut BTreeMap<i64, Vec<Touched>>| -> Result<()> {
+            let mut batch = WriteBatch::new();
+            for (bucket, touched) in std::mem::take(marks) {
+                let m = Mark::Series { rollup, bucket };
+                batch.put(mark_key(&m, super::new_request_id()), encode_touched(&touched));
+            }
+            let mut w = self.writer.lock();
+            self.commit(&mut w, &batch, CatalogDelta::default()).map(|_| ())
+        };
         for s in series {
             let (lo, hi) = series_range(source.id, s, i64::MIN, None);
             let mut last = None;
@@ -105,24 +116,16 @@ impl Database {
                 if last != Some(b) {
                     last = Some(b);
                     marks.entry(b).or_default().push((s, None));
+                    listed += 1;
+                    if listed >= BACKFILL_MARKS_PER_BATCH {
+                        write(&mut marks)?;
+                        listed = 0;
+                    }
                 }
             }
         }
-        drop(snap);
-        let mut batch = WriteBatch::new();
-        let mut listed = 0;
-        let last = marks.keys().next_back().copied();
-        for (bucket, touched) in marks {
-            for chunk in touched.chunks(BACKFILL_MARKS_PER_BATCH) {
-                let m = Mark::Series { rollup, bucket };
-                batch.put(mark_key(&m, super::new_request_id()), encode_touched(chunk));
-                listed += chunk.len();
-            }
-            if listed >= BACKFILL_MARKS_PER_BATCH || Some(bucket) == last {
-                let mut w = self.writer.lock();
-                self.commit(&mut w, &std::mem::take(&mut batch), CatalogDelta::default())?;
-                listed = 0;
-            }
+        if !marks.is_empty() {
+            write(&mut marks)?;
         }
         Ok(())
     }
