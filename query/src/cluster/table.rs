@@ -136,65 +136,50 @@ impl ClusterTable {
 }
 
 impl ClusterTable {
-    /// The table's tag columns, as the shards holding it know them.
-    async fn tags(&self) -> DfResult<BTreeSet<String>> {
-        let lit = |s: &str| format!("'{}'", s.replace('\'', "''"));
-        let sql = format!(
-            "SELECT tags FROM system.tables WHERE database = {} AND name = {}",
-            lit(&self.database),
-            lit(&self.name)
-        );
-        let mut tags = BTreeSet::new();
-        for shard in self.shards.keys() {
-            let (_, mut batches) = self
-                .client
-                .query(*shard, &self.database, &sql, None, None)
-                .await
-                .map_err(external)?;
-            while let Some(b) = batches.next().await {
-                let b = b.map_err(external)?;
-                let Some(col) = b.column(0).as_string_opt::<i32>() else {
-                    return Err(DataFusionError::Internal("system.tables.tags is not text".into()));
-                };
-                for v in col.iter().flatten() {
-                    tags.extend(v.split(',').filter(|t| !t.is_empty()).map(String::from));
-                }
-            }
-        }
-        Ok(tags)
-    }
-}
-
-impl ClusterTable {
-    /// `CREATE TABLE IF NOT EXISTS` of this table as the shards holding it define it (its
-    /// tags, fields and retention), for the shards that do not hold it yet.
-    pub(crate) async fn create_if_missing_sql(&self) -> DfResult<String> {
-        use crate::model::schema::{FieldType, TIME_COLUMN};
+    /// The table as shard `shard` describes it in `system.tables`: its tags (in order) and its
+    /// retention (`None` if it has none, or the shard does not hold it).
+    async fn described(&self, shard: u64) -> DfResult<(Vec<String>, Option<String>)> {
         let lit = crate::sql::quote_literal;
         let sql = format!(
             "SELECT tags, retention FROM system.tables WHERE database = {} AND name = {}",
             lit(&self.database),
             lit(&self.name)
         );
-        let (mut tags, mut retention) = (Vec::<String>::new(), None);
-        if let Some(shard) = self.shards.keys().next() {
-            let (_, mut batches) = self
-                .client
-                .query(*shard, &self.database, &sql, None, None)
-                .await
-                .map_err(external)?;
-            while let Some(b) = batches.next().await {
-                let b = b.map_err(external)?;
-                let text = |i: usize| b.column(i).as_string_opt::<i32>().cloned();
-                let (Some(t), Some(r)) = (text(0), text(1)) else {
-                    return Err(DataFusionError::Internal("system.tables is not text".into()));
-                };
-                if let Some(v) = t.iter().flatten().next() {
-                    tags = v.split(',').filter(|t| !t.is_empty()).map(String::from).collect();
-                }
-                retention = r.iter().flatten().next().map(String::from);
+        let (_, mut batches) =
+            self.client.query(shard, &self.database, &sql, None, None).await.map_err(external)?;
+        let (mut tags, mut retention) = (Vec::new(), None);
+        while let Some(b) = batches.next().await {
+            let b = b.map_err(external)?;
+            let text = |i: usize| b.column(i).as_string_opt::<i32>().cloned();
+            let (Some(t), Some(r)) = (text(0), text(1)) else {
+                return Err(DataFusionError::Internal("system.tables is not text".into()));
+            };
+            if let Some(v) = t.iter().flatten().next() {
+                tags = v.split(',').filter(|t| !t.is_empty()).map(String::from).collect();
             }
+            retention = r.iter().flatten().next().map(String::from);
         }
+        Ok((tags, retention))
+    }
+
+    /// The table's tag columns, as the shards holding it know them.
+    async fn tags(&self) -> DfResult<BTreeSet<String>> {
+        let mut tags = BTreeSet::new();
+        for shard in self.shards.keys() {
+            tags.extend(self.described(*shard).await?.0);
+        }
+        Ok(tags)
+    }
+
+    /// `CREATE TABLE IF NOT EXISTS` of this table as the shards holding it define it (its
+    /// tags, fields and retention), for the shards that do not hold it yet.
+    pub(crate) async fn create_if_missing_sql(&self) -> DfResult<String> {
+        use crate::model::schema::{FieldType, TIME_COLUMN};
+        let lit = crate::sql::quote_literal;
+        let (tags, retention) = match self.shards.keys().next() {
+            Some(shard) => self.described(*shard).await?,
+            None => (Vec::new(), None),
+        };
         let mut cols: Vec<String> = tags.iter().map(|t| format!("{} TAG", quote(t))).collect();
         for f in self.schema.fields() {
             if f.name() == TIME_COLUMN || tags.contains(f.name()) {

@@ -244,6 +244,8 @@ struct State {
     next_table: u32,
     next_series: u64,
     hashes: Option<HashFilter>,
+    /// Ids of the tables that are rollups (every write asks whether there are any).
+    rollups: BTreeSet<u32>,
 }
 
 /// Databases, tables and series, loaded from the engine.
@@ -274,6 +276,9 @@ impl Catalog {
             st.next_table = st.next_table.max(def.id + 1);
             st.names.insert((def.database.clone(), def.name.clone()), def.id);
             st.series.insert(def.id, SeriesIndex::default());
+            if def.rollup.is_some() {
+                st.rollups.insert(def.id);
+            }
             st.tables.insert(def.id, Arc::new(def));
         }
         if let Some(v) = engine.get(&cat_key(HASHES, &[]), None)? {
@@ -327,6 +332,9 @@ impl Catalog {
             let tags = def.tags.len();
             let idx = st.series.entry(id).or_default();
             idx.widen(tags);
+            if def.rollup.is_some() {
+                st.rollups.insert(id);
+            }
             st.tables.insert(id, Arc::new(def));
         }
         for (table, key, id, tags) in delta.series {
@@ -347,6 +355,7 @@ impl Catalog {
             if let Some(def) = st.tables.remove(&id) {
                 st.names.remove(&(def.database.clone(), def.name.clone()));
             }
+            st.rollups.remove(&id);
             st.series.remove(&id);
         }
     }
@@ -361,11 +370,9 @@ impl Catalog {
     /// The rollups whose source is table `source` (see [`crate::model::rollup`]).
     pub fn rollups_of(&self, source: &TableDef) -> Vec<Arc<TableDef>> {
         let st = self.state.read();
-        if !st.tables.values().any(|t| t.rollup.is_some()) {
-            return Vec::new();
-        }
-        st.tables
-            .values()
+        st.rollups
+            .iter()
+            .filter_map(|id| st.tables.get(id))
             .filter(|t| {
                 t.database == source.database
                     && t.rollup.as_ref().is_some_and(|r| r.source == source.name)
@@ -376,7 +383,7 @@ impl Catalog {
 
     /// True if any table is a rollup.
     pub fn has_rollups(&self) -> bool {
-        self.state.read().tables.values().any(|t| t.rollup.is_some())
+        !self.state.read().rollups.is_empty()
     }
 
     /// The table with id `id`.
