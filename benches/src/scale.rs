@@ -203,6 +203,20 @@ fn report_cpu(before: &[f64], after: &[f64], secs: f64, s: &Settings) {
     );
 }
 
+/// Prints the CPU each node uses while no load runs (heartbeats, background tasks), measured
+/// over `secs` seconds, as a share of its quota.
+fn report_idle(c: &Cluster, secs: f64, s: &Settings) {
+    let before = cpu_per_node(c);
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    let after = cpu_per_node(c);
+    let shown: Vec<String> = after
+        .iter()
+        .zip(&before)
+        .map(|(a, b)| format!("{:.1}%", 100.0 * (a - b) / (secs * s.share).max(1e-9)))
+        .collect();
+    println!("    idle CPU of share per node: {}", shown.join(" "));
+}
+
 /// One node's engine figures from its `/metrics`, summed over its replicas: the active
 /// memtables' bytes, SST bytes, and bytes compacted and flushes so far.
 fn engine_per_node(c: &Cluster) -> Vec<[f64; 4]> {
@@ -325,6 +339,7 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
     };
     wait_balanced(&c, "3 nodes")?;
     std::thread::sleep(s.settle);
+    report_idle(&c, 5.0, s);
     let (before, engine) = (cpu_per_node(&c), engine_per_node(&c));
     let secs = load_spread(&c.urls(), "ebb", &batches, 3 * s.clients_per_node)?;
     let three = rows / secs;
@@ -373,6 +388,7 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
     std::thread::sleep(s.settle);
     println!("  after {:.0} s of settling:", s.settle.as_secs_f64());
     report_bytes(&load_per_node(&c)?);
+    report_idle(&c, 5.0, s);
     // The same rows, later: both loads insert rows that do not exist yet.
     let hours = i64::try_from(s.dataset.hours).unwrap_or(0);
     let later = shifted(&batches, (hours + 1) * 3_600_000_000_000);

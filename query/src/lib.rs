@@ -28,6 +28,7 @@ pub mod front;
 pub mod lp;
 pub mod model;
 pub mod sql;
+pub mod statements;
 
 pub use db::{
     Database, DeleteOutcome, DeleteTarget, EraseOutcome, RaftReplicator, RequestSpec, RollupRound,

@@ -85,6 +85,8 @@ pub struct Router {
     health: Arc<crate::health::Health>,
     /// Table shapes every shard accepted lately (see [`super::write_check`]).
     checked: super::write_check::CheckedShapes,
+    /// The statements this node's front door ran lately.
+    statements: Arc<ebb_query::statements::StatementLog>,
 }
 
 fn add(a: &mut WriteSummary, b: &WriteSummary) {
@@ -113,6 +115,7 @@ impl Router {
             rotation: Default::default(),
             health: Default::default(),
             checked: Default::default(),
+            statements: Default::default(),
             intent_patience: DEFAULT_INTENT_PATIENCE,
         }
     }
@@ -132,6 +135,11 @@ impl Router {
     /// This node's readiness (see [`crate::health`]).
     pub fn health(&self) -> &Arc<crate::health::Health> {
         &self.health
+    }
+
+    /// The statements this node's front door ran lately (`system.queries`).
+    pub fn statement_log(&self) -> &Arc<ebb_query::statements::StatementLog> {
+        &self.statements
     }
 
     /// This node's connections to the others.

@@ -269,6 +269,29 @@ impl Cluster for ClusterService {
         super::split::serve_trim(&self.shards, req.into_inner()).await.map(Response::new)
     }
 
+    async fn statements(
+        &self,
+        _req: Request<super::proto::StatementsRequest>,
+    ) -> std::result::Result<Response<super::proto::StatementsReply>, Status> {
+        let statements = self
+            .router
+            .statement_log()
+            .recent()
+            .into_iter()
+            .map(|r| super::proto::Statement {
+                started_ns: r.started_ns,
+                protocol: r.protocol,
+                user: r.user,
+                database: r.database,
+                kind: r.kind,
+                duration_us: r.duration_us,
+                rows: r.rows,
+                ok: r.ok,
+            })
+            .collect();
+        Ok(Response::new(super::proto::StatementsReply { statements }))
+    }
+
     async fn leaders(
         &self,
         _req: Request<LeadersRequest>,

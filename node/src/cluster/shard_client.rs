@@ -100,6 +100,10 @@ impl ShardClient for Router {
         super::deletions::gather(self).await
     }
 
+    fn statement_log(&self) -> std::sync::Arc<ebb_query::statements::StatementLog> {
+        Router::statement_log(self).clone()
+    }
+
     fn cluster_tables(&self) -> &'static [&'static str] {
         super::system::NAMES
     }

@@ -1,6 +1,7 @@
-//! `system.nodes` and `system.shards` of cluster SQL: the nodes with their state, role in the
-//! metadata group and load (replicas, shards led, bytes their replicas hold), and every
-//! shard's placement, leader, move in progress and span of the series hash space.
+//! `system.nodes`, `system.shards` and `system.queries` of cluster SQL: the nodes with their
+//! state, role in the metadata group and load (replicas, shards led, bytes their replicas
+//! hold), every shard's placement, leader, move in progress and span of the series hash
+//! space, and the statements each node's front door ran lately.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use ebb_query::{QueryError, Result};
 use super::router::Router;
 
 /// Names of the system tables the cluster describes.
-pub const NAMES: &[&str] = &["nodes", "shards"];
+pub const NAMES: &[&str] = &["nodes", "queries", "shards"];
 
 fn join(ids: &[u64]) -> String {
     ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")
@@ -165,9 +166,52 @@ pub async fn table(router: &Router, name: &str) -> Result<Option<RecordBatch>> {
             ];
             RecordBatch::try_new(schema, cols).map_err(arrow)?
         }
+        "queries" => ebb_query::statements::batch(&statements(router, &view).await)?,
         _ => return Ok(None),
     };
     Ok(Some(batch))
+}
+
+/// The statements every node ran lately, oldest first; a node that does not answer within a
+/// second is left out.
+async fn statements(
+    router: &Router,
+    view: &super::view::MetaView,
+) -> Vec<(Option<u64>, ebb_query::statements::StatementRecord)> {
+    use super::proto::cluster_client::ClusterClient;
+    use ebb_query::statements::StatementRecord;
+    let me = router.meta().node();
+    let calls = view.nodes.values().map(|n| async move {
+        if n.id == me {
+            return router.statement_log().recent().into_iter().map(|r| (Some(me), r)).collect();
+        }
+        let reply = async {
+            let ch = router.conns().channel(&n.grpc_addr).ok()?;
+            let mut client = ClusterClient::new(ch);
+            let call = client.statements(super::proto::StatementsRequest {});
+            tokio::time::timeout(std::time::Duration::from_secs(1), call).await.ok()?.ok()
+        }
+        .await;
+        let list = reply.map(|r| r.into_inner().statements).unwrap_or_default();
+        list.into_iter()
+            .map(|s| {
+                let r = StatementRecord {
+                    started_ns: s.started_ns,
+                    protocol: s.protocol,
+                    user: s.user,
+                    database: s.database,
+                    kind: s.kind,
+                    duration_us: s.duration_us,
+                    rows: s.rows,
+                    ok: s.ok,
+                };
+                (Some(n.id), r)
+            })
+            .collect::<Vec<_>>()
+    });
+    let mut all: Vec<_> = futures::future::join_all(calls).await.into_iter().flatten().collect();
+    all.sort_by_key(|(_, r)| r.started_ns);
+    all
 }
 
 /// Where a shard stands in a split: `splitting from N` while it is being split off shard N,

@@ -414,6 +414,13 @@ async fn metrics(State(state): State<AppState>) -> Response {
         n(&c.auth_failures),
         n(&c.refused)
     ));
+    let (ran, failed) = state.door.statement_log().counts();
+    text.push_str(&format!(
+        "# HELP ebb_statements_total SQL statements this node ran (any protocol).\n\
+         # TYPE ebb_statements_total counter\nebb_statements_total {ran}\n\
+         # HELP ebb_statements_failed_total SQL statements that ended with an error.\n\
+         # TYPE ebb_statements_failed_total counter\nebb_statements_failed_total {failed}\n"
+    ));
     if let Some(router) = &state.cluster {
         crate::cluster::metrics::render(router, &mut text);
     }

@@ -131,6 +131,24 @@ async fn every_protocol_authenticates_and_every_statement_is_authorized() {
             assert!(by.starts_with("dpo via http from 127.0.0.1:"), "{who}");
         }
         assert_eq!(rows.as_array().map(Vec::len), Some(2), "{who}");
+        // Every statement is in system.queries with who ran it, refusals as failed; a reader
+        // may not read it (it is in `system`), the admin may.
+        assert_eq!(reader.sql("SELECT * FROM system.queries").0, 403);
+        let q = admin.ok(
+            "SELECT \"user\", kind, ok, count(*) AS n, sum(rows) AS rows FROM system.queries \
+             WHERE \"user\" IN ('reader', 'dpo') GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+        );
+        let rows: serde_json::Value = serde_json::from_str(&q).expect("json");
+        let find = |user: &str, kind: &str, ok: bool| {
+            rows.as_array().expect("rows").iter().find(|r| {
+                r["user"] == user && r["kind"] == kind && r["ok"] == ok
+            })
+        };
+        let refused = find("reader", "error", false).unwrap_or_else(|| panic!("{q}"));
+        assert!(refused["n"].as_u64().expect("n") >= 7, "{q}");
+        assert_eq!(find("reader", "select", true).map(|r| r["rows"].clone()), Some(1.into()), "{q}");
+        assert!(find("dpo", "erase", true).is_some() && find("dpo", "delete", true).is_some(), "{q}");
+        assert!(h.metric("ebb_statements_failed_total") >= 7.0);
         assert!(reader.ok("SELECT user FROM steps").contains("carol"));
         assert!(!reader.ok("SELECT user FROM steps").contains("alice"));
 

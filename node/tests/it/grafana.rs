@@ -90,6 +90,33 @@ async fn every_dashboard_panel_answers_through_postgres() {
             .filter_map(|l| l.rsplit('|').next()?.parse::<u64>().ok())
             .sum();
         assert_eq!(ingested, 2_000 - 100 - 100, "rows left after the DELETE and the ERASE");
+        // Statements from both nodes that ran them: HTTP on the first, psql on the second.
+        let kinds = &answers["Statements per minute, by kind"];
+        for kind in ["select", "delete", "erase"] {
+            assert!(kinds.lines().any(|l| l.contains(&format!("|{kind}|"))), "{kind}: {kinds}");
+        }
+        let (ok, by_node, err) = psql(
+            pg,
+            "SELECT node, protocol, kind, count(*) FROM system.queries \
+             WHERE kind IN ('erase', 'select') AND ok GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+        );
+        assert!(ok, "{err}");
+        let ids: Vec<String> = [("http_addr", http.port()), ("pg_addr", pg)]
+            .iter()
+            .map(|(col, port)| {
+                let sql = format!("SELECT id FROM system.nodes WHERE {col} LIKE '%:{port}'");
+                let (ok, id, err) = psql(pg, &sql);
+                assert!(ok && id.trim().lines().count() == 1, "{id} {err}");
+                id.trim().to_string()
+            })
+            .collect();
+        assert!(by_node.lines().any(|l| l.starts_with(&format!("{}|http|erase|1", ids[0]))), "{by_node}");
+        assert!(by_node.lines().any(|l| l.starts_with(&format!("{}|postgres|select|", ids[1]))), "{by_node}");
+        let (ok, failed, err) = psql(pg, "SELECT count(*) FROM system.queries WHERE NOT ok");
+        assert!(ok && failed.trim() == "0", "{failed} {err}");
+        assert!(!psql(pg, "SELECT * FROM no_such_table").0);
+        let (_, failed, _) = psql(pg, "SELECT kind FROM system.queries WHERE NOT ok");
+        assert_eq!(failed.trim(), "error", "the failed statement is recorded");
     })
     .await
     .expect("panels");

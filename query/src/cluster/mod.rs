@@ -137,7 +137,11 @@ pub trait ShardClient: Send + Sync + std::fmt::Debug {
     /// Every delete request on every replica of the cluster (`system.deletions`).
     async fn deletions(&self) -> Vec<ReplicaDeletion>;
 
-    /// Names of the system tables the cluster describes itself (`nodes`, `shards`).
+    /// The log this node's front door records its statements in (`system.queries`, which
+    /// [`ShardClient::cluster_table`] gathers from every node).
+    fn statement_log(&self) -> std::sync::Arc<crate::statements::StatementLog>;
+
+    /// Names of the system tables the cluster describes itself (`nodes`, `shards`, `queries`).
     fn cluster_tables(&self) -> &'static [&'static str];
 
     /// System table `name` (one of [`ShardClient::cluster_tables`]), as of now.

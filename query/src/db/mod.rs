@@ -95,6 +95,8 @@ pub struct Database {
     /// series), whoever planned them, or that replaced the engine: rollup maintenance planned
     /// outside the writer lock is planned again if one was applied meanwhile.
     removals: std::sync::atomic::AtomicU64,
+    /// The statements the front door of a single node ran lately (`system.queries`).
+    statements: Arc<crate::statements::StatementLog>,
 }
 
 impl Database {
@@ -102,6 +104,11 @@ impl Database {
     /// `CREATE TABLE` without a `retention` option); `None` keeps their rows until deleted.
     pub fn set_default_retention(&self, retention: Option<Duration>) {
         *self.default_retention.write() = retention;
+    }
+
+    /// The statements run lately on this database by a single node's front door.
+    pub fn statement_log(&self) -> &Arc<crate::statements::StatementLog> {
+        &self.statements
     }
 
     /// The retention tables get when they are created without one.
@@ -125,6 +132,7 @@ impl Database {
             catalog,
             writer: Mutex::new(Writer { next_seq, written_forgotten_ms: 0 }),
             removals: Default::default(),
+            statements: Default::default(),
             replicator: None,
             default_retention: RwLock::new(None),
             access: RwLock::new(Arc::new(access)),

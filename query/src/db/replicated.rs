@@ -218,6 +218,7 @@ impl Database {
             catalog,
             writer: Mutex::new(Writer { next_seq, written_forgotten_ms: 0 }),
             removals: Default::default(),
+            statements: Default::default(),
             replicator: Some(replicator),
             default_retention: RwLock::new(None),
             access: RwLock::new(Default::default()),

@@ -38,6 +38,7 @@ use crate::lp::Precision;
 use crate::sql::alter_cluster::{is_alter_cluster, parse_alter_cluster};
 use crate::sql::erase::{is_erase, parse_erase};
 use crate::sql::{QueryOutput, SqlSession};
+use crate::statements::{Running, StatementLog};
 use crate::WriteSummary;
 
 pub use limits::Limits;
@@ -114,6 +115,8 @@ pub struct FrontDoor {
     throttle: throttle::Throttle,
     /// Password verifications running (`throttle::HASHING`).
     hashing: Arc<tokio::sync::Semaphore>,
+    /// The statements run lately (`system.queries`).
+    statements: Arc<StatementLog>,
 }
 
 /// What the front door counts for `/metrics`.
@@ -152,9 +155,9 @@ impl FrontDoor {
 
     /// A front door on `target` whose statements stay within `limits`.
     pub fn with_limits(target: Target, limits: Limits) -> Result<Arc<FrontDoor>> {
-        let access: Arc<dyn AccessStore> = match &target {
-            Target::Local(db) => db.clone(),
-            Target::Cluster { access, .. } => access.clone(),
+        let (access, statements): (Arc<dyn AccessStore>, _) = match &target {
+            Target::Local(db) => (db.clone(), db.statement_log().clone()),
+            Target::Cluster { access, shards } => (access.clone(), shards.statement_log()),
         };
         Ok(Arc::new(FrontDoor {
             target,
@@ -166,6 +169,7 @@ impl FrontDoor {
             running: Arc::new(tokio::sync::Semaphore::new(limits.max_statements.max(1))),
             throttle: throttle::Throttle::default(),
             hashing: Arc::new(tokio::sync::Semaphore::new(throttle::HASHING)),
+            statements,
             limits,
         }))
     }
@@ -185,6 +189,11 @@ impl FrontDoor {
         self.counters.auth_failures.fetch_add(1, Ordering::Relaxed);
         self.throttle.failed(client.map(|c| c.ip()), std::time::Instant::now());
         tracing::info!(protocol = protocol.name(), client = ?client, why, "authentication failed");
+    }
+
+    /// The statements this front door ran lately.
+    pub fn statement_log(&self) -> &Arc<StatementLog> {
+        &self.statements
     }
 
     /// Failed logins and refused requests so far.
@@ -442,33 +451,58 @@ impl Session {
         Ok(())
     }
 
+    /// A statement of this session starting now, for `system.queries`.
+    fn running(&self) -> Running {
+        let who = &self.who;
+        Running::start(
+            self.door.statements.clone(),
+            who.protocol.name(),
+            who.user.as_deref(),
+            self.database(),
+        )
+    }
+
     /// Runs every statement of `sql` in order, each once authorized; returns the output of each.
     pub async fn execute_all(&self, sql: &str) -> Result<Vec<QueryOutput>> {
+        let running = self.running();
+        let out = self.run_all(sql, &running).await;
+        if out.is_err() {
+            running.failed();
+        }
+        out
+    }
+
+    /// [`Session::execute_all`], each output recorded as a statement that began with `running`.
+    async fn run_all(&self, sql: &str, running: &Running) -> Result<Vec<QueryOutput>> {
+        let logged = |mut o: QueryOutput| {
+            o.stream = running.clone().answer(&o.kind, o.stream);
+            vec![o]
+        };
         if is_access_statement(sql) {
             // Any client may create the first user of a server without users.
-            return Ok(vec![self.door.run_access(&self.who, parse_access(sql)?).await?]);
+            return Ok(logged(self.door.run_access(&self.who, parse_access(sql)?).await?));
         }
         if is_alter_cluster(sql) {
             let stmt = parse_alter_cluster(sql)?;
             self.door.authorize(&self.who, None, Privilege::Admin)?;
-            return Ok(vec![match &*self.sql {
+            return Ok(logged(match &*self.sql {
                 Sql::Local(_) => {
                     return Err(QueryError::Unsupported(
                         "ALTER CLUSTER: this server runs as a single node, without shards".into(),
                     ))
                 }
                 Sql::Cluster(s) => s.alter_cluster(stmt).await?,
-            }]);
+            }));
         }
         if is_erase(sql) {
             let stmt = parse_erase(sql)?;
             let db = stmt.database.clone().unwrap_or_else(|| self.database().to_string());
             self.door.authorize(&self.who, Some(&db), Privilege::Delete)?;
             let issuer = self.who.to_string();
-            return Ok(vec![match &*self.sql {
+            return Ok(logged(match &*self.sql {
                 Sql::Local(s) => s.erase_by(stmt, &issuer).await?,
                 Sql::Cluster(s) => s.execute_by(sql, &issuer).await?,
-            }]);
+            }));
         }
         if settings::is_reset(sql) {
             self.settings.lock().statement_timeout = None;
@@ -477,7 +511,7 @@ impl Session {
         let statements = DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {})
             .map_err(|e| QueryError::invalid(format!("SQL syntax: {e}")))?;
         if let (1, Some(DfStatement::Statement(s))) = (statements.len(), statements.front()) {
-            if let Some(out) = self.run_parameterized(s).await? {
+            if let Some(out) = self.run_parameterized(s, running).await? {
                 return Ok(vec![out]);
             }
         }
@@ -515,7 +549,7 @@ impl Session {
                     Sql::Cluster(c) => c.execute_statement_by(s, &issuer).await,
                 }
             };
-            let (o, timeout) = self.start(reads, slot.clone(), run).await?;
+            let (o, timeout) = self.start(reads, slot.clone(), run, running.clone()).await?;
             limit += timeout;
             out.push(o);
         }
@@ -529,12 +563,14 @@ impl Session {
 
     /// Starts one statement with `run`: if it only reads (`reads`), within the session's
     /// statement timeout, its rows cut off at the same deadline; its rows hold `slot` until they
-    /// end. Returns its output and the timeout it runs under (zero: none).
+    /// end, and it is recorded as `running` once they do. Returns its output and the timeout
+    /// it runs under (zero: none).
     async fn start(
         &self,
         reads: bool,
         slot: Option<Arc<limits::Slot>>,
         run: impl std::future::Future<Output = Result<QueryOutput>>,
+        running: Running,
     ) -> Result<(QueryOutput, Duration)> {
         let timeout = self.settings.lock().timeout(self.door.limits.statement_timeout);
         // Only reads are cut off: a write, delete or DDL goes on in the engine once begun, so
@@ -546,7 +582,7 @@ impl Session {
                 .map_err(|_| QueryError::from(limits::timed_out(t)))??,
             None => run.await?,
         };
-        o.stream = limits::with_deadline(o.stream, deadline, slot);
+        o.stream = running.answer(&o.kind, limits::with_deadline(o.stream, deadline, slot));
         Ok((o, deadline.map_or(Duration::ZERO, |(_, t)| t)))
     }
 

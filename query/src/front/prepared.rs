@@ -39,6 +39,7 @@ use super::{limits, Session};
 use crate::cluster::ClusterTable;
 use crate::error::{QueryError, Result};
 use crate::sql::{EbbTable, QueryOutput, StatementKind};
+use crate::statements::Running;
 
 /// A statement prepared once and run with parameter values (`$1`, `$2`...) many times.
 pub struct PreparedQuery {
@@ -168,6 +169,7 @@ impl Session {
     pub(super) async fn run_parameterized(
         &self,
         stmt: &SqlStatement,
+        running: &Running,
     ) -> Result<Option<QueryOutput>> {
         let mut stmt = stmt.clone();
         let Some(values) = crate::sql::parameters::parameterize(&mut stmt) else {
@@ -175,7 +177,7 @@ impl Session {
         };
         let Some(query) = self.plans.query(stmt.to_string()) else { return Ok(None) };
         match self.bind_within_timeout(&query, values).await? {
-            Ok(Some(bound)) => Ok(Some(self.run_bound(bound).await?)),
+            Ok(Some(bound)) => Ok(Some(self.run_bound(bound, running.clone()).await?)),
             // Refused for a privilege: once is enough (each refusal is counted).
             Err(e @ QueryError::Access(_)) => Err(e),
             Ok(None) | Err(_) => Ok(None),
@@ -190,10 +192,15 @@ impl Session {
         query: &PreparedQuery,
         values: Vec<ScalarValue>,
     ) -> Result<Option<QueryOutput>> {
-        match self.bind_within_timeout(query, values).await?? {
-            Some(bound) => Ok(Some(self.run_bound(bound).await?)),
-            None => Ok(None),
+        let running = self.running();
+        let out = match self.bind_within_timeout(query, values).await.and_then(|r| r) {
+            Ok(Some(bound)) => self.run_bound(bound, running.clone()).await.map(Some),
+            other => other.map(|_| None),
+        };
+        if out.is_err() {
+            running.failed();
         }
+        out
     }
 
     /// [`Session::bind_prepared`] within the session's statement timeout (planning, and in a
@@ -233,7 +240,7 @@ impl Session {
     }
 
     /// Runs a bound plan as a statement of its own (a slot, the statement timeout).
-    pub(super) async fn run_bound(&self, bound: Bound) -> Result<QueryOutput> {
+    pub(super) async fn run_bound(&self, bound: Bound, running: Running) -> Result<QueryOutput> {
         let slot = limits::Slot::new(self.door.slot().await?);
         let run = async {
             let (runtime, limits) = (&self.door.runtime, &self.door.limits);
@@ -241,7 +248,7 @@ impl Session {
                 crate::sql::optimized_stream(&bound.state, runtime, limits, &bound.plan).await?;
             Ok(QueryOutput { schema, stream, kind: StatementKind::Query })
         };
-        let (out, timeout) = self.start(true, Some(slot.clone()), run).await?;
+        let (out, timeout) = self.start(true, Some(slot.clone()), run, running).await?;
         if timeout > std::time::Duration::ZERO {
             slot.release_after(timeout + limits::SLOT_GRACE);
         }

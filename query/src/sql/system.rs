@@ -45,7 +45,7 @@ fn ts(name: &str, nullable: bool) -> Field {
 impl SystemTable {
     /// Names of the system tables.
     pub const NAMES: &'static [&'static str] =
-        &["compactions", "deletions", "engine_deletes", "layout", "tables"];
+        &["compactions", "deletions", "engine_deletes", "layout", "queries", "tables"];
 
     /// The system table `name`, if there is one.
     pub fn new(db: Arc<Database>, name: &str) -> Option<SystemTable> {
@@ -83,6 +83,10 @@ impl SystemTable {
             ),
             "layout" => ("layout", layout_fields()),
             "compactions" => ("compactions", compaction_fields()),
+            "queries" => (
+                "queries",
+                crate::statements::schema().fields().iter().map(|f| f.as_ref().clone()).collect(),
+            ),
             _ => return None,
         };
         Some(SystemTable { db, name, schema: Arc::new(Schema::new(fields)) })
@@ -94,6 +98,12 @@ impl SystemTable {
                 let now_ms = crate::now_ms();
                 let rows = crate::deletions::local_deletions(&self.db, 0, 0);
                 return crate::deletions::batch(&rows, now_ms)
+                    .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)));
+            }
+            "queries" => {
+                let rows: Vec<_> =
+                    self.db.statement_log().recent().into_iter().map(|r| (None, r)).collect();
+                return crate::statements::batch(&rows)
                     .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)));
             }
             "engine_deletes" => self.deletions(),
