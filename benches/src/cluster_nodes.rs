@@ -117,9 +117,21 @@ impl Cluster {
             Some(b) => b.to_path_buf(),
             None => ebb_binary()?,
         };
+        Self::start_in(dir, n, settings, bin, |_| Ok(None))
+    }
+
+    /// [`Cluster::start_with`], node `i` (0-based) started inside the cgroup `cgroup(i)` names
+    /// (a directory with a `cgroup.procs`), if any.
+    pub fn start_in(
+        dir: &Path,
+        n: usize,
+        settings: ClusterSettings,
+        bin: PathBuf,
+        cgroup: impl Fn(usize) -> Result<Option<PathBuf>, String>,
+    ) -> Result<Cluster, String> {
         let mut c = Cluster { nodes: Vec::new(), dir: dir.to_path_buf(), settings, bin };
-        for _ in 0..n {
-            c.add()?;
+        for i in 0..n {
+            c.add_in(cgroup(i)?.as_deref())?;
         }
         let want = (settings.replication as usize).min(n);
         c.wait_until(Duration::from_secs(120), "replicas placed", |rows| {
@@ -131,6 +143,13 @@ impl Cluster {
 
     /// Starts one more node, joining through the first; returns once it serves HTTP.
     pub fn add(&mut self) -> Result<(), String> {
+        self.add_in(None)
+    }
+
+    /// [`Cluster::add`], the node's process started inside `cgroup` (a cgroup directory), so
+    /// a CPU limit there holds from its first instruction, as a container's does: the runtime
+    /// sizes its thread pools from it.
+    pub fn add_in(&mut self, cgroup: Option<&Path>) -> Result<(), String> {
         let i = self.nodes.len() + 1;
         let dir = self.dir.join(format!("n{i}"));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -139,7 +158,17 @@ impl Cluster {
             std::fs::File::create(self.dir.join(format!("n{i}.log"))).map_err(|e| e.to_string())?;
         let log2 = log.try_clone().map_err(|e| e.to_string())?;
         let s = self.settings;
-        let mut cmd = Command::new(&self.bin);
+        let mut cmd = match cgroup {
+            None => Command::new(&self.bin),
+            Some(cg) => {
+                // The shell joins the cgroup, then becomes the server (same process id).
+                let mut c = Command::new("sh");
+                c.args(["-c", r#"echo $$ > "$0/cgroup.procs" && exec "$@""#])
+                    .arg(cg)
+                    .arg(&self.bin);
+                c
+            }
+        };
         cmd.args(["server", "--data-dir"])
             .arg(&dir)
             .args(["--http-addr", &format!("127.0.0.1:{http}")])

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::cluster_nodes::{Cluster, ClusterSettings, MoveRate};
+use crate::peers::ebb_binary;
 use crate::report::{Better, Comparison};
 use crate::tsbs::{agent, generate, load_spread, Dataset};
 
@@ -31,6 +32,12 @@ pub struct Settings {
     pub settle: Duration,
     /// Shards to split to once the six nodes are in (no splits if not above `shards`).
     pub split_to: u32,
+    /// Whether each node starts inside its cgroup (as in a container: its runtime sizes its
+    /// thread pools from the limit) rather than being put there once running.
+    pub limit_at_start: bool,
+    /// Whether every node flushes its memtables before each load (`POST /v1/admin/flush`), so
+    /// each load starts from empty memtables and pays for its own rows' flushes.
+    pub flush: bool,
 }
 
 /// `ebb-bench scale`.
@@ -54,6 +61,14 @@ pub struct ScaleArgs {
     /// Split shards once the six nodes are in until the cluster has this many.
     #[arg(long, default_value_t = 0)]
     pub split_to: u32,
+    /// Start each node inside its CPU-limited cgroup, as a container starts (`false`: put it
+    /// there once it runs, so it sizes its threads from the whole machine).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub limit_at_start: bool,
+    /// Flush every node's memtables before each load, so each starts from empty memtables
+    /// (`false`: the 6-node load inserts into, and flushes, what the 3-node load left there).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub flush: bool,
     /// Working directory (default: a temporary directory, removed afterwards).
     #[arg(long)]
     pub dir: Option<PathBuf>,
@@ -69,6 +84,8 @@ impl ScaleArgs {
             share: self.share.clamp(0.05, 64.0),
             settle: Duration::from_secs(self.settle),
             split_to: self.split_to,
+            limit_at_start: self.limit_at_start,
+            flush: self.flush,
         };
         run(work, &s)
     }
@@ -80,8 +97,8 @@ struct CpuShare {
 }
 
 impl CpuShare {
-    /// Puts process `pid` into a new cgroup `name` limited to `share` CPUs.
-    fn new(name: &str, pid: u32, share: f64) -> Result<CpuShare, String> {
+    /// A new cgroup `name` limited to `share` CPUs.
+    fn new(name: &str, share: f64) -> Result<CpuShare, String> {
         // A short period: a node out of quota freezes until the next one, and Raft heartbeats
         // must not wait out a long freeze.
         let period = 10_000u64;
@@ -109,9 +126,13 @@ impl CpuShare {
         for (file, value) in limit {
             std::fs::write(share.dir.join(file), value).map_err(|e| fail(file, e))?;
         }
-        std::fs::write(share.dir.join("cgroup.procs"), pid.to_string())
-            .map_err(|e| fail("cgroup.procs", e))?;
         Ok(share)
+    }
+
+    /// Moves process `pid` into the cgroup.
+    fn join(&self, pid: u32) -> Result<(), String> {
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string())
+            .map_err(|e| format!("cgroup {}: cgroup.procs: {e}", self.dir.display()))
     }
 }
 
@@ -201,6 +222,22 @@ fn report_cpu(before: &[f64], after: &[f64], secs: f64, s: &Settings) {
         shown.join(" "),
         used.iter().sum::<f64>() / (s.dataset.rows() as f64 / 1e6)
     );
+}
+
+/// Flushes every node's memtables (if `s.flush`), then gives the cluster `s.settle`.
+fn flush_and_settle(c: &Cluster, s: &Settings) -> Result<(), String> {
+    if s.flush {
+        let started = Instant::now();
+        for url in c.urls() {
+            agent()
+                .post(&format!("{url}/v1/admin/flush"))
+                .send_empty()
+                .map_err(|e| format!("{url}/v1/admin/flush: {e}"))?;
+        }
+        println!("  memtables flushed in {:.1} s", started.elapsed().as_secs_f64());
+    }
+    std::thread::sleep(s.settle);
+    Ok(())
 }
 
 /// Prints the CPU each node uses while no load runs (heartbeats, background tasks), measured
@@ -305,12 +342,17 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
     let batches = generate(s.dataset, 5000);
     let rows = s.dataset.rows() as f64;
     println!(
-        "scale {}: {} rows, {} shards, RF=3, {:.2} CPU per node, {} writers per node",
+        "scale {}: {} rows, {} shards, RF=3, {:.2} CPU per node ({}), {} writers per node{}",
         s.dataset.label(),
         s.dataset.rows(),
         s.shards,
         s.share,
-        s.clients_per_node
+        match s.limit_at_start {
+            true => "limited from the start",
+            false => "limited once running",
+        },
+        s.clients_per_node,
+        if s.flush { ", memtables flushed before each load" } else { "" }
     );
     let settings = ClusterSettings {
         shards: s.shards,
@@ -319,10 +361,15 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
         move_rate: MoveRate::Default,
     };
     let tag = std::process::id();
-    let mut shares = Vec::new();
-    let mut c = Cluster::start(&work.join("cluster"), 3, settings)?;
-    for (i, n) in c.nodes.iter().enumerate() {
-        shares.push(CpuShare::new(&format!("ebb-scale-{tag}-{i}"), n.pid(), s.share)?);
+    let shares: Vec<CpuShare> = (0..6)
+        .map(|i| CpuShare::new(&format!("ebb-scale-{tag}-{i}"), s.share))
+        .collect::<Result<_, _>>()?;
+    let at_start = |i: usize| Ok(s.limit_at_start.then(|| shares[i].dir.clone()));
+    let mut c = Cluster::start_in(&work.join("cluster"), 3, settings, ebb_binary()?, &at_start)?;
+    if !s.limit_at_start {
+        for (share, n) in shares.iter().zip(&c.nodes) {
+            share.join(n.pid())?;
+        }
     }
     let wait_balanced = |c: &Cluster, what: &str| -> Result<Vec<NodeLoad>, String> {
         let start = Instant::now();
@@ -338,7 +385,7 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
         }
     };
     wait_balanced(&c, "3 nodes")?;
-    std::thread::sleep(s.settle);
+    flush_and_settle(&c, s)?;
     report_idle(&c, 5.0, s);
     let (before, engine) = (cpu_per_node(&c), engine_per_node(&c));
     let secs = load_spread(&c.urls(), "ebb", &batches, 3 * s.clients_per_node)?;
@@ -367,10 +414,11 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
             }
         });
         let result = (|| {
-            for i in 3..6 {
-                c.add()?;
-                let pid = c.nodes[i].pid();
-                shares.push(CpuShare::new(&format!("ebb-scale-{tag}-{i}"), pid, s.share)?);
+            for (i, share) in shares.iter().enumerate().skip(3) {
+                c.add_in(at_start(i)?.as_deref())?;
+                if !s.limit_at_start {
+                    share.join(c.nodes[i].pid())?;
+                }
             }
             wait_balanced(&c, "6 nodes")?;
             split_to(&c, s.shards, s.split_to)?;
@@ -385,7 +433,7 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
         started.elapsed().as_secs_f64()
     );
     report_bytes(&after);
-    std::thread::sleep(s.settle);
+    flush_and_settle(&c, s)?;
     println!("  after {:.0} s of settling:", s.settle.as_secs_f64());
     report_bytes(&load_per_node(&c)?);
     report_idle(&c, 5.0, s);

@@ -17,7 +17,8 @@
 //!   erasure reach them by the same series keys, and a source's retention purge does not
 //!   recompute them (a rollup has its own retention, the source's unless set).
 //! - [`front`]: the front door every protocol uses: [`front::FrontDoor`] authenticates,
-//!   authorizes and opens [`front::Session`]s on a single database or a cluster.
+//!   authorizes and opens [`front::Session`]s on a single database or a cluster, and records
+//!   every statement it runs in a [`statements::StatementLog`] (`system.queries`).
 
 pub mod access;
 pub mod cluster;

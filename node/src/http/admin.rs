@@ -1,5 +1,6 @@
-//! Administration over HTTP: what `ebb audit verify` and `ebb node decommission` call. Both
-//! need `ADMIN` on all databases, checked by the front door like any statement.
+//! Administration over HTTP: what `ebb audit verify` and `ebb node decommission` call, and
+//! flushing a node's memtables. Each needs `ADMIN` on all databases, checked by the front door
+//! like any statement.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -75,5 +76,37 @@ pub(super) async fn decommission(State(state): State<AppState>, caller: Caller) 
             error(StatusCode::CONFLICT, s.message())
         }
         Err(s) => error(StatusCode::SERVICE_UNAVAILABLE, s.message()),
+    }
+}
+
+/// `POST /v1/admin/flush`: writes every memtable of this node's engines (on a cluster node,
+/// of every shard replica it holds) to level-0 files and waits for them: before snapshotting
+/// its volume, or so a measurement starts from empty memtables. Needs `ADMIN` on all
+/// databases.
+pub(super) async fn flush(State(state): State<AppState>, caller: Caller) -> Response {
+    let who = match caller.principal(&state.door).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    if let Err(e) = state.door.authorize(&who, None, Privilege::Admin) {
+        return query_error(&e);
+    }
+    let engines: Vec<_> = match (state.door.target(), &state.cluster) {
+        (Target::Local(db), _) => vec![db.engine()],
+        (_, Some(router)) => router.shards().all().iter().map(|s| s.db.engine()).collect(),
+        _ => return StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    };
+    let count = engines.len();
+    let flushed = tokio::task::spawn_blocking(move || {
+        engines.iter().try_for_each(|e| e.flush()).map_err(|e| e.to_string())
+    })
+    .await;
+    match flushed {
+        Ok(Ok(())) => {
+            tracing::info!(engines = count, by = %who, "memtables flushed");
+            axum::Json(serde_json::json!({ "engines_flushed": count })).into_response()
+        }
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("flush: {e}")),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("flush: {e}")),
     }
 }

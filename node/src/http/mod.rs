@@ -8,6 +8,7 @@
 //!   (`Accept: text/plain`).
 //! - `POST /api/v1/write?db=` and `POST /api/v1/read?db=`: Prometheus remote write and read
 //!   (snappy-compressed protobuf; see [`crate::prom`]).
+//! - `POST /v1/admin/flush` (ADMIN): writes this node's memtables to files.
 //! - `GET /health` (the process is up), `GET /ready` (it can serve: see [`crate::health`]),
 //!   `GET /metrics`
 //!   (Prometheus text format).
@@ -66,6 +67,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/audit/verify", get(admin::audit_verify))
         .route("/v1/cluster/decommission", post(admin::decommission))
+        .route("/v1/admin/flush", post(admin::flush))
         // Bodies are limited by `LimitedBody`, which answers oversized ones reliably.
         .layer(DefaultBodyLimit::disable())
         .with_state(state)

@@ -134,6 +134,11 @@ async fn every_protocol_authenticates_and_every_statement_is_authorized() {
         // Every statement is in system.queries with who ran it, refusals as failed; a reader
         // may not read it (it is in `system`), the admin may.
         assert_eq!(reader.sql("SELECT * FROM system.queries").0, 403);
+        let flush = |auth: &str| {
+            h.post_with("/v1/admin/flush", b"", &[("Authorization", auth)]).0
+        };
+        assert_eq!(flush(&reader.auth), 403, "only an admin flushes memtables");
+        assert_eq!(flush(&admin.auth), 200);
         let q = admin.ok(
             "SELECT \"user\", kind, ok, count(*) AS n, sum(rows) AS rows FROM system.queries \
              WHERE \"user\" IN ('reader', 'dpo') GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",

@@ -52,6 +52,13 @@ async fn http_psql_driver_and_restart() {
         );
         assert_eq!(s, 204, "{b}");
         assert_eq!(h.json("SELECT count(*) AS c FROM cpu")[0]["c"], 180);
+        // An admin flush writes the memtable to a file; the rows read the same from it.
+        let flushes = h.metric("ebb_flushes_total");
+        assert!(h.metric("ebb_memtable_bytes") > 0.0);
+        let (s, b) = h.post("/v1/admin/flush", "");
+        assert_eq!((s, b.as_str()), (200, r#"{"engines_flushed":1}"#));
+        assert_eq!(h.metric("ebb_flushes_total"), flushes + 1.0);
+        assert_eq!(h.json("SELECT count(*) AS c FROM cpu")[0]["c"], 180);
         let v = h.json(
             "SELECT host, date_bin(interval '30 minutes', time, to_timestamp_nanos(1700000000000000000)) AS b, \
              avg(usage) AS a FROM cpu WHERE host = 'h1' GROUP BY host, b ORDER BY b",
