@@ -365,7 +365,7 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
         .map(|i| CpuShare::new(&format!("ebb-scale-{tag}-{i}"), s.share))
         .collect::<Result<_, _>>()?;
     let at_start = |i: usize| Ok(s.limit_at_start.then(|| shares[i].dir.clone()));
-    let mut c = Cluster::start_in(&work.join("cluster"), 3, settings, ebb_binary()?, &at_start)?;
+    let mut c = Cluster::start_in(&work.join("cluster"), 3, settings, ebb_binary()?, at_start)?;
     if !s.limit_at_start {
         for (share, n) in shares.iter().zip(&c.nodes) {
             share.join(n.pid())?;
