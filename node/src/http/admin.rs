@@ -6,10 +6,18 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use ebb_query::access::Privilege;
-use ebb_query::front::Target;
+use ebb_query::front::{Principal, Target};
 
 use super::auth::error;
 use super::{query_error, AppState, Caller};
+
+/// The caller, if it authenticates and holds `ADMIN` on all databases; else the answer that
+/// refuses it.
+async fn admin(state: &AppState, caller: &Caller) -> Result<Principal, Response> {
+    let who = caller.principal(&state.door).await?;
+    state.door.authorize(&who, None, Privilege::Admin).map_err(|e| query_error(&e))?;
+    Ok(who)
+}
 
 /// Query of `/v1/audit/verify`.
 #[derive(Debug)]
@@ -21,12 +29,8 @@ struct VerifyQuery {
 /// (a JSON [`crate::audit::VerifyReport`]; `pass` is the verdict). Needs `ADMIN` on all
 /// databases.
 pub(super) async fn audit_verify(State(state): State<AppState>, caller: Caller) -> Response {
-    let who = match caller.principal(&state.door).await {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
-    if let Err(e) = state.door.authorize(&who, None, Privilege::Admin) {
-        return query_error(&e);
+    if let Err(r) = admin(&state, &caller).await {
+        return r;
     }
     let q = match caller.query.get("id").map(|v| v.parse::<u64>()) {
         Some(Ok(id)) => VerifyQuery { id },
@@ -53,13 +57,10 @@ pub(super) async fn audit_verify(State(state): State<AppState>, caller: Caller) 
 /// `POST /v1/cluster/decommission?node=N`: starts draining node `N` (its replicas move to the
 /// other nodes, then it leaves). Needs `ADMIN` on all databases.
 pub(super) async fn decommission(State(state): State<AppState>, caller: Caller) -> Response {
-    let who = match caller.principal(&state.door).await {
+    let who = match admin(&state, &caller).await {
         Ok(w) => w,
         Err(r) => return r,
     };
-    if let Err(e) = state.door.authorize(&who, None, Privilege::Admin) {
-        return query_error(&e);
-    }
     let Some(router) = &state.cluster else {
         return error(StatusCode::BAD_REQUEST, "this server is not a cluster node");
     };
@@ -84,13 +85,10 @@ pub(super) async fn decommission(State(state): State<AppState>, caller: Caller) 
 /// its volume, or so a measurement starts from empty memtables. Needs `ADMIN` on all
 /// databases.
 pub(super) async fn flush(State(state): State<AppState>, caller: Caller) -> Response {
-    let who = match caller.principal(&state.door).await {
+    let who = match admin(&state, &caller).await {
         Ok(w) => w,
         Err(r) => return r,
     };
-    if let Err(e) = state.door.authorize(&who, None, Privilege::Admin) {
-        return query_error(&e);
-    }
     let engines: Vec<_> = match (state.door.target(), &state.cluster) {
         (Target::Local(db), _) => vec![db.engine()],
         (_, Some(router)) => router.shards().all().iter().map(|s| s.db.engine()).collect(),
