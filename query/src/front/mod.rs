@@ -549,7 +549,8 @@ impl Session {
                     Sql::Cluster(c) => c.execute_statement_by(s, &issuer).await,
                 }
             };
-            let (o, timeout) = self.start(reads, slot.clone(), run, running.clone()).await?;
+            // Each statement of the request is timed from its own start.
+            let (o, timeout) = self.start(reads, slot.clone(), run, self.running()).await?;
             limit += timeout;
             out.push(o);
         }
