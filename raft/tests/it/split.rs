@@ -30,11 +30,13 @@ fn user(rows: Rows) -> Rows {
     rows.into_iter().filter(|(k, _)| !k.starts_with(b"\xff\xff\xff\xff")).collect()
 }
 
-async fn child_leader(children: &[GroupHandle]) -> GroupHandle {
+/// Which of `children` leads the child group. An index, not a handle: a handle kept past a
+/// node's restart would hold that replica's engine (and its directory lock) open.
+async fn child_leader(children: &[GroupHandle]) -> usize {
     let deadline = Instant::now() + T;
     loop {
-        if let Some(l) = children.iter().find(|g| g.raft.metrics().borrow().state.is_leader()) {
-            return l.clone();
+        if let Some(l) = children.iter().position(|g| g.raft.metrics().borrow().state.is_leader()) {
+            return l;
         }
         assert!(Instant::now() < deadline, "the child elected no leader");
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -80,7 +82,7 @@ async fn every_replica_forks_the_same_child_which_then_runs_as_a_group_of_its_ow
     for id in 1..=3 {
         children.push(c.start_child(id, CHILD).await);
     }
-    let leader = child_leader(&children).await;
+    let leader = &children[child_leader(&children).await];
     let term = leader.raft.metrics().borrow().current_term;
     assert!(term > r.log_id.leader_id.term, "the child's terms continue the parent's");
     let mut more = WriteBatch::new();
@@ -109,7 +111,7 @@ async fn every_replica_forks_the_same_child_which_then_runs_as_a_group_of_its_ow
     c.kill(3).await;
     c.start(3).await;
     children.push(c.start_child(3, CHILD).await);
-    let leader = child_leader(&children).await;
+    let leader = &children[child_leader(&children).await];
     let mut more = WriteBatch::new();
     more.put(key(2, 1001), "after a restart");
     let w = leader.raft.client_write(Command::Batch(more.to_bytes())).await.unwrap();
