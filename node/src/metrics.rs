@@ -176,6 +176,23 @@ impl Metrics {
             "Pages aggregate scans answered from their summaries without reading them.",
             sum(&|s| s.summarized_pages),
         );
+        let groups: Vec<_> = engines.iter().map(|(_, db)| db.group_commits()).collect();
+        line(
+            &mut o,
+            "ebb_write_groups_total",
+            "counter",
+            "Commits of line-protocol writes planned meanwhile (one engine batch or Raft \
+             proposal each).",
+            groups.iter().map(|g| g.groups).sum::<u64>(),
+        );
+        line(
+            &mut o,
+            "ebb_grouped_writes_total",
+            "counter",
+            "Line-protocol writes committed in groups (a coordinator's share of a request counts \
+             once per shard).",
+            groups.iter().map(|g| g.writes).sum::<u64>(),
+        );
         self.render_deletions(engines, &mut o);
         let per_shard = |o: &mut String, name: &str, help: &str, f: &dyn Fn(&Database) -> u64| {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");

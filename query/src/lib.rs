@@ -32,8 +32,8 @@ pub mod sql;
 pub mod statements;
 
 pub use db::{
-    Database, DeleteOutcome, DeleteTarget, EraseOutcome, RaftReplicator, RequestSpec, RollupRound,
-    WriteSummary, DEFAULT_DATABASE,
+    Database, DeleteOutcome, DeleteTarget, EraseOutcome, GroupCommits, RaftReplicator, RequestSpec,
+    RollupRound, WriteSummary, DEFAULT_DATABASE,
 };
 pub use error::{QueryError, Result};
 pub use sql::{QueryOutput, SqlSession, StatementKind};

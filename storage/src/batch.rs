@@ -156,6 +156,16 @@ impl WriteBatch {
         &self.ops
     }
 
+    /// Keeps the operations `keep` is true of (called once per operation, in order).
+    pub fn retain(&mut self, keep: impl FnMut(&BatchOp) -> bool) {
+        self.ops.retain(keep);
+    }
+
+    /// Keeps the first `len` operations.
+    pub fn truncate(&mut self, len: usize) {
+        self.ops.truncate(len);
+    }
+
     /// Number of operations.
     pub fn len(&self) -> usize {
         self.ops.len()

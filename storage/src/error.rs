@@ -55,6 +55,30 @@ pub enum Error {
     Injected(&'static str),
 }
 
+/// A copy, for each of several callers one failure is reported to (the I/O error's kind and
+/// message are kept).
+impl Clone for Error {
+    fn clone(&self) -> Self {
+        match self {
+            Error::Io { path, source } => Error::Io {
+                path: path.clone(),
+                source: std::io::Error::new(source.kind(), source.to_string()),
+            },
+            Error::Corruption { path, offset, reason } => {
+                Error::Corruption { path: path.clone(), offset: *offset, reason: reason.clone() }
+            }
+            Error::Poisoned(s) => Error::Poisoned(s.clone()),
+            Error::InvalidArgument(s) => Error::InvalidArgument(s.clone()),
+            Error::BeyondRetention { delete_key, horizon } => {
+                Error::BeyondRetention { delete_key: *delete_key, horizon: *horizon }
+            }
+            Error::Closed => Error::Closed,
+            Error::Locked(p) => Error::Locked(p.clone()),
+            Error::Injected(s) => Error::Injected(s),
+        }
+    }
+}
+
 impl Error {
     /// Wraps an I/O error with the path it happened on.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {

@@ -13,6 +13,7 @@ mod rollup;
 mod rollup_round;
 mod split;
 mod write;
+mod write_group;
 mod write_plan;
 
 use std::path::Path;
@@ -24,12 +25,13 @@ use parking_lot::{Mutex, RwLock};
 
 pub use delete::{DeleteOutcome, DeleteTarget};
 pub use erase::EraseOutcome;
-pub use outcome::{admits, RequestOutcome};
+pub use outcome::{admit, RequestOutcome};
 pub use replicated::{RaftReplicator, PROPOSE_TIMEOUT};
 pub use request::{human_duration, new_request_id, request_id_ms, RequestSpec};
 pub use rollup_round::RollupRound;
 pub use split::TrimOutcome;
 pub use write::WriteSummary;
+pub use write_group::GroupCommits;
 
 use apply::Change;
 
@@ -83,6 +85,8 @@ pub struct Database {
     engine: RwLock<Arc<Engine>>,
     catalog: Catalog,
     writer: Mutex<Writer>,
+    /// Planned writes waiting to be committed together.
+    queue: write_group::WriteQueue,
     replicator: Option<Arc<RaftReplicator>>,
     default_retention: RwLock<Option<Duration>>,
     /// Users, grants and tokens (of a single node; a cluster keeps them in its metadata group).
@@ -104,6 +108,11 @@ impl Database {
     /// `CREATE TABLE` without a `retention` option); `None` keeps their rows until deleted.
     pub fn set_default_retention(&self, retention: Option<Duration>) {
         *self.default_retention.write() = retention;
+    }
+
+    /// What group commit has done since the database opened (see [`write_group`]).
+    pub fn group_commits(&self) -> GroupCommits {
+        self.queue.counts()
     }
 
     /// The statements run lately on this database by a single node's front door.
@@ -131,6 +140,7 @@ impl Database {
             engine: RwLock::new(Arc::new(engine)),
             catalog,
             writer: Mutex::new(Writer { next_seq, written_forgotten_ms: 0 }),
+            queue: Default::default(),
             removals: Default::default(),
             statements: Default::default(),
             replicator: None,

@@ -7,6 +7,7 @@
 //! has completed from the record, and a replica applies a batch that completes a request only
 //! once (a proposal still in flight from an earlier attempt becomes a no-op).
 
+use ebb_raft::sm::Admitted;
 use ebb_storage::{BatchOp, Engine, WriteBatch};
 use serde::{Deserialize, Serialize};
 
@@ -134,15 +135,50 @@ impl Database {
     }
 }
 
-/// False if `batch` completes a request `engine` has already recorded as completed: a replica
-/// applies it as a no-op. Every replica decides alike, as each holds the same records.
-pub fn admits(
+/// Removes from `batch` what `engine` records as applied already: the whole batch if it
+/// completes a request recorded as completed, and each write of a group whose record exists
+/// (a group commit's batch holds several writes, each led by its record). Every replica
+/// decides alike, as each holds the same records.
+pub fn admit(
     engine: &Engine,
-    batch: &WriteBatch,
-) -> std::result::Result<bool, ebb_storage::Error> {
+    batch: &mut WriteBatch,
+) -> std::result::Result<Admitted, ebb_storage::Error> {
+    let applied = |key: &[u8]| Ok::<_, ebb_storage::Error>(engine.get(key, None)?.is_some());
+    let writes: Vec<&[u8]> = batch.ops().iter().filter_map(written_record).collect();
+    if writes.len() > 1 && batch.ops().first().is_some_and(|op| written_record(op).is_some()) {
+        let fresh = writes.iter().map(|k| applied(k).map(|a| !a)).collect::<Result<Vec<_>, _>>()?;
+        if fresh.iter().all(|f| *f) {
+            return Ok(Admitted::All);
+        }
+        if !fresh.iter().any(|f| *f) {
+            *batch = WriteBatch::new();
+            return Ok(Admitted::Nothing);
+        }
+        let mut write = 0;
+        let mut keep = false;
+        batch.retain(|op| {
+            if written_record(op).is_some() {
+                keep = fresh[write];
+                write += 1;
+            }
+            keep
+        });
+        return Ok(Admitted::Part);
+    }
     match completes(batch) {
-        None => Ok(true),
-        Some(key) => Ok(engine.get(&key, None)?.is_none()),
+        Some(key) if applied(&key)? => {
+            *batch = WriteBatch::new();
+            Ok(Admitted::Nothing)
+        }
+        _ => Ok(Admitted::All),
+    }
+}
+
+/// The key of `op` if it is the record of a line-protocol write.
+fn written_record(op: &BatchOp) -> Option<&[u8]> {
+    match op {
+        BatchOp::Put { key, .. } if is_written_key(key) => Some(key),
+        _ => None,
     }
 }
 
@@ -172,5 +208,57 @@ mod tests {
         let has = |k: Vec<u8>| e.get(&k, None).unwrap().is_some();
         assert!(!has(written_key(old_w)) && has(written_key(new_w)));
         assert!(!has(outcome_key(old_r)) && has(outcome_key(new_r)));
+    }
+
+    #[test]
+    fn a_group_loses_the_writes_applied_already_and_keeps_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Engine::open(dir.path(), ebb_storage::Options::default()).unwrap();
+        let ids = [request_id_at(1_000), request_id_at(2_000), request_id_at(3_000)];
+        let group = || {
+            let mut b = WriteBatch::new();
+            for (i, id) in ids.iter().enumerate() {
+                put_written(&mut b, *id, &crate::WriteSummary::default());
+                b.put(format!("row-{i}-a"), "v");
+                b.put(format!("row-{i}-b"), "v");
+            }
+            b
+        };
+        let rows = |b: &WriteBatch| -> Vec<String> {
+            b.ops()
+                .iter()
+                .filter_map(|op| match op {
+                    BatchOp::Put { key, .. } if key.starts_with(b"row-") => {
+                        Some(String::from_utf8_lossy(key).into_owned())
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        let mut b = group();
+        assert_eq!(admit(&e, &mut b).unwrap(), Admitted::All);
+        assert_eq!(b, group());
+        // The second write was applied by an earlier attempt.
+        let mut first = WriteBatch::new();
+        put_written(&mut first, ids[1], &crate::WriteSummary::default());
+        e.write(&first, 1).unwrap();
+        let mut b = group();
+        assert_eq!(admit(&e, &mut b).unwrap(), Admitted::Part);
+        assert_eq!(rows(&b), ["row-0-a", "row-0-b", "row-2-a", "row-2-b"]);
+        assert_eq!(b.ops().iter().filter(|op| written_record(op).is_some()).count(), 2);
+        // All of them were.
+        let mut rest = WriteBatch::new();
+        for id in [ids[0], ids[2]] {
+            put_written(&mut rest, id, &crate::WriteSummary::default());
+        }
+        e.write(&rest, 10).unwrap();
+        let mut b = group();
+        assert_eq!(admit(&e, &mut b).unwrap(), Admitted::Nothing);
+        assert!(b.is_empty());
+        // A lone write is admitted or not as a whole.
+        let mut lone = WriteBatch::new();
+        put_written(&mut lone, ids[0], &crate::WriteSummary::default());
+        lone.put("row-x", "v");
+        assert_eq!(admit(&e, &mut lone).unwrap(), Admitted::Nothing);
     }
 }

@@ -13,7 +13,7 @@ use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
-use ebb_raft::sm::{Applier, MAX_BATCH_OPS};
+use ebb_raft::sm::{Admitted, Applier, MAX_BATCH_OPS};
 use ebb_raft::{Command, Replica, Response, TypeConfig};
 use ebb_storage::{Engine, WriteBatch};
 use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
@@ -186,12 +186,12 @@ impl Applier for ReplicaApplier {
         }
     }
 
-    fn admits(
+    fn admit(
         &self,
         engine: &Arc<Engine>,
-        batch: &WriteBatch,
-    ) -> std::result::Result<bool, ebb_storage::Error> {
-        super::admits(engine, batch)
+        batch: &mut WriteBatch,
+    ) -> std::result::Result<Admitted, ebb_storage::Error> {
+        super::admit(engine, batch)
     }
 
     fn replaced(&self, engine: &Arc<Engine>) {
@@ -217,6 +217,7 @@ impl Database {
             engine: RwLock::new(engine),
             catalog,
             writer: Mutex::new(Writer { next_seq, written_forgotten_ms: 0 }),
+            queue: Default::default(),
             removals: Default::default(),
             statements: Default::default(),
             replicator: Some(replicator),

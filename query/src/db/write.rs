@@ -9,10 +9,12 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 
 use ebb_storage::WriteBatch;
 
 use super::apply::Change;
+use super::write_group::Outcome;
 use super::write_plan::{Fields, Prepared, Source};
 use super::Database;
 use crate::error::{QueryError, Result};
@@ -91,12 +93,43 @@ impl Database {
     ) -> Result<WriteSummary> {
         check_name("database", db)?;
         self.check_reserve()?;
-        // Planned outside the writer lock, so concurrent requests plan in parallel; planned
-        // again under it if the catalog changed meanwhile (new tables, series or columns).
-        let mut p = self.prepare(db, lines, precision, now_ns)?;
-        if p.summary.lines == 0 {
-            return Ok(p.summary);
+        loop {
+            // Planned outside the writer lock, so concurrent requests plan in parallel.
+            let p = self.prepare(db, lines, precision, now_ns)?;
+            if p.summary.lines == 0 {
+                return Ok(p.summary);
+            }
+            if !p.delta.is_empty() {
+                return self.write_alone(db, lines, precision, now_ns, once, p);
+            }
+            // Committed with the writes queued meanwhile (`write_group`).
+            let queued = self.queue.push(p, once);
+            let group = self.commit_queued(&mut self.writer.lock());
+            if let Some(group) = group {
+                group.finish(self);
+            }
+            match queued.wait() {
+                Outcome::Written(summary) => {
+                    self.rows_written.fetch_add(summary.rows as u64, Ordering::Relaxed);
+                    return Ok(summary);
+                }
+                Outcome::Failed(e) => return Err(e),
+                Outcome::Replan => {}
+            }
         }
+    }
+
+    /// Commits a write that changes the catalog on its own (planned again under the writer
+    /// lock if the catalog changed since `p` was planned).
+    fn write_alone(
+        &self,
+        db: &str,
+        lines: Source<'_, '_>,
+        precision: Precision,
+        now_ns: i64,
+        once: Option<u64>,
+        mut p: Prepared,
+    ) -> Result<WriteSummary> {
         let mut w = self.writer.lock();
         if p.generation != self.catalog.generation() {
             p = self.prepare(db, lines, precision, now_ns)?;
@@ -161,14 +194,14 @@ impl Database {
                 }
             }
         }
-        self.rows_written.fetch_add(p.summary.rows as u64, std::sync::atomic::Ordering::Relaxed);
+        self.rows_written.fetch_add(p.summary.rows as u64, Ordering::Relaxed);
         Ok(p.summary)
     }
 
     /// Rows written through this database since it opened (on a shard replica: while it led;
     /// the cluster's split policy reads its rate).
     pub fn rows_written(&self) -> u64 {
-        self.rows_written.load(std::sync::atomic::Ordering::Relaxed)
+        self.rows_written.load(Ordering::Relaxed)
     }
 
     /// Checks a line-protocol request body against the schema of database `db` as a write
@@ -190,7 +223,7 @@ impl Database {
     /// Stored rows the request's points must merge with: for series that existed before it,
     /// points at or below the newest time written since open are looked up; for series not
     /// written since open, the stored rows from the request's earliest time on are read.
-    fn existing_rows(&self, p: &Prepared) -> Result<HashMap<(u32, u64, i64), Fields>> {
+    pub(super) fn existing_rows(&self, p: &Prepared) -> Result<HashMap<(u32, u64, i64), Fields>> {
         let mut out = HashMap::new();
         // The first point of every series the request does not create (points are in key
         // order), with where its points end.

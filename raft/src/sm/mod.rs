@@ -15,7 +15,7 @@ use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{ErrorSubject, ErrorVerb, LogId, RaftSnapshotBuilder, StorageError, StorageIOError};
 
 pub use applied::{entry_seq, Membership, MAX_BATCH_OPS};
-pub use replica::{Applier, Replica};
+pub use replica::{Admitted, Applier, Replica};
 pub use snapshot::{Descriptor, ShardSnapshot, SnapshotFile};
 pub use split::group_dir_name;
 

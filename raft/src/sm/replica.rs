@@ -37,15 +37,28 @@ pub trait Applier: Send + Sync {
     ) -> Result<(), ebb_storage::Error>;
     /// A snapshot replaced the engine with `engine`.
     fn replaced(&self, engine: &Arc<Engine>);
-    /// False if `batch` must be applied as a no-op (it completes a request `engine` records as
-    /// already completed). Must decide alike on every replica: from `batch` and `engine` only.
-    fn admits(
+    /// Removes from `batch` what must not be applied: the writes `engine` records as applied
+    /// already (an earlier attempt at them committed first). Must decide alike on every
+    /// replica: from `batch` and `engine` only.
+    fn admit(
         &self,
         _engine: &Arc<Engine>,
-        _batch: &WriteBatch,
-    ) -> Result<bool, ebb_storage::Error> {
-        Ok(true)
+        _batch: &mut WriteBatch,
+    ) -> Result<Admitted, ebb_storage::Error> {
+        Ok(Admitted::All)
     }
+}
+
+/// What [`Applier::admit`] let through of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Admitted {
+    /// All of it.
+    All,
+    /// Some of it: other parts had been applied already.
+    Part,
+    /// None of it: the entry is applied as a no-op and answered as a duplicate.
+    Nothing,
 }
 
 /// How many snapshots a replica keeps: the current one and the one before it.
@@ -230,7 +243,7 @@ impl Replica {
                 }
             };
             if let Some(a) = &applier {
-                if !a.admits(&engine, &batch)? {
+                if a.admit(&engine, &mut batch)? == Admitted::Nothing {
                     reply.duplicate = true;
                     batch = WriteBatch::new();
                 }

@@ -1,0 +1,491 @@
+//! Group commit of line-protocol writes.
+//!
+//! Concurrent writes to one database are committed together: each is planned on its own
+//! thread, outside the writer lock, and queued; whichever writer next holds the lock takes the
+//! queue's head and commits it as one engine batch (on a shard replica: one Raft proposal, one
+//! log entry, one apply on every replica), then waits for it after releasing the lock and
+//! answers every write in it. Writes that arrive while a group is being proposed form the
+//! next group, so groups grow with the load and a lone write waits for nobody.
+//!
+//! Each write stays all or nothing, and independent of the others in its group:
+//! - a write whose plan changes the catalog (new tables, series or columns) is not queued: it is
+//!   committed alone, as its catalog records must be applied before later plans read them;
+//! - a queued write planned against an older catalog is handed back to be planned again;
+//! - a write that would merge with a point an earlier write of the group writes ends the group
+//!   (it is read back from the store once that group is applied);
+//! - each write of a coordinator (under a write id) leads its part of the batch with its
+//!   record, and a replica leaves out the part whose record it holds already
+//!   ([`super::admit`]): a retry committed in a group next to its first attempt applies once.
+//!
+//! A failure of the group's commit (no quorum, a lost leadership, a full disk) fails every
+//! write in it.
+
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use ebb_storage::WriteBatch;
+use parking_lot::{Condvar, Mutex};
+
+use super::apply::Change;
+use super::outcome::{forget_old_records, put_written};
+use super::write::WriteSummary;
+use super::write_plan::{Fields, Prepared};
+use super::{Database, Pending, Writer};
+use crate::error::{QueryError, Result};
+use crate::model::catalog::CatalogDelta;
+use crate::model::row::{decode_row, encode_row, merge_rows};
+
+/// Most operations one group's batch holds (a write larger than this is committed alone).
+const GROUP_OPS: usize = 100_000;
+
+/// Most bytes of keys and values one group's batch holds (likewise).
+const GROUP_BYTES: usize = 16 << 20;
+
+/// Planned writes waiting for the writer lock, oldest first. Only a writer holding the writer
+/// lock takes from it.
+#[derive(Default)]
+pub(super) struct WriteQueue {
+    queued: Mutex<VecDeque<Arc<Queued>>>,
+    groups: AtomicU64,
+    writes: AtomicU64,
+    replans: AtomicU64,
+}
+
+/// Counts of a database's group commits since it opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GroupCommits {
+    /// Groups committed.
+    pub groups: u64,
+    /// Writes in them.
+    pub writes: u64,
+    /// Queued writes handed back to be planned again (the catalog changed meanwhile).
+    pub replans: u64,
+}
+
+impl std::fmt::Debug for WriteQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteQueue").field("queued", &self.queued.lock().len()).finish()
+    }
+}
+
+/// A planned write in the queue.
+pub(super) struct Queued {
+    /// The coordinator's write id, if any.
+    once: Option<u64>,
+    plan: Mutex<Option<Prepared>>,
+    outcome: Mutex<Option<Outcome>>,
+    decided: Condvar,
+}
+
+/// What became of a queued write.
+#[derive(Debug)]
+pub(super) enum Outcome {
+    /// Committed: what it wrote.
+    Written(WriteSummary),
+    /// Failed, with nothing written.
+    Failed(QueryError),
+    /// The catalog changed since it was planned: plan it again.
+    Replan,
+}
+
+impl Queued {
+    /// Waits until the write is decided.
+    pub(super) fn wait(&self) -> Outcome {
+        let mut o = self.outcome.lock();
+        loop {
+            if let Some(o) = o.take() {
+                return o;
+            }
+            self.decided.wait(&mut o);
+        }
+    }
+
+    fn decide(&self, outcome: Outcome) {
+        *self.outcome.lock() = Some(outcome);
+        self.decided.notify_all();
+    }
+}
+
+/// A write taken into a group: failed when dropped undecided (its committer panicked), so
+/// that its writer never waits forever.
+struct Member {
+    queued: Arc<Queued>,
+    summary: WriteSummary,
+    decided: bool,
+}
+
+impl Member {
+    fn decide(&mut self, outcome: Outcome) {
+        self.decided = true;
+        self.queued.decide(outcome);
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        if !self.decided {
+            self.queued.decide(Outcome::Failed(QueryError::Internal(
+                "the write's group commit was abandoned".into(),
+            )));
+        }
+    }
+}
+
+/// A group committed under the writer lock, to be waited for after releasing it.
+pub(super) struct Group {
+    pending: Pending,
+    members: Vec<Member>,
+}
+
+impl WriteQueue {
+    /// Queues `plan` (which changes no catalog record), written under write id `once` if any.
+    pub(super) fn push(&self, plan: Prepared, once: Option<u64>) -> Arc<Queued> {
+        let queued = Arc::new(Queued {
+            once,
+            plan: Mutex::new(Some(plan)),
+            outcome: Mutex::new(None),
+            decided: Condvar::new(),
+        });
+        self.queued.lock().push_back(queued.clone());
+        queued
+    }
+
+    /// What the queue has committed so far.
+    pub(super) fn counts(&self) -> GroupCommits {
+        GroupCommits {
+            groups: self.groups.load(Ordering::Relaxed),
+            writes: self.writes.load(Ordering::Relaxed),
+            replans: self.replans.load(Ordering::Relaxed),
+        }
+    }
+
+    fn pop(&self) -> Option<Arc<Queued>> {
+        self.queued.lock().pop_front()
+    }
+
+    fn push_front(&self, queued: Arc<Queued>) {
+        self.queued.lock().push_front(queued);
+    }
+}
+
+impl Database {
+    /// Commits the writes at the head of the queue as one batch (none if the queue is empty).
+    /// Call with the writer lock held; wait for the returned group after releasing it.
+    pub(super) fn commit_queued(&self, w: &mut Writer) -> Option<Group> {
+        let mut batch = WriteBatch::new();
+        let mut members = Vec::new();
+        let mut newest = Vec::new();
+        // The points the group writes, to find writes that merge with it.
+        let mut written = Points::default();
+        let mut bytes = 0;
+        while let Some(queued) = self.queue.pop() {
+            let Some(plan) = queued.plan.lock().take() else { continue };
+            if plan.generation != self.catalog.generation() {
+                self.queue.replans.fetch_add(1, Ordering::Relaxed);
+                queued.decide(Outcome::Replan);
+                continue;
+            }
+            let size: usize = plan.keys.iter().chain(&plan.values).map(|b| b.len()).sum();
+            let fits = members.is_empty()
+                || (batch.len() + plan.keys.len() < GROUP_OPS && bytes + size < GROUP_BYTES);
+            let same_kind = members
+                .first()
+                .is_none_or(|m: &Member| m.queued.once.is_some() == queued.once.is_some());
+            if !fits || !same_kind || merges_with(&plan, &written) {
+                *queued.plan.lock() = Some(plan);
+                self.queue.push_front(queued);
+                break;
+            }
+            match self.add_to_group(w, &mut batch, &plan, queued.once) {
+                Ok(()) => {}
+                Err(e) => {
+                    queued.decide(Outcome::Failed(e));
+                    continue;
+                }
+            }
+            bytes += size;
+            written.extend(plan.points.iter().copied());
+            newest.extend_from_slice(&plan.newest);
+            members.push(Member { queued, summary: plan.summary, decided: false });
+        }
+        if members.is_empty() {
+            return None;
+        }
+        self.queue.groups.fetch_add(1, Ordering::Relaxed);
+        self.queue.writes.fetch_add(members.len() as u64, Ordering::Relaxed);
+        let change = Change {
+            batch: &batch,
+            delta: CatalogDelta::default(),
+            newest: Cow::Borrowed(&newest),
+        };
+        match self.commit_staged(w, change) {
+            Ok(pending) => {
+                if self.replicator.is_some() {
+                    // Later writes to these points wait for the proposal before merging with
+                    // stored rows (`existing_rows`).
+                    self.catalog.note_times(&newest);
+                }
+                Some(Group { pending, members })
+            }
+            Err(e) => {
+                for m in &mut members {
+                    m.decide(Outcome::Failed(copy_failure(&e)));
+                }
+                None
+            }
+        }
+    }
+
+    /// Adds the planned write `p` (under write id `once`) to the group's `batch`: its record,
+    /// then its rows merged with the stored rows they overwrite.
+    fn add_to_group(
+        &self,
+        w: &mut Writer,
+        batch: &mut WriteBatch,
+        p: &Prepared,
+        once: Option<u64>,
+    ) -> Result<()> {
+        let existing = self.existing_rows(p)?;
+        let start = batch.len();
+        let added = self.add_rows(w, batch, p, once, &existing);
+        if added.is_err() {
+            batch.truncate(start);
+        }
+        added
+    }
+
+    fn add_rows(
+        &self,
+        w: &mut Writer,
+        batch: &mut WriteBatch,
+        p: &Prepared,
+        once: Option<u64>,
+        existing: &HashMap<(u32, u64, i64), Fields>,
+    ) -> Result<()> {
+        if let Some(id) = once {
+            // A replica leaves out a write whose record it already holds.
+            put_written(batch, id, &p.summary);
+            let now_ms = crate::now_ms();
+            if now_ms.saturating_sub(w.written_forgotten_ms) >= 60_000 {
+                w.written_forgotten_ms = now_ms;
+                forget_old_records(batch, now_ms);
+            }
+        }
+        self.mark_written(&p.points, batch);
+        batch.reserve(p.points.len());
+        let mut merged = Vec::new();
+        for (i, (key, value)) in p.keys.iter().zip(&p.values).enumerate() {
+            match existing.get(&p.points[i]) {
+                Some(old) => {
+                    let fields = merge_rows(old.clone(), decode_row(value)?);
+                    merged.clear();
+                    encode_row(fields.iter().map(|(i, v)| (*i, v)), &mut merged);
+                    batch.put(key.clone(), merged.clone());
+                }
+                None => {
+                    batch.put(key.clone(), value.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Group {
+    /// Waits for the group's commit (call after releasing the writer lock) and answers every
+    /// write in it: a coordinator's write from its record (a replica may have applied an
+    /// earlier attempt at it instead), any other with what it planned.
+    pub(super) fn finish(mut self, db: &Database) {
+        let committed = match self.pending.wait() {
+            // Every write in it had been applied by earlier attempts.
+            Ok(_) | Err(QueryError::Completed) => Ok(()),
+            Err(e) => Err(e),
+        };
+        for m in &mut self.members {
+            let outcome = match (&committed, m.queued.once) {
+                (Err(e), _) => Outcome::Failed(copy_failure(e)),
+                (Ok(()), None) => Outcome::Written(m.summary),
+                (Ok(()), Some(id)) => match db.written(id) {
+                    Ok(Some(s)) => Outcome::Written(s),
+                    Ok(None) => Outcome::Failed(QueryError::Internal(format!(
+                        "write {id} was committed without its record"
+                    ))),
+                    Err(e) => Outcome::Failed(e),
+                },
+            };
+            m.decide(outcome);
+        }
+    }
+}
+
+/// Points `(table, series, time)`, hashed with a random seed (they come from the network).
+type Points = HashSet<(u32, u64, i64), ahash::RandomState>;
+
+/// True if `p` writes a point the group writes: it merges with that row, so it waits for the
+/// next group.
+fn merges_with(p: &Prepared, written: &Points) -> bool {
+    !written.is_empty() && p.points.iter().any(|point| written.contains(point))
+}
+
+/// The failure of a group's commit, for one of its writes.
+fn copy_failure(e: &QueryError) -> QueryError {
+    match e {
+        QueryError::NotLeader(l) => QueryError::NotLeader(*l),
+        QueryError::Replication(s) => QueryError::Replication(s.clone()),
+        QueryError::Unavailable(s) => QueryError::Unavailable(s.clone()),
+        QueryError::Invalid(s) => QueryError::Invalid(s.clone()),
+        QueryError::BeyondRetention(s) => QueryError::BeyondRetention(s.clone()),
+        QueryError::DiskFull(s) => QueryError::DiskFull(s.clone()),
+        QueryError::Corrupt(s) => QueryError::Corrupt(s.clone()),
+        QueryError::Storage(e) => QueryError::Storage(e.clone()),
+        QueryError::Internal(s) => QueryError::Internal(s.clone()),
+        e => QueryError::Internal(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::lp::Precision;
+    use crate::model::keys::row_key;
+
+    const T0: i64 = 1_700_000_000_000_000_000;
+
+    fn open() -> (tempfile::TempDir, Arc<Database>) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::open(dir.path(), ebb_storage::Options::default()).unwrap();
+        (dir, Arc::new(db))
+    }
+
+    /// The fields stored at point `(host, time)` of table `m`.
+    fn fields(db: &Database, host: &str, time: i64) -> Vec<usize> {
+        let def = db.catalog().table("db", "m").unwrap();
+        let series = db.catalog().with_series(def.id, |idx| idx.with_tag(0, host))[0];
+        let v = db.engine().get(&row_key(def.id, series, time), None).unwrap().unwrap();
+        decode_row(&v).unwrap().into_iter().map(|(i, _)| i).collect()
+    }
+
+    /// Runs `writes` on threads of their own while the writer lock is held, until all of them
+    /// are queued: they are then committed together. `then` runs under the lock first.
+    fn queued_together(
+        db: &Arc<Database>,
+        writes: Vec<String>,
+        then: impl FnOnce(&mut Writer),
+    ) -> Vec<Result<WriteSummary>> {
+        let mut w = db.writer.lock();
+        let n = writes.len();
+        let threads: Vec<_> = writes
+            .into_iter()
+            .map(|body| {
+                let db = db.clone();
+                std::thread::spawn(move || db.write_lines("db", &body, Precision::Nanoseconds, 0))
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while db.queue.queued.lock().len() < n {
+            assert!(Instant::now() < deadline, "the writes were not queued");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        then(&mut w);
+        drop(w);
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    }
+
+    #[test]
+    fn queued_writes_commit_as_one_batch_and_each_answers_its_own() {
+        let (_dir, db) = open();
+        // The schema first: writes that change the catalog commit alone.
+        db.write_lines(
+            "db",
+            &format!("m,host=a x=0,y=0 {T0}\nm,host=b x=0,y=0 {T0}"),
+            Precision::Nanoseconds,
+            0,
+        )
+        .unwrap();
+        let seq = db.writer.lock().next_seq;
+        let writes = (1..=6)
+            .map(|i| format!("m,host=a x={i} {}\nm,host=b y={i} {}", T0 + i, T0 + i))
+            .collect();
+        for r in queued_together(&db, writes, |_| {}) {
+            assert_eq!(r.unwrap(), WriteSummary { lines: 2, rows: 2, ..Default::default() });
+        }
+        // One batch: twelve rows, at consecutive sequence numbers from one commit.
+        assert_eq!(db.writer.lock().next_seq, seq + 12);
+        assert_eq!(db.group_commits(), GroupCommits { groups: 1, writes: 6, replans: 0 });
+        for i in 1..=6 {
+            assert_eq!(fields(&db, "a", T0 + i).len(), 1);
+        }
+    }
+
+    #[test]
+    fn a_write_merging_with_a_point_of_the_group_waits_for_the_next_group() {
+        let (_dir, db) = open();
+        db.write_lines("db", &format!("m,host=a x=0,y=0 {T0}"), Precision::Nanoseconds, 0).unwrap();
+        // Both write the same point, each one field: both fields are kept.
+        let writes = vec![format!("m,host=a x=1 {}", T0 + 1), format!("m,host=a y=2 {}", T0 + 1)];
+        for r in queued_together(&db, writes, |_| {}) {
+            r.unwrap();
+        }
+        assert_eq!(fields(&db, "a", T0 + 1).len(), 2);
+    }
+
+    #[test]
+    fn a_bad_write_fails_alone_and_a_replanned_one_still_commits() {
+        let (_dir, db) = open();
+        db.write_lines("db", &format!("m,host=a x=0 {T0}"), Precision::Nanoseconds, 0).unwrap();
+        // The catalog changes while they are queued (a database is created): they are planned
+        // again, and commit.
+        let writes = vec![format!("m,host=a x=1 {}", T0 + 1), format!("m,host=a x=2 {}", T0 + 2)];
+        let before = db.queue.counts();
+        let r = queued_together(&db, writes, |w| {
+            let mut delta = CatalogDelta::default();
+            delta.databases.insert("other".into());
+            let mut batch = WriteBatch::new();
+            delta.write_to(&mut batch).unwrap();
+            db.commit(w, &batch, delta).unwrap();
+        });
+        assert!(r.iter().all(|r| r.is_ok()), "{r:?}");
+        let after = db.queue.counts();
+        assert_eq!(after.replans, before.replans + 2);
+        // Planned again, they commit in one group or two.
+        assert_eq!(after.writes, before.writes + 2);
+        assert!((before.groups + 1..=before.groups + 2).contains(&after.groups), "{after:?}");
+        for t in [T0 + 1, T0 + 2] {
+            assert_eq!(fields(&db, "a", t).len(), 1);
+        }
+        // A write that gives x the wrong type is refused when planned, and fails alone.
+        let writes =
+            [format!("m,host=a x=\"text\" {}", T0 + 3), format!("m,host=a x=4 {}", T0 + 4)];
+        let (bad, good) = {
+            let mut r = queued_together(&db, vec![writes[1].clone()], |_| {}).into_iter();
+            (db.write_lines("db", &writes[0], Precision::Nanoseconds, 0), r.next().unwrap())
+        };
+        assert!(matches!(bad, Err(QueryError::TypeConflict { .. })), "{bad:?}");
+        assert_eq!(good.unwrap().rows, 1);
+    }
+
+    #[test]
+    fn a_write_merges_with_a_group_only_where_their_points_meet() {
+        let p = |points: Vec<(u32, u64, i64)>| Prepared {
+            generation: 0,
+            delta: CatalogDelta::default(),
+            summary: WriteSummary::default(),
+            created: Vec::new(),
+            new_series: Vec::new(),
+            newest: Vec::new(),
+            keys: Vec::new(),
+            values: Vec::new(),
+            points,
+        };
+        let written: Points = [(1, 7, 100), (1, 7, 102), (1, 8, 50)].into_iter().collect();
+        // Earlier and later times of the same series, between the group's, are no merge.
+        assert!(!merges_with(&p(vec![(1, 7, 99), (1, 7, 101), (1, 8, 51), (2, 7, 100)]), &written));
+        assert!(merges_with(&p(vec![(1, 7, 101), (1, 8, 50)]), &written));
+        assert!(!merges_with(&p(vec![(1, 9, 0)]), &Points::default()));
+    }
+}
