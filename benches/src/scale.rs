@@ -255,10 +255,17 @@ fn report_idle(c: &Cluster, secs: f64, s: &Settings) {
 }
 
 /// One node's engine figures from its `/metrics`, summed over its replicas: the active
-/// memtables' bytes, SST bytes, and bytes compacted and flushes so far.
-fn engine_per_node(c: &Cluster) -> Vec<[f64; 4]> {
-    let names =
-        ["ebb_memtable_bytes", "ebb_level_bytes", "ebb_bytes_compacted_total", "ebb_flushes_total"];
+/// memtables' bytes, SST bytes, bytes compacted and flushes so far, and the group commits of
+/// its shard leaders so far (groups, and writes in them).
+fn engine_per_node(c: &Cluster) -> Vec<[f64; 6]> {
+    let names = [
+        "ebb_memtable_bytes",
+        "ebb_level_bytes",
+        "ebb_bytes_compacted_total",
+        "ebb_flushes_total",
+        "ebb_write_groups_total",
+        "ebb_grouped_writes_total",
+    ];
     c.urls()
         .iter()
         .map(|url| {
@@ -268,7 +275,7 @@ fn engine_per_node(c: &Cluster) -> Vec<[f64; 4]> {
                 .ok()
                 .and_then(|mut r| r.body_mut().read_to_string().ok())
                 .unwrap_or_default();
-            let mut out = [0.0; 4];
+            let mut out = [0.0; 6];
             for line in text.lines().filter(|l| !l.starts_with('#')) {
                 let Some((key, value)) = line.rsplit_once(' ') else { continue };
                 let name = key.split('{').next().unwrap_or(key);
@@ -281,16 +288,20 @@ fn engine_per_node(c: &Cluster) -> Vec<[f64; 4]> {
         .collect()
 }
 
-/// Prints each node's memtable and SST bytes, and what it compacted and flushed since `before`.
-fn report_engine(before: &[[f64; 4]], after: &[[f64; 4]]) {
+/// Prints each node's memtable and SST bytes, and what it compacted and flushed and how many
+/// shard writes its leaders committed per group since `before`.
+fn report_engine(before: &[[f64; 6]], after: &[[f64; 6]]) {
     for (i, (b, a)) in before.iter().zip(after).enumerate() {
+        let groups = a[4] - b[4];
         println!(
-            "    node {}: memtables {:.0} MiB, SSTs {:.0} MiB; {:.0} MiB compacted, {:.0} flushes",
+            "    node {}: memtables {:.0} MiB, SSTs {:.0} MiB; {:.0} MiB compacted, {:.0} flushes; \
+             {:.0} shard writes in {groups:.0} groups",
             i + 1,
             a[0] / 1048576.0,
             a[1] / 1048576.0,
             (a[2] - b[2]) / 1048576.0,
-            a[3] - b[3]
+            a[3] - b[3],
+            a[5] - b[5],
         );
     }
 }

@@ -75,6 +75,8 @@ struct Writer {
     next_seq: u64,
     /// When records of writes older than their keeping time were last removed (ms).
     written_forgotten_ms: u64,
+    /// Groups of writes committed and not yet applied ([`write_group`]).
+    groups_in_flight: usize,
 }
 
 /// An EbbDB database's data: the engine, the catalog and the writer. On a single node the
@@ -139,7 +141,7 @@ impl Database {
         Ok(Database {
             engine: RwLock::new(Arc::new(engine)),
             catalog,
-            writer: Mutex::new(Writer { next_seq, written_forgotten_ms: 0 }),
+            writer: Mutex::new(Writer { next_seq, written_forgotten_ms: 0, groups_in_flight: 0 }),
             queue: Default::default(),
             removals: Default::default(),
             statements: Default::default(),

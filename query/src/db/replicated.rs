@@ -216,7 +216,7 @@ impl Database {
         let db = Arc::new(Database {
             engine: RwLock::new(engine),
             catalog,
-            writer: Mutex::new(Writer { next_seq, written_forgotten_ms: 0 }),
+            writer: Mutex::new(Writer { next_seq, written_forgotten_ms: 0, groups_in_flight: 0 }),
             queue: Default::default(),
             removals: Default::default(),
             statements: Default::default(),

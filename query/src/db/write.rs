@@ -104,17 +104,20 @@ impl Database {
             }
             // Committed with the writes queued meanwhile (`write_group`).
             let queued = self.queue.push(p, once);
-            let group = self.commit_queued(&mut self.writer.lock());
-            if let Some(group) = group {
-                group.finish(self);
-            }
-            match queued.wait() {
-                Outcome::Written(summary) => {
-                    self.rows_written.fetch_add(summary.rows as u64, Ordering::Relaxed);
-                    return Ok(summary);
+            let mut group = self.commit_queued(&mut self.writer.lock());
+            loop {
+                if let Some(g) = group.take() {
+                    g.finish(self);
                 }
-                Outcome::Failed(e) => return Err(e),
-                Outcome::Replan => {}
+                match queued.wait() {
+                    Outcome::Written(summary) => {
+                        self.rows_written.fetch_add(summary.rows as u64, Ordering::Relaxed);
+                        return Ok(summary);
+                    }
+                    Outcome::Failed(e) => return Err(e),
+                    Outcome::Finish(g) => group = Some(g),
+                    Outcome::Replan => break,
+                }
             }
         }
     }

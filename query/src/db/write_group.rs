@@ -43,6 +43,10 @@ const GROUP_OPS: usize = 100_000;
 /// Most bytes of keys and values one group's batch holds (likewise).
 const GROUP_BYTES: usize = 16 << 20;
 
+/// Most groups committed and not yet applied (on a single node: not yet durable). Writes that
+/// arrive meanwhile wait, and commit as one group when one of them is.
+const GROUPS_IN_FLIGHT: usize = 2;
+
 /// Planned writes waiting for the writer lock, oldest first. Only a writer holding the writer
 /// lock takes from it.
 #[derive(Default)]
@@ -81,7 +85,6 @@ pub(super) struct Queued {
 }
 
 /// What became of a queued write.
-#[derive(Debug)]
 pub(super) enum Outcome {
     /// Committed: what it wrote.
     Written(WriteSummary),
@@ -89,6 +92,9 @@ pub(super) enum Outcome {
     Failed(QueryError),
     /// The catalog changed since it was planned: plan it again.
     Replan,
+    /// The write is in this group, committed meanwhile: its writer waits for it and answers
+    /// every write in it ([`Group::finish`]), then waits for its own outcome.
+    Finish(Group),
 }
 
 impl Queued {
@@ -172,9 +178,13 @@ impl WriteQueue {
 }
 
 impl Database {
-    /// Commits the writes at the head of the queue as one batch (none if the queue is empty).
-    /// Call with the writer lock held; wait for the returned group after releasing it.
+    /// Commits the writes at the head of the queue as one batch, unless the queue is empty or
+    /// [`GROUPS_IN_FLIGHT`] groups are in flight (the one that finishes first commits them).
+    /// Call with the writer lock held; finish the returned group after releasing it.
     pub(super) fn commit_queued(&self, w: &mut Writer) -> Option<Group> {
+        if w.groups_in_flight >= GROUPS_IN_FLIGHT {
+            return None;
+        }
         let mut batch = WriteBatch::new();
         let mut members = Vec::new();
         let mut newest = Vec::new();
@@ -228,6 +238,7 @@ impl Database {
                     // stored rows (`existing_rows`).
                     self.catalog.note_times(&newest);
                 }
+                w.groups_in_flight += 1;
                 Some(Group { pending, members })
             }
             Err(e) => {
@@ -297,14 +308,16 @@ impl Database {
 impl Group {
     /// Waits for the group's commit (call after releasing the writer lock) and answers every
     /// write in it: a coordinator's write from its record (a replica may have applied an
-    /// earlier attempt at it instead), any other with what it planned.
-    pub(super) fn finish(mut self, db: &Database) {
-        let committed = match self.pending.wait() {
+    /// earlier attempt at it instead), any other with what it planned. Then commits the writes
+    /// queued meanwhile, and hands that group to one of its writers to finish.
+    pub(super) fn finish(self, db: &Database) {
+        let Group { pending, mut members } = self;
+        let committed = match pending.wait() {
             // Every write in it had been applied by earlier attempts.
             Ok(_) | Err(QueryError::Completed) => Ok(()),
             Err(e) => Err(e),
         };
-        for m in &mut self.members {
+        for m in &mut members {
             let outcome = match (&committed, m.queued.once) {
                 (Err(e), _) => Outcome::Failed(copy_failure(e)),
                 (Ok(()), None) => Outcome::Written(m.summary),
@@ -317,6 +330,18 @@ impl Group {
                 },
             };
             m.decide(outcome);
+        }
+        drop(members);
+        let next = {
+            let mut w = db.writer.lock();
+            w.groups_in_flight -= 1;
+            db.commit_queued(&mut w)
+        };
+        if let Some(mut next) = next {
+            if let Some(first) = next.members.first_mut() {
+                let queued = first.queued.clone();
+                queued.decide(Outcome::Finish(next));
+            }
         }
     }
 }
@@ -351,6 +376,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
+    use crate::db::write_plan::Source;
     use crate::lp::Precision;
     use crate::model::keys::row_key;
 
@@ -467,6 +493,54 @@ mod tests {
         };
         assert!(matches!(bad, Err(QueryError::TypeConflict { .. })), "{bad:?}");
         assert_eq!(good.unwrap().rows, 1);
+    }
+
+    #[test]
+    fn writes_queued_while_groups_are_in_flight_are_committed_by_the_one_that_finishes() {
+        let (_dir, db) = open();
+        db.write_lines("db", &format!("m,host=a x=0 {T0}"), Precision::Nanoseconds, 0).unwrap();
+        let before = db.group_commits();
+        let mut w = db.writer.lock();
+        // As many groups in flight as allowed, one of them ours.
+        w.groups_in_flight = GROUPS_IN_FLIGHT - 1;
+        let first = db.queue.push(
+            db.prepare(
+                "db",
+                Source::Body(&format!("m,host=a x=1 {}", T0 + 1)),
+                Precision::Nanoseconds,
+                0,
+            )
+            .unwrap(),
+            None,
+        );
+        let group = db.commit_queued(&mut w).unwrap();
+        assert_eq!(w.groups_in_flight, GROUPS_IN_FLIGHT);
+        drop(w);
+        // Writers arriving now find no room: they queue and wait.
+        let threads: Vec<_> = (2..6)
+            .map(|i| {
+                let db = db.clone();
+                let body = format!("m,host=a x={i} {}", T0 + i);
+                std::thread::spawn(move || db.write_lines("db", &body, Precision::Nanoseconds, 0))
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while db.queue.queued.lock().len() < 4 {
+            assert!(Instant::now() < deadline, "the writes were not queued");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Ours finishes: it commits them as one group, which one of them finishes.
+        group.finish(&db);
+        assert!(matches!(first.wait(), Outcome::Written(s) if s.rows == 1));
+        for t in threads {
+            assert_eq!(t.join().unwrap().unwrap().rows, 1);
+        }
+        let after = db.group_commits();
+        assert_eq!((after.groups, after.writes), (before.groups + 2, before.writes + 5));
+        assert_eq!(db.writer.lock().groups_in_flight, GROUPS_IN_FLIGHT - 1);
+        for i in 1..6 {
+            assert_eq!(fields(&db, "a", T0 + i).len(), 1);
+        }
     }
 
     #[test]
