@@ -3,8 +3,9 @@
 //! commits through [`Database::apply`], the path a single node applies its changes by.
 //!
 //! Proposals are pipelined: a write whose batch changes no catalog record is proposed under the
-//! writer lock and waited for after it is released, so many are in flight per shard and the
-//! group commits them in shared log appends. What must see earlier writes waits for them: a
+//! writer lock and waited for after it is released. Such writes are committed in groups
+//! (`write_group`): concurrent writes become one proposal, with at most two groups in flight
+//! per shard, so a busy shard makes few, large log entries. What must see earlier writes waits for them: a
 //! change to the catalog is applied before the writer lock is released (later plans see it),
 //! and a write that merges with stored rows of a series that a proposal in flight writes waits
 //! until none is in flight ([`RaftReplicator::drain`]).
