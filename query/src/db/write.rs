@@ -117,6 +117,10 @@ impl Database {
                     Outcome::Failed(e) => return Err(e),
                     Outcome::Finish(g) => group = Some(g),
                     Outcome::Replan => break,
+                    Outcome::Alone => {
+                        let p = self.prepare(db, lines, precision, now_ns)?;
+                        return self.write_alone(db, lines, precision, now_ns, once, p);
+                    }
                 }
             }
         }

@@ -17,8 +17,12 @@
 //!   record, and a replica leaves out the part whose record it holds already
 //!   ([`super::admit`]): a retry committed in a group next to its first attempt applies once.
 //!
-//! A failure of the group's commit (no quorum, a lost leadership, a full disk) fails every
-//! write in it.
+//! A failure of the group's commit that any of its writes would meet (no quorum, a lost
+//! leadership, a full disk) fails every write in it. One that a single write causes (the engine
+//! refused a row: past the retention horizon by the time it was applied, or too large) sends
+//! each write of the group back to be committed alone, so only that write fails. A group that
+//! failed leaves the queue to the next; a group whose finishing panics still releases its place
+//! in flight.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -92,6 +96,8 @@ pub(super) enum Outcome {
     Failed(QueryError),
     /// The catalog changed since it was planned: plan it again.
     Replan,
+    /// Its group was refused for what one of its writes holds: commit it alone.
+    Alone,
     /// The write is in this group, committed meanwhile: its writer waits for it and answers
     /// every write in it ([`Group::finish`]), then waits for its own outcome.
     Finish(Group),
@@ -182,9 +188,39 @@ impl Database {
     /// [`GROUPS_IN_FLIGHT`] groups are in flight (the one that finishes first commits them).
     /// Call with the writer lock held; finish the returned group after releasing it.
     pub(super) fn commit_queued(&self, w: &mut Writer) -> Option<Group> {
-        if w.groups_in_flight >= GROUPS_IN_FLIGHT {
-            return None;
+        // A group that fails to commit leaves the rest of the queue to the next.
+        while w.groups_in_flight < GROUPS_IN_FLIGHT {
+            let (batch, members, newest) = self.take_group(w)?;
+            self.queue.groups.fetch_add(1, Ordering::Relaxed);
+            self.queue.writes.fetch_add(members.len() as u64, Ordering::Relaxed);
+            let change = Change {
+                batch: &batch,
+                delta: CatalogDelta::default(),
+                newest: Cow::Borrowed(&newest),
+            };
+            match self.commit_staged(w, change) {
+                Ok(pending) => {
+                    if self.replicator.is_some() {
+                        // Later writes to these points wait for the proposal before merging
+                        // with stored rows (`existing_rows`).
+                        self.catalog.note_times(&newest);
+                    }
+                    w.groups_in_flight += 1;
+                    return Some(Group { pending, members });
+                }
+                Err(e) => fail(members, &e),
+            }
         }
+        None
+    }
+
+    /// Takes the writes at the head of the queue that commit together, and builds their batch:
+    /// the batch, its writes and the newest time each series gets (none if the queue is empty).
+    #[allow(clippy::type_complexity)]
+    fn take_group(
+        &self,
+        w: &mut Writer,
+    ) -> Option<(WriteBatch, Vec<Member>, Vec<(u32, u64, i64)>)> {
         let mut batch = WriteBatch::new();
         let mut members = Vec::new();
         let mut newest = Vec::new();
@@ -221,33 +257,7 @@ impl Database {
             newest.extend_from_slice(&plan.newest);
             members.push(Member { queued, summary: plan.summary, decided: false });
         }
-        if members.is_empty() {
-            return None;
-        }
-        self.queue.groups.fetch_add(1, Ordering::Relaxed);
-        self.queue.writes.fetch_add(members.len() as u64, Ordering::Relaxed);
-        let change = Change {
-            batch: &batch,
-            delta: CatalogDelta::default(),
-            newest: Cow::Borrowed(&newest),
-        };
-        match self.commit_staged(w, change) {
-            Ok(pending) => {
-                if self.replicator.is_some() {
-                    // Later writes to these points wait for the proposal before merging with
-                    // stored rows (`existing_rows`).
-                    self.catalog.note_times(&newest);
-                }
-                w.groups_in_flight += 1;
-                Some(Group { pending, members })
-            }
-            Err(e) => {
-                for m in &mut members {
-                    m.decide(Outcome::Failed(copy_failure(&e)));
-                }
-                None
-            }
-        }
+        (!members.is_empty()).then_some((batch, members, newest))
     }
 
     /// Adds the planned write `p` (under write id `once`) to the group's `batch`: its record,
@@ -311,17 +321,19 @@ impl Group {
     /// earlier attempt at it instead), any other with what it planned. Then commits the writes
     /// queued meanwhile, and hands that group to one of its writers to finish.
     pub(super) fn finish(self, db: &Database) {
+        // Released however this ends: the next group is committed even if this one's answer
+        // panics.
+        let _release = Release(db);
         let Group { pending, mut members } = self;
-        let committed = match pending.wait() {
-            // Every write in it had been applied by earlier attempts.
-            Ok(_) | Err(QueryError::Completed) => Ok(()),
-            Err(e) => Err(e),
-        };
+        match pending.wait() {
+            // `Completed`: every write in it had been applied by earlier attempts.
+            Ok(_) | Err(QueryError::Completed) => {}
+            Err(e) => return fail(members, &e),
+        }
         for m in &mut members {
-            let outcome = match (&committed, m.queued.once) {
-                (Err(e), _) => Outcome::Failed(copy_failure(e)),
-                (Ok(()), None) => Outcome::Written(m.summary),
-                (Ok(()), Some(id)) => match db.written(id) {
+            let outcome = match m.queued.once {
+                None => Outcome::Written(m.summary),
+                Some(id) => match db.written(id) {
                     Ok(Some(s)) => Outcome::Written(s),
                     Ok(None) => Outcome::Failed(QueryError::Internal(format!(
                         "write {id} was committed without its record"
@@ -331,18 +343,41 @@ impl Group {
             };
             m.decide(outcome);
         }
-        drop(members);
+    }
+}
+
+/// Ends a group's time in flight: commits the writes queued meanwhile, and hands that group to
+/// one of its writers to finish.
+struct Release<'a>(&'a Database);
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        let db = self.0;
         let next = {
             let mut w = db.writer.lock();
-            w.groups_in_flight -= 1;
+            w.groups_in_flight = w.groups_in_flight.saturating_sub(1);
             db.commit_queued(&mut w)
         };
-        if let Some(mut next) = next {
-            if let Some(first) = next.members.first_mut() {
+        if let Some(next) = next {
+            if let Some(first) = next.members.first() {
                 let queued = first.queued.clone();
                 queued.decide(Outcome::Finish(next));
             }
         }
+    }
+}
+
+/// Answers the writes of a group whose commit failed with `e`. A failure only one write can
+/// cause (the engine refused a row: beyond retention by the time it was applied, too large)
+/// sends every write of a group of several back to be committed alone, so that it fails that
+/// write alone; any other (no quorum, a lost leadership, a full disk) fails them all.
+fn fail(mut members: Vec<Member>, e: &QueryError) {
+    let alone = members.len() > 1 && e.is_client_error();
+    for m in &mut members {
+        m.decide(match alone {
+            true => Outcome::Alone,
+            false => Outcome::Failed(copy_failure(e)),
+        });
     }
 }
 
@@ -372,194 +407,4 @@ fn copy_failure(e: &QueryError) -> QueryError {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::{Duration, Instant};
-
-    use super::*;
-    use crate::db::write_plan::Source;
-    use crate::lp::Precision;
-    use crate::model::keys::row_key;
-
-    const T0: i64 = 1_700_000_000_000_000_000;
-
-    fn open() -> (tempfile::TempDir, Arc<Database>) {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Database::open(dir.path(), ebb_storage::Options::default()).unwrap();
-        (dir, Arc::new(db))
-    }
-
-    /// The fields stored at point `(host, time)` of table `m`.
-    fn fields(db: &Database, host: &str, time: i64) -> Vec<usize> {
-        let def = db.catalog().table("db", "m").unwrap();
-        let series = db.catalog().with_series(def.id, |idx| idx.with_tag(0, host))[0];
-        let v = db.engine().get(&row_key(def.id, series, time), None).unwrap().unwrap();
-        decode_row(&v).unwrap().into_iter().map(|(i, _)| i).collect()
-    }
-
-    /// Runs `writes` on threads of their own while the writer lock is held, until all of them
-    /// are queued: they are then committed together. `then` runs under the lock first.
-    fn queued_together(
-        db: &Arc<Database>,
-        writes: Vec<String>,
-        then: impl FnOnce(&mut Writer),
-    ) -> Vec<Result<WriteSummary>> {
-        let mut w = db.writer.lock();
-        let n = writes.len();
-        let threads: Vec<_> = writes
-            .into_iter()
-            .map(|body| {
-                let db = db.clone();
-                std::thread::spawn(move || db.write_lines("db", &body, Precision::Nanoseconds, 0))
-            })
-            .collect();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while db.queue.queued.lock().len() < n {
-            assert!(Instant::now() < deadline, "the writes were not queued");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        then(&mut w);
-        drop(w);
-        threads.into_iter().map(|t| t.join().unwrap()).collect()
-    }
-
-    #[test]
-    fn queued_writes_commit_as_one_batch_and_each_answers_its_own() {
-        let (_dir, db) = open();
-        // The schema first: writes that change the catalog commit alone.
-        db.write_lines(
-            "db",
-            &format!("m,host=a x=0,y=0 {T0}\nm,host=b x=0,y=0 {T0}"),
-            Precision::Nanoseconds,
-            0,
-        )
-        .unwrap();
-        let seq = db.writer.lock().next_seq;
-        let writes = (1..=6)
-            .map(|i| format!("m,host=a x={i} {}\nm,host=b y={i} {}", T0 + i, T0 + i))
-            .collect();
-        for r in queued_together(&db, writes, |_| {}) {
-            assert_eq!(r.unwrap(), WriteSummary { lines: 2, rows: 2, ..Default::default() });
-        }
-        // One batch: twelve rows, at consecutive sequence numbers from one commit.
-        assert_eq!(db.writer.lock().next_seq, seq + 12);
-        assert_eq!(db.group_commits(), GroupCommits { groups: 1, writes: 6, replans: 0 });
-        for i in 1..=6 {
-            assert_eq!(fields(&db, "a", T0 + i).len(), 1);
-        }
-    }
-
-    #[test]
-    fn a_write_merging_with_a_point_of_the_group_waits_for_the_next_group() {
-        let (_dir, db) = open();
-        db.write_lines("db", &format!("m,host=a x=0,y=0 {T0}"), Precision::Nanoseconds, 0).unwrap();
-        // Both write the same point, each one field: both fields are kept.
-        let writes = vec![format!("m,host=a x=1 {}", T0 + 1), format!("m,host=a y=2 {}", T0 + 1)];
-        for r in queued_together(&db, writes, |_| {}) {
-            r.unwrap();
-        }
-        assert_eq!(fields(&db, "a", T0 + 1).len(), 2);
-    }
-
-    #[test]
-    fn a_bad_write_fails_alone_and_a_replanned_one_still_commits() {
-        let (_dir, db) = open();
-        db.write_lines("db", &format!("m,host=a x=0 {T0}"), Precision::Nanoseconds, 0).unwrap();
-        // The catalog changes while they are queued (a database is created): they are planned
-        // again, and commit.
-        let writes = vec![format!("m,host=a x=1 {}", T0 + 1), format!("m,host=a x=2 {}", T0 + 2)];
-        let before = db.queue.counts();
-        let r = queued_together(&db, writes, |w| {
-            let mut delta = CatalogDelta::default();
-            delta.databases.insert("other".into());
-            let mut batch = WriteBatch::new();
-            delta.write_to(&mut batch).unwrap();
-            db.commit(w, &batch, delta).unwrap();
-        });
-        assert!(r.iter().all(|r| r.is_ok()), "{r:?}");
-        let after = db.queue.counts();
-        assert_eq!(after.replans, before.replans + 2);
-        // Planned again, they commit in one group or two.
-        assert_eq!(after.writes, before.writes + 2);
-        assert!((before.groups + 1..=before.groups + 2).contains(&after.groups), "{after:?}");
-        for t in [T0 + 1, T0 + 2] {
-            assert_eq!(fields(&db, "a", t).len(), 1);
-        }
-        // A write that gives x the wrong type is refused when planned, and fails alone.
-        let writes =
-            [format!("m,host=a x=\"text\" {}", T0 + 3), format!("m,host=a x=4 {}", T0 + 4)];
-        let (bad, good) = {
-            let mut r = queued_together(&db, vec![writes[1].clone()], |_| {}).into_iter();
-            (db.write_lines("db", &writes[0], Precision::Nanoseconds, 0), r.next().unwrap())
-        };
-        assert!(matches!(bad, Err(QueryError::TypeConflict { .. })), "{bad:?}");
-        assert_eq!(good.unwrap().rows, 1);
-    }
-
-    #[test]
-    fn writes_queued_while_groups_are_in_flight_are_committed_by_the_one_that_finishes() {
-        let (_dir, db) = open();
-        db.write_lines("db", &format!("m,host=a x=0 {T0}"), Precision::Nanoseconds, 0).unwrap();
-        let before = db.group_commits();
-        let mut w = db.writer.lock();
-        // As many groups in flight as allowed, one of them ours.
-        w.groups_in_flight = GROUPS_IN_FLIGHT - 1;
-        let first = db.queue.push(
-            db.prepare(
-                "db",
-                Source::Body(&format!("m,host=a x=1 {}", T0 + 1)),
-                Precision::Nanoseconds,
-                0,
-            )
-            .unwrap(),
-            None,
-        );
-        let group = db.commit_queued(&mut w).unwrap();
-        assert_eq!(w.groups_in_flight, GROUPS_IN_FLIGHT);
-        drop(w);
-        // Writers arriving now find no room: they queue and wait.
-        let threads: Vec<_> = (2..6)
-            .map(|i| {
-                let db = db.clone();
-                let body = format!("m,host=a x={i} {}", T0 + i);
-                std::thread::spawn(move || db.write_lines("db", &body, Precision::Nanoseconds, 0))
-            })
-            .collect();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while db.queue.queued.lock().len() < 4 {
-            assert!(Instant::now() < deadline, "the writes were not queued");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        // Ours finishes: it commits them as one group, which one of them finishes.
-        group.finish(&db);
-        assert!(matches!(first.wait(), Outcome::Written(s) if s.rows == 1));
-        for t in threads {
-            assert_eq!(t.join().unwrap().unwrap().rows, 1);
-        }
-        let after = db.group_commits();
-        assert_eq!((after.groups, after.writes), (before.groups + 2, before.writes + 5));
-        assert_eq!(db.writer.lock().groups_in_flight, GROUPS_IN_FLIGHT - 1);
-        for i in 1..6 {
-            assert_eq!(fields(&db, "a", T0 + i).len(), 1);
-        }
-    }
-
-    #[test]
-    fn a_write_merges_with_a_group_only_where_their_points_meet() {
-        let p = |points: Vec<(u32, u64, i64)>| Prepared {
-            generation: 0,
-            delta: CatalogDelta::default(),
-            summary: WriteSummary::default(),
-            created: Vec::new(),
-            new_series: Vec::new(),
-            newest: Vec::new(),
-            keys: Vec::new(),
-            values: Vec::new(),
-            points,
-        };
-        let written: Points = [(1, 7, 100), (1, 7, 102), (1, 8, 50)].into_iter().collect();
-        // Earlier and later times of the same series, between the group's, are no merge.
-        assert!(!merges_with(&p(vec![(1, 7, 99), (1, 7, 101), (1, 8, 51), (2, 7, 100)]), &written));
-        assert!(merges_with(&p(vec![(1, 7, 101), (1, 8, 50)]), &written));
-        assert!(!merges_with(&p(vec![(1, 9, 0)]), &Points::default()));
-    }
-}
+mod tests;
