@@ -38,6 +38,9 @@ pub struct Settings {
     /// Whether every node flushes its memtables before each load (`POST /v1/admin/flush`), so
     /// each load starts from empty memtables and pays for its own rows' flushes.
     pub flush: bool,
+    /// Whether the writer that runs while nodes join and shards split rewrites the first load's
+    /// rows (new versions of rows that exist) rather than writing new ones.
+    pub join_rewrites: bool,
 }
 
 /// `ebb-bench scale`.
@@ -69,6 +72,10 @@ pub struct ScaleArgs {
     /// (`false`: the 6-node load inserts into, and flushes, what the 3-node load left there).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub flush: bool,
+    /// The writer that runs while nodes join and shards split rewrites the first load's rows
+    /// (`false`: it writes new rows, later than both loads', as a time series grows).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub join_rewrites: bool,
     /// Working directory (default: a temporary directory, removed afterwards).
     #[arg(long)]
     pub dir: Option<PathBuf>,
@@ -86,6 +93,7 @@ impl ScaleArgs {
             split_to: self.split_to,
             limit_at_start: self.limit_at_start,
             flush: self.flush,
+            join_rewrites: self.join_rewrites,
         };
         run(work, &s)
     }
@@ -416,7 +424,16 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
             let mut k = 0usize;
             while !stop.load(Ordering::Relaxed) {
                 let url = format!("{}/write?db=bench", urls[k % urls.len()]);
-                let body = &batches[k % batches.len()];
+                let body = match s.join_rewrites {
+                    true => batches[k % batches.len()].clone(),
+                    // Each pass over the batches after both loads' hours and the passes before.
+                    false => {
+                        let pass = i64::try_from(k / batches.len()).unwrap_or(0);
+                        let hours = i64::try_from(s.dataset.hours).unwrap_or(0) + 1;
+                        let ns = (2 + pass) * hours * 3_600_000_000_000;
+                        shifted(&batches[k % batches.len()..][..1], ns).swap_remove(0)
+                    }
+                };
                 match a.post(&url).send(body.as_bytes()) {
                     Ok(r) if r.status().is_success() => written.fetch_add(1, Ordering::Relaxed),
                     _ => failed.fetch_add(1, Ordering::Relaxed),
