@@ -126,8 +126,9 @@ impl Database {
         }
     }
 
-    /// Commits a write that changes the catalog on its own (planned again under the writer
-    /// lock if the catalog changed since `p` was planned).
+    /// Commits a write on its own: one that changes the catalog, or one whose group was refused
+    /// for what one of its writes holds (planned again under the writer lock if the catalog
+    /// changed since `p` was planned).
     fn write_alone(
         &self,
         db: &str,
