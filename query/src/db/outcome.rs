@@ -144,8 +144,13 @@ pub fn admit(
     batch: &mut WriteBatch,
 ) -> std::result::Result<Admitted, ebb_storage::Error> {
     let applied = |key: &[u8]| Ok::<_, ebb_storage::Error>(engine.get(key, None)?.is_some());
-    let writes: Vec<&[u8]> = batch.ops().iter().filter_map(written_record).collect();
-    if writes.len() > 1 && batch.ops().first().is_some_and(|op| written_record(op).is_some()) {
+    // Only a batch led by a write's record can hold a group (every batch is looked at here).
+    let grouped = batch.ops().first().is_some_and(|op| written_record(op).is_some());
+    let writes: Vec<&[u8]> = match grouped {
+        true => batch.ops().iter().filter_map(written_record).collect(),
+        false => Vec::new(),
+    };
+    if writes.len() > 1 {
         let fresh = writes.iter().map(|k| applied(k).map(|a| !a)).collect::<Result<Vec<_>, _>>()?;
         if fresh.iter().all(|f| *f) {
             return Ok(Admitted::All);

@@ -228,7 +228,13 @@ impl Database {
         let mut written = Points::default();
         let mut bytes = 0;
         while let Some(queued) = self.queue.pop() {
-            let Some(plan) = queued.plan.lock().take() else { continue };
+            let Some(plan) = queued.plan.lock().take() else {
+                // Never queued without a plan; answered rather than left waiting.
+                queued.decide(Outcome::Failed(QueryError::Internal(
+                    "a write queued unplanned".into(),
+                )));
+                continue;
+            };
             if plan.generation != self.catalog.generation() {
                 self.queue.replans.fetch_add(1, Ordering::Relaxed);
                 queued.decide(Outcome::Replan);
