@@ -263,9 +263,9 @@ fn report_idle(c: &Cluster, secs: f64, s: &Settings) {
 }
 
 /// One node's engine figures from its `/metrics`, summed over its replicas: the active
-/// memtables' bytes, SST bytes, bytes compacted and flushes so far, and the group commits of
-/// its shard leaders so far (groups, and writes in them).
-fn engine_per_node(c: &Cluster) -> Vec<[f64; 6]> {
+/// memtables' bytes, SST bytes, bytes compacted and flushes so far, the group commits of its
+/// shard leaders so far (groups, and writes in them), and the Raft appends it received.
+fn engine_per_node(c: &Cluster) -> Vec<[f64; 7]> {
     let names = [
         "ebb_memtable_bytes",
         "ebb_level_bytes",
@@ -273,6 +273,7 @@ fn engine_per_node(c: &Cluster) -> Vec<[f64; 6]> {
         "ebb_flushes_total",
         "ebb_write_groups_total",
         "ebb_grouped_writes_total",
+        "ebb_raft_appends_received_total",
     ];
     c.urls()
         .iter()
@@ -283,7 +284,7 @@ fn engine_per_node(c: &Cluster) -> Vec<[f64; 6]> {
                 .ok()
                 .and_then(|mut r| r.body_mut().read_to_string().ok())
                 .unwrap_or_default();
-            let mut out = [0.0; 6];
+            let mut out = [0.0; 7];
             for line in text.lines().filter(|l| !l.starts_with('#')) {
                 let Some((key, value)) = line.rsplit_once(' ') else { continue };
                 let name = key.split('{').next().unwrap_or(key);
@@ -297,19 +298,21 @@ fn engine_per_node(c: &Cluster) -> Vec<[f64; 6]> {
 }
 
 /// Prints each node's memtable and SST bytes, and what it compacted and flushed and how many
-/// shard writes its leaders committed per group since `before`.
-fn report_engine(before: &[[f64; 6]], after: &[[f64; 6]]) {
+/// shard writes its leaders committed per group, and the Raft appends it received since
+/// `before`.
+fn report_engine(before: &[[f64; 7]], after: &[[f64; 7]]) {
     for (i, (b, a)) in before.iter().zip(after).enumerate() {
         let groups = a[4] - b[4];
         println!(
             "    node {}: memtables {:.0} MiB, SSTs {:.0} MiB; {:.0} MiB compacted, {:.0} flushes; \
-             {:.0} shard writes in {groups:.0} groups",
+             {:.0} shard writes in {groups:.0} groups; {:.0} Raft appends received",
             i + 1,
             a[0] / 1048576.0,
             a[1] / 1048576.0,
             (a[2] - b[2]) / 1048576.0,
             a[3] - b[3],
             a[5] - b[5],
+            a[6] - b[6],
         );
     }
 }

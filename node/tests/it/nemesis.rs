@@ -12,7 +12,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,18 +32,54 @@ const CLIENTS: usize = 3;
 /// How long one client operation may take before its outcome counts as unknown.
 const OP_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// A running node's router and metadata, picked at random.
-async fn any_node(
-    h: &AsyncMutex<Harness>,
-    rng: &Mutex<Rng>,
-) -> Option<(Arc<ebb_node::cluster::Router>, Arc<ebb_node::cluster::Meta>)> {
-    let h = h.lock().await;
-    let running: Vec<_> = h.nodes.values().collect();
-    if running.is_empty() {
-        return None;
+type NodeRef = (Arc<ebb_node::cluster::Router>, Arc<ebb_node::cluster::Meta>);
+
+/// The running nodes the clients pick from. Kept apart from the harness, whose lock the
+/// nemesis holds while a node stops or starts: the clients keep running meanwhile.
+#[derive(Default)]
+struct Live(Mutex<Vec<NodeRef>>);
+
+impl Live {
+    /// Takes the running nodes from `h`.
+    fn update(&self, h: &Harness) {
+        *self.0.lock() = h.nodes.values().map(|n| (n.router.clone(), n.meta.clone())).collect();
     }
-    let n = running[rng.lock().below(running.len() as u64) as usize];
-    Some((n.router.clone(), n.meta.clone()))
+
+    /// A running node, picked at random.
+    fn pick(&self, rng: &Mutex<Rng>) -> Option<NodeRef> {
+        let running = self.0.lock();
+        if running.is_empty() {
+            return None;
+        }
+        Some(running[rng.lock().below(running.len() as u64) as usize].clone())
+    }
+}
+
+/// What the clients tried and what failed (the history records only what may have happened).
+#[derive(Default)]
+struct Tally {
+    tried: AtomicU64,
+    failed_reads: AtomicU64,
+    refused_deletes: AtomicU64,
+}
+
+impl Tally {
+    fn count(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Display for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        write!(
+            f,
+            "clients tried {} operations: {} reads failed, {} deletes were refused",
+            get(&self.tried),
+            get(&self.failed_reads),
+            get(&self.refused_deletes)
+        )
+    }
 }
 
 /// Reads key `k` through `node`: its value, `None` if absent; `Err` if the read failed.
@@ -71,16 +107,18 @@ async fn read(
 
 /// One client: random operations on random keys through random nodes until `stop`.
 async fn client(
-    h: Arc<AsyncMutex<Harness>>,
+    live: Arc<Live>,
     run: Arc<Run>,
+    tally: Arc<Tally>,
     rng: Arc<Mutex<Rng>>,
     stop: Arc<AtomicBool>,
 ) {
     while !stop.load(Ordering::Relaxed) {
-        let Some(node) = any_node(&h, &rng).await else {
+        let Some(node) = live.pick(&rng) else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
+        Tally::count(&tally.tried);
         let (k, choice) = {
             let mut r = rng.lock();
             (r.below(KEYS as u64) as usize, r.below(10))
@@ -105,21 +143,25 @@ async fn client(
                 match tokio::time::timeout(OP_TIMEOUT, sql.query(&q)).await {
                     Ok(Ok(_)) => run.record(k, call, Some(run.now()), Action::Write(None)),
                     // Before the table exists: nothing to delete, nothing done.
-                    Ok(Err(e)) if e.is_client_error() => {}
+                    Ok(Err(e)) if e.is_client_error() => Tally::count(&tally.refused_deletes),
                     _ => run.record(k, call, None, Action::Write(None)),
                 }
             }
-            _ => {
-                if let Ok(v) = read(&node, k).await {
-                    run.record(k, call, Some(run.now()), Action::Read(v));
-                }
-            }
+            _ => match read(&node, k).await {
+                Ok(v) => run.record(k, call, Some(run.now()), Action::Read(v)),
+                Err(_) => Tally::count(&tally.failed_reads),
+            },
         }
     }
 }
 
 /// The nemesis: one fault at a time, then healing, until `until`.
-async fn nemesis(h: Arc<AsyncMutex<Harness>>, rng: Arc<Mutex<Rng>>, until: Instant) {
+async fn nemesis(
+    h: Arc<AsyncMutex<Harness>>,
+    live: Arc<Live>,
+    rng: Arc<Mutex<Rng>>,
+    until: Instant,
+) {
     let mut joined = false;
     while Instant::now() < until {
         let (fault, pause) = {
@@ -142,7 +184,10 @@ async fn nemesis(h: Arc<AsyncMutex<Harness>>, rng: Arc<Mutex<Rng>>, until: Insta
                     let mut g = h.lock().await;
                     let seeds: Vec<usize> =
                         idx.iter().copied().filter(|i| *i != victim.0).collect();
+                    let started = Instant::now();
                     g.start(3, &seeds).await;
+                    live.update(&g);
+                    eprintln!("nemesis: node 3 joined in {:?}", started.elapsed());
                 }
                 tokio::time::sleep(pause).await;
                 faults.heal();
@@ -159,10 +204,24 @@ async fn nemesis(h: Arc<AsyncMutex<Harness>>, rng: Arc<Mutex<Rng>>, until: Insta
             }
             3 => {
                 let mut g = h.lock().await;
+                let started = Instant::now();
                 g.stop(victim.0).await;
+                live.update(&g);
                 drop(g);
+                let stopped = started.elapsed();
                 tokio::time::sleep(pause).await;
-                h.lock().await.start(victim.0, &[]).await;
+                let mut g = h.lock().await;
+                let started = Instant::now();
+                g.start(victim.0, &[]).await;
+                live.update(&g);
+                let slow = stopped.max(started.elapsed());
+                if slow > Duration::from_secs(2) {
+                    let restarted = started.elapsed();
+                    eprintln!(
+                        "nemesis: node {} stopped in {stopped:?}, restarted in {restarted:?}",
+                        victim.0
+                    );
+                }
             }
             4 => {
                 if let Some(c) = &h.lock().await.clock {
@@ -204,6 +263,11 @@ async fn read_all(h: &AsyncMutex<Harness>, run: &Run) {
 async fn histories_under_partitions_restarts_and_lost_messages_are_linearizable() {
     let (secs, seed) = campaign();
     eprintln!("nemesis: {secs} s, EBB_NEMESIS_SEED={seed}");
+    if let Ok(filter) = std::env::var("EBB_TEST_LOG") {
+        // The nodes' logs, for a campaign that went wrong.
+        let filter = tracing_subscriber::EnvFilter::new(filter);
+        let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
+    }
     let mut h = Harness::new();
     h.settings = Settings { shards: 2, replication: 3 };
     h.intent_patience = Duration::from_secs(5);
@@ -212,18 +276,33 @@ async fn histories_under_partitions_restarts_and_lost_messages_are_linearizable(
     h.start(0, &[]).await;
     h.start(1, &[0]).await;
     h.start(2, &[0]).await;
+    // The campaign is against a replicated cluster: it starts once every shard has its three
+    // replicas (a shard still growing from one replica has no quorum while one is cut off).
+    h.wait("every shard has three replicas", |n| {
+        let view = n.meta.view();
+        view.shards.len() == 2
+            && view.shards.values().all(|s| s.replicas.len() == 3 && s.target.is_none())
+    })
+    .await;
+    let live = Arc::new(Live::default());
+    live.update(&h);
     let h = Arc::new(AsyncMutex::new(h));
-    let run = Arc::new(Run::new());
+    let (run, tally) = (Arc::new(Run::new()), Arc::new(Tally::default()));
     let rng = Arc::new(Mutex::new(Rng(seed)));
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..CLIENTS)
-        .map(|_| tokio::spawn(client(h.clone(), run.clone(), rng.clone(), stop.clone())))
+        .map(|_| {
+            let (l, r, t) = (live.clone(), run.clone(), tally.clone());
+            tokio::spawn(client(l, r, t, rng.clone(), stop.clone()))
+        })
         .collect();
-    nemesis(h.clone(), rng.clone(), Instant::now() + Duration::from_secs(secs)).await;
+    let until = Instant::now() + Duration::from_secs(secs);
+    nemesis(h.clone(), live, rng.clone(), until).await;
     stop.store(true, Ordering::Relaxed);
     for c in clients {
         c.await.unwrap();
     }
+    eprintln!("nemesis: {tally}");
 
     // Healed, every node up: wait for the open intents (deletes still running) to finish.
     {
