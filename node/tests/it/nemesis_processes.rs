@@ -85,7 +85,9 @@ fn client(c: Arc<LocalCluster>, run: Arc<Run>, rng: Arc<Mutex<Rng>>, stop: Arc<A
 fn histories_across_sigkills_of_real_processes_are_linearizable() {
     let (secs, seed) = campaign();
     eprintln!("nemesis (processes): {secs} s, EBB_NEMESIS_SEED={seed}");
-    let base = 24_000 + (std::process::id() % 900) as u16 * 10;
+    // Ports 24000-32299: below the kernel's ephemeral ports (32768 and up), which connections
+    // and listeners on port 0 take.
+    let base = 24_000 + (std::process::id() % 800) as u16 * 10;
     let c = Arc::new(LocalCluster::new(base));
     let started = c.script(&["3"]);
     assert!(started.contains("3 nodes running"), "{started}");
