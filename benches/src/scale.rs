@@ -437,9 +437,24 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
                         shifted(&batches[k % batches.len()..][..1], ns).swap_remove(0)
                     }
                 };
-                match a.post(&url).send(body.as_bytes()) {
-                    Ok(r) if r.status().is_success() => written.fetch_add(1, Ordering::Relaxed),
-                    _ => failed.fetch_add(1, Ordering::Relaxed),
+                let why = match a.post(&url).send(body.as_bytes()) {
+                    Ok(r) if r.status().is_success() => None,
+                    Ok(mut r) => {
+                        let text = r.body_mut().read_to_string().unwrap_or_default();
+                        Some(format!("{}: {text}", r.status()))
+                    }
+                    Err(e) => Some(e.to_string()),
+                };
+                match why {
+                    None => written.fetch_add(1, Ordering::Relaxed),
+                    Some(why) => {
+                        let n = failed.fetch_add(1, Ordering::Relaxed);
+                        if n < 5 {
+                            let at = started.elapsed().as_secs_f64();
+                            println!("  a write to {url} failed after {at:.1} s: {why}");
+                        }
+                        n
+                    }
                 };
                 k += 1;
             }

@@ -32,11 +32,16 @@ use segment::{encode_record, Segment};
 pub struct LogOptions {
     /// A new segment starts once the newest one holds this many bytes.
     pub segment_bytes: u64,
+    /// Most bytes of entries the leader reads for one AppendEntries to a follower (at least
+    /// one entry). Openraft gives an AppendEntries one heartbeat interval to complete; a
+    /// follower catching up on large entries gets them in pieces that fit, not in requests of
+    /// `max_payload_entries` that time out every time and are sent again.
+    pub send_bytes: usize,
 }
 
 impl Default for LogOptions {
     fn default() -> Self {
-        LogOptions { segment_bytes: 64 << 20 }
+        LogOptions { segment_bytes: 64 << 20, send_bytes: 1 << 20 }
     }
 }
 
@@ -130,15 +135,21 @@ impl LogStore {
         Ok(())
     }
 
-    /// Entries with indexes in `[start, end)` that are present.
-    fn read_range(&self, start: u64, end: u64) -> Result<Vec<Entry<TypeConfig>>, LogError> {
+    /// Entries with indexes in `[start, end)` that are present; with `budget`, only those up to
+    /// and including the one that brings their encoded bytes to `budget` (at least one).
+    fn read_range(
+        &self,
+        start: u64,
+        end: u64,
+        budget: Option<usize>,
+    ) -> Result<Vec<Entry<TypeConfig>>, LogError> {
         let st = self.shared.state.lock();
         let start = match st.meta.purged {
             Some(p) => start.max(p.index + 1),
             None => start,
         };
         let mut out = Vec::with_capacity(end.saturating_sub(start).min(4096) as usize);
-        let mut index = start;
+        let (mut index, mut bytes) = (start, 0usize);
         while index < end {
             let Some(seg) = st.segment_of(index) else {
                 index += 1;
@@ -146,7 +157,12 @@ impl LogStore {
             };
             let stop = end.min(seg.next_index());
             for i in index..stop {
-                out.push(decode(&seg.read(i)?)?);
+                let record = seg.read(i)?;
+                bytes = bytes.saturating_add(record.len());
+                out.push(decode(&record)?);
+                if budget.is_some_and(|b| bytes >= b) {
+                    return Ok(out);
+                }
             }
             index = stop;
         }
@@ -318,7 +334,16 @@ impl RaftLogReader<TypeConfig> for LogStore {
         if end == u64::MAX {
             end = self.shared.state.lock().last.map_or(0, |l| l.index + 1);
         }
-        self.read_range(start, end).map_err(read_err)
+        self.read_range(start, end, None).map_err(read_err)
+    }
+
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<Entry<TypeConfig>>, StorageError<NodeId>> {
+        let budget = self.shared.opts.send_bytes;
+        self.read_range(start, end, Some(budget)).map_err(read_err)
     }
 }
 

@@ -37,7 +37,8 @@ fn passes_the_openraft_storage_suite() {
 #[test]
 fn passes_the_suite_with_tiny_segments() {
     // A new segment every few entries: appends, truncation and purge cross segment boundaries.
-    Suite::test_all(Builder { opts: LogOptions { segment_bytes: 200 } }).expect("suite");
+    Suite::test_all(Builder { opts: LogOptions { segment_bytes: 200, ..Default::default() } })
+        .expect("suite");
 }
 
 fn entry(term: u64, index: u64) -> Entry<TypeConfig> {
@@ -64,7 +65,7 @@ async fn indexes(log: &mut LogStore) -> Vec<(u64, u64)> {
 #[tokio::test]
 async fn the_log_survives_reopening_after_truncate_and_purge() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let opts = LogOptions { segment_bytes: 300 };
+    let opts = LogOptions { segment_bytes: 300, ..Default::default() };
     {
         let mut log = LogStore::open(dir.path(), opts.clone()).expect("open");
         append(&mut log, (1..=20).map(|i| entry(1, i)).collect()).await;
@@ -121,7 +122,9 @@ async fn a_torn_append_is_cut_off_and_damage_is_reported() {
     // corruption, and opening refuses.
     let dir = tempfile::tempdir().expect("tempdir");
     {
-        let mut log = LogStore::open(dir.path(), LogOptions { segment_bytes: 200 }).expect("open");
+        let mut log =
+            LogStore::open(dir.path(), LogOptions { segment_bytes: 200, ..Default::default() })
+                .expect("open");
         for i in 1..=6 {
             append(&mut log, vec![entry(1, i)]).await;
         }
@@ -130,7 +133,7 @@ async fn a_torn_append_is_cut_off_and_damage_is_reported() {
     let mut data = std::fs::read(&seg).expect("read");
     data[40] ^= 0x10;
     std::fs::write(&seg, &data).expect("write");
-    match LogStore::open(dir.path(), LogOptions { segment_bytes: 200 }) {
+    match LogStore::open(dir.path(), LogOptions { segment_bytes: 200, ..Default::default() }) {
         Err(e) => assert!(e.to_string().contains("corrupt"), "{e}"),
         Ok(_) => panic!("a damaged record in an older segment must not be cut off as torn"),
     }
@@ -151,7 +154,7 @@ async fn records(entries: Vec<Entry<TypeConfig>>) -> Vec<u8> {
 async fn a_power_cut_keeps_every_flushed_entry_and_the_log_opens() {
     use ebb_storage::durable::{Loss, PowerCut};
     use std::io::Write;
-    let opts = LogOptions { segment_bytes: 1500 };
+    let opts = LogOptions { segment_bytes: 1500, ..Default::default() };
     let unacked = records((41..=70).map(|i| entry(1, i)).collect()).await;
     let mut extra_kept = std::collections::BTreeSet::new();
     for seed in 0..12u64 {
@@ -188,4 +191,34 @@ async fn a_power_cut_keeps_every_flushed_entry_and_the_log_opens() {
         assert_eq!(indexes(&mut log).await.last(), Some(&(2, next)));
     }
     assert!(extra_kept.len() > 2, "torn cuts keep varying prefixes: {extra_kept:?}");
+}
+
+#[tokio::test]
+async fn a_follower_is_sent_its_entries_in_pieces_of_the_send_budget() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = LogOptions { send_bytes: 1000, ..Default::default() };
+    let mut log = LogStore::open(dir.path(), opts).expect("open");
+    let sized = |index: u64, bytes: usize| Entry {
+        log_id: LogId::new(openraft::CommittedLeaderId::new(1, 1), index),
+        payload: EntryPayload::Normal(Command::Batch(vec![7; bytes])),
+    };
+    // Entries 1-3 of about 300 bytes, 4 of 5000, 5-10 of 50.
+    let mut entries: Vec<_> = (1..=3).map(|i| sized(i, 300)).collect();
+    entries.push(sized(4, 5000));
+    entries.extend((5..=10).map(|i| sized(i, 50)));
+    append(&mut log, entries).await;
+    let got = |v: Vec<Entry<TypeConfig>>| v.iter().map(|e| e.log_id.index).collect::<Vec<_>>();
+    // Up to and including the entry that reaches the budget.
+    let first = log.limited_get_log_entries(1, 11).await.expect("read");
+    assert_eq!(got(first), vec![1, 2, 3, 4]);
+    // An entry larger than the budget goes alone.
+    assert_eq!(got(log.limited_get_log_entries(4, 11).await.expect("read")), vec![4]);
+    // Small entries go together, up to the end asked for.
+    assert_eq!(
+        got(log.limited_get_log_entries(5, 11).await.expect("read")),
+        (5..=10).collect::<Vec<_>>()
+    );
+    assert_eq!(got(log.limited_get_log_entries(5, 8).await.expect("read")), vec![5, 6, 7]);
+    // Reads for anything else are not limited.
+    assert_eq!(got(log.try_get_log_entries(1..11).await.expect("read")).len(), 10);
 }
