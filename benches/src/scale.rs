@@ -156,6 +156,33 @@ impl Drop for CpuShare {
     }
 }
 
+/// Stops the nodes a killed run left in its cgroups (`ebb-scale-<pid>-<i>` of a bench process
+/// that is gone) and removes those cgroups: left running, they take CPU from this run's nodes.
+fn reap_stale() {
+    for root in ["/sys/fs/cgroup", "/sys/fs/cgroup/cpu"] {
+        let Ok(dirs) = std::fs::read_dir(root) else { continue };
+        for d in dirs.flatten() {
+            let name = d.file_name().to_string_lossy().into_owned();
+            let owner = name.strip_prefix("ebb-scale-").and_then(|r| r.split('-').next());
+            let Some(owner) = owner else { continue };
+            if owner.parse::<u32>().is_err() || Path::new("/proc").join(owner).exists() {
+                continue;
+            }
+            let procs = std::fs::read_to_string(d.path().join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.split_whitespace() {
+                let _ = std::process::Command::new("kill").args(["-9", pid]).status();
+                println!("  stopped process {pid}, left in {} by a killed run", d.path().display());
+            }
+            for _ in 0..50 {
+                if std::fs::remove_dir(d.path()).is_ok() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
 /// One node's load as `system.nodes` shows it.
 #[derive(Debug, Clone, Copy)]
 struct NodeLoad {
@@ -382,6 +409,7 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
         snapshot_every: 10_000,
         move_rate: MoveRate::Default,
     };
+    reap_stale();
     let tag = std::process::id();
     let shares: Vec<CpuShare> = (0..6)
         .map(|i| CpuShare::new(&format!("ebb-scale-{tag}-{i}"), s.share))
