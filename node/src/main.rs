@@ -80,6 +80,10 @@ enum Command {
         /// EBB_RAFT_SNAPSHOT_EVERY]. Smaller: shorter logs on disk, more snapshots.
         #[arg(long)]
         raft_snapshot_every: Option<u64>,
+        /// How often a shard's Raft leader sends heartbeats, e.g. 100ms or 1s; followers call
+        /// an election after 5 to 10 missed ones [default: 300ms; env EBB_RAFT_HEARTBEAT].
+        #[arg(long)]
+        raft_heartbeat: Option<String>,
         /// A shard larger than this splits in two, e.g. 16GiB or none [default: 16GiB; env
         /// EBB_SPLIT_SHARD_BYTES].
         #[arg(long)]
@@ -333,6 +337,7 @@ fn main() -> ExitCode {
             shards,
             replication,
             raft_snapshot_every,
+            raft_heartbeat,
             split_shard_bytes,
             split_shard_rows,
             move_rate,
@@ -371,6 +376,7 @@ fn main() -> ExitCode {
                 shards,
                 replication,
                 raft_snapshot_every,
+                raft_heartbeat,
                 split_shard_bytes,
                 split_shard_rows,
                 move_rate,
@@ -498,6 +504,7 @@ fn check(file: Option<PathBuf>, flags: Overrides) -> Result<(), NodeError> {
     );
     if c.cluster_mode() {
         println!("  writes durable: fsynced in the Raft log of a majority before acknowledged");
+        println!("  Raft heartbeats every {:?}, elections after 5-10 missed", c.raft_heartbeat);
     } else {
         println!("  WAL sync {}", ebb_node::config::durability::describe(c.sync));
     }

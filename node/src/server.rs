@@ -165,12 +165,9 @@ impl Server {
                 .map(|b| ebb_storage::WriteBudget::new(usize::try_from(b).unwrap_or(usize::MAX))),
             ..Options::default()
         };
-        let groups = ebb_raft::GroupOptions::new(
-            Duration::from_millis(100),
-            config.raft_snapshot_every,
-            engine,
-        )
-        .map_err(|e| NodeError::Cluster(e.to_string()))?;
+        let groups =
+            ebb_raft::GroupOptions::new(config.raft_heartbeat, config.raft_snapshot_every, engine)
+                .map_err(|e| NodeError::Cluster(e.to_string()))?;
         let cc = ClusterConfig {
             data_dir: dir,
             advertise_grpc: advertise.clone(),

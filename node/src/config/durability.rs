@@ -22,7 +22,11 @@ pub(super) fn sync_mode(
     current: SyncMode,
 ) -> Result<SyncMode> {
     let every = match interval {
-        Some(s) => parse_interval(s)?,
+        Some(s) => super::parse::interval(
+            "sync_interval",
+            s,
+            Duration::from_millis(1)..=Duration::from_secs(60),
+        )?,
         None => match current {
             SyncMode::Interval(d) => d,
             _ => DEFAULT_INTERVAL,
@@ -44,25 +48,6 @@ pub(super) fn sync_mode(
             "sync: {other:?} is not one of \"always\", \"interval\" or \"none\""
         ))),
     }
-}
-
-fn parse_interval(s: &str) -> Result<Duration> {
-    let t = s.trim();
-    let (digits, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => t.split_at(i),
-        None => (t, "ms"),
-    };
-    let n: u64 =
-        digits.parse().map_err(|_| super::bad(format!("sync_interval: not a duration: {s:?}")))?;
-    let d = match unit.trim() {
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        _ => return Err(super::bad(format!("sync_interval: use ms or s: {s:?}"))),
-    };
-    if d.is_zero() || d > Duration::from_secs(60) {
-        return Err(super::bad("sync_interval must be between 1 ms and 60 s"));
-    }
-    Ok(d)
 }
 
 /// The free space kept for deletes, erasures, drops and compactions: writes that add data are

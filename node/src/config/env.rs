@@ -21,6 +21,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("EBB_SHARDS", "shards"),
     ("EBB_REPLICATION", "replication"),
     ("EBB_RAFT_SNAPSHOT_EVERY", "raft_snapshot_every"),
+    ("EBB_RAFT_HEARTBEAT", "raft_heartbeat"),
     ("EBB_SPLIT_SHARD_BYTES", "split_shard_bytes"),
     ("EBB_SPLIT_SHARD_ROWS", "split_shard_rows"),
     ("EBB_MOVE_RATE", "move_rate"),

@@ -21,6 +21,7 @@
 //! shards = 4                     # shards a new cluster starts with (they split as it grows)
 //! replication = 3                # replicas per shard of a new cluster
 //! raft_snapshot_every = 10000    # Raft log entries between snapshots of a shard
+//! raft_heartbeat = "300ms"       # Raft heartbeats; elections after 5-10 missed
 //! split_shard_bytes = "16GiB"    # a shard larger than this splits ("none": never for size)
 //! split_shard_rows = 200000      # ... or one writing more rows a second, for a minute
 //! move_rate = "64MiB"            # bytes a second a node sends moving replicas at
@@ -58,6 +59,11 @@ use serde::Deserialize;
 use crate::error::Result;
 use crate::tls::{CertFiles, ClusterFiles};
 use parse::{bad, boolean, bytes};
+
+/// The default of [`Config::raft_heartbeat`].
+/// (A shorter one fails over sooner; each heartbeat costs every shard's leader an RPC per
+/// follower, and on a saturated node an AppendEntries that takes longer is sent again.)
+pub const DEFAULT_RAFT_HEARTBEAT: Duration = Duration::from_millis(300);
 
 pub mod durability;
 mod env;
@@ -110,6 +116,9 @@ pub struct Config {
     /// Raft log entries between two snapshots of a shard (the log before a snapshot is purged,
     /// so a replica that falls further behind, or a new one, is sent the snapshot).
     pub raft_snapshot_every: u64,
+    /// How often a shard's Raft leader sends heartbeats. A follower that hears nothing for 5
+    /// to 10 of them calls an election, and a leader gives one AppendEntries this long.
+    pub raft_heartbeat: Duration,
     /// This node's name (in Kubernetes, the pod's name).
     pub node_name: Option<String>,
     /// The node that creates the cluster when its data directory is new and no node of `join`
@@ -208,6 +217,7 @@ impl Default for Config {
             shards: 4,
             replication: 3,
             raft_snapshot_every: 10_000,
+            raft_heartbeat: DEFAULT_RAFT_HEARTBEAT,
             scaling: Default::default(),
             node_name: None,
             init_node: None,
@@ -264,6 +274,8 @@ pub struct Overrides {
     pub replication: Option<u32>,
     /// See [`Config::raft_snapshot_every`].
     pub raft_snapshot_every: Option<u64>,
+    /// See [`Config::raft_heartbeat`] (`"300ms"`, `"1s"`).
+    pub raft_heartbeat: Option<String>,
     /// See [`scaling::Scaling::split_bytes`] (`"16GiB"`, or `"none"`).
     pub split_shard_bytes: Option<String>,
     /// See [`scaling::Scaling::split_rows_per_sec`] (rows a second, or `"none"`).
@@ -367,6 +379,7 @@ impl Overrides {
                 "EBB_SPLIT_SHARD_ROWS" => o.split_shard_rows = Some(v),
                 "EBB_MOVE_RATE" => o.move_rate = Some(v),
                 "EBB_MEMTABLE_BUDGET" => o.memtable_budget = Some(v),
+                "EBB_RAFT_HEARTBEAT" => o.raft_heartbeat = Some(v),
                 "EBB_RAFT_SNAPSHOT_EVERY" => {
                     o.raft_snapshot_every =
                         Some(v.parse().map_err(|_| bad(format!("{var}: not a number: {v:?}")))?)
@@ -462,6 +475,10 @@ impl Overrides {
                 return Err(bad("raft_snapshot_every must be between 16 and 10000000"));
             }
             c.raft_snapshot_every = n;
+        }
+        if let Some(h) = &self.raft_heartbeat {
+            let range = Duration::from_millis(10)..=Duration::from_secs(10);
+            c.raft_heartbeat = parse::interval("raft_heartbeat", h, range)?;
         }
         if let Some(n) = &self.node_name {
             c.node_name = (!n.is_empty()).then(|| n.clone());

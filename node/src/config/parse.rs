@@ -22,6 +22,34 @@ pub(super) fn bytes(what: &str, s: &str) -> Result<usize> {
         .ok_or_else(|| bad(format!("{what}: {s:?} is out of range")))
 }
 
+/// A duration from `"100ms"`, `"2s"` or a plain number of milliseconds, within `range`.
+pub(super) fn interval(
+    what: &str,
+    s: &str,
+    range: std::ops::RangeInclusive<std::time::Duration>,
+) -> Result<std::time::Duration> {
+    use std::time::Duration;
+    let t = s.trim();
+    let (digits, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => t.split_at(i),
+        None => (t, "ms"),
+    };
+    let n: u64 = digits.parse().map_err(|_| bad(format!("{what}: not a duration: {s:?}")))?;
+    let d = match unit.trim() {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        _ => return Err(bad(format!("{what}: use ms or s: {s:?}"))),
+    };
+    if !range.contains(&d) {
+        return Err(bad(format!(
+            "{what} must be between {:?} and {:?}",
+            range.start(),
+            range.end()
+        )));
+    }
+    Ok(d)
+}
+
 pub(super) fn boolean(var: &str, v: &str) -> Result<bool> {
     match v {
         "1" | "true" | "yes" => Ok(true),

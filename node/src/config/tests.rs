@@ -63,3 +63,19 @@ fn layers_apply_in_order() {
     let cluster = Overrides { cluster_ca: Some("/ca.pem".into()), ..Default::default() };
     assert!(resolve(None, &cluster, &Overrides::default()).is_err());
 }
+
+#[test]
+fn raft_heartbeat_is_a_bounded_duration() {
+    let resolved = |v: &str| {
+        let env = Overrides::from_env(|k| (k == "EBB_RAFT_HEARTBEAT").then(|| v.to_string()));
+        resolve(None, &env.expect("env"), &Overrides::default()).map(|c| c.raft_heartbeat)
+    };
+    assert_eq!(Config::default().raft_heartbeat, DEFAULT_RAFT_HEARTBEAT);
+    assert_eq!(resolved("250ms").expect("250ms"), Duration::from_millis(250));
+    assert_eq!(resolved("2s").expect("2s"), Duration::from_secs(2));
+    assert_eq!(resolved("400").expect("plain ms"), Duration::from_millis(400));
+    for bad in ["5ms", "11s", "fast", "1h", ""] {
+        let err = resolved(bad).expect_err(bad).to_string();
+        assert!(err.contains("raft_heartbeat"), "{bad}: {err}");
+    }
+}
