@@ -146,6 +146,32 @@ impl Metrics {
             "Bytes in the active memtable.",
             sum(&|s| s.memtable_bytes as u64),
         );
+        if let Some(b) =
+            engines.iter().find_map(|(_, db)| db.engine().options().write_budget.clone())
+        {
+            line(
+                &mut o,
+                "ebb_memtable_budget_used_bytes",
+                "gauge",
+                "Memtable bytes (active and sealed) of the engines sharing the memtable budget, \
+                 as they last reported them; past the limit, written engines flush early.",
+                b.used() as u64,
+            );
+            line(
+                &mut o,
+                "ebb_memtable_budget_limit_bytes",
+                "gauge",
+                "The memtable budget.",
+                b.limit() as u64,
+            );
+            line(
+                &mut o,
+                "ebb_memtable_budget_engines",
+                "gauge",
+                "Engines sharing the memtable budget (shard replicas, open or closing).",
+                b.engines() as u64,
+            );
+        }
         line(&mut o, "ebb_flushes_total", "counter", "Memtable flushes.", sum(&|s| s.flushes));
         line(&mut o, "ebb_compactions_total", "counter", "Compactions.", sum(&|s| s.compactions));
         line(

@@ -174,6 +174,14 @@ async fn postgres_protocol_insert_and_leaders_over_the_cluster() {
     assert!(text.contains(&format!("ebb_shard_replicas {held_here}\n")), "{text}");
     assert!(text.contains("ebb_raft_append_bytes_received_total"), "{text}");
     assert!(text.contains("ebb_last_seq{shard="), "{text}");
+    // The memtable budget all replicas share: one engine per replica held, and what they hold.
+    let gauge = |name: &str| -> f64 {
+        let line = text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or("");
+        line.split(' ').nth(1).and_then(|v| v.parse().ok()).unwrap_or(-1.0)
+    };
+    assert_eq!(gauge("ebb_memtable_budget_limit_bytes"), (512u64 << 20) as f64, "{text}");
+    assert!(gauge("ebb_memtable_budget_engines") >= held_here as f64, "{text}");
+    assert!(gauge("ebb_memtable_budget_used_bytes") > 0.0, "{text}");
 
     for s in servers {
         s.shutdown().await.expect("shutdown");

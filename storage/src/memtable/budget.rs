@@ -41,6 +41,11 @@ impl WriteBudget {
         self.used.load(Ordering::Relaxed)
     }
 
+    /// Engines open with it.
+    pub fn engines(&self) -> usize {
+        self.engines.load(Ordering::Relaxed)
+    }
+
     /// True if the engines hold more than the limit.
     pub fn spent(&self) -> bool {
         self.used() > self.limit
