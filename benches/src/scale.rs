@@ -229,6 +229,32 @@ fn split_to(c: &Cluster, from: u32, to: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// Waits until every replica has persisted the deletes of the splits' trims (each half drops
+/// the other's rows within a deadline of its own: compactions, then a snapshot that moves the
+/// Raft log past them), so the load after a growth measures the grown cluster rather than its
+/// cleanup. Prints how long it took; gives up after 5 minutes.
+fn wait_trims_persisted(c: &Cluster) -> Result<(), String> {
+    let started = Instant::now();
+    let q =
+        "SELECT count(*) FROM system.deletions WHERE issued_by = 'split' AND status <> 'persisted'";
+    loop {
+        let left = c.sql(0, q)?;
+        let left = left.first().and_then(|r| r.first()).and_then(|v| v.parse::<u64>().ok());
+        if left == Some(0) {
+            println!(
+                "  split trims persisted on every replica after {:.1} s more",
+                started.elapsed().as_secs_f64()
+            );
+            return Ok(());
+        }
+        if started.elapsed() > Duration::from_secs(300) {
+            println!("  split trims not all persisted after 5 minutes ({left:?} left); going on");
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 /// CPU seconds (user and system) each node's process has used so far, from `/proc/PID/stat`
 /// (in clock ticks of 1/100 s, Linux's `USER_HZ`); 0 where it cannot be read.
 fn cpu_per_node(c: &Cluster) -> Vec<f64> {
@@ -496,7 +522,9 @@ pub fn run(work: &Path, s: &Settings) -> Result<(), String> {
             }
             wait_balanced(&c, "6 nodes")?;
             split_to(&c, s.shards, s.split_to)?;
-            wait_balanced(&c, "6 nodes, split")
+            let balanced = wait_balanced(&c, "6 nodes, split")?;
+            wait_trims_persisted(&c)?;
+            Ok(balanced)
         })();
         stop.store(true, Ordering::Relaxed);
         result
