@@ -33,7 +33,7 @@ pub struct LogOptions {
     /// A new segment starts once the newest one holds this many bytes.
     pub segment_bytes: u64,
     /// Most bytes of entries the leader reads for one AppendEntries to a follower (at least
-    /// one entry). Openraft gives an AppendEntries one heartbeat interval to complete; a
+    /// one entry: one larger than this goes alone). Openraft gives an AppendEntries one heartbeat interval to complete; a
     /// follower catching up on large entries gets them in pieces that fit, not in requests of
     /// `max_payload_entries` that time out every time and are sent again.
     pub send_bytes: usize,
@@ -135,8 +135,8 @@ impl LogStore {
         Ok(())
     }
 
-    /// Entries with indexes in `[start, end)` that are present; with `budget`, only those up to
-    /// and including the one that brings their encoded bytes to `budget` (at least one).
+    /// Entries with indexes in `[start, end)` that are present; with `budget`, only as many as
+    /// fit in `budget` encoded bytes (at least one: an entry larger than the budget goes alone).
     fn read_range(
         &self,
         start: u64,
@@ -157,12 +157,11 @@ impl LogStore {
             };
             let stop = end.min(seg.next_index());
             for i in index..stop {
-                let record = seg.read(i)?;
-                bytes = bytes.saturating_add(record.len());
-                out.push(decode(&record)?);
-                if budget.is_some_and(|b| bytes >= b) {
+                bytes = bytes.saturating_add(seg.record_len(i) as usize);
+                if budget.is_some_and(|b| bytes > b) && !out.is_empty() {
                     return Ok(out);
                 }
+                out.push(decode(&seg.read(i)?)?);
             }
             index = stop;
         }

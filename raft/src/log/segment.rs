@@ -159,6 +159,12 @@ impl Segment {
         Ok(())
     }
 
+    /// The length of record `index` (header included), without reading it; `index` must be
+    /// in the segment.
+    pub fn record_len(&self, index: u64) -> u32 {
+        self.records[(index - self.first) as usize].1
+    }
+
     /// The payload of the record of `index` (which it must contain).
     pub fn read(&self, index: u64) -> Result<Vec<u8>, LogError> {
         let (at, total) = self.records[(index - self.first) as usize];
