@@ -56,7 +56,10 @@ impl LogPurger {
             let g = g.clone();
             blocking(move || {
                 g.replica.refresh_log_clearance(g.log.first_stored()).map_err(|e| e.to_string())?;
-                g.replica.engine().awaiting_log().map_err(|e| e.to_string())
+                // A delete a snapshot being received (or a replaced engine still read) holds
+                // data of waits for that copy to go, whatever a compaction does.
+                let fixed = g.replica.fixed_copies_clearance();
+                g.replica.engine().awaiting_log(&fixed).map_err(|e| e.to_string())
             })
             .await?
         };

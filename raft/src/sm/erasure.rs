@@ -101,6 +101,26 @@ impl Replica {
         Ok(c)
     }
 
+    /// What the copies a log compaction leaves in place are clear of: snapshots being
+    /// received, and engine directories replaced by a snapshot that a reader still holds
+    /// (a compaction replaces the snapshots this replica built, and purges the log).
+    pub fn fixed_copies_clearance(&self) -> LogClearance {
+        let snapshots = self.root.join("snapshots");
+        let fixed: Vec<LogClearance> = self
+            .other_data_dirs()
+            .into_iter()
+            .filter(|(d, _)| !d.starts_with(&snapshots))
+            .map(|(_, c)| c)
+            .collect();
+        let below = fixed.iter().map(|c| c.below).min().unwrap_or(u64::MAX);
+        let also = fixed
+            .iter()
+            .flat_map(|c| c.also.iter().copied())
+            .filter(|id| *id >= below && fixed.iter().all(|c| c.is_clear(*id)))
+            .collect();
+        LogClearance { below, also }
+    }
+
     /// Removes every snapshot but the current one (the one before it may be streaming to a
     /// follower, which then starts over with the current one), and received snapshots left
     /// behind by transfers that stopped more than `stale` ago.

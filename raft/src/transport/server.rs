@@ -185,8 +185,19 @@ impl RaftRpc for RaftService {
             bytes = received.descriptor.total_bytes(),
             "received a snapshot"
         );
+        let dir = received.snapshot.dir().to_path_buf();
         let snapshot =
             Snapshot { meta: received.descriptor.meta, snapshot: Box::new(received.snapshot) };
-        reply(&g.raft.install_full_snapshot(received.vote, snapshot).await)
+        let result = g.raft.install_full_snapshot(received.vote, snapshot).await;
+        // Openraft answers once it installed the snapshot, which moves its directory, or
+        // decided not to (a stale vote, or a replica already past it): files still here are
+        // unused, and would hold back deletes until removed.
+        if dir.exists() {
+            tracing::info!(dir = %dir.display(), "removing a received snapshot not installed");
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                tracing::warn!(dir = %dir.display(), %e, "removing a received snapshot");
+            }
+        }
+        reply(&result)
     }
 }

@@ -1,9 +1,13 @@
 //! Snapshot streaming: the sender reads the snapshot's files in chunks after a header holding
 //! the leader's vote and the snapshot descriptor; the receiver writes them into a fresh
 //! directory of the group's replica and validates every file before the snapshot is
-//! installed.
+//! installed. A receive that fails or is dropped part way removes its directory at once: a
+//! partial copy of the leader's files may hold values of any delete, and would keep every
+//! delete on the replica from being persisted until it was cleared away.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use futures::{Stream, StreamExt};
 
 use openraft::{Snapshot, Vote};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -85,19 +89,51 @@ pub(crate) struct Received {
     pub snapshot: ShardSnapshot,
 }
 
+/// A directory being received into: removed when dropped unless [`Partial::keep`] was called
+/// (a receive that fails, or whose call is dropped, leaves nothing behind).
+struct Partial(Option<PathBuf>);
+
+impl Partial {
+    fn path(&self) -> &Path {
+        self.0.as_deref().unwrap_or(Path::new(""))
+    }
+
+    fn keep(mut self) -> PathBuf {
+        self.0.take().unwrap_or_default()
+    }
+}
+
+impl Drop for Partial {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.take() {
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(dir = %dir.display(), %e, "removing a partly received snapshot");
+                }
+            }
+        }
+    }
+}
+
 /// Receives the files after `header` into a fresh incoming directory of `replica`, then
-/// validates them against the descriptor.
-pub(crate) async fn receive(
+/// validates them against the descriptor. On failure, or if the returned future is dropped,
+/// the directory is removed.
+pub(crate) async fn receive<S>(
     replica: &Replica,
     header: SnapshotHeader,
-    mut stream: tonic::Streaming<SnapshotChunk>,
-) -> Result<Received, String> {
+    mut stream: S,
+) -> Result<Received, String>
+where
+    S: Stream<Item = Result<SnapshotChunk, tonic::Status>> + Unpin,
+{
     let vote: Vote<NodeId> = postcard::from_bytes(&header.vote).map_err(|e| e.to_string())?;
     let d = Descriptor::decode(&header.descriptor, replica.root()).map_err(|e| e.to_string())?;
-    let dir = replica.incoming_dir(&d.meta.snapshot_id).map_err(|e| e.to_string())?;
+    let partial =
+        Partial(Some(replica.incoming_dir(&d.meta.snapshot_id).map_err(|e| e.to_string())?));
+    let dir = partial.path();
     let mut current: Option<(usize, tokio::fs::File, u64)> = None;
     let mut next_file = 0usize;
-    while let Some(chunk) = stream.message().await.map_err(|e| e.to_string())? {
+    while let Some(chunk) = stream.next().await.transpose().map_err(|e| e.to_string())? {
         let Some(Kind::Data(c)) = chunk.kind else {
             return Err("a second snapshot header".into());
         };
@@ -140,21 +176,108 @@ pub(crate) async fn receive(
         create(&dir.join(&rest.name)).await?;
     }
     let encoded = d.encode().map_err(|e| e.to_string())?;
-    let snapshot = ShardSnapshot::at(dir.clone());
-    let check = snapshot.clone();
+    let check = ShardSnapshot::at(dir.to_path_buf());
     tokio::task::spawn_blocking(move || {
         write_atomic(&check.dir().join(DESCRIPTOR), &encoded)?;
         check.validate()
     })
     .await
     .map_err(|e| e.to_string())?
-    .map_err(|e| {
-        let _ = std::fs::remove_dir_all(&dir);
-        e.to_string()
-    })?;
-    Ok(Received { vote, descriptor: d, snapshot })
+    .map_err(|e| e.to_string())?;
+    Ok(Received { vote, descriptor: d, snapshot: ShardSnapshot::at(partial.keep()) })
 }
 
 async fn create(path: &PathBuf) -> Result<tokio::fs::File, String> {
     tokio::fs::File::create(path).await.map_err(|e| format!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use ebb_storage::{Options, WriteBatch};
+    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Membership};
+
+    use super::*;
+    use crate::types::Command;
+
+    /// A replica with a few applied entries, flushed, and one of its snapshots.
+    fn source(dir: &Path) -> (Arc<Replica>, Snapshot<TypeConfig>) {
+        let r = Replica::open(dir, Options::default()).unwrap();
+        let id = |i| LogId::new(CommittedLeaderId::new(1, 1), i);
+        let mut entries = vec![Entry {
+            log_id: id(0),
+            payload: EntryPayload::Membership(Membership::new(vec![[1, 2].into()], None)),
+        }];
+        for i in 1..=4u64 {
+            let mut b = WriteBatch::new();
+            for s in 0..50u64 {
+                b.put(
+                    [7, 0, 0, 0].iter().chain(&s.to_be_bytes()).copied().collect::<Vec<_>>(),
+                    i.to_string(),
+                );
+            }
+            entries.push(Entry {
+                log_id: id(i),
+                payload: EntryPayload::Normal(Command::Batch(b.to_bytes())),
+            });
+            r.apply(entries.drain(..)).unwrap();
+            r.engine().flush().unwrap();
+        }
+        let (d, snap) = r.build_snapshot().unwrap();
+        (r, Snapshot { meta: d.meta, snapshot: Box::new(snap) })
+    }
+
+    /// The header and the data chunks of `snapshot` as sent.
+    async fn chunks(snapshot: &Snapshot<TypeConfig>) -> (SnapshotHeader, Vec<SnapshotChunk>) {
+        let vote = Vote::new_committed(1, 1);
+        let (stream, _) = send(1, 2, &vote, snapshot, Arc::default()).await.unwrap();
+        let mut all: Vec<SnapshotChunk> = stream.collect().await;
+        let Some(Kind::Header(h)) = all.remove(0).kind else { panic!("no header first") };
+        (h, all)
+    }
+
+    fn incoming(r: &Replica) -> usize {
+        std::fs::read_dir(r.root().join("incoming")).map_or(0, |d| d.count())
+    }
+
+    #[tokio::test]
+    async fn a_receive_that_fails_or_is_dropped_part_way_leaves_no_files() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (_src, snapshot) = source(a.path());
+        let (header, data) = chunks(&snapshot).await;
+        assert!(data.len() > 1, "the test needs a snapshot of several chunks");
+        let dest = Replica::open(b.path(), Options::default()).unwrap();
+
+        // The sender's call ends with an error after the first chunk.
+        let cut =
+            futures::stream::iter([Ok(data[0].clone()), Err(tonic::Status::cancelled("gone"))]);
+        assert!(receive(&dest, header.clone(), cut).await.is_err());
+        assert_eq!(incoming(&dest), 0);
+
+        // The call is dropped while the receive waits for more.
+        let stalled =
+            futures::stream::iter([Ok(data[0].clone())]).chain(futures::stream::pending());
+        let late = tokio::time::timeout(
+            Duration::from_millis(200),
+            receive(&dest, header.clone(), stalled),
+        );
+        assert!(late.await.is_err());
+        assert_eq!(incoming(&dest), 0);
+
+        // A stream that ends early is refused, with nothing left either.
+        let short = futures::stream::iter(data[..1].iter().cloned().map(Ok));
+        assert!(receive(&dest, header.clone(), short).await.is_err());
+        assert_eq!(incoming(&dest), 0);
+
+        // The whole stream is received and kept for the install.
+        let whole = futures::stream::iter(data.into_iter().map(Ok));
+        let got = receive(&dest, header, whole).await.unwrap();
+        assert_eq!(incoming(&dest), 1);
+        assert_eq!(got.descriptor.meta, snapshot.meta);
+        got.snapshot.validate().unwrap();
+    }
 }

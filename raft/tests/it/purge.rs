@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::harness::{key, Cluster};
 use ebb_raft::transport::GroupHandle;
-use ebb_raft::LogPurger;
+use ebb_raft::{LogPurger, PurgeOutcome};
 use ebb_storage::{DeleteRequest, WriteBatch};
 
 const T: Duration = Duration::from_secs(20);
@@ -167,4 +167,53 @@ async fn a_new_replica_keeps_the_deadline_of_a_pending_delete() {
         c.assert_replicas_identical();
         c.shutdown().await;
     }
+}
+
+/// A snapshot being received may hold any deleted value, so it holds back every delete on its
+/// replica; compacting the log cannot change that, so the purger waits rather than compacting
+/// over and over, and persists the delete once the receive is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_snapshot_being_received_holds_deletes_back_without_compactions() {
+    let mut c = Cluster::new(10_000);
+    for id in 1..=3 {
+        c.start(id).await;
+    }
+    c.initialize(&[1, 2, 3]).await;
+    let mut b = WriteBatch::new();
+    for j in 0..500u64 {
+        b.put(key(1, j), format!("secret-{j:05}"));
+    }
+    c.write(&b, T).await.unwrap();
+    let deadline = now_ms() + 60_000;
+    let mut b = WriteBatch::new();
+    b.delete_range(key(1, 0), key(1, 500)).set_issued_at(now_ms()).set_request(DeleteRequest {
+        id: 7,
+        kind: "delete".into(),
+        text: "rows 0..500".into(),
+        rows: 500,
+        deadline_ms: Some(deadline),
+        issued_by: String::new(),
+    });
+    let seq = c.write(&b, T).await.unwrap().seq;
+    c.wait_converged(T).await;
+    let n = c.nodes.values().next().unwrap();
+    n.group.replica.engine().flush().unwrap();
+    n.group.replica.engine().compact_range(None, None).unwrap();
+    let receiving = n.group.replica.incoming_dir("receiving").unwrap();
+    std::fs::write(receiving.join("00000009.sst"), b"partial").unwrap();
+    let p = LogPurger::new(Duration::from_secs(1));
+    let before = n.group.log.first_stored();
+    for _ in 0..3 {
+        assert_eq!(p.tick(&n.group, now_ms()).await.unwrap(), PurgeOutcome::Idle);
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+    }
+    assert_eq!(n.group.log.first_stored(), before, "no compaction while the copy is there");
+    assert!(n.group.replica.engine().delete_requests()[0].persisted_at_ms.is_none());
+    std::fs::remove_dir_all(&receiving).unwrap();
+    assert!(matches!(p.tick(&n.group, now_ms()).await.unwrap(), PurgeOutcome::Compacted(_)));
+    p.tick(&n.group, now_ms()).await.unwrap();
+    let r = &n.group.replica.engine().delete_requests()[0];
+    assert!(r.persisted_at_ms.is_some_and(|at| at <= deadline), "{r:?}");
+    assert_eq!(found(&n.group, &[seq]), (0, 0, 0));
+    c.shutdown().await;
 }

@@ -84,9 +84,11 @@ impl Engine {
     }
 
     /// With an external log: the earliest deadline of a pending delete that the engine itself
-    /// no longer holds data of but the caller's log or copies still hold (`None`: none). The
-    /// caller purges its log (and replaces its snapshots) when this is near.
-    pub fn awaiting_log(&self) -> Result<Option<u64>> {
+    /// no longer holds data of but the caller's log or copies still hold, counting only the
+    /// deletes `fixed` clears (`fixed`: what the copies a purge of the log does not replace
+    /// are clear of; `None`: none such). The caller purges its log (and replaces its
+    /// snapshots) when this is near: a delete `fixed` does not clear would wait all the same.
+    pub fn awaiting_log(&self, fixed: &LogClearance) -> Result<Option<u64>> {
         let inner = &self.inner;
         if !inner.opts.external_log {
             return Ok(None);
@@ -100,7 +102,7 @@ impl Engine {
             .take_while(|d| d.id < engine.below)
             .chain(engine.also.iter().filter_map(|id| ledger.get(*id)))
             .chain(executed.iter().filter_map(|id| ledger.get(*id)))
-            .filter(|d| !clear.is_clear(d.id) && !d.is_persisted());
+            .filter(|d| !clear.is_clear(d.id) && !d.is_persisted() && fixed.is_clear(d.id));
         Ok(held.map(|d| d.deadline_ms).min())
     }
 }
