@@ -3,11 +3,13 @@
 //!
 //! The log is the group's write-ahead log: it holds every written value until it is purged,
 //! which openraft does only some way behind its snapshots. A replica's engine tells when a
-//! delete it has itself persisted is held back only by the log or a snapshot
-//! ([`ebb_storage::Engine::awaiting_log`]); [`LogPurger::tick`] then compacts the log: it ends
-//! the newest segment, waits for the replica to apply everything in the log, builds a
-//! snapshot (whose files the engine has already cleared), removes the older snapshots, and
-//! purges the log up to the snapshot, which removes every segment before the new one.
+//! delete it has itself persisted is held back only by the log or a snapshot the replica built
+//! ([`ebb_storage::Engine::awaiting_log`]; one a snapshot being received holds back waits for
+//! that receive, which removes its files if it fails); [`LogPurger::tick`] then compacts the
+//! log: it ends the newest segment, waits for the replica to apply everything in the log,
+//! builds a snapshot (whose files the engine has already cleared), removes the older
+//! snapshots, and purges the log up to the snapshot, which removes every segment before the
+//! new one.
 
 use std::time::{Duration, Instant};
 
