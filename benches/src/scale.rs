@@ -232,18 +232,28 @@ fn split_to(c: &Cluster, from: u32, to: u32) -> Result<(), String> {
 /// Waits until every replica has persisted the deletes of the splits' trims (each half drops
 /// the other's rows within a deadline of its own: compactions, then a snapshot that moves the
 /// Raft log past them), so the load after a growth measures the grown cluster rather than its
-/// cleanup. Prints how long it took; gives up after 5 minutes.
+/// cleanup. Prints how long it took, and how many replicas persisted a trim after its
+/// deadline; gives up after 5 minutes.
 fn wait_trims_persisted(c: &Cluster) -> Result<(), String> {
     let started = Instant::now();
+    let count = |q: &str| -> Result<Option<u64>, String> {
+        let rows = c.sql(0, q)?;
+        Ok(rows.first().and_then(|r| r.first()).and_then(|v| v.parse::<u64>().ok()))
+    };
     let q =
-        "SELECT count(*) FROM system.deletions WHERE issued_by = 'split' AND status <> 'persisted'";
+        "SELECT count(*) FROM system.deletions WHERE issued_by = 'split' AND persisted_at IS NULL";
     loop {
-        let left = c.sql(0, q)?;
-        let left = left.first().and_then(|r| r.first()).and_then(|v| v.parse::<u64>().ok());
+        let left = count(q)?;
         if left == Some(0) {
+            let late = count(
+                "SELECT count(*) FROM system.deletions WHERE issued_by = 'split' \
+                 AND replica_status = 'late'",
+            )?;
             println!(
-                "  split trims persisted on every replica after {:.1} s more",
-                started.elapsed().as_secs_f64()
+                "  split trims persisted on every replica after {:.1} s more ({} replicas after \
+                 the deadline)",
+                started.elapsed().as_secs_f64(),
+                late.unwrap_or(0)
             );
             return Ok(());
         }
