@@ -33,9 +33,10 @@ pub struct LogOptions {
     /// A new segment starts once the newest one holds this many bytes.
     pub segment_bytes: u64,
     /// Most bytes of entries the leader reads for one AppendEntries to a follower (at least
-    /// one entry: one larger than this goes alone). Openraft gives an AppendEntries one heartbeat interval to complete; a
-    /// follower catching up on large entries gets them in pieces that fit, not in requests of
-    /// `max_payload_entries` that time out every time and are sent again.
+    /// one entry: one larger than this goes alone). Openraft gives an AppendEntries one
+    /// heartbeat interval to complete; a follower catching up on large entries gets them in
+    /// pieces that fit, not in requests of `max_payload_entries` that time out every time and
+    /// are sent again.
     pub send_bytes: usize,
 }
 

@@ -59,6 +59,17 @@ pub(super) fn write_clearance(dir: &Path, c: &LogClearance) -> Result<(), ShardE
     write_atomic(&dir.join(WATERMARK_FILE), text.as_bytes())
 }
 
+/// The deletes every one of `all` clears (every delete, if `all` is empty).
+fn intersection(all: &[LogClearance]) -> LogClearance {
+    let below = all.iter().map(|c| c.below).min().unwrap_or(u64::MAX);
+    let also = all
+        .iter()
+        .flat_map(|c| c.also.iter().copied())
+        .filter(|id| *id >= below && all.iter().all(|c| c.is_clear(*id)))
+        .collect();
+    LogClearance { below, also }
+}
+
 impl Replica {
     /// Every directory besides the current engine that may hold engine files: snapshots
     /// (stored, being built, being received) and engine generations a snapshot install
@@ -87,16 +98,10 @@ impl Replica {
     /// clears persisted.
     pub fn refresh_log_clearance(&self, log_first: u64) -> Result<LogClearance, ShardError> {
         let _g = self.watermark_lock.lock();
-        let log_below = entry_seq(log_first)?;
-        let copies: Vec<LogClearance> =
+        let mut all: Vec<LogClearance> =
             self.other_data_dirs().into_iter().map(|(_, c)| c).collect();
-        let below = copies.iter().map(|c| c.below).fold(log_below, u64::min);
-        let also = copies
-            .iter()
-            .flat_map(|c| c.also.iter().copied())
-            .filter(|id| *id >= below && *id < log_below && copies.iter().all(|c| c.is_clear(*id)))
-            .collect();
-        let c = LogClearance { below, also };
+        all.push(LogClearance::below(entry_seq(log_first)?));
+        let c = intersection(&all);
         self.engine().set_log_clearance(c.clone())?;
         Ok(c)
     }
@@ -112,13 +117,7 @@ impl Replica {
             .filter(|(d, _)| !d.starts_with(&snapshots))
             .map(|(_, c)| c)
             .collect();
-        let below = fixed.iter().map(|c| c.below).min().unwrap_or(u64::MAX);
-        let also = fixed
-            .iter()
-            .flat_map(|c| c.also.iter().copied())
-            .filter(|id| *id >= below && fixed.iter().all(|c| c.is_clear(*id)))
-            .collect();
-        LogClearance { below, also }
+        intersection(&fixed)
     }
 
     /// Removes every snapshot but the current one (the one before it may be streaming to a

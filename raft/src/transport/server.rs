@@ -192,11 +192,12 @@ impl RaftRpc for RaftService {
         // Openraft answers once it installed the snapshot, which moves its directory, or
         // decided not to (a stale vote, or a replica already past it): files still here are
         // unused, and would hold back deletes until removed.
-        if dir.exists() {
-            tracing::info!(dir = %dir.display(), "removing a received snapshot not installed");
-            if let Err(e) = std::fs::remove_dir_all(&dir) {
-                tracing::warn!(dir = %dir.display(), %e, "removing a received snapshot");
+        match tokio::fs::remove_dir_all(&dir).await {
+            Ok(()) => {
+                tracing::info!(dir = %dir.display(), "removed a received snapshot not installed")
             }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(dir = %dir.display(), %e, "removing a received snapshot"),
         }
         reply(&result)
     }

@@ -5,7 +5,7 @@
 //! partial copy of the leader's files may hold values of any delete, and would keep every
 //! delete on the replica from being persisted until it was cleared away.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use futures::{Stream, StreamExt};
 
@@ -91,25 +91,26 @@ pub(crate) struct Received {
 
 /// A directory being received into: removed when dropped unless [`Partial::keep`] was called
 /// (a receive that fails, or whose call is dropped, leaves nothing behind).
-struct Partial(Option<PathBuf>);
+struct Partial {
+    dir: PathBuf,
+    kept: bool,
+}
 
 impl Partial {
-    fn path(&self) -> &Path {
-        self.0.as_deref().unwrap_or(Path::new(""))
-    }
-
     fn keep(mut self) -> PathBuf {
-        self.0.take().unwrap_or_default()
+        self.kept = true;
+        std::mem::take(&mut self.dir)
     }
 }
 
 impl Drop for Partial {
     fn drop(&mut self) {
-        if let Some(dir) = self.0.take() {
-            if let Err(e) = std::fs::remove_dir_all(&dir) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!(dir = %dir.display(), %e, "removing a partly received snapshot");
-                }
+        if self.kept {
+            return;
+        }
+        if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(dir = %self.dir.display(), %e, "removing a partly received snapshot");
             }
         }
     }
@@ -128,9 +129,9 @@ where
 {
     let vote: Vote<NodeId> = postcard::from_bytes(&header.vote).map_err(|e| e.to_string())?;
     let d = Descriptor::decode(&header.descriptor, replica.root()).map_err(|e| e.to_string())?;
-    let partial =
-        Partial(Some(replica.incoming_dir(&d.meta.snapshot_id).map_err(|e| e.to_string())?));
-    let dir = partial.path();
+    let dir = replica.incoming_dir(&d.meta.snapshot_id).map_err(|e| e.to_string())?;
+    let partial = Partial { dir, kept: false };
+    let dir = partial.dir.as_path();
     let mut current: Option<(usize, tokio::fs::File, u64)> = None;
     let mut next_file = 0usize;
     while let Some(chunk) = stream.next().await.transpose().map_err(|e| e.to_string())? {
@@ -195,6 +196,7 @@ async fn create(path: &PathBuf) -> Result<tokio::fs::File, String> {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use std::path::Path;
     use std::sync::Arc;
     use std::time::Duration;
 
