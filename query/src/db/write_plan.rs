@@ -259,7 +259,18 @@ impl Database {
         }
         let mut key_buf = Vec::new();
         let count = lines.each(|no, line| {
-            self.plan_line(&mut plan, no, line, precision, now_ns, &mut key_buf)
+            let planned = self.plan_line(&mut plan, no, line, precision, now_ns, &mut key_buf);
+            match (planned, plan.holds) {
+                // A line of a series the shard does not hold is refused as such, whatever else
+                // is wrong with it: the shard that holds it judges the rest.
+                (Err(e), Some(holds)) if !matches!(e, QueryError::NotHeld { .. }) => {
+                    match holds.holds(series_hash(&line.measurement, &line.tags)) {
+                        true => Err(e),
+                        false => Err(QueryError::NotHeld { line: no }),
+                    }
+                }
+                (planned, _) => planned,
+            }
         })?;
         Ok((plan, count))
     }
@@ -279,11 +290,6 @@ impl Database {
                 .ok_or_else(|| line_err(no, format!("timestamp {ts} out of range")))?,
             None => now_ns,
         };
-        if let Some(holds) = plan.holds {
-            if !holds.holds(series_hash(&line.measurement, &line.tags)) {
-                return Err(QueryError::NotHeld { line: no });
-            }
-        }
         let def = plan.table(&line.measurement, no)?;
         if let Some(r) = def.retention_ns {
             let horizon = now_ns.saturating_sub(r.min(i64::MAX as u64) as i64);
@@ -355,7 +361,19 @@ impl Database {
         fields.sort_unstable_by_key(|(i, _)| *i);
         let (table, tag_count) = (def.id, def.tags.len());
         encode_series_key(tag_idx.iter().copied(), key_buf);
-        let series = match self.catalog.with_series(table, |idx| idx.get(key_buf)) {
+        let known =
+            self.catalog.with_series(table, |idx| idx.get(key_buf).map(|id| (id, idx.hash(id))));
+        // A split shard refuses series it does not hold (a known series' hash is noted once).
+        if let Some(holds) = plan.holds {
+            let hash = match known {
+                Some((_, Some(hash))) => hash,
+                _ => series_hash(&line.measurement, &line.tags),
+            };
+            if !holds.holds(hash) {
+                return Err(QueryError::NotHeld { line: no });
+            }
+        }
+        let series = match known.map(|(id, _)| id) {
             Some(id) => id,
             None => match plan.new_series.get(&(table, key_buf.clone())) {
                 Some(id) => *id,
@@ -379,5 +397,61 @@ impl Database {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::hashspace::Span;
+    use crate::lp::Precision;
+    use crate::model::catalog::CatalogDelta;
+
+    const T0: i64 = 1_700_000_000_000_000_000;
+
+    /// A host whose series `cpu,host=<host>` the filter holds (`true`) or not.
+    fn host(filter: &HashFilter, held: bool, from: usize) -> String {
+        (from..)
+            .map(|i| format!("h{i}"))
+            .find(|h| filter.holds(series_hash("cpu", &[("host", h.as_str())])) == held)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_split_shard_refuses_series_it_does_not_hold_before_any_other_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::open(dir.path(), ebb_storage::Options::default()).unwrap();
+        // Half the hashes of one root: the lower half.
+        let filter = HashFilter { roots: 1, span: Span { root: 0, lo: 0, end: Some(1 << 63) } };
+        let (held, other) = (host(&filter, true, 0), host(&filter, false, 0));
+        let (new_held, new_other) = (host(&filter, true, 1000), host(&filter, false, 1000));
+        let write = |body: String| db.write_lines("db", &body, Precision::Nanoseconds, 0);
+        // Both series exist before the shard splits.
+        write(format!("cpu,host={held} v=1 {T0}\ncpu,host={other} v=1 {T0}")).unwrap();
+        db.catalog().apply(CatalogDelta { hashes: Some(filter), ..Default::default() });
+
+        // Known series: the noted hash decides.
+        write(format!("cpu,host={held} v=2 {}", T0 + 1)).unwrap();
+        let refused = write(format!("cpu,host={held} v=2 {}\ncpu,host={other} v=2 {T0}", T0 + 2));
+        assert!(matches!(refused, Err(QueryError::NotHeld { line: 2 })), "{refused:?}");
+        // New series: hashed from the line.
+        write(format!("cpu,host={new_held} v=1 {T0}")).unwrap();
+        let refused = write(format!("cpu,host={new_other} v=1 {T0}"));
+        assert!(matches!(refused, Err(QueryError::NotHeld { line: 1 })), "{refused:?}");
+        // A line that is wrong in another way too is refused as not held...
+        for bad in [
+            format!("cpu,host={other} v=\"text\" {T0}"),
+            format!("cpu,host={new_other} time=1i {T0}"),
+        ] {
+            let refused = write(bad.clone());
+            assert!(matches!(refused, Err(QueryError::NotHeld { line: 1 })), "{bad}: {refused:?}");
+        }
+        // ...and a held one by what is wrong with it.
+        let refused = write(format!("cpu,host={held} v=\"text\" {T0}"));
+        assert!(matches!(refused, Err(QueryError::TypeConflict { .. })), "{refused:?}");
+        // Nothing refused was written.
+        let def = db.catalog().table("db", "cpu").unwrap();
+        let series = db.catalog().with_series(def.id, |idx| idx.len());
+        assert_eq!(series, 3, "the series of {held}, {other} and {new_held}");
     }
 }
