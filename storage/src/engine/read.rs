@@ -43,18 +43,17 @@ impl Engine {
         // Windows before the state (see `scan`).
         let windows = self.inner.windows();
         let (generation, sv) = self.inner.read_view();
-        let hidden = |found: u64| {
-            !windows.is_empty() && {
-                let dkey = self.inner.opts.delete_key.extract(key);
-                Inner::window_hides(&windows, dkey, key, found, seq)
-            }
-        };
+        let dkey = self.inner.opts.delete_key.extract(key);
+        let hidden =
+            |found: u64| !windows.is_empty() && Inner::window_hides(&windows, dkey, key, found, seq);
         if self.inner.opts.range_delete_mode == RangeDeleteMode::Tombstones {
-            return Ok(get_with_tombstones(&sv, key, seq)?
+            return Ok(get_with_tombstones(&sv, key, dkey, seq)?
                 .filter(|(s, _)| !hidden(*s))
                 .map(|v| v.1));
         }
-        let Some((found, kind, value)) = newest_version(&sv, key, seq)? else { return Ok(None) };
+        let Some((found, kind, value)) = newest_version(&sv, key, dkey, seq)? else {
+            return Ok(None);
+        };
         let Some(value) = visible(kind, value) else { return Ok(None) };
         if hidden(found) {
             return Ok(None);
@@ -212,10 +211,13 @@ fn as_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
     }
 }
 
-/// The newest version of `key` with sequence number `<= seq`.
+/// The newest version of `key` (delete key `dkey`) with sequence number `<= seq`. Files whose
+/// delete keys (for time series: row times) do not reach `dkey` are passed over: a write of new
+/// rows merging with what is stored looks only into the files of its time.
 fn newest_version(
     sv: &SuperVersion,
     key: &[u8],
+    dkey: u64,
     seq: u64,
 ) -> Result<Option<(u64, EntryKind, Bytes)>> {
     let hash = bloom::key_hash(key);
@@ -225,14 +227,14 @@ fn newest_version(
         }
     }
     for t in &sv.version.levels[0] {
-        if t.meta().overlaps(Some(key), Some(key)) {
+        if t.meta().overlaps(Some(key), Some(key)) && t.meta().may_hold_dkey(dkey) {
             if let Some(found) = t.get(key, hash, seq)? {
                 return Ok(Some(found));
             }
         }
     }
     for level in 1..sv.version.levels.len() {
-        if let Some(t) = sv.version.file_for(level, key) {
+        if let Some(t) = sv.version.file_for(level, key).filter(|t| t.meta().may_hold_dkey(dkey)) {
             if let Some(found) = t.get(key, hash, seq)? {
                 return Ok(Some(found));
             }
@@ -244,7 +246,12 @@ fn newest_version(
 /// A lookup in tombstone mode, as RocksDB does it: every memtable and file visited on the way
 /// down contributes its newest covering range tombstone; the first version found is deleted if
 /// older than the newest such tombstone.
-fn get_with_tombstones(sv: &SuperVersion, key: &[u8], seq: u64) -> Result<Option<(u64, Bytes)>> {
+fn get_with_tombstones(
+    sv: &SuperVersion,
+    key: &[u8],
+    dkey: u64,
+    seq: u64,
+) -> Result<Option<(u64, Bytes)>> {
     let hash = bloom::key_hash(key);
     let mut covered = 0u64;
     let decide = |covered: u64, (s, kind, value): (u64, EntryKind, Bytes)| {
@@ -263,6 +270,9 @@ fn get_with_tombstones(sv: &SuperVersion, key: &[u8], seq: u64) -> Result<Option
     for t in &sv.version.levels[0] {
         if t.meta().overlaps(Some(key), Some(key)) {
             covered = covered.max(t.covering_tombstone(key, seq).unwrap_or(0));
+            if !t.meta().may_hold_dkey(dkey) {
+                continue;
+            }
             if let Some(found) = t.get(key, hash, seq)? {
                 return Ok(decide(covered, found));
             }
@@ -271,6 +281,9 @@ fn get_with_tombstones(sv: &SuperVersion, key: &[u8], seq: u64) -> Result<Option
     for level in 1..sv.version.levels.len() {
         if let Some(t) = sv.version.file_for(level, key) {
             covered = covered.max(t.covering_tombstone(key, seq).unwrap_or(0));
+            if !t.meta().may_hold_dkey(dkey) {
+                continue;
+            }
             if let Some(found) = t.get(key, hash, seq)? {
                 return Ok(decide(covered, found));
             }

@@ -76,6 +76,11 @@ impl FileMeta {
         l < key || (self.props.largest_exclusive && l == key)
     }
 
+    /// True if the file may hold a key of delete key `dkey` (every key's is within its range).
+    pub fn may_hold_dkey(&self, dkey: u64) -> bool {
+        self.props.min_dkey <= dkey && dkey <= self.props.max_dkey
+    }
+
     /// True if the file's key range intersects `[lo, hi]` (inclusive bounds; `None` = unbounded).
     pub fn overlaps(&self, lo: Option<&[u8]>, hi: Option<&[u8]>) -> bool {
         lo.is_none_or(|lo| !self.ends_before(lo)) && hi.is_none_or(|hi| self.smallest() <= hi)

@@ -324,3 +324,51 @@ fn without_wal_unflushed_writes_are_lost_and_persisted_seq_says_where() {
     assert_eq!(e.persisted_seq(), 2);
     assert_eq!(e.get(b"b", None).unwrap().unwrap(), "2");
 }
+
+/// Lookups pass over files whose delete keys (times) do not reach the key's, in both
+/// range-delete modes: every key of every file is still found, at every level, and a key of a
+/// time no file holds is absent.
+#[test]
+fn lookups_find_keys_in_the_files_of_their_time() {
+    use ebb_storage::RangeDeleteMode;
+    // Series `s` at time `t`: the delete key is the trailing time.
+    let key = |s: u64, t: u64| [s.to_be_bytes(), t.to_be_bytes()].concat();
+    for mode in [RangeDeleteMode::Gloran, RangeDeleteMode::Tombstones] {
+        let d = tempfile::tempdir().unwrap();
+        let e = Engine::open(d.path(), Options { range_delete_mode: mode, ..opts() }).unwrap();
+        let mut seq = 1;
+        // Four flushes, each of its own hour of times for 20 series; some compacted down.
+        for hour in 0..4u64 {
+            for s in 0..20 {
+                for m in 0..10 {
+                    let t = hour * 3600 + m * 60;
+                    e.put(key(s, t), t.to_be_bytes().to_vec(), seq).unwrap();
+                    seq += 1;
+                }
+            }
+            e.flush().unwrap();
+            if hour == 1 {
+                e.compact_range(None, None).unwrap();
+            }
+        }
+        let files = e.files();
+        assert!(files.iter().any(|(l, _)| *l == 0) && files.iter().any(|(l, _)| *l > 0));
+        for hour in 0..4u64 {
+            for s in 0..20 {
+                for m in 0..10 {
+                    let t = hour * 3600 + m * 60;
+                    let got = e.get(&key(s, t), None).unwrap();
+                    assert_eq!(got.as_deref(), Some(&t.to_be_bytes()[..]), "{mode:?} {s} {t}");
+                    // Between this row and the next: inside a file's times, not in it.
+                    assert_eq!(e.get(&key(s, t + 1), None).unwrap(), None);
+                }
+            }
+        }
+        // A time after every file's: no file may hold it.
+        let later = 5 * 3600;
+        assert!(files.iter().all(|(_, f)| f.props.max_dkey < later), "{files:?}");
+        assert_eq!(e.get(&key(3, later), None).unwrap(), None);
+        e.put(key(3, later), vec![1], seq).unwrap();
+        assert_eq!(e.get(&key(3, later), None).unwrap().as_deref(), Some(&[1u8][..]));
+    }
+}
