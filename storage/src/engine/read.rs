@@ -44,8 +44,9 @@ impl Engine {
         let windows = self.inner.windows();
         let (generation, sv) = self.inner.read_view();
         let dkey = self.inner.opts.delete_key.extract(key);
-        let hidden =
-            |found: u64| !windows.is_empty() && Inner::window_hides(&windows, dkey, key, found, seq);
+        let hidden = |found: u64| {
+            !windows.is_empty() && Inner::window_hides(&windows, dkey, key, found, seq)
+        };
         if self.inner.opts.range_delete_mode == RangeDeleteMode::Tombstones {
             return Ok(get_with_tombstones(&sv, key, dkey, seq)?
                 .filter(|(s, _)| !hidden(*s))
