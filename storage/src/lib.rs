@@ -8,7 +8,9 @@
 //!   filters, min/max keys and delete keys, checksums and compression. The tile size h of each
 //!   level follows the KiWi+ cost model on the operations the engine counts
 //!   ([`TileLayout::Tuned`], [`Engine::layout`]); each SST carries a Rosetta range filter
-//!   ([`filter`]) that one-series range scans probe before opening it.
+//!   ([`filter`]) that one-series range scans probe before opening it. A point lookup passes
+//!   over files whose delete-key range does not reach the key's, so new rows merging with
+//!   stored ones look only into the files of their time.
 //!   RangeReduce (off by default): Level-Renaming ([`Options::level_renaming`]) and
 //!   Bounded-Merge as query-driven compaction ([`Options::range_reduce`]); unlike the paper,
 //!   whole files move, after the scan. GRF (off by default, [`Options::global_range_filter`]):
