@@ -361,10 +361,12 @@ impl Database {
         fields.sort_unstable_by_key(|(i, _)| *i);
         let (table, tag_count) = (def.id, def.tags.len());
         encode_series_key(tag_idx.iter().copied(), key_buf);
-        let known =
-            self.catalog.with_series(table, |idx| idx.get(key_buf).map(|id| (id, idx.hash(id))));
         // A split shard refuses series it does not hold (a known series' hash is noted once).
-        if let Some(holds) = plan.holds {
+        let holds = plan.holds;
+        let known = self.catalog.with_series(table, |idx| {
+            idx.get(key_buf).map(|id| (id, holds.and_then(|_| idx.hash(id))))
+        });
+        if let Some(holds) = holds {
             let hash = match known {
                 Some((_, Some(hash))) => hash,
                 _ => series_hash(&line.measurement, &line.tags),
