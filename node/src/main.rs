@@ -551,7 +551,11 @@ fn run_server(file: Option<PathBuf>, flags: Overrides) -> Result<(), NodeError> 
     let env = Overrides::from_env(|k| std::env::var(k).ok())?;
     let config = config::resolve(file.as_deref(), &env, &flags)?;
     init_logs(config.log_format);
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("ebb").build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("ebb")
+        .thread_stack_size(8 << 20)
+        .build()?;
     rt.block_on(async {
         let server = ebb_node::server::Server::start(&config).await?;
         let scheme = if config.tls.is_some() { "https" } else { "http" };

@@ -85,6 +85,7 @@ impl Server {
             .await?
             .map_err(|source| NodeError::Open { dir: config.data_dir.clone(), source })?;
         db.set_default_retention(config.default_retention);
+        db.set_write_limits(config.write_limits);
         let reserve = config.disk_reserve.for_dir(&config.data_dir);
         db.set_disk_reserve(reserve.clone());
         let db = Arc::new(db);
@@ -177,6 +178,7 @@ impl Server {
             init_here: config.is_init_node(),
             force_init: config.init_cluster,
             default_retention: config.default_retention,
+            write_limits: config.write_limits,
             disk_reserve: config.disk_reserve,
             settings: Settings { shards: config.shards, replication: config.replication },
             groups,
@@ -366,8 +368,10 @@ fn serve_clients(
     let shutdown = stopped(rx.clone());
     let pg_tls = tls.pg.clone();
     let (pg_metrics, pg_door, limit) = (metrics.clone(), door.clone(), config.max_connections);
+    let pg_limits = crate::pg::ConnLimits { connections: limit, message: config.max_body_bytes };
     tasks.push(tokio::spawn(async move {
-        if let Err(e) = crate::pg::serve(pg, pg_door, pg_metrics, pg_tls, limit, shutdown).await {
+        if let Err(e) = crate::pg::serve(pg, pg_door, pg_metrics, pg_tls, pg_limits, shutdown).await
+        {
             tracing::error!(error = %e, "PostgreSQL server failed");
         }
     }));

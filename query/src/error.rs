@@ -80,9 +80,27 @@ pub enum QueryError {
         /// The line.
         line: usize,
     },
+    /// A request over one of the limits on what a client may ask of the server (see
+    /// [`LimitError`]); nothing of it ran.
+    #[error(transparent)]
+    Limit(#[from] LimitError),
     /// A bug or an unexpected state.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// A request over one of the server's limits on what a client may ask for: the size of SQL
+/// text, the depth of an expression, the length of a list, tags per line, columns per table...
+/// Refused before the work it would cost begins.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} exceed the limit of {limit} ({setting})")]
+pub struct LimitError {
+    /// What the request has too much of.
+    pub what: String,
+    /// The limit.
+    pub limit: usize,
+    /// The setting that sets it.
+    pub setting: &'static str,
 }
 
 impl From<ebb_storage::disk::BelowReserve> for QueryError {
@@ -106,6 +124,7 @@ impl QueryError {
             | QueryError::UnknownDatabase(_)
             | QueryError::Invalid(_)
             | QueryError::Unsupported(_)
+            | QueryError::Limit(_)
             | QueryError::BeyondRetention(_) => true,
             QueryError::Access(e) => !matches!(e, crate::access::AccessError::Corrupt { .. }),
             QueryError::Storage(e) => matches!(

@@ -33,7 +33,7 @@ pub mod statements;
 
 pub use db::{
     Database, DeleteOutcome, DeleteTarget, EraseOutcome, GroupCommits, RaftReplicator, RequestSpec,
-    RollupRound, WriteSummary, DEFAULT_DATABASE,
+    RollupRound, WriteLimits, WriteSummary, DEFAULT_DATABASE,
 };
 pub use error::{QueryError, Result};
 pub use sql::{QueryOutput, SqlSession, StatementKind};

@@ -63,6 +63,8 @@ pub struct ClusterConfig {
     pub force_init: bool,
     /// Retention of tables created without one.
     pub default_retention: Option<Duration>,
+    /// What one write request may add.
+    pub write_limits: ebb_query::WriteLimits,
     /// Free space kept for deletes and compactions.
     pub disk_reserve: crate::config::durability::DiskReserve,
     /// Settings of a new cluster.
@@ -278,6 +280,7 @@ impl ClusterNode {
             conns: conns.clone(),
             groups: groups.clone(),
             default_retention: cfg.default_retention,
+            write_limits: cfg.write_limits,
             reserve: reserve.clone(),
         };
         shards::sync(&env, &meta.view(), &shards).await?;

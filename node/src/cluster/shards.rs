@@ -52,6 +52,8 @@ pub struct ShardEnv {
     pub groups: Arc<Groups>,
     /// Retention of tables created without one.
     pub default_retention: Option<std::time::Duration>,
+    /// What one write request may add.
+    pub write_limits: ebb_query::WriteLimits,
     /// The free space reserve of the data directory (writes are refused below it).
     pub reserve: Arc<ebb_storage::disk::Reserve>,
 }
@@ -77,6 +79,7 @@ pub async fn sync(env: &ShardEnv, view: &MetaView, shards: &Shards) -> Result<()
         let shard =
             Shard::open(env.node, s.id, &dir, &env.opts, env.conns.clone(), &env.groups).await?;
         shard.db.set_default_retention(env.default_retention);
+        shard.db.set_write_limits(env.write_limits);
         shard.db.set_disk_reserve(env.reserve.clone());
         let fresh = !shard
             .group

@@ -39,6 +39,13 @@
 //! statement_timeout = "300s"     # how long a statement may run ("none": no limit)
 //! max_statements = 64            # requests running statements at once (more wait up to 30 s)
 //! max_connections = 1024         # open connections per client port (HTTP, PostgreSQL)
+//! max_sql_bytes = 4194304        # longest SQL text of one request
+//! max_expression_depth = 500     # most operators chained into one SQL expression
+//! max_list_items = 10000         # most items of one parenthesized SQL list (IN, arguments)
+//! max_statements_per_request = 1000  # most SQL statements in one request
+//! max_tags_per_line = 256        # most tags of one line-protocol line
+//! max_columns_per_table = 1000   # most columns a table may have
+//! max_series_per_request = 100000  # most new series one write request may create
 //! # TLS (reloaded when the files change or on SIGHUP):
 //! tls_cert = "/etc/ebb/tls/tls.crt"  # HTTPS and PostgreSQL TLS (then required on both)
 //! tls_key = "/etc/ebb/tls/tls.key"
@@ -130,8 +137,10 @@ pub struct Config {
     pub admin_password: Option<Secret>,
     /// Serve addresses other machines reach without any user (everyone may do anything).
     pub insecure: bool,
-    /// What statements may use (memory, time).
+    /// What statements may use (memory, time, the size and depth of their SQL).
     pub limits: ebb_query::front::Limits,
+    /// What one write request may add (tags per line, columns per table, new series).
+    pub write_limits: ebb_query::WriteLimits,
     /// Open connections per client port.
     pub max_connections: usize,
     /// TLS on the HTTP and PostgreSQL ports.
@@ -225,6 +234,7 @@ impl Default for Config {
             admin_password: None,
             insecure: false,
             limits: ebb_query::front::Limits::default(),
+            write_limits: ebb_query::WriteLimits::default(),
             max_connections: 1024,
             tls: None,
             cluster_tls: None,
@@ -307,6 +317,20 @@ pub struct Overrides {
     pub max_connections: Option<usize>,
     /// Requests that may run statements at once.
     pub max_statements: Option<usize>,
+    /// See [`ebb_query::sql::bounds::SqlBounds::max_sql_bytes`].
+    pub max_sql_bytes: Option<usize>,
+    /// See [`ebb_query::sql::bounds::SqlBounds::max_expression_depth`].
+    pub max_expression_depth: Option<usize>,
+    /// See [`ebb_query::sql::bounds::SqlBounds::max_list_items`].
+    pub max_list_items: Option<usize>,
+    /// See [`ebb_query::sql::bounds::SqlBounds::max_statements_per_request`].
+    pub max_statements_per_request: Option<usize>,
+    /// See [`ebb_query::WriteLimits::max_tags_per_line`].
+    pub max_tags_per_line: Option<usize>,
+    /// See [`ebb_query::WriteLimits::max_columns_per_table`].
+    pub max_columns_per_table: Option<usize>,
+    /// See [`ebb_query::WriteLimits::max_series_per_request`].
+    pub max_series_per_request: Option<usize>,
     /// Certificate chain of the client ports (PEM).
     pub tls_cert: Option<PathBuf>,
     /// Its key.
@@ -356,14 +380,28 @@ impl Overrides {
                 "EBB_QUERY_MEMORY" => o.query_memory = Some(v),
                 "EBB_SERVER_MEMORY" => o.server_memory = Some(v),
                 "EBB_STATEMENT_TIMEOUT" => o.statement_timeout = Some(v),
-                "EBB_MAX_CONNECTIONS" | "EBB_MAX_STATEMENTS" => {
+                "EBB_MAX_CONNECTIONS"
+                | "EBB_MAX_STATEMENTS"
+                | "EBB_MAX_SQL_BYTES"
+                | "EBB_MAX_EXPRESSION_DEPTH"
+                | "EBB_MAX_LIST_ITEMS"
+                | "EBB_MAX_STATEMENTS_PER_REQUEST"
+                | "EBB_MAX_TAGS_PER_LINE"
+                | "EBB_MAX_COLUMNS_PER_TABLE"
+                | "EBB_MAX_SERIES_PER_REQUEST" => {
                     let n =
                         Some(v.parse().map_err(|_| bad(format!("{var}: not a number: {v:?}")))?);
-                    if *var == "EBB_MAX_CONNECTIONS" {
-                        o.max_connections = n;
-                    } else {
-                        o.max_statements = n;
-                    }
+                    *match *var {
+                        "EBB_MAX_CONNECTIONS" => &mut o.max_connections,
+                        "EBB_MAX_STATEMENTS" => &mut o.max_statements,
+                        "EBB_MAX_SQL_BYTES" => &mut o.max_sql_bytes,
+                        "EBB_MAX_EXPRESSION_DEPTH" => &mut o.max_expression_depth,
+                        "EBB_MAX_LIST_ITEMS" => &mut o.max_list_items,
+                        "EBB_MAX_STATEMENTS_PER_REQUEST" => &mut o.max_statements_per_request,
+                        "EBB_MAX_TAGS_PER_LINE" => &mut o.max_tags_per_line,
+                        "EBB_MAX_COLUMNS_PER_TABLE" => &mut o.max_columns_per_table,
+                        _ => &mut o.max_series_per_request,
+                    } = n;
                 }
                 "EBB_TLS_CERT" => o.tls_cert = Some(PathBuf::from(v)),
                 "EBB_TLS_KEY" => o.tls_key = Some(PathBuf::from(v)),
@@ -529,6 +567,39 @@ impl Overrides {
                 return Err(bad("max_statements must be positive"));
             }
             c.limits.max_statements = n;
+        }
+        let counts: [(&str, Option<usize>, &mut usize); 7] = [
+            ("max_sql_bytes", self.max_sql_bytes, &mut c.limits.sql.max_sql_bytes),
+            (
+                "max_expression_depth",
+                self.max_expression_depth,
+                &mut c.limits.sql.max_expression_depth,
+            ),
+            ("max_list_items", self.max_list_items, &mut c.limits.sql.max_list_items),
+            (
+                "max_statements_per_request",
+                self.max_statements_per_request,
+                &mut c.limits.sql.max_statements_per_request,
+            ),
+            ("max_tags_per_line", self.max_tags_per_line, &mut c.write_limits.max_tags_per_line),
+            (
+                "max_columns_per_table",
+                self.max_columns_per_table,
+                &mut c.write_limits.max_columns_per_table,
+            ),
+            (
+                "max_series_per_request",
+                self.max_series_per_request,
+                &mut c.write_limits.max_series_per_request,
+            ),
+        ];
+        for (name, given, setting) in counts {
+            if let Some(n) = given {
+                if n == 0 {
+                    return Err(bad(format!("{name} must be positive")));
+                }
+                *setting = n;
+            }
         }
         if let Some(f) = &self.log_format {
             c.log_format = match f.as_str() {

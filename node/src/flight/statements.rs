@@ -18,8 +18,6 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::ipc::writer::IpcWriteOptions;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::scalar::ScalarValue;
-use datafusion::sql::parser::DFParser;
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use ebb_query::front::{PreparedQuery, Principal, Session};
 use ebb_query::{QueryError, QueryOutput, StatementKind};
 use futures::{StreamExt, TryStreamExt};
@@ -158,8 +156,9 @@ pub fn flight_info(
 /// know): their columns come with their answer.
 pub async fn plan(session: &Session, sql: &str) -> Result<Option<LogicalPlan>, Status> {
     check_length(sql)?;
-    let mut statements = match DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {}) {
+    let mut statements = match session.parse(sql) {
         Ok(s) => s,
+        Err(e @ QueryError::Limit(_)) => return Err(query_status(&e)),
         Err(_) => return Ok(None),
     };
     let Some(statement) = statements.pop_front() else {

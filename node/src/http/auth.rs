@@ -53,6 +53,59 @@ fn from_browser(headers: &HeaderMap) -> bool {
     headers.contains_key(header::ORIGIN) || headers.contains_key("sec-fetch-mode")
 }
 
+/// True if a browser sent the request from a page of another site: an `Origin` that is not
+/// this server's own (`scheme://Host`), or a `Sec-Fetch-Site` other than `same-origin`.
+fn cross_site(headers: &HeaderMap) -> bool {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(site) = text("sec-fetch-site") {
+        if !site.eq_ignore_ascii_case("same-origin") {
+            return true;
+        }
+    }
+    match (text("origin"), text("host")) {
+        (None, _) => false,
+        (Some(origin), Some(host)) => {
+            let origin = origin.trim_end_matches('/');
+            origin != format!("http://{host}") && origin != format!("https://{host}")
+        }
+        (Some(_), None) => true,
+    }
+}
+
+/// True if `Host` names this server in a way no other site's DNS can: an IP address, or
+/// `localhost`. A server without users answers nothing else, so a page whose own name is made
+/// to resolve to a loopback address (DNS rebinding) cannot reach it.
+fn host_is_local(headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
+        // HTTP/1.0 without a Host: no browser sends that.
+        return true;
+    };
+    let name = match host.strip_prefix('[') {
+        // [v6 address]:port
+        Some(rest) => {
+            return rest.split(']').next().is_some_and(|a| a.parse::<std::net::Ipv6Addr>().is_ok())
+        }
+        None => host.rsplit_once(':').map_or(host, |(name, port)| {
+            if port.chars().all(|c| c.is_ascii_digit()) {
+                name
+            } else {
+                host
+            }
+        }),
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name.parse::<std::net::IpAddr>().is_ok() || name == "localhost" || name.ends_with(".localhost")
+}
+
+/// True if the request carries a bearer token (`Bearer` or `Token`), which a page of another
+/// site cannot make a browser send.
+fn bearer(headers: &HeaderMap) -> bool {
+    headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).is_some_and(|v| {
+        let scheme = v.trim().split(' ').next().unwrap_or("").to_ascii_lowercase();
+        scheme == "bearer" || scheme == "token"
+    })
+}
+
 /// True if a page could send a request with this content type without the browser asking
 /// the server first (a CORS "simple" request).
 fn simple_content_type(headers: &HeaderMap) -> bool {
@@ -72,9 +125,11 @@ pub fn error(status: StatusCode, msg: impl std::fmt::Display) -> Response {
     let body = serde_json::json!({ "error": msg.to_string() }).to_string();
     let mut r = (status, [(header::CONTENT_TYPE, "application/json")], body).into_response();
     if status == StatusCode::UNAUTHORIZED {
+        // Never a Basic challenge: a browser that answered one would attach the credentials
+        // to every later request to this origin, a cross-site page's included.
         r.headers_mut().insert(
             header::WWW_AUTHENTICATE,
-            header::HeaderValue::from_static("Basic realm=\"ebb\", Bearer"),
+            header::HeaderValue::from_static("Bearer realm=\"ebb\""),
         );
     }
     r
@@ -94,7 +149,9 @@ pub fn access_error(e: &AccessError) -> Response {
 /// Authenticates a request at the front door. A request a web page could have sent (a browser's,
 /// with a form or text body) must carry its credentials in a header: a page cannot set one
 /// without the server's consent, so a port reachable from a browser cannot be made to run
-/// `ERASE` or writes by a page the user visits.
+/// `ERASE` or writes by a page the user visits. A browser's state-changing request from another
+/// site needs a bearer token, whatever its body. A server without users answers only requests
+/// whose `Host` is an IP address or `localhost` (DNS rebinding).
 pub async fn principal(
     door: &FrontDoor,
     method: &Method,
@@ -102,6 +159,21 @@ pub async fn principal(
     query: &HashMap<String, String>,
     client: SocketAddr,
 ) -> Result<Principal, Response> {
+    if !door.auth_required() && !host_is_local(headers) {
+        tracing::warn!(%client, "refused a request for another host name on a server without users");
+        return Err(error(
+            StatusCode::FORBIDDEN,
+            "this server has no users and answers only requests to an IP address or localhost \
+             (Host); create a user to serve other names",
+        ));
+    }
+    if method == Method::POST && cross_site(headers) && !bearer(headers) {
+        tracing::warn!(%client, "refused a cross-site browser request without a bearer token");
+        return Err(error(
+            StatusCode::FORBIDDEN,
+            "requests from pages of other sites must authenticate with a bearer token",
+        ));
+    }
     if method == Method::POST
         && from_browser(headers)
         && simple_content_type(headers)
@@ -158,6 +230,34 @@ mod tests {
         }
         let only_u: HashMap<String, String> = [("u".to_string(), "bob".to_string())].into();
         assert!(credentials(&HeaderMap::new(), &only_u).is_err());
+    }
+
+    #[test]
+    fn hosts_cross_site_requests_and_bearers_are_recognized() {
+        for local in [
+            "127.0.0.1:7080",
+            "localhost:7080",
+            "[::1]:7080",
+            "10.0.0.5",
+            "app.localhost",
+            "LOCALHOST.",
+        ] {
+            assert!(host_is_local(&h(&[("host", local)])), "{local}");
+        }
+        for remote in
+            ["attacker.example", "attacker.example:7080", "127.0.0.1.nip.io:7080", "[evil]:1"]
+        {
+            assert!(!host_is_local(&h(&[("host", remote)])), "{remote}");
+        }
+        let same = h(&[("host", "127.0.0.1:7080"), ("origin", "http://127.0.0.1:7080")]);
+        assert!(!cross_site(&same));
+        let other = h(&[("host", "127.0.0.1:7080"), ("origin", "http://evil.example")]);
+        assert!(cross_site(&other));
+        assert!(cross_site(&h(&[("sec-fetch-site", "cross-site")])));
+        assert!(!cross_site(&h(&[("sec-fetch-site", "same-origin")])));
+        assert!(!cross_site(&h(&[])), "curl sends neither");
+        assert!(bearer(&h(&[("authorization", "Bearer ebb_x")])));
+        assert!(!bearer(&h(&[("authorization", "Basic YWxpY2U6cGE6c3M=")])));
     }
 
     #[test]

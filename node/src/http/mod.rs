@@ -36,8 +36,9 @@ use ebb_query::lp::Precision;
 use ebb_query::{QueryError, StatementKind};
 use futures::StreamExt;
 
-use crate::body::LimitedBody;
+use crate::body::UnreadBody;
 use crate::metrics::Metrics;
+use ebb_query::access::Privilege;
 
 /// What the handlers share.
 #[derive(Clone)]
@@ -68,7 +69,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/audit/verify", get(admin::audit_verify))
         .route("/v1/cluster/decommission", post(admin::decommission))
         .route("/v1/admin/flush", post(admin::flush))
-        // Bodies are limited by `LimitedBody`, which answers oversized ones reliably.
+        // Bodies are read by `UnreadBody` once the caller is authenticated, within limits.
         .layer(DefaultBodyLimit::disable())
         .with_state(state)
 }
@@ -108,7 +109,8 @@ fn query_error(e: &QueryError) -> Response {
     error(status, e)
 }
 
-/// The body as text, gunzipped if `Content-Encoding: gzip`, at most `limit` bytes.
+/// The body as text, gunzipped if `Content-Encoding: gzip` (every member of a multi-member
+/// stream, as `cat a.gz b.gz` makes: RFC 1952 allows several), at most `limit` bytes.
 /// A rejection is the status and the reason.
 fn body_text(
     headers: &HeaderMap,
@@ -122,7 +124,7 @@ fn body_text(
         .is_some_and(|v| v.eq_ignore_ascii_case("gzip"));
     let raw = if gzip {
         let mut out = Vec::new();
-        let mut dec = flate2::read::GzDecoder::new(&body[..]).take(limit as u64 + 1);
+        let mut dec = flate2::read::MultiGzDecoder::new(&body[..]).take(limit as u64 + 1);
         dec.read_to_end(&mut out)
             .map_err(|e| (StatusCode::BAD_REQUEST, format!("bad gzip body: {e}")))?;
         if out.len() > limit {
@@ -170,36 +172,43 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Caller {
 }
 
 /// A line-protocol write; `db_param` names the query parameter that gives the database.
-async fn write(
-    state: AppState,
-    caller: Caller,
-    db_param: &str,
-    body: Result<Bytes, (StatusCode, String)>,
-) -> Response {
+async fn write(state: AppState, caller: Caller, db_param: &str, body: UnreadBody) -> Response {
     let db = caller.query.get(db_param);
     let precision = caller.query.get("precision");
     let m = &state.metrics;
     m.write_requests.inc();
-    let who = match caller.principal(&state.door).await {
-        Ok(w) => w,
+    // Everything the headers and the URL decide is checked before the body is read.
+    let checked = async {
+        let who = caller.principal(&state.door).await?;
+        let Some(db) = db.filter(|d| !d.is_empty()).cloned() else {
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                "missing database: give ?db= (or ?bucket=)",
+            ));
+        };
+        let precision = match precision.map(|p| Precision::parse(p)) {
+            None => Precision::Nanoseconds,
+            Some(Some(p)) => p,
+            Some(None) => {
+                return Err(error(
+                    StatusCode::BAD_REQUEST,
+                    "precision must be one of ns, us, ms, s, m, h",
+                ))
+            }
+        };
+        state.door.authorize(&who, Some(&db), Privilege::Write).map_err(|e| query_error(&e))?;
+        Ok((who, db, precision))
+    };
+    let (who, db, precision) = match checked.await {
+        Ok(c) => c,
         Err(r) => {
             m.write_errors.inc();
+            body.discard().await;
             return r;
         }
     };
     let headers = &caller.headers;
-    let Some(db) = db.filter(|d| !d.is_empty()).cloned() else {
-        m.write_errors.inc();
-        return error(StatusCode::BAD_REQUEST, "missing database: give ?db= (or ?bucket=)");
-    };
-    let precision = match precision.map(|p| Precision::parse(p)) {
-        None => Precision::Nanoseconds,
-        Some(Some(p)) => p,
-        Some(None) => {
-            m.write_errors.inc();
-            return error(StatusCode::BAD_REQUEST, "precision must be one of ns, us, ms, s, m, h");
-        }
-    };
+    let body = body.read(state.max_body_bytes).await;
     let text = match body_text(headers, body, state.max_body_bytes) {
         Ok(t) => t,
         Err((status, reason)) => {
@@ -221,19 +230,11 @@ async fn write(
     }
 }
 
-async fn write_v1(
-    State(state): State<AppState>,
-    caller: Caller,
-    LimitedBody(body): LimitedBody,
-) -> Response {
+async fn write_v1(State(state): State<AppState>, caller: Caller, body: UnreadBody) -> Response {
     write(state, caller, "db", body).await
 }
 
-async fn write_v2(
-    State(state): State<AppState>,
-    caller: Caller,
-    LimitedBody(body): LimitedBody,
-) -> Response {
+async fn write_v2(State(state): State<AppState>, caller: Caller, body: UnreadBody) -> Response {
     write(state, caller, "bucket", body).await
 }
 
@@ -259,21 +260,19 @@ fn format_of(headers: &HeaderMap) -> Format {
     }
 }
 
-async fn sql(
-    State(state): State<AppState>,
-    caller: Caller,
-    LimitedBody(body): LimitedBody,
-) -> Response {
+async fn sql(State(state): State<AppState>, caller: Caller, body: UnreadBody) -> Response {
     let m = &state.metrics;
     m.sql_requests.inc();
     let who = match caller.principal(&state.door).await {
         Ok(w) => w,
         Err(r) => {
             m.sql_errors.inc();
+            body.discard().await;
             return r;
         }
     };
     let (headers, q) = (caller.headers, caller.query);
+    let body = body.read(state.max_body_bytes).await;
     let text = match body_text(&headers, body, state.max_body_bytes) {
         Ok(t) => t,
         Err((status, reason)) => {
@@ -284,15 +283,18 @@ async fn sql(
     let database = q.get("db").cloned().unwrap_or_else(|| ebb_query::DEFAULT_DATABASE.into());
     let session = state.door.request_session(who, &database, &text);
     let result = async {
-        let mut outputs = session.execute_all(&text).await?;
-        let Some(last) = outputs.pop() else {
-            return Err(QueryError::invalid("empty query"));
-        };
-        // Earlier statements run to completion first.
-        for o in outputs {
-            datafusion::physical_plan::common::collect(o.stream).await?;
+        let mut statements = session.statements(&text).await?;
+        loop {
+            let Some(out) = statements.next().await else {
+                return Err(QueryError::invalid("empty query"));
+            };
+            let out = out?;
+            if statements.remaining() == 0 {
+                return Ok::<_, QueryError>(out);
+            }
+            // Earlier statements run to completion first; only the last one's rows are sent.
+            datafusion::physical_plan::common::collect(out.stream).await?;
         }
-        Ok::<_, QueryError>(last)
     }
     .await;
     let last = match result {

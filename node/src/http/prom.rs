@@ -8,7 +8,7 @@ use ebb_query::lp::Precision;
 
 use super::auth::error;
 use super::{query_error, AppState, Caller};
-use crate::body::LimitedBody;
+use crate::body::UnreadBody;
 use crate::prom::proto::{ReadRequest, WriteRequest};
 use crate::prom::read::{ReadError, Reader};
 use crate::prom::write::{text_size, to_line_protocol};
@@ -35,16 +35,27 @@ fn no_database() -> Response {
 pub(super) async fn write(
     State(state): State<AppState>,
     caller: Caller,
-    LimitedBody(body): LimitedBody,
+    body: UnreadBody,
 ) -> Response {
     let m = &state.metrics;
     m.write_requests.inc();
     let result = async {
-        let who = caller.principal(&state.door).await?;
-        let db = database(&caller).ok_or_else(no_database)?;
-        // Refused before the body is even decoded.
-        state.door.authorize(&who, Some(&db), Privilege::Write).map_err(|e| query_error(&e))?;
-        let body = body.map_err(|(status, why)| error(status, why))?;
+        // Refused before the body is even read.
+        let checked = async {
+            let who = caller.principal(&state.door).await?;
+            let db = database(&caller).ok_or_else(no_database)?;
+            state.door.authorize(&who, Some(&db), Privilege::Write).map_err(|e| query_error(&e))?;
+            Ok::<_, Response>((who, db))
+        };
+        let (who, db) = match checked.await {
+            Ok(c) => c,
+            Err(r) => {
+                body.discard().await;
+                return Err(r);
+            }
+        };
+        let body =
+            body.read(state.max_body_bytes).await.map_err(|(status, why)| error(status, why))?;
         let req: WriteRequest = decode(&body, state.max_body_bytes, "WriteRequest")
             .map_err(|e| error(StatusCode::BAD_REQUEST, e))?;
         if text_size(&req) > MAX_EXPANSION.saturating_mul(body.len().max(1 << 16)) {
@@ -89,13 +100,24 @@ pub(super) async fn write(
 pub(super) async fn read(
     State(state): State<AppState>,
     caller: Caller,
-    LimitedBody(body): LimitedBody,
+    body: UnreadBody,
 ) -> Response {
     state.metrics.prometheus_reads.inc();
     let result = async {
-        let who = caller.principal(&state.door).await?;
-        let db = database(&caller).ok_or_else(no_database)?;
-        let body = body.map_err(|(status, why)| error(status, why))?;
+        let checked = async {
+            let who = caller.principal(&state.door).await?;
+            let db = database(&caller).ok_or_else(no_database)?;
+            Ok::<_, Response>((who, db))
+        };
+        let (who, db) = match checked.await {
+            Ok(c) => c,
+            Err(r) => {
+                body.discard().await;
+                return Err(r);
+            }
+        };
+        let body =
+            body.read(state.max_body_bytes).await.map_err(|(status, why)| error(status, why))?;
         let req: ReadRequest = decode(&body, state.max_body_bytes, "ReadRequest")
             .map_err(|e| error(StatusCode::BAD_REQUEST, e))?;
         // Queries only: a session shared with other requests on the database.

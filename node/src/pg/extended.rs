@@ -9,8 +9,6 @@ use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::sql::parser::DFParser;
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use ebb_query::QueryError;
 use futures::{Sink, SinkExt};
 use pgwire::api::portal::{Format, Portal};
@@ -370,7 +368,7 @@ async fn describe(
 
 /// Plans one statement the way `SqlSession` runs it, without running it.
 async fn plan_statement(session: &Session, sql: &str) -> Result<LogicalPlan, QueryError> {
-    let mut statements = DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {})?;
+    let mut statements = session.parse(sql)?;
     let statement = statements.pop_front().ok_or_else(|| QueryError::invalid("empty query"))?;
     Ok(session.context().state().statement_to_plan(statement).await?)
 }

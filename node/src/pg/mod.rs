@@ -24,7 +24,9 @@
 
 mod auth;
 mod backend;
+mod conn;
 mod extended;
+mod guard;
 mod lexer;
 mod params;
 mod types;
@@ -60,7 +62,6 @@ use pgwire::error::{ErrorInfo, PgWireError, PgWireResult, SEVERITY_ERROR, SEVERI
 use pgwire::messages::data::DataRow;
 use pgwire::messages::response::NoticeResponse;
 use pgwire::messages::PgWireBackendMessage;
-use pgwire::tokio::process_socket;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tracing::{debug, info, warn};
@@ -71,6 +72,15 @@ use backend::ConnSession;
 use ebb_query::access::AccessError;
 use ebb_query::front::{FrontDoor, Session};
 use extended::Parser;
+
+/// What one client may hold of the PostgreSQL port.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnLimits {
+    /// Open connections (more wait in the kernel's backlog).
+    pub connections: usize,
+    /// Longest message of an authenticated client (see [`guard`]).
+    pub message: usize,
+}
 
 /// Serves the PostgreSQL wire protocol on `listener` until `shutdown` resolves.
 ///
@@ -84,7 +94,7 @@ pub async fn serve(
     door: Arc<FrontDoor>,
     metrics: Arc<Metrics>,
     tls: Option<Arc<TlsSource>>,
-    max_connections: usize,
+    limits: ConnLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let handlers = Arc::new(Handlers::new(door, tls.is_some()));
@@ -92,7 +102,7 @@ pub async fn serve(
         Ok(addr) => info!(%addr, tls = tls.is_some(), "PostgreSQL endpoint listening"),
         Err(_) => info!("PostgreSQL endpoint listening"),
     }
-    let limit = Arc::new(Semaphore::new(max_connections.max(1)));
+    let limit = Arc::new(Semaphore::new(limits.connections.max(1)));
     tokio::pin!(shutdown);
     loop {
         // Beyond the limit, new connections wait in the kernel's backlog.
@@ -118,7 +128,7 @@ pub async fn serve(
                     tokio::spawn(async move {
                         let _permit = permit;
                         debug!(%peer, "PostgreSQL connection accepted");
-                        match process_socket(socket, acceptor, handlers).await {
+                        match conn::serve(socket, acceptor, handlers, limits.message).await {
                             Ok(()) => debug!(%peer, "PostgreSQL connection closed"),
                             Err(e) => debug!(%peer, error = %e, "PostgreSQL connection failed"),
                         }
@@ -214,6 +224,8 @@ impl SimpleQueryHandler for Backend {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let session = self.session(&*client);
+        // The whole request within the bounds on SQL before any statement of it runs.
+        session.check(query).map_err(|e| query_error(&e))?;
         let statements = lexer::split_statements(query);
         let Some(last) = statements.len().checked_sub(1) else {
             return Ok(vec![Response::EmptyQuery]);
@@ -514,6 +526,14 @@ fn sqlstate(err: &QueryError) -> &'static str {
         QueryError::Access(AccessError::Unauthenticated(_)) => return "28P01",
         QueryError::Access(AccessError::Forbidden(_)) => return "42501",
         QueryError::Unsupported(_) => return "0A000",
+        // As PostgreSQL: stack depth limit exceeded, too many columns, program limit exceeded.
+        QueryError::Limit(l) => {
+            return match l.setting {
+                "max_expression_depth" => "54001",
+                "max_columns_per_table" => "54011",
+                _ => "54000",
+            }
+        }
         QueryError::UnknownTable(_) => return "42P01",
         QueryError::UnknownDatabase(_) => return "3D000",
         QueryError::TypeConflict { .. } => return "42804",

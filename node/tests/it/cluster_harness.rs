@@ -98,6 +98,7 @@ impl Harness {
             init_here,
             force_init: false,
             default_retention: None,
+            write_limits: ebb_query::WriteLimits::default(),
             disk_reserve: ebb_node::config::durability::DiskReserve::Bytes(0),
             settings: self.settings,
             groups: GroupOptions::new(Duration::from_millis(50), self.snapshot_every, engine)

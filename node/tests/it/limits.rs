@@ -43,6 +43,7 @@ async fn statements_over_their_memory_or_time_fail_while_others_run() {
         query_memory_bytes: 4 << 20,
         statement_timeout: Some(Duration::from_secs(2)),
         max_statements: 64,
+        ..Limits::default()
     };
     let server = Server::start(&Config { limits, ..loopback(dir.path()) }).await.expect("start");
     let (http, pg_port) = (server.http_addr, server.pg_addr.port());

@@ -17,6 +17,7 @@ mod common;
 mod disk_full;
 mod flight;
 mod grafana;
+mod hostile;
 mod limits;
 mod linearizable;
 mod local_cluster;

@@ -140,6 +140,7 @@ impl ClusterSql {
 
     /// The session with its statements drawing memory from `server`'s pool, within `limits`.
     pub fn limited(mut self, server: Arc<RuntimeEnv>, limits: Limits) -> ClusterSql {
+        crate::sql::sized::register(&self.ctx, limits.query_memory_bytes);
         self.limits = Some((server, limits));
         self
     }

@@ -30,7 +30,7 @@ pub use replicated::{RaftReplicator, PROPOSE_TIMEOUT};
 pub use request::{human_duration, new_request_id, request_id_ms, RequestSpec};
 pub use rollup_round::RollupRound;
 pub use split::TrimOutcome;
-pub use write::WriteSummary;
+pub use write::{WriteLimits, WriteSummary};
 pub use write_group::GroupCommits;
 
 use apply::Change;
@@ -91,6 +91,8 @@ pub struct Database {
     queue: write_group::WriteQueue,
     replicator: Option<Arc<RaftReplicator>>,
     default_retention: RwLock<Option<Duration>>,
+    /// What one write request may add.
+    write_limits: RwLock<write::WriteLimits>,
     /// Users, grants and tokens (of a single node; a cluster keeps them in its metadata group).
     access: RwLock<Arc<crate::access::AccessState>>,
     /// Writes that add data are refused below this free space (none: no reserve).
@@ -110,6 +112,16 @@ impl Database {
     /// `CREATE TABLE` without a `retention` option); `None` keeps their rows until deleted.
     pub fn set_default_retention(&self, retention: Option<Duration>) {
         *self.default_retention.write() = retention;
+    }
+
+    /// Sets what one write request may add.
+    pub fn set_write_limits(&self, limits: write::WriteLimits) {
+        *self.write_limits.write() = limits;
+    }
+
+    /// What one write request may add.
+    pub fn write_limits(&self) -> write::WriteLimits {
+        *self.write_limits.read()
     }
 
     /// What group commit has done since the database opened (see [`write_group`]).
@@ -147,6 +159,7 @@ impl Database {
             statements: Default::default(),
             replicator: None,
             default_retention: RwLock::new(None),
+            write_limits: RwLock::new(write::WriteLimits::default()),
             access: RwLock::new(Arc::new(access)),
             reserve: RwLock::new(None),
             rows_written: Default::default(),
@@ -219,7 +232,7 @@ impl Database {
 
     /// Creates database `db` if it does not exist.
     pub fn create_database(&self, db: &str) -> Result<()> {
-        check_name("database", db)?;
+        crate::model::schema::check_writable_database(db)?;
         let mut w = self.writer.lock();
         if self.catalog.has_database(db) {
             return Ok(());
@@ -240,7 +253,7 @@ impl Database {
         fields: Vec<(String, FieldType)>,
         retention: Option<Duration>,
     ) -> Result<Arc<TableDef>> {
-        check_name("database", db)?;
+        crate::model::schema::check_writable_database(db)?;
         check_name("table", name)?;
         let mut w = self.writer.lock();
         if self.catalog.table(db, name).is_some() {

@@ -223,6 +223,7 @@ impl Database {
             statements: Default::default(),
             replicator: Some(replicator),
             default_retention: RwLock::new(None),
+            write_limits: RwLock::new(super::write::WriteLimits::default()),
             access: RwLock::new(Default::default()),
             reserve: RwLock::new(None),
             rows_written: Default::default(),

@@ -23,6 +23,28 @@ use crate::model::keys::{row_key, series_range, u64_to_time, ROW_KEY_LEN};
 use crate::model::row::{decode_row, encode_row, merge_rows};
 use crate::model::schema::check_name;
 
+/// Limits on what one write request may add, checked while it is planned (nothing of a
+/// request over one is written).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteLimits {
+    /// Most tags one line may carry.
+    pub max_tags_per_line: usize,
+    /// Most columns (tags, fields and `time`) a table may have.
+    pub max_columns_per_table: usize,
+    /// Most new series one request may create.
+    pub max_series_per_request: usize,
+}
+
+impl Default for WriteLimits {
+    fn default() -> Self {
+        WriteLimits {
+            max_tags_per_line: 256,
+            max_columns_per_table: 1_000,
+            max_series_per_request: 100_000,
+        }
+    }
+}
+
 /// What a write did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WriteSummary {
@@ -91,7 +113,7 @@ impl Database {
         now_ns: i64,
         once: Option<u64>,
     ) -> Result<WriteSummary> {
-        check_name("database", db)?;
+        crate::model::schema::check_writable_database(db)?;
         self.check_reserve()?;
         loop {
             // Planned outside the writer lock, so concurrent requests plan in parallel.
@@ -223,7 +245,7 @@ impl Database {
         precision: Precision,
         now_ns: i64,
     ) -> Result<()> {
-        check_name("database", db)?;
+        crate::model::schema::check_writable_database(db)?;
         self.check_reserve()?;
         self.plan(db, Source::Body(body), precision, now_ns).map(|_| ())
     }

@@ -69,6 +69,8 @@ pub(super) struct Plan<'c> {
     pub(super) rows: BTreeMap<(u32, u64, i64), Fields>,
     /// The series hashes the shard holds, if it holds only some (it has split).
     holds: Option<HashFilter>,
+    /// What the request may add.
+    limits: super::write::WriteLimits,
 }
 
 impl<'c> Plan<'c> {
@@ -113,6 +115,15 @@ fn find_near<T>(items: &[T], hint: usize, is: impl Fn(&T) -> bool) -> Option<usi
         Some(item) if is(item) => Some(hint),
         _ => items.iter().position(is),
     }
+}
+
+/// A line over one of the request's limits.
+fn over_limit(line: usize, what: String, limit: usize, setting: &'static str) -> QueryError {
+    QueryError::Limit(crate::error::LimitError {
+        what: format!("line {line}: {what}"),
+        limit,
+        setting,
+    })
 }
 
 pub(super) fn line_err(line: usize, reason: impl Into<String>) -> QueryError {
@@ -253,6 +264,7 @@ impl Database {
             next_series,
             rows: BTreeMap::new(),
             holds: self.catalog.hashes(),
+            limits: self.write_limits(),
         };
         if !self.catalog.has_database(db) {
             plan.delta.databases.insert(db.to_string());
@@ -290,6 +302,7 @@ impl Database {
                 .ok_or_else(|| line_err(no, format!("timestamp {ts} out of range")))?,
             None => now_ns,
         };
+        let limits = plan.limits;
         let def = plan.table(&line.measurement, no)?;
         if let Some(r) = def.retention_ns {
             let horizon = now_ns.saturating_sub(r.min(i64::MAX as u64) as i64);
@@ -300,6 +313,26 @@ impl Database {
                 )));
             }
         }
+        if line.tags.len() > limits.max_tags_per_line {
+            return Err(over_limit(
+                no,
+                format!("{} tags", line.tags.len()),
+                limits.max_tags_per_line,
+                "max_tags_per_line",
+            ));
+        }
+        // A new column must leave the table within its limit (`time` is one of its columns).
+        let room = |def: &TableDef| match def.tags.len() + def.fields.len() + 1
+            < limits.max_columns_per_table
+        {
+            true => Ok(()),
+            false => Err(over_limit(
+                no,
+                format!("table {:?}'s columns", def.name),
+                limits.max_columns_per_table,
+                "max_columns_per_table",
+            )),
+        };
         let mut tag_idx: smallvec::SmallVec<[(usize, &str); 12]> = smallvec::SmallVec::new();
         for (n, (k, v)) in line.tags.iter().enumerate() {
             if k == TIME_COLUMN {
@@ -314,16 +347,17 @@ impl Database {
                     ))
                 }
                 None => {
+                    room(def)?;
                     def.tags.push(k.to_string());
                     def.tags.len() - 1
                 }
             };
-            if tag_idx.iter().any(|(j, _)| *j == i) {
-                return Err(line_err(no, format!("tag {k:?} given twice")));
-            }
             tag_idx.push((i, v));
         }
         tag_idx.sort_unstable_by_key(|(i, _)| *i);
+        if let Some(w) = tag_idx.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(line_err(no, format!("tag {:?} given twice", def.tags[w[0].0])));
+        }
         let mut fields: Fields = Vec::with_capacity(line.fields.len());
         for (n, (k, v)) in line.fields.iter().enumerate() {
             if k == TIME_COLUMN {
@@ -349,6 +383,7 @@ impl Database {
                     ))
                 }
                 None => {
+                    room(def)?;
                     def.fields.push((k.to_string(), ty));
                     def.fields.len() - 1
                 }
@@ -380,6 +415,14 @@ impl Database {
             None => match plan.new_series.get(&(table, key_buf.clone())) {
                 Some(id) => *id,
                 None => {
+                    if plan.new_series.len() >= limits.max_series_per_request {
+                        return Err(over_limit(
+                            no,
+                            "the request's new series".to_string(),
+                            limits.max_series_per_request,
+                            "max_series_per_request",
+                        ));
+                    }
                     let id = plan.next_series;
                     plan.next_series += 1;
                     let tags = decode_series_key(key_buf, tag_count)?;

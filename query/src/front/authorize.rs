@@ -2,14 +2,23 @@
 //!
 //! Every table a statement can read is among the references DataFusion resolves before it
 //! plans (`SessionState::resolve_table_references`: the planner sees no other table), so
-//! checking those covers every read. Statements that change data or schema need their own
+//! checking those covers every read. Whatever the statement, every table it reads needs `READ`:
+//! an `INSERT ... SELECT` needs `WRITE` on its target and `READ` on every table its source
+//! names (a writer must not learn values from an error, or a yes/no answer from a row count);
+//! a `DELETE` needs `DELETE` on its target and `READ` on every table its condition or `USING`
+//! reads through a subquery (its own target included); `CREATE TABLE ... AS` and a materialized
+//! view need `READ` on their source. Statements that change data or schema need their own
 //! privilege on the database of every table they name. Tables of `system` need `READ` on the
 //! database `system`, but for `system.users`, `system.grants` and `system.tokens`, which need
 //! `ADMIN` on all databases; `information_schema` only needs a login.
 
 use datafusion::execution::context::SessionState;
 use datafusion::sql::parser::Statement as DfStatement;
-use datafusion::sql::sqlparser::ast::{ObjectName, ObjectType, SchemaName, Statement};
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{
+    visit_relations, FromTable, ObjectName, ObjectType, Query, SchemaName, Statement, TableObject,
+};
 
 use crate::access::{Privilege, ACCESS_TABLES};
 use crate::error::Result;
@@ -27,27 +36,21 @@ pub fn needs(stmt: &DfStatement, state: &SessionState, default: &str) -> Result<
         // CREATE EXTERNAL TABLE, COPY: refused by the session, but never without ADMIN.
         _ => return Ok(vec![(None, Privilege::Admin)]),
     };
-    let refs = || -> Result<Vec<(String, String)>> {
-        Ok(state
-            .resolve_table_references(stmt)?
-            .into_iter()
-            .map(|r| (r.schema().unwrap_or(default).to_string(), r.table().to_string()))
-            .collect())
-    };
-    let on_tables = |p: Privilege, out: &mut Vec<Need>| -> Result<()> {
-        for (db, table) in refs()? {
-            match db.as_str() {
-                "information_schema" => {}
-                "system" if ACCESS_TABLES.contains(&table.as_str()) => {
-                    out.push((None, Privilege::Admin))
-                }
-                _ => out.push((Some(db), p)),
-            }
+    let read = |stmt: &DfStatement, out: &mut Vec<Need>| -> Result<()> {
+        let refs = state.resolve_table_references(stmt)?;
+        for r in refs {
+            let db = r.schema().unwrap_or(default).to_string();
+            table_need(db, r.table(), Privilege::Read, out);
         }
         Ok(())
     };
+    // What a query read as part of another statement needs.
+    let read_query = |q: &Query, out: &mut Vec<Need>| -> Result<()> {
+        read(&DfStatement::Statement(Box::new(Statement::Query(Box::new(q.clone())))), out)
+    };
     let named = |n: &ObjectName, p: Privilege, out: &mut Vec<Need>| -> Result<()> {
-        out.push((Some(table_name(n, default)?.0), p));
+        let (db, table) = table_name(n, default)?;
+        table_need(db, &table, p, out);
         Ok(())
     };
     match s {
@@ -55,16 +58,59 @@ pub fn needs(stmt: &DfStatement, state: &SessionState, default: &str) -> Result<
         | Statement::Explain { .. }
         | Statement::ExplainTable { .. }
         | Statement::ShowTables { .. }
-        | Statement::ShowColumns { .. } => on_tables(Privilege::Read, &mut out)?,
-        Statement::Insert(_) => {
-            // The target needs WRITE; what it reads, READ (a target read too is harmless).
-            on_tables(Privilege::Write, &mut out)?;
+        | Statement::ShowColumns { .. } => read(stmt, &mut out)?,
+        Statement::Insert(insert) => {
+            match &insert.table {
+                TableObject::TableName(n) => named(n, Privilege::Write, &mut out)?,
+                // INSERT INTO FUNCTION: nothing EbbDB serves.
+                TableObject::TableFunction(_) | TableObject::TableQuery(_) => {
+                    out.push((None, Privilege::Admin))
+                }
+            }
+            if let Some(source) = &insert.source {
+                read_query(source, &mut out)?;
+            }
         }
-        Statement::Delete(_) => on_tables(Privilege::Delete, &mut out)?,
-        Statement::CreateTable(ct) => named(&ct.name, Privilege::Admin, &mut out)?,
+        Statement::Delete(delete) => {
+            // The target itself needs DELETE, and READ where a subquery reads it.
+            let mut targets = delete.tables.clone();
+            let mut reads = Vec::new();
+            let (FromTable::WithFromKeyword(from) | FromTable::WithoutKeyword(from)) = &delete.from;
+            for twj in from {
+                let _ = visit_relations(&twj.relation, |n| {
+                    targets.push(n.clone());
+                    ControlFlow::<()>::Continue(())
+                });
+                let _ = visit_relations(&twj.joins, |n| {
+                    reads.push(n.clone());
+                    ControlFlow::<()>::Continue(())
+                });
+            }
+            for n in &targets {
+                named(n, Privilege::Delete, &mut out)?;
+            }
+            let mut collect = |n: &ObjectName| {
+                reads.push(n.clone());
+                ControlFlow::<()>::Continue(())
+            };
+            let _ = visit_relations(&delete.selection, &mut collect);
+            let _ = visit_relations(&delete.using, &mut collect);
+            let _ = visit_relations(&delete.returning, &mut collect);
+            for n in &reads {
+                let (db, table) = table_name(n, default)?;
+                table_need(db, &table, Privilege::Read, &mut out);
+            }
+        }
+        Statement::CreateTable(ct) => {
+            named(&ct.name, Privilege::Admin, &mut out)?;
+            if let Some(q) = &ct.query {
+                read_query(q, &mut out)?;
+            }
+        }
         Statement::AlterTable(at) => named(&at.name, Privilege::Delete, &mut out)?,
         Statement::CreateView(cv) if cv.materialized => {
-            named(&cv.name, Privilege::Admin, &mut out)?
+            named(&cv.name, Privilege::Admin, &mut out)?;
+            read_query(&cv.query, &mut out)?;
         }
         Statement::Drop {
             object_type: ObjectType::Table | ObjectType::MaterializedView,
@@ -88,4 +134,13 @@ pub fn needs(stmt: &DfStatement, state: &SessionState, default: &str) -> Result<
         _ => out.push((None, Privilege::Admin)),
     }
     Ok(out)
+}
+
+/// What reading or changing `table` of `db` needs, with `privilege` on an ordinary table.
+fn table_need(db: String, table: &str, privilege: Privilege, out: &mut Vec<Need>) {
+    match db.as_str() {
+        "information_schema" => {}
+        "system" if ACCESS_TABLES.contains(&table) => out.push((None, Privilege::Admin)),
+        _ => out.push((Some(db), privilege)),
+    }
 }

@@ -4,7 +4,7 @@
 //! files), else fails with a `Resources exhausted` error; others keep running. A statement
 //! past its time limit fails with a clear error (its stream is dropped, which cancels it).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +29,8 @@ pub struct Limits {
     pub statement_timeout: Option<Duration>,
     /// Requests that may run statements at once; more wait up to [`SLOT_WAIT`] for a slot.
     pub max_statements: usize,
+    /// How large and deep the SQL of one request may be.
+    pub sql: crate::sql::bounds::SqlBounds,
 }
 
 /// How long a request waits for a slot among the running ones before it is refused.
@@ -38,7 +40,11 @@ pub const SLOT_WAIT: Duration = Duration::from_secs(30);
 /// ended or been dropped, or by [`Slot::release_after`] (a client that stops reading its
 /// results must not keep the slot past its statements' time).
 #[derive(Debug)]
-pub struct Slot(parking_lot::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>);
+pub struct Slot {
+    permit: parking_lot::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>,
+    /// Statements started with the slot: a release planned for one is void once the next starts.
+    started: AtomicU64,
+}
 
 /// How long past its statements' time limit a request keeps its slot unread.
 pub const SLOT_GRACE: Duration = Duration::from_secs(10);
@@ -46,21 +52,27 @@ pub const SLOT_GRACE: Duration = Duration::from_secs(10);
 impl Slot {
     /// A slot holding `permit`.
     pub fn new(permit: tokio::sync::OwnedSemaphorePermit) -> Arc<Slot> {
-        Arc::new(Slot(parking_lot::Mutex::new(Some(permit))))
+        Arc::new(Slot { permit: parking_lot::Mutex::new(Some(permit)), started: AtomicU64::new(0) })
     }
 
     /// Gives the slot back now.
     pub fn release(&self) {
-        self.0.lock().take();
+        self.permit.lock().take();
     }
 
-    /// Gives the slot back after `after` if the request still holds it.
-    pub fn release_after(self: &Arc<Self>, after: Duration) {
+    /// Notes that a statement started with the slot and runs within `limit` (`None`: without
+    /// a time limit): the slot is given back [`SLOT_GRACE`] past that limit if the request
+    /// still holds it and has started no other statement since.
+    pub fn release_after(self: &Arc<Self>, limit: Option<Duration>) {
+        let started = self.started.fetch_add(1, Ordering::Relaxed) + 1;
+        let Some(limit) = limit else { return };
         let slot = Arc::downgrade(self);
         tokio::spawn(async move {
-            tokio::time::sleep(after).await;
+            tokio::time::sleep(limit + SLOT_GRACE).await;
             if let Some(s) = slot.upgrade() {
-                s.release();
+                if s.started.load(Ordering::Relaxed) == started {
+                    s.release();
+                }
             }
         });
     }
@@ -82,6 +94,7 @@ impl Default for Limits {
             query_memory_bytes: 512 << 20,
             statement_timeout: Some(Duration::from_secs(300)),
             max_statements: 64,
+            sql: crate::sql::bounds::SqlBounds::default(),
         }
     }
 }

@@ -14,17 +14,17 @@ pub mod authorize;
 pub mod limits;
 mod prepared;
 mod principal;
+pub mod runtime;
 pub mod settings;
 pub mod throttle;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::prelude::SessionContext;
-use datafusion::sql::parser::{DFParser, Statement as DfStatement};
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::parser::Statement as DfStatement;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
@@ -117,6 +117,8 @@ pub struct FrontDoor {
     hashing: Arc<tokio::sync::Semaphore>,
     /// The statements run lately (`system.queries`).
     statements: Arc<StatementLog>,
+    /// The threads statements run on.
+    queries: runtime::QueryRuntime,
 }
 
 /// What the front door counts for `/metrics`.
@@ -171,6 +173,7 @@ impl FrontDoor {
             hashing: Arc::new(tokio::sync::Semaphore::new(throttle::HASHING)),
             statements,
             limits,
+            queries: runtime::QueryRuntime::new()?,
         }))
     }
 
@@ -434,6 +437,18 @@ impl Session {
         self.sql.context()
     }
 
+    /// The statements of `sql`, once it is within the server's bounds on SQL
+    /// ([`crate::sql::bounds`]); for a protocol that plans a statement without running it.
+    pub fn parse(&self, sql: &str) -> Result<std::collections::VecDeque<DfStatement>> {
+        crate::sql::bounds::parse(sql, &self.door.limits.sql)
+    }
+
+    /// Checks `sql` against the server's bounds on SQL text, for a protocol that splits a
+    /// request's statements itself.
+    pub fn check(&self, sql: &str) -> Result<()> {
+        crate::sql::bounds::check_text(sql, &self.door.limits.sql)
+    }
+
     /// Undoes the session's own settings (`RESET ALL`, `DISCARD ALL`).
     pub fn reset_settings(&self) {
         *self.settings.lock() = SessionSettings::default();
@@ -462,22 +477,50 @@ impl Session {
         )
     }
 
-    /// Runs every statement of `sql` in order, each once authorized; returns the output of each.
-    pub async fn execute_all(&self, sql: &str) -> Result<Vec<QueryOutput>> {
+    /// The statements of `sql`, to run one at a time with [`Statements::next`]: the text is
+    /// checked against the server's bounds and every statement authorized before any runs; each
+    /// is planned only once the one before it has been asked for (a request's later statements
+    /// see what its earlier ones did). Statements run on the statement threads
+    /// ([`runtime::QueryRuntime`]).
+    pub async fn statements(&self, sql: &str) -> Result<Statements> {
         let running = self.running();
-        let out = self.run_all(sql, &running).await;
-        if out.is_err() {
-            running.failed();
+        let (this, text, log) = (self.clone(), sql.to_string(), running.clone());
+        let begun = self.door.queries.run(async move { this.begin(&text, &log).await }).await;
+        match begun {
+            Ok(mut pending) => {
+                for p in &mut pending.0 {
+                    if let Pending::Done(o) = p {
+                        let stream = std::mem::replace(&mut o.stream, empty_stream());
+                        o.stream = self.door.queries.drive(stream);
+                    }
+                }
+                Ok(Statements {
+                    session: self.clone(),
+                    pending: pending.0,
+                    slot: pending.1,
+                    issuer: self.who.to_string(),
+                })
+            }
+            Err(e) => {
+                running.failed();
+                Err(e)
+            }
         }
-        out
     }
 
-    /// [`Session::execute_all`], each output recorded as a statement that began with `running`.
-    async fn run_all(&self, sql: &str, running: &Running) -> Result<Vec<QueryOutput>> {
+    /// What [`Session::statements`] checks and runs first: the statements of `sql` and the
+    /// slot they hold among the running ones.
+    async fn begin(
+        &self,
+        sql: &str,
+        running: &Running,
+    ) -> Result<(VecDeque<Pending>, Option<Arc<limits::Slot>>)> {
         let logged = |mut o: QueryOutput| {
             o.stream = running.clone().answer(&o.kind, o.stream);
-            vec![o]
+            (VecDeque::from([Pending::Done(o)]), None)
         };
+        let bounds = &self.door.limits.sql;
+        crate::sql::bounds::check_text(sql, bounds)?;
         if is_access_statement(sql) {
             // Any client may create the first user of a server without users.
             return Ok(logged(self.door.run_access(&self.who, parse_access(sql)?).await?));
@@ -506,60 +549,78 @@ impl Session {
         }
         if settings::is_reset(sql) {
             self.settings.lock().statement_timeout = None;
-            return Ok(vec![crate::sql::command_output("RESET")]);
+            let out = crate::sql::command_output("RESET");
+            return Ok((VecDeque::from([Pending::Done(out)]), None));
         }
-        let statements = DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {})
-            .map_err(|e| QueryError::invalid(format!("SQL syntax: {e}")))?;
+        let statements = crate::sql::bounds::parse_checked(sql, bounds)?;
         if let (1, Some(DfStatement::Statement(s))) = (statements.len(), statements.front()) {
             if let Some(out) = self.run_parameterized(s, running).await? {
-                return Ok(vec![out]);
+                return Ok((VecDeque::from([Pending::Done(out)]), None));
             }
         }
         // Every statement is checked before any runs.
-        let mut kinds = Vec::with_capacity(statements.len());
-        for s in &statements {
-            let setting = match s {
+        let mut pending = VecDeque::with_capacity(statements.len());
+        for s in statements {
+            let setting = match &s {
                 DfStatement::Statement(st) => settings::setting(st)?,
                 _ => None,
             };
-            if setting.is_none() {
-                self.authorize(s)?;
-            }
-            kinds.push(setting);
+            pending.push_back(match setting {
+                Some(setting) => Pending::Setting(setting),
+                None => {
+                    self.authorize(&s)?;
+                    Pending::Statement(s)
+                }
+            });
         }
         // One slot of the server's running statements for the request, held until every
         // output is consumed or dropped.
-        let slot = match kinds.iter().any(Option::is_none) {
+        let runs = pending.iter().any(|p| matches!(p, Pending::Statement(_)));
+        let slot = match runs {
             true => Some(limits::Slot::new(self.door.slot().await?)),
             false => None,
         };
-        let mut limit = Duration::ZERO;
-        let issuer = self.who.to_string();
-        let mut out = Vec::with_capacity(statements.len());
-        for (s, setting) in statements.into_iter().zip(kinds) {
-            if let Some(setting) = setting {
-                let server = self.door.limits.statement_timeout;
-                out.push(settings::apply(setting, &mut self.settings.lock(), server));
-                continue;
-            }
-            let reads = reads_only(&s);
-            let run = async {
-                match &*self.sql {
-                    Sql::Local(l) => l.execute_statement_by(s, &issuer).await,
-                    Sql::Cluster(c) => c.execute_statement_by(s, &issuer).await,
+        Ok((pending, slot))
+    }
+
+    /// Plans and starts one statement of a request on the statement threads.
+    async fn run_one(
+        &self,
+        s: DfStatement,
+        slot: Option<Arc<limits::Slot>>,
+        issuer: String,
+    ) -> Result<QueryOutput> {
+        let running = self.running();
+        let (this, log, held) = (self.clone(), running.clone(), slot.clone());
+        let started = self
+            .door
+            .queries
+            .run(async move {
+                let reads = reads_only(&s);
+                let run = async {
+                    match &*this.sql {
+                        Sql::Local(l) => l.execute_statement_by(s, &issuer).await,
+                        Sql::Cluster(c) => c.execute_statement_by(s, &issuer).await,
+                    }
+                };
+                // Each statement of the request is timed from its own start.
+                this.start(reads, held, run, log).await
+            })
+            .await;
+        match started {
+            Ok((mut o, timeout)) => {
+                if let Some(slot) = &slot {
+                    slot.release_after((timeout > Duration::ZERO).then_some(timeout));
                 }
-            };
-            // Each statement of the request is timed from its own start.
-            let (o, timeout) = self.start(reads, slot.clone(), run, self.running()).await?;
-            limit += timeout;
-            out.push(o);
-        }
-        if let Some(slot) = &slot {
-            if limit > Duration::ZERO {
-                slot.release_after(limit + limits::SLOT_GRACE);
+                let stream = std::mem::replace(&mut o.stream, empty_stream());
+                o.stream = self.door.queries.drive(stream);
+                Ok(o)
+            }
+            Err(e) => {
+                running.failed();
+                Err(e)
             }
         }
-        Ok(out)
     }
 
     /// Starts one statement with `run`: if it only reads (`reads`), within the session's
@@ -589,11 +650,65 @@ impl Session {
 
     /// Runs `sql`, which must hold exactly one statement.
     pub async fn execute(&self, sql: &str) -> Result<QueryOutput> {
-        let mut all = self.execute_all(sql).await?;
-        match all.len() {
-            1 => Ok(all.remove(0)),
+        let mut statements = self.statements(sql).await?;
+        match statements.remaining() {
+            1 => statements.next().await.unwrap_or_else(|| Err(QueryError::invalid("empty query"))),
             0 => Err(QueryError::invalid("empty query")),
             n => Err(QueryError::invalid(format!("expected one statement, got {n}"))),
         }
     }
+}
+
+/// A statement of a request, before [`Statements::next`] runs it.
+enum Pending {
+    /// Run already (a statement EbbDB answers itself): its output.
+    Done(QueryOutput),
+    /// A session setting (`SET statement_timeout`).
+    Setting(settings::SettingStatement),
+    /// A statement to plan and run.
+    Statement(DfStatement),
+}
+
+/// The statements of one request ([`Session::statements`]), run one at a time.
+pub struct Statements {
+    session: Session,
+    pending: VecDeque<Pending>,
+    slot: Option<Arc<limits::Slot>>,
+    issuer: String,
+}
+
+impl Statements {
+    /// How many statements are left to run.
+    pub fn remaining(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Runs the next statement: its output, or `None` once every statement has run. Consume
+    /// (or drop) the previous output first: the next statement sees what it did.
+    pub async fn next(&mut self) -> Option<Result<QueryOutput>> {
+        Some(match self.pending.pop_front()? {
+            Pending::Done(o) => Ok(o),
+            Pending::Setting(setting) => {
+                let server = self.session.door.limits.statement_timeout;
+                Ok(settings::apply(setting, &mut self.session.settings.lock(), server))
+            }
+            Pending::Statement(s) => {
+                let out = self.session.run_one(s, self.slot.clone(), self.issuer.clone()).await;
+                if out.is_err() {
+                    // What is left does not run.
+                    self.pending.clear();
+                }
+                out
+            }
+        })
+    }
+}
+
+/// A stream without rows, standing in for one being moved.
+fn empty_stream() -> datafusion::execution::SendableRecordBatchStream {
+    let schema = Arc::new(datafusion::arrow::datatypes::Schema::empty());
+    Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+        schema,
+        futures::stream::empty(),
+    ))
 }

@@ -29,9 +29,8 @@ use datafusion::common::{ParamValues, ScalarValue, TableReference};
 use datafusion::datasource::source_as_provider;
 use datafusion::execution::SessionState;
 use datafusion::logical_expr::{Expr, LogicalPlan, TableScan, Volatility};
-use datafusion::sql::parser::{DFParser, Statement as DfStatement};
+use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use parking_lot::Mutex;
 
 use super::authorize::{self, Need};
@@ -189,18 +188,34 @@ impl Session {
     /// ahead: the caller runs it as SQL with the values written in.
     pub async fn execute_prepared(
         &self,
-        query: &PreparedQuery,
+        query: &Arc<PreparedQuery>,
         values: Vec<ScalarValue>,
     ) -> Result<Option<QueryOutput>> {
         let running = self.running();
-        let out = match self.bind_within_timeout(query, values).await.and_then(|r| r) {
-            Ok(Some(bound)) => self.run_bound(bound, running.clone()).await.map(Some),
-            other => other.map(|_| None),
-        };
-        if out.is_err() {
-            running.failed();
+        let (this, query, log) = (self.clone(), query.clone(), running.clone());
+        // Planned and run on the statement threads, like every statement.
+        let out = self
+            .door
+            .queries
+            .run(async move {
+                match this.bind_within_timeout(&query, values).await.and_then(|r| r) {
+                    Ok(Some(bound)) => this.run_bound(bound, log).await.map(Some),
+                    other => other.map(|_| None),
+                }
+            })
+            .await;
+        match out {
+            Ok(Some(mut o)) => {
+                let stream = std::mem::replace(&mut o.stream, super::empty_stream());
+                o.stream = self.door.queries.drive(stream);
+                Ok(Some(o))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => {
+                running.failed();
+                Err(e)
+            }
         }
-        out
     }
 
     /// [`Session::bind_prepared`] within the session's statement timeout (planning, and in a
@@ -249,9 +264,7 @@ impl Session {
             Ok(QueryOutput { schema, stream, kind: StatementKind::Query })
         };
         let (out, timeout) = self.start(true, Some(slot.clone()), run, running).await?;
-        if timeout > std::time::Duration::ZERO {
-            slot.release_after(timeout + limits::SLOT_GRACE);
-        }
+        slot.release_after((timeout > std::time::Duration::ZERO).then_some(timeout));
         Ok(out)
     }
 
@@ -308,8 +321,7 @@ impl Session {
 
     /// Plans `sql` for [`Session::execute_prepared`].
     async fn plan_prepared(&self, sql: &str) -> Result<Planned> {
-        let mut statements = DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {})
-            .map_err(|e| QueryError::invalid(format!("SQL syntax: {e}")))?;
+        let mut statements = self.parse(sql)?;
         let (Some(stmt), true) = (statements.pop_front(), statements.is_empty()) else {
             return Ok(Planned::AsSql);
         };

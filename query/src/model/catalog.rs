@@ -329,9 +329,9 @@ impl Catalog {
         for (id, def) in delta.tables {
             st.next_table = st.next_table.max(id + 1);
             st.names.insert((def.database.clone(), def.name.clone()), id);
-            let tags = def.tags.len();
-            let idx = st.series.entry(id).or_default();
-            idx.widen(tags);
+            // A table's series keep the tag values they were created with: tags added later
+            // read as absent from them (widening every series per new tag costs the square).
+            st.series.entry(id).or_default();
             if def.rollup.is_some() {
                 st.rollups.insert(id);
             }

@@ -171,3 +171,17 @@ pub fn check_name(kind: &str, name: &str) -> Result<(), QueryError> {
     }
     Ok(())
 }
+
+/// Databases EbbDB serves itself: no table can be written into them.
+pub const RESERVED_DATABASES: [&str; 3] = ["system", "information_schema", "pg_catalog"];
+
+/// Checks that `db` names a database rows may be written to or tables created in.
+pub fn check_writable_database(db: &str) -> Result<(), QueryError> {
+    check_name("database", db)?;
+    if RESERVED_DATABASES.iter().any(|r| r.eq_ignore_ascii_case(db)) {
+        return Err(QueryError::invalid(format!(
+            "database {db:?} is reserved for what EbbDB serves itself; write to another database"
+        )));
+    }
+    Ok(())
+}

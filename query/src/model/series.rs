@@ -41,7 +41,9 @@ pub fn encode_series_key<'a>(tags: impl Iterator<Item = (usize, &'a str)>, out: 
 /// Decodes a canonical series key into values for `tag_count` tags.
 pub fn decode_series_key(key: &[u8], tag_count: usize) -> Result<TagValues, QueryError> {
     let bad = || QueryError::Corrupt("undecodable series key".into());
-    let mut vals: Vec<Option<String>> = vec![None; tag_count];
+    // Only as long as its last tag: a series of one tag in a table of many costs one slot, not
+    // one per tag (shorter values read as lacking the later tags).
+    let mut vals: Vec<Option<String>> = Vec::new();
     let mut pos = 0;
     while pos < key.len() {
         let i = varint::get(key, &mut pos).ok_or_else(bad)? as usize;
@@ -49,7 +51,13 @@ pub fn decode_series_key(key: &[u8], tag_count: usize) -> Result<TagValues, Quer
         let end = pos.checked_add(len).ok_or_else(bad)?;
         let s = std::str::from_utf8(key.get(pos..end).ok_or_else(bad)?).map_err(|_| bad())?;
         pos = end;
-        *vals.get_mut(i).ok_or_else(bad)? = Some(s.to_string());
+        if i >= tag_count {
+            return Err(bad());
+        }
+        if vals.len() <= i {
+            vals.resize(i + 1, None);
+        }
+        vals[i] = Some(s.to_string());
     }
     Ok(vals.into())
 }
@@ -134,7 +142,8 @@ impl SeriesIndex {
         self.hash_of.get(&id).copied()
     }
 
-    /// Tag values of series `id`, padded to `tag_count` tags (tags added after it was created).
+    /// Tag values of series `id`, by tag number, as long as its last tag: a tag beyond them
+    /// (added to the table later, or one the series lacks) is absent.
     pub fn tags(&self, id: u64) -> Option<&TagValues> {
         self.tags_of.get(&id)
     }
@@ -164,17 +173,6 @@ impl SeriesIndex {
         let e = self.max_time.entry(id).or_insert(t);
         *e = (*e).max(t);
     }
-
-    /// Pads every series to `tag_count` tags (a tag was added to the table).
-    pub fn widen(&mut self, tag_count: usize) {
-        for tags in self.tags_of.values_mut() {
-            if tags.len() < tag_count {
-                let mut v = tags.to_vec();
-                v.resize(tag_count, None);
-                *tags = v.into();
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -182,19 +180,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_round_trip_and_pad() {
+    fn keys_round_trip_as_long_as_their_last_tag() {
         let mut k = Vec::new();
         encode_series_key([(0, "a"), (2, "x,y")].into_iter(), &mut k);
         let v = decode_series_key(&k, 4).unwrap();
-        assert_eq!(&*v, &[Some("a".into()), None, Some("x,y".into()), None]);
+        assert_eq!(&*v, &[Some("a".into()), None, Some("x,y".into())], "as long as its last tag");
         assert!(decode_series_key(&k, 2).is_err(), "tag number beyond the table's tags");
         assert!(decode_series_key(&[5], 9).is_err());
         let mut idx = SeriesIndex::default();
         idx.insert(k.clone(), 7, v);
         assert_eq!(idx.with_tag(2, "x,y"), vec![7]);
         assert!(idx.with_tag(0, "x,y").is_empty());
-        idx.widen(6);
-        assert_eq!(idx.tags(7).map(|t| t.len()), Some(6));
+        assert_eq!(idx.tags(7).map(|t| t.len()), Some(3));
         assert_eq!(idx.get(&k), Some(7));
         idx.note_time(7, 5);
         idx.note_time(7, 3);

@@ -2,7 +2,9 @@
 //! provider per table with pushdown, `INSERT`, `DELETE`, DDL, and SQL sessions.
 
 pub mod alter_cluster;
+pub mod bounds;
 mod catalog;
+pub mod coop;
 pub mod ddl;
 pub mod delete;
 pub mod erase;
@@ -17,6 +19,7 @@ pub mod rows;
 mod scan;
 mod scan_exec;
 mod session;
+pub mod sized;
 pub mod system;
 
 pub use catalog::EbbCatalog;

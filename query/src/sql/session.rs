@@ -82,6 +82,7 @@ impl SqlSession {
         limits: Limits,
     ) -> SqlSession {
         let mut s = SqlSession::new(db, database);
+        super::sized::register(&s.ctx, limits.query_memory_bytes);
         s.limits = Some((server, limits));
         s
     }
@@ -437,6 +438,7 @@ pub(crate) fn new_context(database: &str, information_schema: bool) -> SessionCo
             .with_default_features()
             .with_optimizer_rules(rules)
             .with_physical_optimizer_rule(Arc::new(super::partial::PartialAggregates))
+            .with_physical_optimizer_rule(Arc::new(super::coop::YieldingAmplifiers))
             .build()
     });
     let mut state = base.clone();

@@ -44,13 +44,13 @@ async fn text_of(out: ebb_query::QueryOutput) -> String {
     pretty_format_batches(&batches).expect("format").to_string()
 }
 
-async fn prepared(s: &Session, q: &PreparedQuery, values: Vec<ScalarValue>) -> String {
+async fn prepared(s: &Session, q: &Arc<PreparedQuery>, values: Vec<ScalarValue>) -> String {
     let out = s.execute_prepared(q, values).await.expect("run").expect("planned ahead");
     text_of(out).await
 }
 
 /// The error a run fails with.
-async fn refused(s: &Session, q: &PreparedQuery, values: Vec<ScalarValue>) -> QueryError {
+async fn refused(s: &Session, q: &Arc<PreparedQuery>, values: Vec<ScalarValue>) -> QueryError {
     match s.execute_prepared(q, values).await {
         Ok(_) => panic!("{} ran", q.sql()),
         Err(e) => e,
@@ -83,7 +83,7 @@ fn written_in(text: &str, values: &[ScalarValue]) -> String {
 async fn runs_answer_what_the_sql_with_the_values_written_in_answers() {
     let (_dir, db, s) = open();
     load(&db);
-    let q = PreparedQuery::new(BY_MINUTE);
+    let q = Arc::new(PreparedQuery::new(BY_MINUTE));
     let mut next = numbers(0x2545_f491_4f6c_dd1du64);
     let mut rows_seen = 0;
     for run in 0..40 {
@@ -153,7 +153,7 @@ async fn runs_answer_what_the_sql_with_the_values_written_in_answers() {
 async fn bad_values_are_refused_and_other_statements_run_as_sql() {
     let (_dir, db, s) = open();
     load(&db);
-    let q = PreparedQuery::new(BY_MINUTE);
+    let q = Arc::new(PreparedQuery::new(BY_MINUTE));
     let two = vec![ScalarValue::Utf8(Some("h1".into())), ScalarValue::Utf8(Some("x".into()))];
     let err = refused(&s, &q, two).await;
     assert!(matches!(err, QueryError::Invalid(_)), "{err}");
@@ -165,10 +165,10 @@ async fn bad_values_are_refused_and_other_statements_run_as_sql() {
     let err = refused(&s, &q, bad).await;
     assert!(err.to_string().contains("$2"), "{err}");
 
-    let delete = PreparedQuery::new("DELETE FROM cpu WHERE time < $1");
+    let delete = Arc::new(PreparedQuery::new("DELETE FROM cpu WHERE time < $1"));
     let values = vec![ScalarValue::TimestampNanosecond(Some(0), None)];
     assert!(s.execute_prepared(&delete, values).await.expect("run").is_none());
-    let system = PreparedQuery::new("SELECT count(*) FROM system.tables WHERE name = $1");
+    let system = Arc::new(PreparedQuery::new("SELECT count(*) FROM system.tables WHERE name = $1"));
     let values = vec![ScalarValue::Utf8(Some("cpu".into()))];
     assert!(s.execute_prepared(&system, values).await.expect("run").is_none());
 }
@@ -177,7 +177,9 @@ async fn bad_values_are_refused_and_other_statements_run_as_sql() {
 async fn now_is_read_at_each_run() {
     let (_dir, db, s) = open();
     load(&db);
-    let q = PreparedQuery::new("SELECT count(*) AS n FROM cpu WHERE host = $1 AND time < now()");
+    let q = Arc::new(PreparedQuery::new(
+        "SELECT count(*) AS n FROM cpu WHERE host = $1 AND time < now()",
+    ));
     let h1 = || vec![ScalarValue::Utf8(Some("h1".into()))];
     assert!(prepared(&s, &q, h1()).await.contains("| 120 |"));
     assert!(!q.generic(), "now() is folded per run: no generic plan");
@@ -197,8 +199,8 @@ async fn a_table_that_changes_is_planned_again() {
             ScalarValue::TimestampNanosecond(Some(1_000 * SEC), None),
         ]
     };
-    let star = PreparedQuery::new("SELECT * FROM cpu WHERE host = $1 AND time = $2");
-    let named = PreparedQuery::new("SELECT usage FROM cpu WHERE host = $1 AND time = $2");
+    let star = Arc::new(PreparedQuery::new("SELECT * FROM cpu WHERE host = $1 AND time = $2"));
+    let named = Arc::new(PreparedQuery::new("SELECT usage FROM cpu WHERE host = $1 AND time = $2"));
     assert!(!prepared(&s, &star, values()).await.contains("idle"));
     assert!(prepared(&s, &named, values()).await.contains(" 39.25 "));
     db.write_lines("m", "cpu,host=h3 usage=5,idle=95 1000000000000\n", Precision::Nanoseconds, 0)
@@ -210,7 +212,7 @@ async fn a_table_that_changes_is_planned_again() {
         let err = refused(&s, &star, values()).await;
         assert!(err.to_string().contains("must not change result type"), "{err}");
     }
-    let again = PreparedQuery::new(star.sql());
+    let again = Arc::new(PreparedQuery::new(star.sql()));
     let fresh = prepared(&s, &again, values()).await;
     assert!(fresh.contains("idle") && fresh.contains("| 95.0 |"), "{fresh}");
 
@@ -292,7 +294,7 @@ async fn values_keep_their_meaning() {
     db.write_lines("m", &body, Precision::Nanoseconds, 0).expect("write");
     let plain = SqlSession::new(db.clone(), "m");
     // A fraction compared with an integer column is compared as a fraction.
-    let q = PreparedQuery::new("SELECT count(*) AS c FROM jobs WHERE n < $1");
+    let q = Arc::new(PreparedQuery::new("SELECT count(*) AS c FROM jobs WHERE n < $1"));
     // (It runs as SQL with 2.5 written in, which the caller does.)
     let fraction = vec![ScalarValue::Float64(Some(2.5))];
     assert!(s.execute_prepared(&q, fraction).await.expect("run").is_none());

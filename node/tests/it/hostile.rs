@@ -1,0 +1,444 @@
+//! What a hostile client with a login tries, each attack as a client would send it: reading
+//! through a write, requests that would abort, freeze or bloat the node, and writes whose
+//! acknowledgement would be untrue. Each test fails if the defect it reproduces comes back.
+
+use std::io::Write;
+use std::path::Path;
+
+use base64::Engine;
+
+use crate::common::{loopback, Http};
+use ebb_node::config::{Config, Secret};
+use ebb_node::server::Server;
+
+const ADMIN_PW: &str = "correct horse battery";
+
+fn secured(dir: &Path) -> Config {
+    Config { admin_password: Some(Secret(ADMIN_PW.into())), ..loopback(dir) }
+}
+
+fn basic(user: &str, password: &str) -> String {
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+    )
+}
+
+/// An HTTP client that sends `auth` as its `Authorization` header.
+struct As<'a> {
+    http: &'a Http,
+    auth: String,
+}
+
+impl As<'_> {
+    fn sql(&self, sql: &str) -> (u16, String) {
+        self.http.post_with("/v1/sql?db=public", sql.as_bytes(), &[("Authorization", &self.auth)])
+    }
+
+    fn ok(&self, sql: &str) -> String {
+        let (s, b) = self.sql(sql);
+        assert_eq!(s, 200, "{sql}: {b}");
+        b
+    }
+}
+
+fn gzip(text: &str) -> Vec<u8> {
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(text.as_bytes()).expect("gzip");
+    gz.finish().expect("gzip")
+}
+
+/// `cat a.gz b.gz | curl -H 'Content-Encoding: gzip' --data-binary @- /write`: every member's
+/// lines are written, not only the first's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gzip_body_of_several_members_is_written_whole() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&loopback(dir.path())).await.expect("start");
+    let http = server.http_addr;
+    tokio::task::spawn_blocking(move || {
+        let h = Http::new(http);
+        let mut body = gzip("cpu,host=a usage=1 1700000000000000000\n");
+        body.extend(gzip("cpu,host=b usage=2 1700000000000000000\n"));
+        body.extend(gzip("cpu,host=c usage=3 1700000000000000000\n"));
+        let (s, b) = h.post_with("/write?db=public", &body, &[("Content-Encoding", "gzip")]);
+        assert_eq!(s, 204, "{b}");
+        assert_eq!(h.count("SELECT count(*) AS c FROM cpu"), 3);
+        // A damaged second member fails the whole request: nothing of it is written.
+        let mut bad = gzip("cpu,host=d usage=4 1700000000000000000\n");
+        let second = gzip("cpu,host=e usage=5 1700000000000000000\n");
+        bad.extend(&second[..second.len() - 6]);
+        let (s, b) = h.post_with("/write?db=public", &bad, &[("Content-Encoding", "gzip")]);
+        assert_eq!(s, 400, "{b}");
+        assert_eq!(h.count("SELECT count(*) AS c FROM cpu"), 3);
+    })
+    .await
+    .expect("checks");
+    server.shutdown().await.expect("shutdown");
+}
+
+/// A user with WRITE but no READ learns nothing of the data through `INSERT ... SELECT`: not
+/// through an error that prints values, nor through the row count of a filtered copy; the
+/// same through a subquery in `INSERT ... VALUES` or in a `DELETE`'s condition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_cannot_read_through_an_insert() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&secured(dir.path())).await.expect("start");
+    let http = server.http_addr;
+    tokio::task::spawn_blocking(move || {
+        let h = Http::new(http);
+        let admin = As { http: &h, auth: basic("admin", ADMIN_PW) };
+        admin.ok("CREATE USER writer WITH PASSWORD 'w-pass'");
+        admin.ok("GRANT WRITE ON DATABASE public TO writer");
+        admin.ok("CREATE USER dpo WITH PASSWORD 'd-pass'");
+        admin.ok("GRANT DELETE ON DATABASE public TO dpo");
+        admin.ok("GRANT WRITE ON DATABASE scratch TO dpo");
+        let (s, b) = h.post_with(
+            "/write?db=public",
+            b"cpu,host=a,region=eu usage=12.5 1700000000000000000\n\
+              cpu,host=b,region=us usage=40 1700000000000000000\n",
+            &[("Authorization", &admin.auth)],
+        );
+        assert_eq!(s, 204, "{b}");
+        let writer = As { http: &h, auth: basic("writer", "w-pass") };
+        // What the writer may do: insert values.
+        writer.ok("INSERT INTO cpu (time, host, region, usage) VALUES (to_timestamp_nanos(1700000060000000000), 'c', 'eu', 1.0)");
+        for sql in [
+            "INSERT INTO cpu (time, host, usage) SELECT time, host, CAST(concat('x', region, '/', \
+             host, '/', CAST(usage AS VARCHAR)) AS DOUBLE) FROM cpu",
+            "INSERT INTO cpu (time, host, usage) SELECT time, host, usage FROM cpu WHERE usage > 39",
+            "INSERT INTO cpu (time, host, usage) VALUES (now(), 'z', (SELECT max(usage) FROM cpu))",
+            "INSERT INTO cpu (time, host, usage) WITH c AS (SELECT * FROM cpu) SELECT time, host, usage FROM c",
+            "EXPLAIN INSERT INTO cpu (time, host, usage) SELECT time, host, usage FROM cpu",
+        ] {
+            let (s, b) = writer.sql(sql);
+            assert_eq!(s, 403, "writer ran {sql}: {b}");
+            assert!(b.contains("READ") && !b.contains("12.5") && !b.contains("eu/"), "{b}");
+        }
+        // A DELETE reads its target through a subquery only with READ.
+        let dpo = As { http: &h, auth: basic("dpo", "d-pass") };
+        let (s, b) = dpo.sql(
+            "DELETE FROM cpu WHERE host IN (SELECT host FROM cpu WHERE usage > 39)",
+        );
+        assert_eq!(s, 403, "{b}");
+        let (s, b) = h.post_with(
+            "/v1/sql?db=scratch",
+            b"INSERT INTO copy (time, host, usage) SELECT time, host, usage FROM public.cpu",
+            &[("Authorization", &dpo.auth)],
+        );
+        assert_eq!(s, 403, "{b}");
+        // Nothing was copied; the admin's own INSERT ... SELECT still works.
+        assert!(admin.ok("SELECT count(*) AS c FROM cpu").contains("\"c\":3"));
+        admin.ok("INSERT INTO cpu (time, host, usage) SELECT time, 'copy', usage FROM cpu WHERE host = 'a'");
+        assert!(admin.ok("SELECT count(*) AS c FROM cpu").contains("\"c\":4"));
+    })
+    .await
+    .expect("checks");
+    server.shutdown().await.expect("shutdown");
+}
+
+/// Memory in use by this process, in bytes (resident set).
+fn rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map_or(0, |kb| kb << 10)
+}
+
+/// Deep and wide SQL from a user without any grant is refused before it is planned, over HTTP
+/// and psql, with the setting named and SQLSTATE 54001; the node keeps serving. Chains just
+/// under the limit plan and run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deep_and_wide_sql_is_refused_before_planning() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&secured(dir.path())).await.expect("start");
+    let (http, pg_port) = (server.http_addr, server.pg_addr.port());
+    tokio::task::spawn_blocking(move || {
+        let h = Http::new(http);
+        let admin = As { http: &h, auth: basic("admin", ADMIN_PW) };
+        admin.ok("CREATE USER nobody WITH PASSWORD 'n-pass'");
+        admin.ok("CREATE USER reader WITH PASSWORD 'r-pass'");
+        admin.ok("GRANT READ ON DATABASE public TO reader");
+        let (s, b) = h.post_with(
+            "/write?db=public",
+            b"cpu,host=h0 usage=1 1700000000000000000\n",
+            &[("Authorization", &admin.auth)],
+        );
+        assert_eq!(s, 204, "{b}");
+        let nobody = As { http: &h, auth: basic("nobody", "n-pass") };
+        let reader = As { http: &h, auth: basic("reader", "r-pass") };
+        let chain = |n: usize| format!("SELECT {}", vec!["1"; n].join("+"));
+        let in_list = |n: usize| {
+            let items: Vec<String> = (0..n).map(|i| format!("'h{i}'")).collect();
+            format!("SELECT count(*) FROM cpu WHERE host IN ({})", items.join(","))
+        };
+        for (sql, setting) in [
+            (chain(2_000), "max_expression_depth"),
+            (chain(200_000), "max_expression_depth"),
+            (
+                format!("SELECT 1 WHERE {}", vec!["1 = 1"; 3_000].join(" OR ")),
+                "max_expression_depth",
+            ),
+            (in_list(14_000), "max_list_items"),
+            ("SELECT 1;".repeat(100_000), "max_statements_per_request"),
+        ] {
+            let started = std::time::Instant::now();
+            let (s, b) = nobody.sql(&sql);
+            assert_eq!(s, 400, "{b}");
+            assert!(b.contains(setting), "{b}");
+            assert!(started.elapsed() < std::time::Duration::from_secs(10), "refused at once");
+            assert_eq!(h.get("/health").0, 200);
+        }
+        // Within the limits: planned, run, and fast enough.
+        let started = std::time::Instant::now();
+        let (s, b) = reader.sql(&chain(500));
+        assert!(s == 200 && b.trim_end().ends_with(":500}]"), "{s}");
+        let (s, b) = reader.sql(&in_list(10_000));
+        assert_eq!(s, 200, "{b}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(60));
+        // psql: SQLSTATE 54001 (stack depth limit exceeded), and the connection keeps working.
+        let out = std::process::Command::new("psql")
+            .args(["-h", "127.0.0.1", "-p", &pg_port.to_string(), "-U", "nobody", "-d", "public"])
+            .args(["-At", "-v", "VERBOSITY=verbose", "-c", &chain(3_000), "-c", "SELECT 42"])
+            .env("PGPASSWORD", "n-pass")
+            .output()
+            .expect("psql");
+        let (out, err) =
+            (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(err.contains("54001") && err.contains("max_expression_depth"), "{err}");
+        assert!(out.contains("42"), "{out} {err}");
+    })
+    .await
+    .expect("checks");
+    server.shutdown().await.expect("shutdown");
+}
+
+/// A query whose work multiplies its input (a cross join of two series of 10^8, counted), by a
+/// user who may only read, stops at the session's statement timeout, and a client that hangs up stops it too; `/health`
+/// answers throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cross_join_stops_at_its_deadline_and_health_answers_meanwhile() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&secured(dir.path())).await.expect("start");
+    let http = server.http_addr;
+    tokio::task::spawn_blocking(move || {
+        let h = Http::new(http);
+        let admin = As { http: &h, auth: basic("admin", ADMIN_PW) };
+        // Table functions are read in a database: READ on it.
+        admin.ok("CREATE USER nobody WITH PASSWORD 'n-pass'");
+        admin.ok("GRANT READ ON DATABASE public TO nobody");
+        let nobody = As { http: &h, auth: basic("nobody", "n-pass") };
+        let cross =
+            "SELECT count(*) FROM generate_series(1,100000000) a, generate_series(1,100000000) b";
+        std::thread::scope(|s| {
+            let started = std::time::Instant::now();
+            let q = s.spawn(|| nobody.sql(&format!("SET statement_timeout = '3s'; {cross}")));
+            let mut slowest = std::time::Duration::ZERO;
+            while !q.is_finished() {
+                let t = std::time::Instant::now();
+                assert_eq!(h.get("/health").0, 200);
+                slowest = slowest.max(t.elapsed());
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                assert!(started.elapsed() < std::time::Duration::from_secs(30), "not stopped");
+            }
+            let (status, body) = q.join().expect("query thread");
+            assert_eq!(status, 503, "{body}");
+            assert!(body.contains("statement_timeout"), "{body}");
+            assert!(slowest < std::time::Duration::from_secs(1), "/health took {slowest:?}");
+        });
+        // A client that goes away: the statement stops, and the threads are free again (a
+        // query that needs them answers promptly).
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(std::time::Duration::from_secs(2)))
+            .build()
+            .into();
+        let gone = agent
+            .post(&format!("{}/v1/sql?db=public", h.base))
+            .header("Authorization", &nobody.auth)
+            .send(cross.as_bytes());
+        assert!(gone.is_err(), "the client gave up");
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let started = std::time::Instant::now();
+        for _ in 0..4 {
+            let (s, b) = nobody.sql("SELECT count(*) AS c FROM generate_series(1, 3000000)");
+            assert_eq!(s, 200, "{b}");
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(20), "{:?}", started.elapsed());
+    })
+    .await
+    .expect("checks");
+    server.shutdown().await.expect("shutdown");
+}
+
+/// Scalar functions that build large values stay within the statement's memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_values_from_scalar_functions_are_refused() {
+    use ebb_query::front::Limits;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let limits = Limits { query_memory_bytes: 64 << 20, ..Limits::default() };
+    let server = Server::start(&Config { limits, ..loopback(dir.path()) }).await.expect("start");
+    let http = server.http_addr;
+    tokio::task::spawn_blocking(move || {
+        let h = Http::new(http);
+        let before = rss();
+        for sql in [
+            "SELECT length(repeat('x', 1000000000))",
+            "SELECT length(lpad('x', 1000000000))",
+            "SELECT cardinality(array_repeat(1, 1000000000))",
+            "SELECT cardinality(range(1, 1000000000))",
+            "WITH a AS (SELECT repeat('x', 10000000) AS s) SELECT length(s||s||s||s||s||s||s||s||s||s||s||s) FROM a",
+            "WITH a AS (SELECT repeat('x', 10000000) AS s) SELECT length(concat(s,s,s,s,s,s,s,s,s,s,s,s)) FROM a",
+        ] {
+            let (s, b) = h.sql(sql);
+            assert_eq!(s, 503, "{sql}: {b}");
+            assert!(b.contains("query_memory"), "{b}");
+        }
+        assert!(rss() < before + (1 << 30), "memory grew by {} MiB", (rss() - before) >> 20);
+        // Values within the limit are built.
+        assert_eq!(h.json("SELECT length(repeat('ab', 1000)) AS n")[0]["n"], 2000);
+        assert_eq!(h.json("SELECT 'a' || 'b' AS s")[0]["s"], "ab");
+    })
+    .await
+    .expect("checks");
+    server.shutdown().await.expect("shutdown");
+}
+
+/// Tags per line, columns per table and new series per request are limited, each error naming
+/// its setting; a write of thousands of distinct tag keys costs memory in proportion to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_are_bounded_in_tags_columns_and_series() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = Config {
+        write_limits: ebb_query::WriteLimits {
+            max_tags_per_line: 100,
+            max_columns_per_table: 300,
+            max_series_per_request: 5_000,
+        },
+        ..loopback(dir.path())
+    };
+    let server = Server::start(&cfg).await.expect("start");
+    let http = server.http_addr;
+    tokio::task::spawn_blocking(move || {
+        let h = Http::new(http);
+        let tags: String = (0..101).map(|i| format!(",k{i}=v")).collect();
+        let (s, b) = h.post("/write?db=public", &format!("t{tags} f=1 1700000000000000000"));
+        assert_eq!(s, 400, "{b}");
+        assert!(b.contains("max_tags_per_line") && b.contains("line 1"), "{b}");
+        // One tag key per line: the 300th column is refused, nothing of the request written.
+        let lines: String =
+            (0..400).map(|i| format!("t,k{i}=v f=1 {}\n", 1700000000000000000i64 + i)).collect();
+        let (s, b) = h.post("/write?db=public", &lines);
+        assert_eq!(s, 400, "{b}");
+        // `time`, the field and 297 tags fill the table: line 299's tag would be the 301st.
+        assert!(b.contains("max_columns_per_table") && b.contains("line 299"), "{b}");
+        let (s, b) = h.sql("SELECT * FROM t");
+        assert!(s == 400 && b.contains("not found"), "nothing written: {b}");
+        let series: String =
+            (0..5_001).map(|i| format!("s,host=h{i} f=1 1700000000000000000\n")).collect();
+        let (s, b) = h.post("/write?db=public", &series);
+        assert_eq!(s, 400, "{b}");
+        assert!(b.contains("max_series_per_request"), "{b}");
+        // Within the limits, 290 tag keys over 290 lines: written, memory in proportion.
+        let before = rss();
+        let lines: String =
+            (0..290).map(|i| format!("w,k{i}=v f=1 {}\n", 1700000000000000000i64 + i)).collect();
+        let (s, b) = h.post("/write?db=public", &lines);
+        assert_eq!(s, 204, "{b}");
+        assert_eq!(h.count("SELECT count(*) AS c FROM w"), 290);
+        assert!(rss() < before + (256 << 20), "grew by {} MiB", (rss() - before) >> 20);
+    })
+    .await
+    .expect("checks");
+    server.shutdown().await.expect("shutdown");
+}
+
+/// Before any password: a PostgreSQL client that announces a 1 GiB message and streams it is
+/// cut off within a small bound; slow anonymous HTTP uploads are answered 401 without their
+/// bodies being read, so they hold no connection `/health` or an admin needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_large_is_read_before_a_password() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = Config { max_connections: 10, ..secured(dir.path()) };
+    let server = Server::start(&cfg).await.expect("start");
+    let (http, pg) = (server.http_addr, server.pg_addr);
+    tokio::task::spawn_blocking(move || {
+        // pgwire: a startup packet for a user with a password, then a Query header for
+        // 0x3ffffffd bytes, streamed.
+        let mut startup = Vec::new();
+        let body = b"\x00\x03\x00\x00user\x00admin\x00database\x00public\x00\x00";
+        startup.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+        startup.extend_from_slice(body);
+        let mut sent_total = 0usize;
+        for _ in 0..4 {
+            let mut c = TcpStream::connect(pg).expect("connect");
+            c.set_write_timeout(Some(std::time::Duration::from_secs(5))).expect("timeout");
+            c.write_all(&startup).expect("startup");
+            c.write_all(&[b'Q', 0x3f, 0xff, 0xff, 0xfd]).expect("header");
+            let chunk = vec![b'x'; 64 << 10];
+            let mut sent = 0usize;
+            while sent < (256 << 20) {
+                match c.write(&chunk) {
+                    Ok(n) => sent += n,
+                    Err(_) => break,
+                }
+            }
+            assert!(sent < (16 << 20), "the server kept reading: {sent} bytes");
+            sent_total += sent;
+        }
+        assert!(sent_total > 0);
+        // Before the password, a SASLInitialResponse whose data length overruns the message:
+        // the connection is closed, nothing panics, and logins still work.
+        let mut c = TcpStream::connect(pg).expect("connect");
+        c.write_all(&startup).expect("startup");
+        let mut msg = b"SCRAM-SHA-256\0".to_vec();
+        msg.extend_from_slice(&0x7fff_ffffi32.to_be_bytes());
+        msg.extend_from_slice(b"n,,n=,r=abc");
+        let mut framed = vec![b'p'];
+        framed.extend_from_slice(&((msg.len() + 4) as i32).to_be_bytes());
+        framed.extend_from_slice(&msg);
+        c.write_all(&framed).expect("sasl");
+        c.set_read_timeout(Some(std::time::Duration::from_secs(5))).expect("timeout");
+        let mut rest = Vec::new();
+        let _ = c.read_to_end(&mut rest);
+        let (ok, out, err) = crate::common::psql_as(pg.port(), "admin", ADMIN_PW, "SELECT 7");
+        assert!(ok && out == "7", "{out} {err}");
+
+        // HTTP: ten anonymous uploads that announce 60 MB and trickle: each is refused at
+        // once, and /health and an admin get through.
+        let mut slow = Vec::new();
+        for _ in 0..10 {
+            let mut c = TcpStream::connect(http).expect("connect");
+            let head = format!(
+                "POST /write?db=public HTTP/1.1\r\nHost: {http}\r\nContent-Length: 60000000\r\n\r\nc"
+            );
+            c.write_all(head.as_bytes()).expect("head");
+            slow.push(c);
+        }
+        let mut answers = 0;
+        for c in &mut slow {
+            c.set_read_timeout(Some(std::time::Duration::from_secs(5))).expect("timeout");
+            let mut buf = [0u8; 64];
+            if let Ok(n) = c.read(&mut buf) {
+                if String::from_utf8_lossy(&buf[..n]).contains(" 401 ") {
+                    answers += 1;
+                }
+            }
+        }
+        assert_eq!(answers, 10, "every anonymous upload is refused before its body");
+        let h = Http::new(http);
+        let started = std::time::Instant::now();
+        assert_eq!(h.get("/health").0, 200);
+        let admin = As { http: &h, auth: basic("admin", ADMIN_PW) };
+        admin.ok("SELECT 1");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        drop(slow);
+    })
+    .await
+    .expect("checks");
+    server.shutdown().await.expect("shutdown");
+}

@@ -1,0 +1,339 @@
+//! Scalar functions whose results can be far larger than their arguments stay within the
+//! statement's memory limit.
+//!
+//! DataFusion's memory pool sees what operators reserve (sorts, joins, aggregates), not what a
+//! scalar function allocates: `repeat('x', 1000000000)` builds a gigabyte in one call. So the
+//! functions whose output is not bounded by their input's size (`repeat`, `lpad`, `rpad`,
+//! `array_repeat`, `range`, `generate_series`) are replaced by wrappers that compute the
+//! size their result would have from their arguments and refuse a call past the limit before
+//! it allocates; those whose output is bounded by a multiple of their input (`concat`,
+//! `concat_ws`, `replace`, `regexp_replace`, `overlay`, `translate`, `array_concat`, and the
+//! `||` operator through [`CappedConcat`]) are checked on their result, so a chain of them
+//! stops at the first result past the limit. A refusal is a `Resources exhausted` error naming
+//! `query_memory`, like an operator's.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::compute::kernels::length::length;
+use datafusion::arrow::datatypes::{DataType, FieldRef, Int64Type};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{DataFusionError, ExprSchema, Result, ScalarValue};
+use datafusion::logical_expr::expr::ScalarFunction;
+use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
+use datafusion::logical_expr::{
+    ColumnarValue, Documentation, Expr, Operator, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF,
+    ScalarUDFImpl, Signature, Volatility,
+};
+use datafusion::prelude::SessionContext;
+
+/// How a wrapped function's result size is foreseen from its arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Foresee {
+    /// `repeat(s, n)`: the bytes of `s`, `n` times.
+    Repeat,
+    /// `lpad`/`rpad(s, n[, fill])`: `n` characters of up to 4 bytes.
+    Pad,
+    /// `array_repeat(v, n)`: `n` values.
+    ArrayRepeat,
+    /// `range`/`generate_series`: one value per step.
+    Steps,
+    /// Bounded by its input: its result is checked.
+    Result,
+}
+
+/// A scalar function within a statement's memory limit.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Sized {
+    inner: Arc<ScalarUDF>,
+    foresee: Foresee,
+    limit: usize,
+}
+
+fn too_large(name: &str, bytes: u128, limit: usize) -> DataFusionError {
+    DataFusionError::ResourcesExhausted(format!(
+        "{name}() would build about {} MiB, more than the statement's {} MiB (query_memory)",
+        bytes >> 20,
+        limit >> 20
+    ))
+}
+
+/// Argument `i` as one value per row, as i64 (`None`: not a number, or missing).
+fn ints(args: &ScalarFunctionArgs, i: usize) -> Option<Vec<i64>> {
+    let rows = args.number_rows.max(1);
+    let array = match args.args.get(i)? {
+        ColumnarValue::Array(a) => a.clone(),
+        ColumnarValue::Scalar(s) => s.to_array_of_size(1).ok()?,
+    };
+    if !array.data_type().is_integer() {
+        return None;
+    }
+    let values = cast(&array, &DataType::Int64).ok()?;
+    let values = values.as_primitive::<Int64Type>();
+    let out: Vec<i64> = values.iter().map(|v| v.unwrap_or(0)).collect();
+    Some(match matches!(args.args.get(i)?, ColumnarValue::Scalar(_)) {
+        true => vec![out.first().copied().unwrap_or(0); rows],
+        false => out,
+    })
+}
+
+/// Bytes of argument `i` per row (strings), or its values' width.
+fn widths(args: &ScalarFunctionArgs, i: usize) -> Vec<u128> {
+    let rows = args.number_rows.max(1);
+    let (array, scalar): (ArrayRef, bool) = match args.args.get(i) {
+        Some(ColumnarValue::Array(a)) => (a.clone(), false),
+        Some(ColumnarValue::Scalar(s)) => match s.to_array_of_size(1) {
+            Ok(a) => (a, true),
+            Err(_) => return vec![8; rows],
+        },
+        None => return vec![8; rows],
+    };
+    let lens: Vec<u128> = match length(&array).ok().and_then(|l| cast(&l, &DataType::Int64).ok()) {
+        Some(l) => {
+            l.as_primitive::<Int64Type>().iter().map(|v| v.unwrap_or(0).max(0) as u128).collect()
+        }
+        None => vec![array.data_type().primitive_width().unwrap_or(8) as u128; array.len()],
+    };
+    match scalar {
+        true => vec![lens.first().copied().unwrap_or(0); rows],
+        false => lens,
+    }
+}
+
+impl Sized {
+    /// The bytes the call would build, if foreseeable.
+    fn foreseen(&self, args: &ScalarFunctionArgs) -> Option<u128> {
+        let count = |i: usize| ints(args, i);
+        match self.foresee {
+            Foresee::Repeat => {
+                let n = count(1)?;
+                let w = widths(args, 0);
+                Some(w.iter().zip(&n).map(|(w, n)| w * (*n).max(0) as u128).sum())
+            }
+            Foresee::Pad => Some(count(1)?.iter().map(|n| 4 * (*n).max(0) as u128).sum()),
+            Foresee::ArrayRepeat => {
+                let n = count(1)?;
+                let w = widths(args, 0);
+                Some(w.iter().zip(&n).map(|(w, n)| (*w).max(1) * (*n).max(0) as u128).sum())
+            }
+            Foresee::Steps => {
+                let (start, stop, step) = match args.args.len() {
+                    1 => (None, count(0)?, None),
+                    2 => (Some(count(0)?), count(1)?, None),
+                    _ => (Some(count(0)?), count(1)?, Some(count(2)?)),
+                };
+                let mut total = 0u128;
+                for (row, stop) in stop.iter().enumerate() {
+                    let start = start.as_ref().map_or(0, |s| s[row]);
+                    let step = step.as_ref().map_or(1, |s| s[row]).unsigned_abs().max(1);
+                    let span = (i128::from(*stop) - i128::from(start)).unsigned_abs();
+                    total += (span / u128::from(step) + 1) * 8;
+                }
+                Some(total)
+            }
+            Foresee::Result => None,
+        }
+    }
+}
+
+impl ScalarUDFImpl for Sized {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn aliases(&self) -> &[String] {
+        self.inner.aliases()
+    }
+
+    fn schema_name(&self, args: &[Expr]) -> Result<String> {
+        self.inner.inner().schema_name(args)
+    }
+
+    fn signature(&self) -> &Signature {
+        self.inner.signature()
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        self.inner.inner().return_type(arg_types)
+    }
+
+    fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
+        self.inner.return_field_from_args(args)
+    }
+
+    fn is_nullable(&self, args: &[Expr], schema: &dyn ExprSchema) -> bool {
+        #[allow(deprecated)]
+        self.inner.inner().is_nullable(args, schema)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let limit = self.limit as u128;
+        if let Some(bytes) = self.foreseen(&args) {
+            if bytes > limit {
+                return Err(too_large(self.name(), bytes, self.limit));
+            }
+        }
+        let out = self.inner.invoke_with_args(args)?;
+        let bytes = match &out {
+            ColumnarValue::Array(a) => a.get_array_memory_size(),
+            ColumnarValue::Scalar(s) => s.size(),
+        };
+        match bytes as u128 > limit {
+            true => Err(too_large(self.name(), bytes as u128, self.limit)),
+            false => Ok(out),
+        }
+    }
+
+    fn with_updated_config(&self, config: &ConfigOptions) -> Option<ScalarUDF> {
+        let inner = self.inner.inner().with_updated_config(config)?;
+        Some(ScalarUDF::new_from_impl(Sized {
+            inner: Arc::new(inner),
+            foresee: self.foresee,
+            limit: self.limit,
+        }))
+    }
+
+    fn simplify(&self, args: Vec<Expr>, info: &SimplifyContext) -> Result<ExprSimplifyResult> {
+        // A simplification that evaluates the call (constant arguments) runs the wrapper.
+        match self.inner.simplify(args, info)? {
+            ExprSimplifyResult::Simplified(e) => Ok(ExprSimplifyResult::Simplified(e)),
+            ExprSimplifyResult::Original(args) => Ok(ExprSimplifyResult::Original(args)),
+        }
+    }
+
+    fn short_circuits(&self) -> bool {
+        self.inner.short_circuits()
+    }
+
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        self.inner.coerce_types(arg_types)
+    }
+
+    fn documentation(&self) -> Option<&Documentation> {
+        self.inner.documentation()
+    }
+}
+
+/// The functions wrapped, and how each one's size is foreseen.
+const WRAPPED: &[(&str, Foresee)] = &[
+    ("repeat", Foresee::Repeat),
+    ("lpad", Foresee::Pad),
+    ("rpad", Foresee::Pad),
+    ("array_repeat", Foresee::ArrayRepeat),
+    ("range", Foresee::Steps),
+    ("generate_series", Foresee::Steps),
+    ("concat", Foresee::Result),
+    ("concat_ws", Foresee::Result),
+    ("replace", Foresee::Result),
+    ("regexp_replace", Foresee::Result),
+    ("overlay", Foresee::Result),
+    ("translate", Foresee::Result),
+    ("array_concat", Foresee::Result),
+    ("encode", Foresee::Result),
+    ("to_hex", Foresee::Result),
+];
+
+/// Replaces `ctx`'s functions that can build large values with ones that stay within `limit`
+/// bytes per call, and checks the results of `||` ([`CappedConcat`]).
+pub fn register(ctx: &SessionContext, limit: usize) {
+    let state = ctx.state();
+    for (name, foresee) in WRAPPED {
+        let Some(inner) = state.scalar_functions().get(*name).cloned() else { continue };
+        // Already wrapped (a shared state).
+        if (inner.inner().as_ref() as &dyn Any).downcast_ref::<Sized>().is_some() {
+            continue;
+        }
+        ctx.register_udf(ScalarUDF::new_from_impl(Sized { inner, foresee: *foresee, limit }));
+    }
+    ctx.add_analyzer_rule(Arc::new(CappedConcat { limit }));
+}
+
+fn capped_signature() -> Signature {
+    Signature::any(1, Volatility::Immutable)
+}
+
+/// The name of the function [`CappedConcat`] wraps `||` in.
+const CAPPED: &str = "ebb_capped";
+
+/// Its argument, once found within the statement's memory limit.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct CappedValue {
+    limit: usize,
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for CappedValue {
+    fn name(&self) -> &str {
+        CAPPED
+    }
+
+    fn schema_name(&self, args: &[Expr]) -> Result<String> {
+        // Named as what it wraps: `SELECT a || b` keeps its column name.
+        match args.first() {
+            Some(a) => Ok(a.schema_name().to_string()),
+            None => Ok(CAPPED.to_string()),
+        }
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        Ok(arg_types.first().cloned().unwrap_or(DataType::Null))
+    }
+
+    fn invoke_with_args(&self, mut args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let value = args.args.pop().unwrap_or(ColumnarValue::Scalar(ScalarValue::Null));
+        let bytes = match &value {
+            ColumnarValue::Array(a) => a.get_array_memory_size(),
+            ColumnarValue::Scalar(s) => s.size(),
+        };
+        match bytes > self.limit {
+            true => Err(too_large("||", bytes as u128, self.limit)),
+            false => Ok(value),
+        }
+    }
+}
+
+/// Wraps every `a || b` in a check of its result's size (`ebb_capped(a || b)`, named as
+/// `a || b`) against `limit` bytes.
+#[derive(Debug)]
+struct CappedConcat {
+    limit: usize,
+}
+
+impl datafusion::optimizer::AnalyzerRule for CappedConcat {
+    fn analyze(
+        &self,
+        plan: datafusion::logical_expr::LogicalPlan,
+        _config: &ConfigOptions,
+    ) -> Result<datafusion::logical_expr::LogicalPlan> {
+        let limit = self.limit;
+        plan.transform_up_with_subqueries(|p| {
+            p.map_expressions(|e| {
+                e.transform_up(|e| match &e {
+                    Expr::BinaryExpr(b) if b.op == Operator::StringConcat => {
+                        let capped = ScalarUDF::new_from_impl(CappedValue {
+                            limit,
+                            signature: capped_signature(),
+                        });
+                        Ok(Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(
+                            Arc::new(capped),
+                            vec![e],
+                        ))))
+                    }
+                    _ => Ok(Transformed::no(e)),
+                })
+            })
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "capped_concat"
+    }
+}
