@@ -551,6 +551,8 @@ fn run_server(file: Option<PathBuf>, flags: Overrides) -> Result<(), NodeError> 
     let env = Overrides::from_env(|k| std::env::var(k).ok())?;
     let config = config::resolve(file.as_deref(), &env, &flags)?;
     init_logs(config.log_format);
+    // Every file the server makes is its owner's alone (the data directory is 0700 too).
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("ebb")

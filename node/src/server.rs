@@ -79,8 +79,7 @@ impl Server {
             ..Options::default()
         };
         let dir = config.data_dir.clone();
-        ebb_storage::durable::create_dir_all(&dir)
-            .map_err(|source| NodeError::DataDir { dir: dir.clone(), source })?;
+        private_dir(&dir).map_err(|source| NodeError::DataDir { dir: dir.clone(), source })?;
         let db = tokio::task::spawn_blocking(move || Database::open(&dir, opts))
             .await?
             .map_err(|source| NodeError::Open { dir: config.data_dir.clone(), source })?;
@@ -146,8 +145,7 @@ impl Server {
         use crate::cluster::view::Settings;
         use crate::cluster::{ClusterConfig, ClusterNode};
         let dir = config.data_dir.clone();
-        ebb_storage::durable::create_dir_all(&dir)
-            .map_err(|source| NodeError::DataDir { dir: dir.clone(), source })?;
+        private_dir(&dir).map_err(|source| NodeError::DataDir { dir: dir.clone(), source })?;
         let tls = Tls::load(config)?;
         let clients = Listeners::bind(config).await?;
         let grpc = bind("gRPC", config.grpc_addr).await?;
@@ -450,4 +448,12 @@ pub async fn termination() {
         _ = ctrl_c => {}
         _ = term => {}
     }
+}
+
+/// Creates the data directory `dir` if needed and makes it its owner's alone (mode 0700, also
+/// for one an older version made readable by all): no other local user can read its files.
+fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    ebb_storage::durable::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }

@@ -131,13 +131,26 @@ impl QueryError {
                 e,
                 ebb_storage::Error::InvalidArgument(_) | ebb_storage::Error::BeyondRetention { .. }
             ),
-            QueryError::DataFusion(e) => matches!(
-                e.find_root(),
+            QueryError::DataFusion(e) => match e.find_root() {
                 DataFusionError::Plan(_)
-                    | DataFusionError::SQL(..)
-                    | DataFusionError::SchemaError(..)
-                    | DataFusionError::NotImplemented(_)
-            ),
+                | DataFusionError::SQL(..)
+                | DataFusionError::SchemaError(..)
+                | DataFusionError::NotImplemented(_) => true,
+                // A value the statement itself gave that does not cast, parse or compute.
+                DataFusionError::ArrowError(a, _) => {
+                    use datafusion::arrow::error::ArrowError as A;
+                    matches!(
+                        **a,
+                        A::CastError(_)
+                            | A::ParseError(_)
+                            | A::InvalidArgumentError(_)
+                            | A::DivideByZero
+                            | A::ArithmeticOverflow(_)
+                            | A::ComputeError(_)
+                    )
+                }
+                _ => false,
+            },
             QueryError::Corrupt(_)
             | QueryError::Internal(_)
             | QueryError::NotLeader(_)

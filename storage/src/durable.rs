@@ -48,16 +48,18 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
 }
 
 /// Creates `dir` and any missing parents, each new directory's entry durable (its parent
-/// fsynced) before this returns.
+/// fsynced) before this returns. New directories are its owner's alone (mode 0700): what they
+/// hold (rows, password hashes and verifiers) is for no other local user to read.
 pub fn create_dir_all(dir: &Path) -> std::io::Result<()> {
     if dir.is_dir() {
         return Ok(());
     }
+    use std::os::unix::fs::DirBuilderExt;
     let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) else {
-        return std::fs::create_dir_all(dir);
+        return std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir);
     };
     create_dir_all(parent)?;
-    match std::fs::create_dir(dir) {
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
         Err(e) => return Err(e),

@@ -35,13 +35,11 @@ impl AuthSource for Verifiers {
     async fn get_scram_secret(&self, login: &LoginInfo) -> PgWireResult<(ScramSecret, Option<()>)> {
         let user = login.user().unwrap_or_default();
         let client = login.host().parse::<std::net::IpAddr>().ok();
-        if self.door.login_blocked(client) {
-            debug!(
-                user,
-                host = login.host(),
-                "PostgreSQL login from an address that failed too often"
-            );
-            return Err(PgWireError::InvalidPassword(user.to_owned()));
+        if let Some(why) = self.door.login_blocked(user, client) {
+            debug!(user, host = login.host(), "PostgreSQL login refused: too many failures");
+            // Told as such, not as a wrong password (which it may not be).
+            let info = pgwire::error::ErrorInfo::new("FATAL".to_owned(), "28000".to_owned(), why);
+            return Err(PgWireError::UserError(Box::new(info)));
         }
         let Some(v) = self.door.scram_verifier(user) else {
             debug!(user, host = login.host(), "PostgreSQL login of a user without a password");
@@ -152,6 +150,7 @@ impl StartupHandler for Startup {
                     let why = format!("SCRAM login of {user:?} failed");
                     self.door.note_auth_failure(
                         Protocol::Postgres,
+                        user,
                         Some(client.socket_addr()),
                         &why,
                     );

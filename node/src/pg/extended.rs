@@ -370,6 +370,8 @@ async fn describe(
 async fn plan_statement(session: &Session, sql: &str) -> Result<LogicalPlan, QueryError> {
     let mut statements = session.parse(sql)?;
     let statement = statements.pop_front().ok_or_else(|| QueryError::invalid("empty query"))?;
+    // A plan tells what exists: authorized before it is made.
+    session.authorize(&statement)?;
     Ok(session.context().state().statement_to_plan(statement).await?)
 }
 

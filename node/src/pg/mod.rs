@@ -1,6 +1,9 @@
 //! PostgreSQL wire-protocol front end.
 //!
-//! [`serve`] speaks protocol 3 over plain TCP (no TLS) and trusts every client (no password).
+//! [`serve`] speaks protocol 3, over TLS when the server has a certificate, with SCRAM-SHA-256
+//! logins once users exist ([`auth`]). Each connection's bytes pass through [`guard`], which
+//! bounds what the client may make the server read before and after its login and checks the
+//! structure of every extended-protocol and login message before pgwire decodes it.
 //! Each connection gets one session at the server's front door (on the single node's database
 //! or the whole cluster), created at its first statement. Its default database
 //! is the startup packet's `database`, or [`DEFAULT_DATABASE`] when that is missing, `postgres`, or

@@ -105,6 +105,8 @@ impl<'a> Reader<'a> {
         );
         let mut out = self.session.execute(&sql).await?.stream;
         let mut columns: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+        // Columns seen per table: a shard answers for each table it holds, once each.
+        let mut seen: std::collections::HashSet<(String, String, String)> = Default::default();
         while let Some(batch) = out.next().await {
             let batch = batch.map_err(QueryError::from)?;
             let text = |i: usize| batch.column(i).as_string_opt::<i32>().cloned();
@@ -112,11 +114,10 @@ impl<'a> Reader<'a> {
                 continue;
             };
             for r in 0..batch.num_rows() {
-                // On a cluster every shard holding the table answers for it: once each.
-                let cols = columns.entry(t.value(r).to_string()).or_default();
-                let col = (c.value(r).to_string(), d.value(r).to_string());
-                if !cols.contains(&col) {
-                    cols.push(col);
+                let (table, col, ty) = (t.value(r), c.value(r), d.value(r));
+                if seen.insert((table.to_string(), col.to_string(), ty.to_string())) {
+                    let cols = columns.entry(table.to_string()).or_default();
+                    cols.push((col.to_string(), ty.to_string()));
                 }
             }
         }

@@ -442,3 +442,262 @@ async fn nothing_large_is_read_before_a_password() {
     .expect("checks");
     server.shutdown().await.expect("shutdown");
 }
+
+/// A page whose name resolves to a node without users (DNS rebinding) is refused by its `Host`;
+/// no 401 asks a browser for Basic credentials; a browser request from another site needs a
+/// bearer token, whatever its body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebinding_and_cross_site_requests_are_refused() {
+    let open_dir = tempfile::tempdir().expect("tempdir");
+    let open = Server::start(&loopback(open_dir.path())).await.expect("start");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let secured_server = Server::start(&secured(dir.path())).await.expect("start");
+    let (open_http, http) = (open.http_addr, secured_server.http_addr);
+    tokio::task::spawn_blocking(move || {
+        let o = Http::new(open_http);
+        assert_eq!(o.post("/write?db=public", "cpu,host=a usage=1 1700000000000000000").0, 204);
+        let (s, b) = o.post_with(
+            "/v1/sql?db=public",
+            b"DROP TABLE cpu",
+            &[("Host", "attacker.example:7080"), ("Content-Type", "application/json")],
+        );
+        assert_eq!(s, 403, "{b}");
+        let (s, b) = o.post_with(
+            "/write?db=public",
+            b"cpu,host=evil usage=1",
+            &[("Host", "attacker.example")],
+        );
+        assert_eq!(s, 403, "{b}");
+        assert_eq!(o.count("SELECT count(*) AS c FROM cpu"), 1, "the table is still there");
+        for host in ["localhost:7080", "127.0.0.1:7080", "[::1]:7080"] {
+            assert_eq!(o.post_with("/v1/sql", b"SELECT 1", &[("Host", host)]).0, 200, "{host}");
+        }
+
+        let h = Http::new(http);
+        let agent: ureq::Agent =
+            ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        let resp = agent.post(&format!("{}/v1/sql", h.base)).send("SELECT 1").expect("request");
+        assert_eq!(resp.status().as_u16(), 401);
+        let challenge = resp
+            .headers()
+            .get("www-authenticate")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        assert!(!challenge.to_ascii_lowercase().contains("basic"), "{challenge}");
+        let admin = basic("admin", ADMIN_PW);
+        let (s, b) = h.post_with(
+            "/v1/sql?db=public",
+            b"SELECT 1",
+            &[
+                ("Origin", "http://evil.example"),
+                ("Content-Type", "application/json"),
+                ("Authorization", &admin),
+            ],
+        );
+        assert_eq!(s, 403, "a browser's cross-site request with Basic credentials: {b}");
+        let (s, b) = h.post_with(
+            "/v1/sql?db=public",
+            b"SELECT 1",
+            &[("Sec-Fetch-Site", "cross-site"), ("Authorization", &admin)],
+        );
+        assert_eq!(s, 403, "{b}");
+        let same = format!("http://{http}");
+        let (s, b) = h.post_with(
+            "/v1/sql?db=public",
+            b"SELECT 1",
+            &[("Origin", &same), ("Content-Type", "application/json"), ("Authorization", &admin)],
+        );
+        assert_eq!(s, 200, "same origin: {b}");
+        let made: serde_json::Value = serde_json::from_str(
+            &As { http: &h, auth: admin.clone() }.ok("CREATE TOKEN FOR admin"),
+        )
+        .expect("json");
+        let bearer = format!("Bearer {}", made[0]["token"].as_str().expect("token"));
+        let (s, b) = h.post_with(
+            "/v1/sql?db=public",
+            b"SELECT 1",
+            &[("Origin", "http://dashboard.example"), ("Authorization", &bearer)],
+        );
+        assert_eq!(s, 200, "a bearer token from another site: {b}");
+    })
+    .await
+    .expect("checks");
+    open.shutdown().await.expect("shutdown");
+    secured_server.shutdown().await.expect("shutdown");
+}
+
+/// What a user may not read stays hidden from Describe; the data directory is its owner's
+/// alone; the reserved databases take no writes; wrong passwords lock out the user guessing
+/// from that address only, told as too many attempts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn private_schemas_files_reserved_names_and_throttling() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let server = Server::start(&secured(&data)).await.expect("start");
+    let (http, pg_port) = (server.http_addr, server.pg_addr.port());
+    let mode = std::fs::metadata(&data).expect("data dir").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "data directory mode {mode:o}");
+    tokio::task::spawn_blocking(move || {
+        let h = Http::new(http);
+        let admin = As { http: &h, auth: basic("admin", ADMIN_PW) };
+        admin.ok("CREATE USER reader WITH PASSWORD 'r-pass'");
+        admin.ok("GRANT READ ON DATABASE public TO reader");
+        for db in ["other", "public"] {
+            let (s, b) = h.post_with(
+                &format!("/write?db={db}"),
+                b"secret,ssn=123 v=1 1700000000000000000",
+                &[("Authorization", &admin.auth)],
+            );
+            assert_eq!(s, 204, "{b}");
+        }
+        for db in ["system", "information_schema", "pg_catalog"] {
+            let (s, b) = h.post_with(
+                &format!("/write?db={db}"),
+                b"t v=1",
+                &[("Authorization", &admin.auth)],
+            );
+            assert_eq!(s, 400, "{db}: {b}");
+            assert!(b.contains("reserved"), "{b}");
+        }
+        // information_schema lists only what a user may read.
+        admin.ok("CREATE USER lister WITH PASSWORD 'l-pass'");
+        admin.ok("GRANT READ ON DATABASE public TO lister");
+        let lister = As { http: &h, auth: basic("lister", "l-pass") };
+        for view in ["tables", "columns"] {
+            let sql = format!("SELECT DISTINCT table_schema FROM information_schema.{view}");
+            let listed = lister.ok(&sql);
+            assert!(listed.contains("public") && !listed.contains("other"), "{view}: {listed}");
+            assert!(admin.ok(&sql).contains("other"), "the admin sees every database");
+        }
+        // Ten wrong passwords for one user lock that user out from this address, told so;
+        // another user from the same address still logs in.
+        for _ in 0..10 {
+            let (s, _) = h.post_with(
+                "/v1/sql",
+                b"SELECT 1",
+                &[("Authorization", &basic("reader", "guess"))],
+            );
+            assert_eq!(s, 401);
+        }
+        let (s, b) =
+            h.post_with("/v1/sql", b"SELECT 1", &[("Authorization", &basic("reader", "r-pass"))]);
+        assert_eq!(s, 401);
+        assert!(b.contains("too many failed login attempts"), "{b}");
+        let (ok, _, err) = crate::common::psql_as(pg_port, "reader", "r-pass", "SELECT 1");
+        assert!(!ok && err.contains("too many failed login attempts"), "{err}");
+        admin.ok("SELECT 1");
+        let (ok, out, err) = crate::common::psql_as(pg_port, "admin", ADMIN_PW, "SELECT 5");
+        assert!(ok && out == "5", "{err}");
+    })
+    .await
+    .expect("checks");
+    // Describe of a table in a database the user may not read: refused, no columns.
+    let (client, conn) = tokio_postgres::connect(
+        &format!("host=127.0.0.1 port={pg_port} user=admin password='{ADMIN_PW}' dbname=public"),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .expect("connect");
+    tokio::spawn(conn);
+    client.batch_execute("CREATE USER viewer WITH PASSWORD 'v-pass'").await.expect("user");
+    client.batch_execute("GRANT READ ON DATABASE public TO viewer").await.expect("grant");
+    let (viewer, conn) = tokio_postgres::connect(
+        &format!("host=127.0.0.1 port={pg_port} user=viewer password=v-pass dbname=public"),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .expect("connect");
+    tokio::spawn(conn);
+    let e = viewer.prepare("SELECT * FROM other.secret").await.expect_err("refused");
+    assert_eq!(e.code().map(|c| c.code()), Some("42501"), "{e:?}");
+    let st = viewer.prepare("SELECT * FROM public.secret").await.expect("own database");
+    assert_eq!(st.columns().len(), 3);
+    drop((client, viewer));
+    server.shutdown().await.expect("shutdown");
+}
+
+/// Malformed extended-protocol messages close their connection without a panic, and a row
+/// count of -1 asks for every row; the server keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_postgres_messages_close_their_connection() {
+    use std::io::{Read, Write};
+    // Panics in pgwire's decoders, whatever test of this binary runs meanwhile.
+    static PGWIRE_PANICS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if info.location().is_some_and(|l| l.file().contains("pgwire")) {
+            PGWIRE_PANICS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        previous(info);
+    }));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&loopback(dir.path())).await.expect("start");
+    let pg = server.pg_addr;
+    tokio::task::spawn_blocking(move || {
+        let msg = |tag: u8, body: &[u8]| {
+            let mut m = vec![tag];
+            m.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+            m.extend_from_slice(body);
+            m
+        };
+        let login = || {
+            let mut c = std::net::TcpStream::connect(pg).expect("connect");
+            c.set_read_timeout(Some(std::time::Duration::from_secs(10))).expect("timeout");
+            let body = b"\x00\x03\x00\x00user\x00ebb\x00database\x00public\x00\x00";
+            let mut startup = ((body.len() + 4) as u32).to_be_bytes().to_vec();
+            startup.extend_from_slice(body);
+            c.write_all(&startup).expect("startup");
+            // Up to ReadyForQuery.
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !seen.windows(6).any(|w| w == b"Z\x00\x00\x00\x05I") {
+                let n = c.read(&mut buf).expect("read");
+                assert!(n > 0, "closed during login");
+                seen.extend_from_slice(&buf[..n]);
+            }
+            c
+        };
+        let closed = |mut c: std::net::TcpStream| {
+            let mut rest = Vec::new();
+            let _ = c.read_to_end(&mut rest);
+            rest
+        };
+        for bad in [
+            msg(b'P', b"\0SELECT 1\0\xff\xff"),
+            msg(b'B', b"\0\0\x00\x00\x00\x01\x7f\xff\xff\xf0a\x00\x00"),
+            msg(b'B', b"\0\0\x00\x00\x00\x01\xff\xff\xff\xfb\x00\x00"),
+            msg(b'E', b"\0"),
+        ] {
+            let mut c = login();
+            c.write_all(&bad).expect("message");
+            c.write_all(&msg(b'S', b"")).expect("sync");
+            let _ = closed(c);
+        }
+        // Parse, Bind, Execute with max_rows -1, Sync: every row comes back.
+        let mut c = login();
+        c.write_all(&msg(b'P', b"\0SELECT * FROM generate_series(1, 3)\0\x00\x00")).expect("parse");
+        c.write_all(&msg(b'B', b"\0\0\x00\x00\x00\x00\x00\x00")).expect("bind");
+        c.write_all(&msg(b'E', b"\0\xff\xff\xff\xff")).expect("execute");
+        c.write_all(&msg(b'S', b"")).expect("sync");
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !seen.windows(6).any(|w| w == b"Z\x00\x00\x00\x05I") {
+            let n = c.read(&mut buf).expect("read");
+            assert!(n > 0, "closed");
+            seen.extend_from_slice(&buf[..n]);
+        }
+        assert!(seen.windows(9).any(|w| w == b"SELECT 3\0"), "{}", String::from_utf8_lossy(&seen));
+        let (ok, out, err) = crate::common::psql(pg.port(), "SELECT 11");
+        assert!(ok && out == "11", "{err}");
+        assert_eq!(
+            PGWIRE_PANICS.load(std::sync::atomic::Ordering::Relaxed),
+            0,
+            "a decoder panicked"
+        );
+    })
+    .await
+    .expect("checks");
+    server.shutdown().await.expect("shutdown");
+}

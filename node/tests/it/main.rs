@@ -16,6 +16,7 @@ mod cluster_writes;
 mod common;
 mod disk_full;
 mod flight;
+mod fuzz;
 mod grafana;
 mod hostile;
 mod limits;

@@ -21,7 +21,6 @@ use crate::error::{QueryError, Result};
 use crate::lp::{Line, Precision};
 use crate::model::keys::{row_key, series_range, u64_to_time, ROW_KEY_LEN};
 use crate::model::row::{decode_row, encode_row, merge_rows};
-use crate::model::schema::check_name;
 
 /// Limits on what one write request may add, checked while it is planned (nothing of a
 /// request over one is written).

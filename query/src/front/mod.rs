@@ -8,6 +8,13 @@
 //! A server without users trusts every client (see [`crate::access`]); once a user exists,
 //! every request must authenticate, and every statement is checked against the user's grants
 //! before it runs ([`authorize`]).
+//!
+//! What a client may ask is bounded here too, before the work it would cost: the size and depth
+//! of its SQL ([`crate::sql::bounds`], checked before anything is parsed or planned), the memory
+//! and time of each statement ([`limits`], [`crate::sql::sized`], [`crate::sql::coop`]), how
+//! many statements run at once. A request's statements are planned one at a time
+//! ([`Session::statements`]) and run on threads of their own ([`runtime`]), apart from those
+//! that serve connections, writes, logins and `/health`.
 
 mod admin;
 pub mod authorize;
@@ -102,7 +109,7 @@ pub struct FrontDoor {
     passwords: Arc<PasswordCheck>,
     /// Sessions shared by stateless requests, by database: building a DataFusion context
     /// registers every built-in function, which costs more than planning a simple query.
-    shared: Mutex<HashMap<String, Shared>>,
+    shared: Mutex<HashMap<(String, Option<String>), Shared>>,
     /// Failed logins, and statements or writes refused for lack of a privilege.
     counters: Counters,
     /// What statements may use.
@@ -187,10 +194,17 @@ impl FrontDoor {
         }
     }
 
-    /// Counts and logs a failed login that a protocol checked itself (a SCRAM exchange).
-    pub fn note_auth_failure(&self, protocol: Protocol, client: Option<SocketAddr>, why: &str) {
+    /// Counts and logs a failed login of `user` that a protocol checked itself (a SCRAM
+    /// exchange).
+    pub fn note_auth_failure(
+        &self,
+        protocol: Protocol,
+        user: &str,
+        client: Option<SocketAddr>,
+        why: &str,
+    ) {
         self.counters.auth_failures.fetch_add(1, Ordering::Relaxed);
-        self.throttle.failed(client.map(|c| c.ip()), std::time::Instant::now());
+        self.throttle.failed(user, client.map(|c| c.ip()), std::time::Instant::now());
         tracing::info!(protocol = protocol.name(), client = ?client, why, "authentication failed");
     }
 
@@ -236,15 +250,17 @@ impl FrontDoor {
             tracing::info!(protocol = protocol.name(), client = ?client, why, "authentication failed");
             AccessError::Unauthenticated(why.to_string())
         };
-        if let Some(wait) = self.throttle.blocked(ip, std::time::Instant::now()) {
-            return Err(note(&format!(
-                "too many failed logins from this address: try again in {} s",
-                wait.as_secs() + 1
-            )));
+        // Failures count by the user named (a token names none) and the address.
+        let named = match &credentials {
+            Credentials::Password { user, .. } => user.clone(),
+            _ => String::new(),
+        };
+        if let Some(wait) = self.throttle.blocked(&named, ip, std::time::Instant::now()) {
+            return Err(note(&throttle::too_many(wait)));
         }
-        // Wrong credentials count against the address; missing ones cost nothing to check.
+        // Wrong credentials count; missing ones cost nothing to check.
         let fail = |why: &str| {
-            self.throttle.failed(ip, std::time::Instant::now());
+            self.throttle.failed(&named, ip, std::time::Instant::now());
             Err(note(why))
         };
         let user = match credentials {
@@ -275,13 +291,13 @@ impl FrontDoor {
                 }
             }
         };
-        self.throttle.succeeded(ip);
+        self.throttle.succeeded(&named, ip);
         Ok(Principal { user: Some(user), protocol, client })
     }
 
-    /// True if logins from `client` are refused for now (it failed too often).
-    pub fn login_blocked(&self, client: Option<std::net::IpAddr>) -> bool {
-        self.throttle.blocked(client, std::time::Instant::now()).is_some()
+    /// Why logins of `user` from `client` are refused for now, if they are (too many failed).
+    pub fn login_blocked(&self, user: &str, client: Option<std::net::IpAddr>) -> Option<String> {
+        self.throttle.blocked(user, client, std::time::Instant::now()).map(throttle::too_many)
     }
 
     /// The SCRAM-SHA-256 verifier of `user`, for the PostgreSQL wire protocol's login.
@@ -320,11 +336,22 @@ impl FrontDoor {
         }
     }
 
-    fn new_sql(&self, database: &str) -> Sql {
+    /// A SQL session for `who`: it lists only the databases `who` may read.
+    fn new_sql(&self, database: &str, who: &Principal) -> Sql {
         let (rt, limits) = (self.runtime.clone(), self.limits);
         match &self.target {
             Target::Local(db) => {
-                Sql::Local(SqlSession::new_limited(db.clone(), database, rt, limits))
+                let (access, user) = (self.access.clone(), who.user.clone());
+                let visible: crate::sql::catalog::Visible = Arc::new(move |name: &str| {
+                    let state = access.access();
+                    !state.has_users()
+                        || user
+                            .as_deref()
+                            .is_some_and(|u| state.allows(u, Some(name), Privilege::Read))
+                });
+                Sql::Local(
+                    SqlSession::new_limited(db.clone(), database, rt, limits).visible_to(visible),
+                )
             }
             Target::Cluster { shards, access } => Sql::Cluster(
                 ClusterSql::new(shards.clone(), access.clone(), database).limited(rt, limits),
@@ -335,27 +362,28 @@ impl FrontDoor {
     /// A session of its own for `who` (a connection's, whose `SET`s last as long as it does),
     /// with `database` as its default database.
     pub fn open(self: &Arc<Self>, who: Principal, database: &str) -> Session {
-        let sql = Arc::new(self.new_sql(database));
+        let sql = Arc::new(self.new_sql(database, &who));
         Session { door: self.clone(), who, sql, settings: Arc::default(), plans: Arc::default() }
     }
 
     /// A session for one stateless request of `who` that runs `sql`: shared with other
-    /// requests on `database`, unless `sql` changes session settings (`SET`), which gets one of
-    /// its own.
+    /// requests of the same user on `database` (what a session lists depends on its user),
+    /// unless `sql` changes session settings (`SET`), which gets one of its own.
     pub fn request_session(self: &Arc<Self>, who: Principal, database: &str, sql: &str) -> Session {
         let first = sql.trim_start().get(..4).unwrap_or("");
         if first.eq_ignore_ascii_case("set ") || first.eq_ignore_ascii_case("set\t") {
             return self.open(who, database);
         }
         let mut map = self.shared.lock();
-        let (sql, plans) = match map.get(database) {
+        let key = (database.to_string(), who.user.clone());
+        let (sql, plans) = match map.get(&key) {
             Some(s) => s.clone(),
             None => {
                 if map.len() >= MAX_SHARED_SESSIONS {
                     map.clear();
                 }
-                let s = (Arc::new(self.new_sql(database)), Arc::default());
-                map.insert(database.to_string(), s.clone());
+                let s = (Arc::new(self.new_sql(database, &who)), Arc::default());
+                map.insert(key, s.clone());
                 s
             }
         };

@@ -13,8 +13,8 @@
 //!   tokens, without building any tree: an operator (`+`, `AND`, `::`, `.`, `IN`, `UNION`,
 //!   `JOIN`, ...) adds one to the expression it continues, a comma starts the next item of a
 //!   list, and an expression in parentheses adds its operators to the expression around it;
-//! - a parenthesized list (an `IN` list, a function's arguments, a `VALUES` row) has more items
-//!   than `max_list_items`;
+//! - a list (an `IN` list, a function's arguments, a `VALUES` row, a `SELECT` list) has more
+//!   items than `max_list_items` (the rows of a `VALUES` list are bounded by the text's length);
 //! - one request holds more statements than `max_statements_per_request`;
 //! - once parsed, one statement names more tables and subqueries than `max_relations`
 //!   (`FROM a, b, c, ...` and `WITH` lists are flat in the tree but nest in the plan).
@@ -99,6 +99,8 @@ pub fn check_text(sql: &str, bounds: &SqlBounds) -> Result<()> {
     let mut depth = 0usize;
     let mut statements = 0usize;
     let mut in_statement = false;
+    // Past the statement's VALUES keyword.
+    let mut values = false;
     for token in &tokens {
         match token {
             Token::Whitespace(_) | Token::EOF => continue,
@@ -111,12 +113,13 @@ pub fn check_text(sql: &str, bounds: &SqlBounds) -> Result<()> {
                 }
             }
             Token::Comma => {
-                let nested = levels.len() > 1;
+                // The rows of a VALUES list are bounded by the text's length alone.
+                let counted = levels.len() > 1 || !values;
                 if let Some(top) = levels.last_mut() {
                     depth -= top.0;
                     top.0 = 0;
                     top.1 += 1;
-                    if nested && top.1 > bounds.max_list_items {
+                    if counted && top.1 > bounds.max_list_items {
                         return Err(over(
                             "a list's items",
                             bounds.max_list_items,
@@ -130,8 +133,13 @@ pub fn check_text(sql: &str, bounds: &SqlBounds) -> Result<()> {
                 levels[0] = (0, 1);
                 depth = 0;
                 in_statement = false;
+                values = false;
             }
             t => {
+                if levels.len() == 1 && matches!(t, Token::Word(w) if w.keyword == Keyword::VALUES)
+                {
+                    values = true;
+                }
                 if !in_statement {
                     in_statement = true;
                     statements += 1;
@@ -304,6 +312,11 @@ mod tests {
         );
         let many_sums = (0..40).map(|_| chain(20, "+")).collect::<Vec<_>>().join(", ");
         assert_eq!(refused(&format!("SELECT {many_sums}"), &b), None);
+        let wide = |n: usize| (1..=n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ");
+        assert_eq!(refused(&format!("SELECT {}", wide(50)), &b), None);
+        assert_eq!(refused(&format!("SELECT {}", wide(51)), &b), Some("max_list_items"));
+        let rows = vec!["(1, 'a')"; 200].join(", ");
+        assert_eq!(refused(&format!("INSERT INTO t (a, b) VALUES {rows}"), &b), None);
         assert_eq!(refused("SELECT 1; SELECT 2; SELECT 3;", &b), None);
         assert_eq!(
             refused("SELECT 1; SELECT 2; SELECT 3; SELECT 4", &b),

@@ -12,24 +12,40 @@ use super::system::{SystemTable, SYSTEM_SCHEMA};
 use crate::access::{access_table, AccessStore, ACCESS_TABLES};
 use crate::db::Database;
 
+/// Which databases a session's principal may see listed (`information_schema`, Flight SQL
+/// metadata): true for a database it may read.
+pub type Visible = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
 /// The `ebb` catalog.
-#[derive(Debug)]
 pub struct EbbCatalog {
     db: Arc<Database>,
     /// Rollups read as their stored partials (what a shard answers a cluster coordinator,
     /// which merges them across shards) rather than merged.
     raw_rollups: bool,
+    /// The databases listed (`None`: all).
+    visible: Option<Visible>,
+}
+
+impl std::fmt::Debug for EbbCatalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EbbCatalog").field("raw_rollups", &self.raw_rollups).finish_non_exhaustive()
+    }
 }
 
 impl EbbCatalog {
     /// The catalog of `db`.
     pub fn new(db: Arc<Database>) -> Self {
-        EbbCatalog { db, raw_rollups: false }
+        EbbCatalog { db, raw_rollups: false, visible: None }
     }
 
     /// The catalog of `db` with rollups read as their stored partials.
     pub fn with_raw_rollups(db: Arc<Database>) -> Self {
-        EbbCatalog { db, raw_rollups: true }
+        EbbCatalog { db, raw_rollups: true, visible: None }
+    }
+
+    /// The catalog of `db` listing only the databases `visible` admits.
+    pub fn visible_to(db: Arc<Database>, visible: Visible) -> Self {
+        EbbCatalog { db, raw_rollups: false, visible: Some(visible) }
     }
 }
 
@@ -41,6 +57,12 @@ impl CatalogProvider for EbbCatalog {
         }
         names.push(SYSTEM_SCHEMA.to_string());
         names.sort();
+        // A database named like the system schema (written before such names were reserved)
+        // is listed once.
+        names.dedup();
+        if let Some(visible) = &self.visible {
+            names.retain(|n| visible(n));
+        }
         names
     }
 

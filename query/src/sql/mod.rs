@@ -3,7 +3,7 @@
 
 pub mod alter_cluster;
 pub mod bounds;
-mod catalog;
+pub mod catalog;
 pub mod coop;
 pub mod ddl;
 pub mod delete;

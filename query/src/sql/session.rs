@@ -87,6 +87,13 @@ impl SqlSession {
         s
     }
 
+    /// The session listing only the databases `visible` admits (in `information_schema`).
+    pub fn visible_to(self, visible: super::catalog::Visible) -> SqlSession {
+        self.ctx
+            .register_catalog(CATALOG, Arc::new(EbbCatalog::visible_to(self.db.clone(), visible)));
+        self
+    }
+
     /// The session with rollups read as their stored partials, as a shard answers a cluster
     /// coordinator (which merges them across shards).
     pub fn with_raw_rollups(self) -> SqlSession {
