@@ -31,6 +31,33 @@ fn no_database() -> Response {
     error(StatusCode::BAD_REQUEST, "missing database: add ?db=NAME to the remote URL")
 }
 
+/// The caller, its database (`?db=`) once it holds `privilege` there, and then the body: a
+/// refused request's body is not read.
+async fn checked_body(
+    state: &AppState,
+    caller: &Caller,
+    privilege: Option<Privilege>,
+    body: UnreadBody,
+) -> Result<(ebb_query::front::Principal, String, axum::body::Bytes), Response> {
+    let checked = async {
+        let who = caller.principal(&state.door).await?;
+        let db = database(caller).ok_or_else(no_database)?;
+        if let Some(p) = privilege {
+            state.door.authorize(&who, Some(&db), p).map_err(|e| query_error(&e))?;
+        }
+        Ok::<_, Response>((who, db))
+    };
+    let (who, db) = match checked.await {
+        Ok(c) => c,
+        Err(r) => {
+            body.discard().await;
+            return Err(r);
+        }
+    };
+    let body = body.read(state.max_body_bytes).await.map_err(|(status, why)| error(status, why))?;
+    Ok((who, db, body))
+}
+
 /// Remote write: the samples as line protocol through the front door, in bounded chunks.
 pub(super) async fn write(
     State(state): State<AppState>,
@@ -40,22 +67,7 @@ pub(super) async fn write(
     let m = &state.metrics;
     m.write_requests.inc();
     let result = async {
-        // Refused before the body is even read.
-        let checked = async {
-            let who = caller.principal(&state.door).await?;
-            let db = database(&caller).ok_or_else(no_database)?;
-            state.door.authorize(&who, Some(&db), Privilege::Write).map_err(|e| query_error(&e))?;
-            Ok::<_, Response>((who, db))
-        };
-        let (who, db) = match checked.await {
-            Ok(c) => c,
-            Err(r) => {
-                body.discard().await;
-                return Err(r);
-            }
-        };
-        let body =
-            body.read(state.max_body_bytes).await.map_err(|(status, why)| error(status, why))?;
+        let (who, db, body) = checked_body(&state, &caller, Some(Privilege::Write), body).await?;
         let req: WriteRequest = decode(&body, state.max_body_bytes, "WriteRequest")
             .map_err(|e| error(StatusCode::BAD_REQUEST, e))?;
         if text_size(&req) > MAX_EXPANSION.saturating_mul(body.len().max(1 << 16)) {
@@ -104,20 +116,7 @@ pub(super) async fn read(
 ) -> Response {
     state.metrics.prometheus_reads.inc();
     let result = async {
-        let checked = async {
-            let who = caller.principal(&state.door).await?;
-            let db = database(&caller).ok_or_else(no_database)?;
-            Ok::<_, Response>((who, db))
-        };
-        let (who, db) = match checked.await {
-            Ok(c) => c,
-            Err(r) => {
-                body.discard().await;
-                return Err(r);
-            }
-        };
-        let body =
-            body.read(state.max_body_bytes).await.map_err(|(status, why)| error(status, why))?;
+        let (who, db, body) = checked_body(&state, &caller, None, body).await?;
         let req: ReadRequest = decode(&body, state.max_body_bytes, "ReadRequest")
             .map_err(|e| error(StatusCode::BAD_REQUEST, e))?;
         // Queries only: a session shared with other requests on the database.

@@ -4,48 +4,9 @@
 //! machines without users, users surviving a restart, and users of a cluster made on one node
 //! and honoured on another.
 
-use std::path::Path;
-
-use base64::Engine;
-
-use crate::common::{loopback, psql_as, start_cluster, until, Http};
+use crate::common::{basic, loopback, psql_as, secured, start_cluster, until, As, Http, ADMIN_PW};
 use ebb_node::config::{Config, Secret};
 use ebb_node::server::Server;
-
-const ADMIN_PW: &str = "correct horse battery";
-
-fn secured(dir: &Path) -> Config {
-    Config { admin_password: Some(Secret(ADMIN_PW.into())), ..loopback(dir) }
-}
-
-fn basic(user: &str, password: &str) -> String {
-    format!(
-        "Basic {}",
-        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
-    )
-}
-
-/// An HTTP client that sends `auth` as its `Authorization` header.
-struct As<'a> {
-    http: &'a Http,
-    auth: String,
-}
-
-impl As<'_> {
-    fn sql(&self, sql: &str) -> (u16, String) {
-        self.http.post_with("/v1/sql?db=public", sql.as_bytes(), &[("Authorization", &self.auth)])
-    }
-
-    fn ok(&self, sql: &str) -> String {
-        let (s, b) = self.sql(sql);
-        assert_eq!(s, 200, "{sql}: {b}");
-        b
-    }
-
-    fn write(&self, lines: &str) -> (u16, String) {
-        self.http.post_with("/write?db=public", lines.as_bytes(), &[("Authorization", &self.auth)])
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_protocol_authenticates_and_every_statement_is_authorized() {

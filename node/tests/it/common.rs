@@ -136,3 +136,58 @@ pub fn until(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// The admin password of [`secured`] servers.
+pub const ADMIN_PW: &str = "correct horse battery";
+
+/// A server keeping its data in `dir` with user `admin` ([`ADMIN_PW`]).
+pub fn secured(dir: &Path) -> Config {
+    Config { admin_password: Some(ebb_node::config::Secret(ADMIN_PW.into())), ..loopback(dir) }
+}
+
+/// An `Authorization: Basic` header value.
+pub fn basic(user: &str, password: &str) -> String {
+    use base64::Engine;
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+    )
+}
+
+/// An HTTP client that sends `auth` as its `Authorization` header.
+pub struct As<'a> {
+    /// The client.
+    pub http: &'a Http,
+    /// The header's value.
+    pub auth: String,
+}
+
+impl As<'_> {
+    /// Runs SQL in database `public`: the status and the body.
+    pub fn sql(&self, sql: &str) -> (u16, String) {
+        self.http.post_with("/v1/sql?db=public", sql.as_bytes(), &[("Authorization", &self.auth)])
+    }
+
+    /// Runs SQL that must succeed: its body.
+    pub fn ok(&self, sql: &str) -> String {
+        let (s, b) = self.sql(sql);
+        assert_eq!(s, 200, "{sql}: {b}");
+        b
+    }
+
+    /// Writes line protocol to database `public`: the status and the body.
+    pub fn write(&self, lines: &str) -> (u16, String) {
+        self.http.post_with("/write?db=public", lines.as_bytes(), &[("Authorization", &self.auth)])
+    }
+}
+
+/// Memory in use by this process (servers of the tests run in it), in bytes.
+pub fn rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map_or(0, |kb| kb << 10)
+}

@@ -3,44 +3,10 @@
 //! acknowledgement would be untrue. Each test fails if the defect it reproduces comes back.
 
 use std::io::Write;
-use std::path::Path;
 
-use base64::Engine;
-
-use crate::common::{loopback, Http};
-use ebb_node::config::{Config, Secret};
+use crate::common::{basic, loopback, rss, secured, As, Http, ADMIN_PW};
+use ebb_node::config::Config;
 use ebb_node::server::Server;
-
-const ADMIN_PW: &str = "correct horse battery";
-
-fn secured(dir: &Path) -> Config {
-    Config { admin_password: Some(Secret(ADMIN_PW.into())), ..loopback(dir) }
-}
-
-fn basic(user: &str, password: &str) -> String {
-    format!(
-        "Basic {}",
-        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
-    )
-}
-
-/// An HTTP client that sends `auth` as its `Authorization` header.
-struct As<'a> {
-    http: &'a Http,
-    auth: String,
-}
-
-impl As<'_> {
-    fn sql(&self, sql: &str) -> (u16, String) {
-        self.http.post_with("/v1/sql?db=public", sql.as_bytes(), &[("Authorization", &self.auth)])
-    }
-
-    fn ok(&self, sql: &str) -> String {
-        let (s, b) = self.sql(sql);
-        assert_eq!(s, 200, "{sql}: {b}");
-        b
-    }
-}
 
 fn gzip(text: &str) -> Vec<u8> {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
@@ -134,17 +100,6 @@ async fn a_writer_cannot_read_through_an_insert() {
     .await
     .expect("checks");
     server.shutdown().await.expect("shutdown");
-}
-
-/// Memory in use by this process, in bytes (resident set).
-fn rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<u64>().ok())
-        .map_or(0, |kb| kb << 10)
 }
 
 /// Deep and wide SQL from a user without any grant is refused before it is planned, over HTTP
