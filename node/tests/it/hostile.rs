@@ -146,6 +146,9 @@ async fn deep_and_wide_sql_is_refused_before_planning() {
             assert!(started.elapsed() < std::time::Duration::from_secs(10), "refused at once");
             assert_eq!(h.get("/health").0, 200);
         }
+        // A subquery value without a column (found by the fuzzer: the planner panicked).
+        let (s, b) = admin.sql("DELETE FROM cpu WHERE (SELECT FROM cpu LIMIT 1)");
+        assert_eq!(s, 400, "{b}");
         // Within the limits: planned, run, and fast enough.
         let started = std::time::Instant::now();
         let (s, b) = reader.sql(&chain(500));

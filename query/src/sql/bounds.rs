@@ -26,7 +26,7 @@ use std::collections::VecDeque;
 use std::ops::ControlFlow;
 
 use datafusion::sql::parser::{DFParser, Statement as DfStatement};
-use datafusion::sql::sqlparser::ast::{Query, TableFactor, Visit, Visitor};
+use datafusion::sql::sqlparser::ast::{Expr, Query, SetExpr, TableFactor, Visit, Visitor};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
@@ -224,29 +224,50 @@ fn chains(token: &Token) -> bool {
     }
 }
 
-/// Counts the tables and subqueries of a parsed statement, stopping at the first over `max`.
+/// Counts the tables and subqueries of a parsed statement, stopping at the first over `max`,
+/// and finds subqueries that must give one column but give none (`(SELECT FROM t)`, which the
+/// planner would fail on with a panic).
 struct Relations {
     seen: usize,
     max: usize,
 }
 
-impl Visitor for Relations {
-    type Break = ();
+/// Why [`Relations`] stopped.
+enum Refusal {
+    TooMany,
+    NoColumn,
+}
 
-    fn pre_visit_query(&mut self, _query: &Query) -> ControlFlow<()> {
+impl Visitor for Relations {
+    type Break = Refusal;
+
+    fn pre_visit_query(&mut self, _query: &Query) -> ControlFlow<Refusal> {
         self.count()
     }
 
-    fn pre_visit_table_factor(&mut self, _factor: &TableFactor) -> ControlFlow<()> {
+    fn pre_visit_table_factor(&mut self, _factor: &TableFactor) -> ControlFlow<Refusal> {
         self.count()
+    }
+
+    fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<Refusal> {
+        let query = match expr {
+            Expr::Subquery(q) | Expr::InSubquery { subquery: q, .. } => q,
+            _ => return ControlFlow::Continue(()),
+        };
+        match query.body.as_ref() {
+            SetExpr::Select(select) if select.projection.is_empty() => {
+                ControlFlow::Break(Refusal::NoColumn)
+            }
+            _ => ControlFlow::Continue(()),
+        }
     }
 }
 
 impl Relations {
-    fn count(&mut self) -> ControlFlow<()> {
+    fn count(&mut self) -> ControlFlow<Refusal> {
         self.seen += 1;
         if self.seen > self.max {
-            ControlFlow::Break(())
+            ControlFlow::Break(Refusal::TooMany)
         } else {
             ControlFlow::Continue(())
         }
@@ -257,9 +278,12 @@ fn check_relations(stmt: &DfStatement, max: usize) -> Result<()> {
     let DfStatement::Statement(s) = stmt else { return Ok(()) };
     let mut v = Relations { seen: 0, max };
     match s.visit(&mut v) {
-        ControlFlow::Break(()) => {
+        ControlFlow::Break(Refusal::TooMany) => {
             Err(over("the statement's tables and subqueries", max, "max_relations"))
         }
+        ControlFlow::Break(Refusal::NoColumn) => Err(QueryError::invalid(
+            "a subquery used as a value must return one column; it returns none",
+        )),
         ControlFlow::Continue(()) => Ok(()),
     }
 }
@@ -331,6 +355,13 @@ mod tests {
         assert_eq!(refused(&format!("SELECT 1 FROM {}", joins(9)), &b), None);
         let tables = (0..11).map(|i| format!("t{i}")).collect::<Vec<_>>().join(", ");
         assert_eq!(refused(&format!("SELECT 1 FROM {tables}"), &b), Some("max_relations"));
+        // Found by the fuzzer: a subquery value without a column panicked in the planner.
+        for sql in
+            ["DELETE FROM t WHERE (SELECT FROM t LIMIT 1)", "SELECT 1 WHERE 2 IN (SELECT FROM t)"]
+        {
+            assert!(matches!(parse(sql, &b), Err(QueryError::Invalid(_))), "{sql}");
+        }
+        assert!(parse("SELECT 1 WHERE EXISTS (SELECT FROM t)", &b).is_ok());
         let small = SqlBounds { max_sql_bytes: 10, ..b };
         assert_eq!(refused("SELECT 1 + 2 + 3", &small), Some("max_sql_bytes"));
         // Strings and comments hold no operators.
