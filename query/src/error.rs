@@ -131,11 +131,20 @@ impl QueryError {
                 e,
                 ebb_storage::Error::InvalidArgument(_) | ebb_storage::Error::BeyondRetention { .. }
             ),
+            // Types that fit no signature of a function: DataFusion reports some of these as
+            // internal errors from its type coercion.
+            QueryError::DataFusion(DataFusionError::Context(context, _))
+                if context == "type_coercion" =>
+            {
+                true
+            }
             QueryError::DataFusion(e) => match e.find_root() {
                 DataFusionError::Plan(_)
                 | DataFusionError::SQL(..)
                 | DataFusionError::SchemaError(..)
                 | DataFusionError::NotImplemented(_) => true,
+                // `$1` in SQL sent without values (HTTP, the simple protocol).
+                DataFusionError::Execution(m) => m.starts_with("Placeholder"),
                 // A value the statement itself gave that does not cast, parse or compute.
                 DataFusionError::ArrowError(a, _) => {
                     use datafusion::arrow::error::ArrowError as A;

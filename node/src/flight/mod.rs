@@ -13,6 +13,7 @@
 
 mod auth;
 mod catalog;
+mod checked;
 mod statements;
 
 use std::pin::Pin;
@@ -441,7 +442,7 @@ pub async fn serve(
     door: Arc<FrontDoor>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
-    let service = FlightServiceServer::new(FlightSql::new(door))
+    let service = FlightServiceServer::new(checked::Checked(FlightSql::new(door)))
         .max_decoding_message_size(64 << 20)
         .max_encoding_message_size(64 << 20);
     crate::grpc::builder()

@@ -706,6 +706,13 @@ async fn flight_sql_requests() {
         .await
         .expect("connect");
     let mut client = FlightServiceClient::new(channel);
+    // Found by the fuzzer: a command whose query is not UTF-8 was answered `Internal`.
+    let cmd = CommandStatementQuery { query: "SELECT 1".into(), transaction_id: None };
+    let mut bad = cmd.as_any().encode_to_vec();
+    let at = bad.windows(8).position(|w| w == b"SELECT 1").expect("query bytes");
+    bad[at] = 0xff;
+    let e = client.get_flight_info(FlightDescriptor::new_cmd(bad)).await.expect_err("refused");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     let mut case = 0;
     while budget.more(case) {
         let status = match rng.gen_range(0..3) {

@@ -146,6 +146,12 @@ async fn deep_and_wide_sql_is_refused_before_planning() {
             assert!(started.elapsed() < std::time::Duration::from_secs(10), "refused at once");
             assert_eq!(h.get("/health").0, 200);
         }
+        // Found by the fuzzer: arguments that fit no signature were answered 500.
+        let (s, b) = reader.sql("SELECT range(1.5, 2, 3)");
+        assert_eq!(s, 400, "{b}");
+        // Found by the fuzzer: `$1` without a value was answered 500.
+        let (s, b) = reader.sql("SELECT $1");
+        assert_eq!(s, 400, "{b}");
         // A subquery value without a column (found by the fuzzer: the planner panicked).
         let (s, b) = admin.sql("DELETE FROM cpu WHERE (SELECT FROM cpu LIMIT 1)");
         assert_eq!(s, 400, "{b}");
