@@ -1,5 +1,5 @@
-//! The Flight SQL service with every command a client sends decoded before arrow-flight's
-//! dispatch sees it: arrow-flight answers a command that does not decode (a string field that
+//! The Flight SQL service with the commands of `GetFlightInfo`, `GetSchema` and `DoGet` decoded
+//! before arrow-flight's dispatch sees them: arrow-flight answers a command that does not decode (a string field that
 //! is not UTF-8, a truncated message) with `Internal`, as if the server had failed; here it is
 //! `InvalidArgument`, naming what did not decode.
 

@@ -173,9 +173,9 @@ pub async fn plan(session: &Session, sql: &str) -> Result<Option<LogicalPlan>, S
         use datafusion::sql::sqlparser::ast::Statement as S;
         matches!(&statement, Df::Statement(s) if matches!(**s, S::Query(_)))
     };
-    match session.context().state().statement_to_plan(statement).await {
+    match session.plan(statement).await {
         Ok(plan) => Ok(Some(plan)),
-        Err(e) if query => Err(query_status(&QueryError::from(e))),
+        Err(e) if query => Err(query_status(&e)),
         // Statements EbbDB runs itself (`CREATE TABLE` with tags, retention, `ERASE`) are not
         // DataFusion's to plan: they run as they are, and report their own errors.
         Err(_) => Ok(None),

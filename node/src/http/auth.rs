@@ -150,8 +150,8 @@ pub fn access_error(e: &AccessError) -> Response {
 /// with a form or text body) must carry its credentials in a header: a page cannot set one
 /// without the server's consent, so a port reachable from a browser cannot be made to run
 /// `ERASE` or writes by a page the user visits. A browser's state-changing request from another
-/// site needs a bearer token, whatever its body. A server without users answers only requests
-/// whose `Host` is an IP address or `localhost` (DNS rebinding).
+/// site needs a bearer token, whatever its body. A server without users answers a browser's
+/// request only if its `Host` is an IP address or `localhost` (DNS rebinding).
 pub async fn principal(
     door: &FrontDoor,
     method: &Method,
@@ -159,7 +159,10 @@ pub async fn principal(
     query: &HashMap<String, String>,
     client: SocketAddr,
 ) -> Result<Principal, Response> {
-    if !door.auth_required() && !host_is_local(headers) {
+    // Only a browser can be made to send a request to a name rebound to this server, and it
+    // names the page's origin: other clients (Prometheus, Telegraf, Grafana by a container's
+    // name) are not asked.
+    if !door.auth_required() && from_browser(headers) && !host_is_local(headers) {
         tracing::warn!(%client, "refused a request for another host name on a server without users");
         return Err(error(
             StatusCode::FORBIDDEN,

@@ -372,7 +372,7 @@ async fn plan_statement(session: &Session, sql: &str) -> Result<LogicalPlan, Que
     let statement = statements.pop_front().ok_or_else(|| QueryError::invalid("empty query"))?;
     // A plan tells what exists: authorized before it is made.
     session.authorize(&statement)?;
-    Ok(session.context().state().statement_to_plan(statement).await?)
+    session.plan(statement).await
 }
 
 #[cfg(test)]

@@ -18,9 +18,9 @@
 //! decoders read such messages with `Buf::get_*` and `split_to`, which panic on a message
 //! shorter than its counts claim, and size buffers by counts the client chose. A malformed
 //! message closes the connection, as PostgreSQL does with a protocol violation; an `Execute`
-//! asking for a negative or very large row count is sent on asking for at most
-//! [`MAX_EXECUTE_ROWS`] (PostgreSQL reads a negative count as "all rows"; a portal is resumed
-//! by the client's next `Execute`).
+//! asking for a negative row count is sent on asking for all rows (0, as PostgreSQL reads it),
+//! and one asking for more than [`MAX_EXECUTE_ROWS`] for that many (a portal is resumed by the
+//! client's next `Execute`).
 
 use std::io;
 use std::pin::Pin;

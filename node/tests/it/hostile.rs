@@ -420,19 +420,22 @@ async fn rebinding_and_cross_site_requests_are_refused() {
     tokio::task::spawn_blocking(move || {
         let o = Http::new(open_http);
         assert_eq!(o.post("/write?db=public", "cpu,host=a usage=1 1700000000000000000").0, 204);
-        let (s, b) = o.post_with(
-            "/v1/sql?db=public",
-            b"DROP TABLE cpu",
-            &[("Host", "attacker.example:7080"), ("Content-Type", "application/json")],
-        );
+        // A page of attacker.example whose name now resolves to 127.0.0.1: to the browser its
+        // requests are same-origin.
+        let rebound = [
+            ("Host", "attacker.example:7080"),
+            ("Origin", "http://attacker.example:7080"),
+            ("Sec-Fetch-Site", "same-origin"),
+            ("Content-Type", "application/json"),
+        ];
+        let (s, b) = o.post_with("/v1/sql?db=public", b"DROP TABLE cpu", &rebound);
         assert_eq!(s, 403, "{b}");
-        let (s, b) = o.post_with(
-            "/write?db=public",
-            b"cpu,host=evil usage=1",
-            &[("Host", "attacker.example")],
-        );
+        let (s, b) = o.post_with("/write?db=public", b"cpu,host=evil usage=1", &rebound);
         assert_eq!(s, 403, "{b}");
         assert_eq!(o.count("SELECT count(*) AS c FROM cpu"), 1, "the table is still there");
+        // Clients that are not browsers reach it by any name (a container's, say).
+        let (s, b) = o.post_with("/v1/sql?db=public", b"SELECT 1", &[("Host", "ebbdb:7080")]);
+        assert_eq!(s, 200, "{b}");
         for host in ["localhost:7080", "127.0.0.1:7080", "[::1]:7080"] {
             assert_eq!(o.post_with("/v1/sql", b"SELECT 1", &[("Host", host)]).0, 200, "{host}");
         }

@@ -96,6 +96,8 @@ pub fn needs(stmt: &DfStatement, state: &SessionState, default: &str) -> Result<
             let _ = visit_relations(&delete.selection, &mut collect);
             let _ = visit_relations(&delete.using, &mut collect);
             let _ = visit_relations(&delete.returning, &mut collect);
+            let _ = visit_relations(&delete.order_by, &mut collect);
+            let _ = visit_relations(&delete.limit, &mut collect);
             for n in &reads {
                 let (db, table) = table_name(n, default)?;
                 table_need(db, &table, Privilege::Read, &mut out);
@@ -139,7 +141,7 @@ pub fn needs(stmt: &DfStatement, state: &SessionState, default: &str) -> Result<
 /// What reading or changing `table` of `db` needs, with `privilege` on an ordinary table.
 fn table_need(db: String, table: &str, privilege: Privilege, out: &mut Vec<Need>) {
     match db.as_str() {
-        "information_schema" => {}
+        "information_schema" if privilege == Privilege::Read => {}
         "system" if ACCESS_TABLES.contains(&table) => out.push((None, Privilege::Admin)),
         _ => out.push((Some(db), privilege)),
     }

@@ -471,6 +471,19 @@ impl Session {
         crate::sql::bounds::parse(sql, &self.door.limits.sql)
     }
 
+    /// Plans `statement` (which the caller has authorized) without running it, on the statement
+    /// threads, for a protocol that describes a statement's columns and parameters.
+    pub async fn plan(
+        &self,
+        statement: DfStatement,
+    ) -> Result<datafusion::logical_expr::LogicalPlan> {
+        let this = self.clone();
+        self.door
+            .queries
+            .run(async move { Ok(this.context().state().statement_to_plan(statement).await?) })
+            .await
+    }
+
     /// Checks `sql` against the server's bounds on SQL text, for a protocol that splits a
     /// request's statements itself.
     pub fn check(&self, sql: &str) -> Result<()> {

@@ -91,15 +91,16 @@ impl QueryRuntime {
             let (mut rx, mut task) = state?;
             match rx.recv().await {
                 Some(item) => Some((item, Some((rx, task)))),
-                // The task ended: at the end of the rows, or by a panic, which is reported.
+                // The task ended: at the end of the rows, or by a panic or a shutdown, which is
+                // reported (never a cut-off result ending as if complete).
                 None => match (&mut task.0).await {
-                    Err(e) if e.is_panic() => Some((
+                    Err(e) => Some((
                         Err(DataFusionError::Execution(format!(
                             "the statement failed unexpectedly: {e}"
                         ))),
                         None,
                     )),
-                    _ => None,
+                    Ok(()) => None,
                 },
             }
         });

@@ -38,11 +38,19 @@ struct Record {
     blocked_until: Option<Instant>,
 }
 
-/// What failures are counted by: a user (`""` for a token) at an address, or an address.
+/// What failures are counted by: a user (`""` for a token) at an address, or an address. The
+/// user is kept as a hash of the name the client sent: a record costs the same whatever its
+/// length.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Key {
-    UserAt(String, Option<IpAddr>),
+    UserAt(u64, Option<IpAddr>),
     Address(Option<IpAddr>),
+}
+
+impl Key {
+    fn user_at(user: &str, client: Option<IpAddr>) -> Key {
+        Key::UserAt(xxhash_rust::xxh3::xxh3_64(user.as_bytes()), client)
+    }
 }
 
 /// The failed logins of recent users and client addresses.
@@ -55,7 +63,7 @@ impl Throttle {
     /// If `user` is refused from `client` at `now`: for how much longer.
     pub fn blocked(&self, user: &str, client: Option<IpAddr>, now: Instant) -> Option<Duration> {
         let records = self.records.lock();
-        [Key::UserAt(user.to_string(), client), Key::Address(client)]
+        [Key::user_at(user, client), Key::Address(client)]
             .iter()
             .filter_map(|k| records.get(k)?.blocked_until)
             .filter(|until| *until > now)
@@ -66,7 +74,7 @@ impl Throttle {
     /// Notes a failed login of `user` from `client` at `now`.
     pub fn failed(&self, user: &str, client: Option<IpAddr>, now: Instant) {
         let mut records = self.records.lock();
-        Self::count(&mut records, Key::UserAt(user.to_string(), client), MAX_FAILURES, now);
+        Self::count(&mut records, Key::user_at(user, client), MAX_FAILURES, now);
         Self::count(&mut records, Key::Address(client), MAX_ADDRESS_FAILURES, now);
     }
 
@@ -102,7 +110,7 @@ impl Throttle {
     /// Notes a successful login of `user` from `client`: its failures are forgotten.
     pub fn succeeded(&self, user: &str, client: Option<IpAddr>) {
         let mut records = self.records.lock();
-        let key = Key::UserAt(user.to_string(), client);
+        let key = Key::user_at(user, client);
         if records.get(&key).is_some_and(|r| r.blocked_until.is_none()) {
             records.remove(&key);
         }

@@ -275,7 +275,11 @@ impl Relations {
 }
 
 fn check_relations(stmt: &DfStatement, max: usize) -> Result<()> {
-    let DfStatement::Statement(s) = stmt else { return Ok(()) };
+    let s = match stmt {
+        DfStatement::Statement(s) => s,
+        DfStatement::Explain(e) => return check_relations(&e.statement, max),
+        _ => return Ok(()),
+    };
     let mut v = Relations { seen: 0, max };
     match s.visit(&mut v) {
         ControlFlow::Break(Refusal::TooMany) => {
@@ -362,6 +366,8 @@ mod tests {
             assert!(matches!(parse(sql, &b), Err(QueryError::Invalid(_))), "{sql}");
         }
         assert!(parse("SELECT 1 WHERE EXISTS (SELECT FROM t)", &b).is_ok());
+        let explained = "EXPLAIN SELECT 1 WHERE 2 IN (SELECT FROM t)";
+        assert!(matches!(parse(explained, &b), Err(QueryError::Invalid(_))), "EXPLAIN too");
         let small = SqlBounds { max_sql_bytes: 10, ..b };
         assert_eq!(refused("SELECT 1 + 2 + 3", &small), Some("max_sql_bytes"));
         // Strings and comments hold no operators.
