@@ -16,6 +16,9 @@
 //! - a list (an `IN` list, a function's arguments, a `VALUES` row, a `SELECT` list) has more
 //!   items than `max_list_items` (the rows of a `VALUES` list are bounded by the text's length);
 //! - one request holds more statements than `max_statements_per_request`;
+//! - parentheses nest deeper than `max_nesting` (16): the parser tries some constructs two ways
+//!   at each level (a subquery or an expression, a named argument or a value), so its time
+//!   doubles with every level (a fuzzer's `f(g(CAST(...)))` 40 levels deep parsed for hours);
 //! - once parsed, one statement names more tables and subqueries than `max_relations`
 //!   (`FROM a, b, c, ...` and `WITH` lists are flat in the tree but nest in the plan).
 //!
@@ -46,6 +49,8 @@ pub struct SqlBounds {
     pub max_statements_per_request: usize,
     /// Most tables and subqueries one statement names.
     pub max_relations: usize,
+    /// Most levels of parentheses (and brackets) one inside another.
+    pub max_nesting: usize,
 }
 
 impl Default for SqlBounds {
@@ -56,6 +61,7 @@ impl Default for SqlBounds {
             max_list_items: 10_000,
             max_statements_per_request: 1_000,
             max_relations: 500,
+            max_nesting: 16,
         }
     }
 }
@@ -104,7 +110,16 @@ pub fn check_text(sql: &str, bounds: &SqlBounds) -> Result<()> {
     for token in &tokens {
         match token {
             Token::Whitespace(_) | Token::EOF => continue,
-            Token::LParen | Token::LBracket => levels.push((0, 1)),
+            Token::LParen | Token::LBracket => {
+                levels.push((0, 1));
+                if levels.len() > bounds.max_nesting + 1 {
+                    return Err(over(
+                        "the levels of parentheses one inside another",
+                        bounds.max_nesting,
+                        "max_nesting",
+                    ));
+                }
+            }
             Token::RParen | Token::RBracket => {
                 if levels.len() > 1 {
                     if let Some((ops, _)) = levels.pop() {
@@ -312,6 +327,7 @@ mod tests {
             max_list_items: 50,
             max_statements_per_request: 3,
             max_relations: 10,
+            max_nesting: 16,
         };
         let chain = |n: usize, op: &str| vec!["1"; n].join(op);
         assert_eq!(refused(&format!("SELECT {}", chain(100, "+")), &b), None);
@@ -368,6 +384,13 @@ mod tests {
         assert!(parse("SELECT 1 WHERE EXISTS (SELECT FROM t)", &b).is_ok());
         let explained = "EXPLAIN SELECT 1 WHERE 2 IN (SELECT FROM t)";
         assert!(matches!(parse(explained, &b), Err(QueryError::Invalid(_))), "EXPLAIN too");
+        // Found by the fuzzer: nested calls parse in time doubling with each level.
+        let nested = |n: usize| format!("SELECT {}1{}", "abs(".repeat(n), ")".repeat(n));
+        assert_eq!(refused(&nested(16), &b), None);
+        assert_eq!(refused(&nested(17), &b), Some("max_nesting"));
+        let started = std::time::Instant::now();
+        parse(&nested(16), &b).expect("parses");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
         let small = SqlBounds { max_sql_bytes: 10, ..b };
         assert_eq!(refused("SELECT 1 + 2 + 3", &small), Some("max_sql_bytes"));
         // Strings and comments hold no operators.
