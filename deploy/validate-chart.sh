@@ -32,6 +32,7 @@ value_sets=(
   "$auth --set tls.existingSecret=ebb-tls --set tls.clusterSecret=ebb-cluster-tls --set serviceMonitor.enabled=true"
   "$auth --set tls.certManager.enabled=true --set tls.certManager.issuerRef.name=ebb-ca --set networkPolicy.clientFrom[0].namespaceSelector.matchLabels.team=metrics"
   "--set auth.insecure=true --set networkPolicy.enabled=false"
+  "$auth --set clientLimits.query_memory=1GiB --set clientLimits.statement_timeout=60s --set clientLimits.max_series_per_request=50000 --set clientLimits.max_nesting=20"
 )
 
 # Without an admin password or auth.insecure the chart refuses to render.

@@ -110,6 +110,16 @@ pub fn start(system: System, dir: &Path) -> Result<Running, String> {
 
 /// [`start`], passing `ebb_args` to `ebb server` (other systems ignore them).
 pub fn start_with(system: System, dir: &Path, ebb_args: &[String]) -> Result<Running, String> {
+    start_build(system, None, dir, ebb_args)
+}
+
+/// [`start_with`], EbbDB from the binary `ebb` (an earlier build) if given.
+pub fn start_build(
+    system: System,
+    ebb: Option<&Path>,
+    dir: &Path,
+    ebb_args: &[String],
+) -> Result<Running, String> {
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     let port = free_port()?;
     let url = format!("http://127.0.0.1:{port}");
@@ -122,7 +132,11 @@ pub fn start_with(system: System, dir: &Path, ebb_args: &[String]) -> Result<Run
     let pg_addr = pg.clone().unwrap_or_default();
     let mut cmd = match system {
         System::Ebb => {
-            let mut c = Command::new(ebb_binary()?);
+            let bin = match ebb {
+                Some(bin) => bin.to_path_buf(),
+                None => ebb_binary()?,
+            };
+            let mut c = Command::new(bin);
             c.args(["server", "--data-dir"])
                 .arg(dir.join("data"))
                 .args(["--http-addr", &format!("127.0.0.1:{port}")])

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use rand::Rng;
 
-use crate::peers::{dir_bytes, start_with, Running, System};
+use crate::peers::{dir_bytes, start_build, Running, System};
 use crate::report::{Better, Comparison};
 use crate::workload::rng;
 
@@ -205,14 +205,25 @@ fn print(c: &Comparison) {
     println!("{}", c.line());
 }
 
-/// Part `ingest`: rows/s per system and data set, EbbDB started with `ebb_args`, then each of
-/// `peers`.
+/// An earlier `ebb` build measured alternately with this one, `rounds` times each (the
+/// median is reported, as `before`).
+#[derive(Debug, Clone)]
+pub struct Before {
+    /// The earlier `ebb` binary.
+    pub bin: std::path::PathBuf,
+    /// Runs of each build.
+    pub rounds: usize,
+}
+
+/// Part `ingest`: rows/s per system and data set, EbbDB started with `ebb_args` (alternating
+/// with an earlier build if `before` is given), then each of `peers`.
 pub fn ingest(
     work: &Path,
     sets: &[Dataset],
     clients: usize,
     ebb_args: &[String],
     peers: &[System],
+    before: Option<&Before>,
 ) -> Result<(), String> {
     for ds in sets {
         let batches = generate(*ds, 5000);
@@ -224,11 +235,17 @@ pub fn ingest(
             ds.rows(),
             batches.len()
         );
-        let mut rates = Vec::new();
-        for &sys in std::iter::once(&System::Ebb).chain(peers) {
-            let dir = work.join(format!("{}-{}", sys.name(), ds.label()));
+        let rounds = before.map_or(1, |b| b.rounds.max(1));
+        let builds = (0..rounds).flat_map(|_| {
+            let earlier = before.map(|b| ("before", System::Ebb, Some(b.bin.as_path())));
+            std::iter::once(("ebb", System::Ebb, None)).chain(earlier)
+        });
+        let runs = builds.chain(peers.iter().map(|p| (p.name(), *p, None)));
+        let mut rates: Vec<(&str, f64)> = Vec::new();
+        for (name, sys, bin) in runs {
+            let dir = work.join(format!("{name}-{}", ds.label()));
             let _ = std::fs::remove_dir_all(&dir);
-            let s = start_with(sys, &dir, ebb_args)?;
+            let s = start_build(sys, bin, &dir, ebb_args)?;
             prepare(&s)?;
             // Warm-up: the same load into another table, so that no system is measured cold
             // (QuestDB's JIT compiler, every server's allocator and caches).
@@ -238,21 +255,28 @@ pub fn ingest(
             drop(s);
             println!(
                 "  {:<16} {:>10.0} rows/s ({secs:.2} s), {} MiB on disk",
-                sys.name(),
+                name,
                 rate,
                 dir_bytes(&dir) >> 20
             );
-            rates.push(rate);
+            rates.push((name, rate));
             let _ = std::fs::remove_dir_all(&dir);
         }
-        for (i, peer) in peers.iter().enumerate() {
+        let median = |name: &str| {
+            let mut v: Vec<f64> = rates.iter().filter(|r| r.0 == name).map(|r| r.1).collect();
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied()
+        };
+        let ebb = median("ebb").unwrap_or(0.0);
+        let others = before.map(|_| "before").into_iter().chain(peers.iter().map(|p| p.name()));
+        for other in others {
             print(&Comparison {
                 bench: "ingest".into(),
                 metric: "rows_per_sec".into(),
                 params: vec![("dataset".into(), ds.label())],
-                ebb: rates[0],
-                baseline: peer.name().into(),
-                base: rates[i + 1],
+                ebb,
+                baseline: other.into(),
+                base: median(other).unwrap_or(0.0),
                 better: Better::Higher,
             });
         }

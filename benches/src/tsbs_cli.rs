@@ -8,6 +8,7 @@ use crate::tsbs::Dataset;
 fn peers(names: &[String]) -> Result<Vec<System>, String> {
     names
         .iter()
+        .filter(|n| !n.is_empty() && n.as_str() != "none")
         .map(|n| match n.as_str() {
             "influxdb" => Ok(System::Influx),
             "victoriametrics" => Ok(System::Victoria),
@@ -36,6 +37,13 @@ pub struct IngestArgs {
     /// Extra arguments for `ebb server` (e.g. `--sync=none`); the default is the server's own.
     #[arg(long, allow_hyphen_values = true, value_delimiter = ' ')]
     pub ebb_args: Vec<String>,
+    /// An earlier `ebb` binary, loaded alternately with this build (`before=` in the RESULT
+    /// lines, the median of `--rounds`).
+    #[arg(long)]
+    pub baseline_bin: Option<PathBuf>,
+    /// Loads of each build when `--baseline-bin` is given.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
     /// Working directory (default: a temporary directory, removed afterwards).
     #[arg(long)]
     pub dir: Option<PathBuf>,
@@ -52,6 +60,10 @@ impl IngestArgs {
             self.clients.max(1),
             &ebb_args,
             &peers(&self.peers)?,
+            self.baseline_bin
+                .clone()
+                .map(|bin| crate::tsbs::Before { bin, rounds: self.rounds })
+                .as_ref(),
         )
     }
 }
@@ -72,6 +84,10 @@ pub struct QueryArgs {
     /// Extra arguments for `ebb server`.
     #[arg(long, allow_hyphen_values = true, value_delimiter = ' ')]
     pub ebb_args: Vec<String>,
+    /// An earlier `ebb` binary, measured after this build with the same data and settings
+    /// (`before=` in the RESULT lines).
+    #[arg(long)]
+    pub baseline_bin: Option<PathBuf>,
     /// Working directory (default: a temporary directory, removed afterwards).
     #[arg(long)]
     pub dir: Option<PathBuf>,
@@ -90,6 +106,7 @@ impl QueryArgs {
             reps: self.reps.max(1),
             ebb_args: self.ebb_args.iter().filter(|a| !a.is_empty()).cloned().collect(),
             peers,
+            baseline_bin: self.baseline_bin.clone(),
         };
         crate::tsbs_query::query(work, &sets(&self.sets)?, &s)
     }

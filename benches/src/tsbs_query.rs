@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-use crate::peers::{start_with, Running, System};
+use crate::peers::{start_build, Running, System};
 use crate::report::{Better, Comparison};
 use crate::tsbs::{agent, generate, load, prepare, Dataset, START_S};
 use crate::tsbs_queries::{instances, Dialect, NAMES};
@@ -21,6 +21,8 @@ pub struct Settings {
     pub ebb_args: Vec<String>,
     /// Systems besides EbbDB.
     pub peers: Vec<System>,
+    /// An earlier `ebb` build, measured like this one (`before`).
+    pub baseline_bin: Option<std::path::PathBuf>,
 }
 
 fn dialect(s: System) -> Dialect {
@@ -233,25 +235,29 @@ pub fn query(work: &Path, sets: &[Dataset], s: &Settings) -> Result<(), String> 
         let batches = generate(*ds, 5000);
         println!("query {}: {} rows, {} runs per query (median)", ds.label(), ds.rows(), s.reps);
         let mut all = Vec::new();
-        for sys in std::iter::once(System::Ebb).chain(s.peers.iter().copied()) {
-            let dir = work.join(format!("q-{}-{}", sys.name(), ds.label()));
+        // This build, the earlier one if given (named `before`), then the peers.
+        let before = s.baseline_bin.as_deref().map(|bin| ("before", System::Ebb, Some(bin)));
+        let peers = s.peers.iter().map(|p| (p.name(), *p, None));
+        let runs = std::iter::once(("ebb", System::Ebb, None)).chain(before).chain(peers);
+        for (name, sys, bin) in runs {
+            let dir = work.join(format!("q-{name}-{}", ds.label()));
             let _ = std::fs::remove_dir_all(&dir);
-            let r = start_with(sys, &dir, &s.ebb_args)?;
+            let r = start_build(sys, bin, &dir, &s.ebb_args)?;
             prepare(&r)?;
             load(&r, &batches, 4)?;
             wait_visible(&r, ds.rows())?;
-            all.push((sys, measure(&r, *ds, s.reps)?));
+            all.push((name, measure(&r, *ds, s.reps)?));
             drop(r);
             let _ = std::fs::remove_dir_all(&dir);
         }
         let ebb = &all[0].1;
-        let line = |q: &str, e: f64, peer: System, b: f64| {
+        let line = |q: &str, e: f64, peer: &str, b: f64| {
             let c = Comparison {
                 bench: "query".into(),
                 metric: "latency_ms".into(),
                 params: vec![("q".into(), q.to_string()), ("dataset".into(), ds.label())],
                 ebb: e,
-                baseline: peer.name().into(),
+                baseline: peer.into(),
                 base: b,
                 better: Better::Lower,
             };
@@ -259,13 +265,13 @@ pub fn query(work: &Path, sets: &[Dataset], s: &Settings) -> Result<(), String> 
         };
         for (peer, f) in &all[1..] {
             for (i, name) in NAMES.iter().enumerate() {
-                line(name, ebb.queries[i], *peer, f.queries[i]);
+                line(name, ebb.queries[i], peer, f.queries[i]);
             }
             if let (Some(e), Some(b)) = (ebb.prepared, f.prepared) {
-                line("prepared-single-groupby-1-1-1", e, *peer, b);
+                line("prepared-single-groupby-1-1-1", e, peer, b);
             }
             if let (Some(e), Some(b)) = (ebb.delete, f.delete) {
-                line("delete-30min", e, *peer, b);
+                line("delete-30min", e, peer, b);
             }
         }
     }

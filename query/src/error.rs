@@ -115,6 +115,21 @@ impl QueryError {
         QueryError::Invalid(msg.into())
     }
 
+    /// The error the statement failed with: one an operator passed up through DataFusion
+    /// (`External`), rather than DataFusion's wrapper of it, so a shard that was unavailable
+    /// during a scan answers as unavailable.
+    pub fn cause(&self) -> &QueryError {
+        match self {
+            QueryError::DataFusion(d) => match d.find_root() {
+                DataFusionError::External(inner) => {
+                    inner.downcast_ref::<QueryError>().map_or(self, QueryError::cause)
+                }
+                _ => self,
+            },
+            _ => self,
+        }
+    }
+
     /// True if the request was at fault (HTTP 4xx), false for server faults (5xx).
     pub fn is_client_error(&self) -> bool {
         match self {
@@ -184,3 +199,20 @@ impl QueryError {
 
 /// Result of the SQL layer.
 pub type Result<T, E = QueryError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod cause_tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_passed_through_datafusion_is_the_error() {
+        let inner = QueryError::Unavailable("shard 3: no leader".into());
+        let wrapped = QueryError::DataFusion(DataFusionError::Context(
+            "scan".into(),
+            Box::new(DataFusionError::External(Box::new(inner))),
+        ));
+        assert!(matches!(wrapped.cause(), QueryError::Unavailable(m) if m.contains("shard 3")));
+        let plain = QueryError::DataFusion(DataFusionError::Plan("no".into()));
+        assert!(matches!(plain.cause(), QueryError::DataFusion(_)));
+    }
+}

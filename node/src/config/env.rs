@@ -41,6 +41,8 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("EBB_MAX_EXPRESSION_DEPTH", "max_expression_depth"),
     ("EBB_MAX_LIST_ITEMS", "max_list_items"),
     ("EBB_MAX_STATEMENTS_PER_REQUEST", "max_statements_per_request"),
+    ("EBB_MAX_RELATIONS", "max_relations"),
+    ("EBB_MAX_NESTING", "max_nesting"),
     ("EBB_MAX_TAGS_PER_LINE", "max_tags_per_line"),
     ("EBB_MAX_COLUMNS_PER_TABLE", "max_columns_per_table"),
     ("EBB_MAX_SERIES_PER_REQUEST", "max_series_per_request"),

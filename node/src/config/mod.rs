@@ -43,6 +43,8 @@
 //! max_expression_depth = 500     # most operators chained into one SQL expression
 //! max_list_items = 10000         # most items of one parenthesized SQL list (IN, arguments)
 //! max_statements_per_request = 1000  # most SQL statements in one request
+//! max_relations = 500            # most tables and subqueries one SQL statement names
+//! max_nesting = 16               # most levels of parentheses one inside another in SQL
 //! max_tags_per_line = 256        # most tags of one line-protocol line
 //! max_columns_per_table = 1000   # most columns a table may have
 //! max_series_per_request = 100000  # most new series one write request may create
@@ -325,6 +327,10 @@ pub struct Overrides {
     pub max_list_items: Option<usize>,
     /// See [`ebb_query::sql::bounds::SqlBounds::max_statements_per_request`].
     pub max_statements_per_request: Option<usize>,
+    /// See [`ebb_query::sql::bounds::SqlBounds::max_relations`].
+    pub max_relations: Option<usize>,
+    /// See [`ebb_query::sql::bounds::SqlBounds::max_nesting`].
+    pub max_nesting: Option<usize>,
     /// See [`ebb_query::WriteLimits::max_tags_per_line`].
     pub max_tags_per_line: Option<usize>,
     /// See [`ebb_query::WriteLimits::max_columns_per_table`].
@@ -386,6 +392,8 @@ impl Overrides {
                 | "EBB_MAX_EXPRESSION_DEPTH"
                 | "EBB_MAX_LIST_ITEMS"
                 | "EBB_MAX_STATEMENTS_PER_REQUEST"
+                | "EBB_MAX_RELATIONS"
+                | "EBB_MAX_NESTING"
                 | "EBB_MAX_TAGS_PER_LINE"
                 | "EBB_MAX_COLUMNS_PER_TABLE"
                 | "EBB_MAX_SERIES_PER_REQUEST" => {
@@ -398,6 +406,8 @@ impl Overrides {
                         "EBB_MAX_EXPRESSION_DEPTH" => &mut o.max_expression_depth,
                         "EBB_MAX_LIST_ITEMS" => &mut o.max_list_items,
                         "EBB_MAX_STATEMENTS_PER_REQUEST" => &mut o.max_statements_per_request,
+                        "EBB_MAX_RELATIONS" => &mut o.max_relations,
+                        "EBB_MAX_NESTING" => &mut o.max_nesting,
                         "EBB_MAX_TAGS_PER_LINE" => &mut o.max_tags_per_line,
                         "EBB_MAX_COLUMNS_PER_TABLE" => &mut o.max_columns_per_table,
                         _ => &mut o.max_series_per_request,
@@ -568,7 +578,7 @@ impl Overrides {
             }
             c.limits.max_statements = n;
         }
-        let counts: [(&str, Option<usize>, &mut usize); 7] = [
+        let counts: [(&str, Option<usize>, &mut usize); 9] = [
             ("max_sql_bytes", self.max_sql_bytes, &mut c.limits.sql.max_sql_bytes),
             (
                 "max_expression_depth",
@@ -581,6 +591,8 @@ impl Overrides {
                 self.max_statements_per_request,
                 &mut c.limits.sql.max_statements_per_request,
             ),
+            ("max_relations", self.max_relations, &mut c.limits.sql.max_relations),
+            ("max_nesting", self.max_nesting, &mut c.limits.sql.max_nesting),
             ("max_tags_per_line", self.max_tags_per_line, &mut c.write_limits.max_tags_per_line),
             (
                 "max_columns_per_table",

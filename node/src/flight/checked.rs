@@ -1,7 +1,10 @@
-//! The Flight SQL service with the commands of `GetFlightInfo`, `GetSchema` and `DoGet` decoded
-//! before arrow-flight's dispatch sees them: arrow-flight answers a command that does not decode (a string field that
-//! is not UTF-8, a truncated message) with `Internal`, as if the server had failed; here it is
-//! `InvalidArgument`, naming what did not decode.
+//! The Flight SQL service with the commands of `GetFlightInfo`, `PollFlightInfo`, `GetSchema`
+//! and `DoGet` decoded before arrow-flight's dispatch sees them: arrow-flight answers a command
+//! that does not decode (a string field that is not UTF-8, a truncated message) with
+//! `Internal`, as if the server had failed; here it is `InvalidArgument`, naming what did not
+//! decode. `DoPut` and `DoAction` decode their command inside arrow-flight's dispatch (a
+//! `DoPut`'s is the first message of its stream), so their decode failures are recognised on
+//! the way out instead ([`client_fault`]).
 
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::sql::Command;
@@ -11,6 +14,18 @@ use arrow_flight::{
 };
 use prost::Message;
 use tonic::{Request, Response, Status, Streaming};
+
+/// arrow-flight's answer to a command of a known type whose body does not decode
+/// (`arrow_error_to_status` of the `ParseError` that `Any::unpack` and `Command::try_from`
+/// return) as the client's fault.
+fn client_fault(status: Status) -> Status {
+    const UNDECODED: &str = "ParseError(\"Unable to decode Any value";
+    if status.code() == tonic::Code::Internal && status.message().starts_with(UNDECODED) {
+        let detail = status.message().trim_start_matches("ParseError(\"").trim_end_matches("\")");
+        return Status::invalid_argument(format!("the command does not decode: {detail}"));
+    }
+    status
+}
 
 /// `inner` with its commands checked first.
 pub struct Checked<T>(pub T);
@@ -61,6 +76,7 @@ impl<T: FlightService> FlightService for Checked<T> {
         &self,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<PollInfo>, Status> {
+        command(&request.get_ref().cmd, "descriptor")?;
         self.0.poll_flight_info(request).await
     }
 
@@ -84,7 +100,7 @@ impl<T: FlightService> FlightService for Checked<T> {
         &self,
         request: Request<Streaming<FlightData>>,
     ) -> Result<Response<Self::DoPutStream>, Status> {
-        self.0.do_put(request).await
+        self.0.do_put(request).await.map_err(client_fault)
     }
 
     async fn do_exchange(
@@ -98,7 +114,7 @@ impl<T: FlightService> FlightService for Checked<T> {
         &self,
         request: Request<Action>,
     ) -> Result<Response<Self::DoActionStream>, Status> {
-        self.0.do_action(request).await
+        self.0.do_action(request).await.map_err(client_fault)
     }
 
     async fn list_actions(

@@ -66,6 +66,7 @@ fn access_status(e: &AccessError) -> Status {
 
 /// A gRPC status for a failed statement.
 fn query_status(e: &QueryError) -> Status {
+    let e = e.cause();
     match e {
         QueryError::Access(a) => access_status(a),
         QueryError::UnknownTable(_) | QueryError::UnknownDatabase(_) => {

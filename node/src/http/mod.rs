@@ -87,6 +87,7 @@ async fn ready(State(state): State<AppState>) -> Response {
 }
 
 fn query_error(e: &QueryError) -> Response {
+    let e = e.cause();
     let status = match e {
         QueryError::Access(a) => return access_error(a),
         QueryError::UnknownTable(_) | QueryError::UnknownDatabase(_) => StatusCode::NOT_FOUND,

@@ -10,18 +10,25 @@ use std::sync::{Arc, OnceLock};
 use async_trait::async_trait;
 use datafusion::logical_expr::LogicalPlan;
 use ebb_query::QueryError;
+use futures::future::{select, Either};
 use futures::{Sink, SinkExt};
-use pgwire::api::portal::{Format, Portal};
-use pgwire::api::query::{send_describe_response, ExtendedQueryHandler};
+use pgwire::api::portal::{Format, Portal, PortalExecutionState};
+use pgwire::api::query::{
+    send_describe_response, send_execution_response, send_partial_query_response,
+    ExtendedQueryHandler,
+};
 use pgwire::api::results::{
-    DescribePortalResponse, DescribeStatementResponse, FieldInfo, Response,
+    DescribePortalResponse, DescribeStatementResponse, FieldInfo, Response, Tag,
 };
 use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::{Entry, PortalStore};
-use pgwire::api::{ClientInfo, ClientPortalStore, Type, DEFAULT_NAME};
+use pgwire::api::{
+    ClientInfo, ClientPortalStore, ConnectionHandle, PgWireConnectionState, Type, DEFAULT_NAME,
+};
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::data::{NoData, ParameterDescription};
-use pgwire::messages::extendedquery::{Describe, TARGET_TYPE_BYTE_STATEMENT};
+use pgwire::messages::extendedquery::{Describe, Execute, TARGET_TYPE_BYTE_STATEMENT};
+use pgwire::messages::response::EmptyQueryResponse;
 use pgwire::messages::PgWireBackendMessage;
 use tracing::debug;
 
@@ -151,6 +158,115 @@ impl ExtendedQueryHandler for Backend {
             }
         }
         self._on_describe(client, message).await
+    }
+
+    /// Execute, as pgwire's own but with the rows sent as the result stream yields them: pgwire
+    /// gathers the rows of one Execute (every row, for the usual row count of 0) in memory
+    /// before it sends the first, so a large result took memory without bound. A portal
+    /// suspended by a row count keeps its stream for the client's next Execute.
+    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            return Err(PgWireError::NotReadyForQuery);
+        }
+        let mut transaction = client.transaction_status();
+        client.set_state(PgWireConnectionState::QueryInProgress);
+        let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        // The guard in front of the codec has made a negative count 0 and capped a large one.
+        let max_rows = usize::try_from(message.max_rows).unwrap_or(0);
+        let portal = match client.portal_store().get_portal(name) {
+            Some(Entry::Value(portal)) => portal,
+            Some(Entry::Empty) => {
+                client
+                    .feed(PgWireBackendMessage::EmptyQueryResponse(EmptyQueryResponse::new()))
+                    .await?;
+                client.set_state(PgWireConnectionState::ReadyForQuery);
+                return Ok(());
+            }
+            None => return Err(PgWireError::PortalNotFound(name.to_owned())),
+        };
+        let state = portal.state();
+        let mut state = state.lock().await;
+        let pending = match &mut *state {
+            PortalExecutionState::Initial => {
+                let handle = client.session_extensions().get::<Arc<ConnectionHandle>>();
+                let cancelled = match handle {
+                    Some(handle) => Some(handle.start_query().await),
+                    None => None,
+                };
+                let ran = self.do_query(client, portal.as_ref(), max_rows);
+                let response = match cancelled {
+                    Some(cancelled) => match select(ran, cancelled).await {
+                        Either::Left((response, _)) => response,
+                        Either::Right(_) => Err(PgWireError::QueryCanceled),
+                    },
+                    None => ran.await,
+                }?;
+                match response {
+                    Response::Query(rows) => {
+                        *state = PortalExecutionState::Suspended(rows);
+                        true
+                    }
+                    Response::EmptyQuery => {
+                        let empty =
+                            PgWireBackendMessage::EmptyQueryResponse(EmptyQueryResponse::new());
+                        client.feed(empty).await?;
+                        false
+                    }
+                    Response::Execution(tag) => {
+                        send_execution_response(client, tag).await?;
+                        false
+                    }
+                    Response::TransactionStart(tag) => {
+                        send_execution_response(client, tag).await?;
+                        transaction = transaction.to_in_transaction_state();
+                        false
+                    }
+                    Response::TransactionEnd(tag) => {
+                        send_execution_response(client, tag).await?;
+                        transaction = transaction.to_idle_state();
+                        drop(state);
+                        client.portal_store().rm_portal(DEFAULT_NAME);
+                        client.set_state(PgWireConnectionState::ReadyForQuery);
+                        client.set_transaction_status(transaction);
+                        return Ok(());
+                    }
+                    Response::Error(err) => {
+                        client.send(PgWireBackendMessage::ErrorResponse((*err).into())).await?;
+                        transaction = transaction.to_error_state();
+                        false
+                    }
+                    Response::CopyIn(_) | Response::CopyOut(_) | Response::CopyBoth(_) => {
+                        return Err(user_error(
+                            "0A000",
+                            "COPY is not supported; use INSERT or the write endpoints".to_owned(),
+                        ));
+                    }
+                }
+            }
+            PortalExecutionState::Suspended(_) => true,
+            PortalExecutionState::Finished => {
+                // PostgreSQL answers a completed portal's Execute with no rows.
+                let done = Tag::new("SELECT").with_rows(0);
+                send_execution_response(client, done).await?;
+                false
+            }
+        };
+        if pending {
+            if let PortalExecutionState::Suspended(rows) = &mut *state {
+                if !send_partial_query_response(client, rows, max_rows).await? {
+                    *state = PortalExecutionState::Finished;
+                }
+            }
+        }
+        client.set_state(PgWireConnectionState::ReadyForQuery);
+        client.set_transaction_status(transaction);
+        Ok(())
     }
 
     async fn do_describe_statement<C>(

@@ -514,6 +514,7 @@ fn user_error(code: &str, message: String) -> PgWireError {
 
 /// An `ErrorResponse` for a failed statement.
 fn query_error(err: &QueryError) -> PgWireError {
+    let err = err.cause();
     let code = sqlstate(err);
     if err.is_client_error() {
         debug!(code, error = %err, "statement failed");

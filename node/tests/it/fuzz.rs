@@ -701,12 +701,34 @@ async fn http_requests() {
     server.shutdown().await.expect("shutdown");
 }
 
-/// Arrow Flight SQL: statements, garbage descriptors and tickets.
+/// The call's error, or the first error its answer stream yields.
+async fn first_error<T>(
+    call: Result<tonic::Response<tonic::Streaming<T>>, tonic::Status>,
+) -> Option<tonic::Status> {
+    use futures::StreamExt;
+    let mut answers = match call {
+        Ok(answers) => answers.into_inner(),
+        Err(e) => return Some(e),
+    };
+    while let Some(answer) = answers.next().await {
+        if let Err(e) = answer {
+            return Some(e);
+        }
+    }
+    None
+}
+
+/// Arrow Flight SQL: statements, garbage descriptors and tickets, actions (prepared statements,
+/// transactions) and updates through DoPut, whole or mutated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flight_sql_requests() {
     use arrow_flight::flight_service_client::FlightServiceClient;
-    use arrow_flight::sql::{CommandStatementQuery, ProstMessageExt};
-    use arrow_flight::{FlightDescriptor, Ticket};
+    use arrow_flight::sql::{
+        ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
+        CommandPreparedStatementQuery, CommandStatementQuery, CommandStatementUpdate,
+        ProstMessageExt,
+    };
+    use arrow_flight::{Action, FlightData, FlightDescriptor, Ticket};
     use prost::Message;
     count_decoder_panics();
     let (_dir, open, _) = servers();
@@ -722,6 +744,12 @@ async fn flight_sql_requests() {
         .await
         .expect("connect");
     let mut client = FlightServiceClient::new(channel);
+    let (s, b) = tokio::task::spawn_blocking(move || {
+        Http::new(http).post("/write?db=public", "f v=1 1700000000000000000")
+    })
+    .await
+    .expect("write");
+    assert_eq!(s, 204, "{b}");
     // Found by the fuzzer: a command whose query is not UTF-8 was answered `Internal`.
     let cmd = CommandStatementQuery { query: "SELECT 1".into(), transaction_id: None };
     let mut bad = cmd.as_any().encode_to_vec();
@@ -731,7 +759,7 @@ async fn flight_sql_requests() {
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     let mut case = 0;
     while budget.more(case) {
-        let status = match rng.gen_range(0..3) {
+        let status = match rng.gen_range(0..6) {
             0 => {
                 let size = [3, 50, 3000][rng.gen_range(0..3)];
                 let query = format!("SELECT {}", expression(&mut rng, size));
@@ -745,6 +773,69 @@ async fn flight_sql_requests() {
             1 => {
                 let ticket: Vec<u8> = (0..rng.gen_range(0..64)).map(|_| rng.gen()).collect();
                 client.do_get(Ticket { ticket: ticket.into() }).await.err()
+            }
+            2 => {
+                let bytes: Vec<u8> = (0..rng.gen_range(0..128)).map(|_| rng.gen()).collect();
+                if rng.gen_bool(0.5) {
+                    client.get_flight_info(FlightDescriptor::new_cmd(bytes)).await.err()
+                } else {
+                    client.poll_flight_info(FlightDescriptor::new_cmd(bytes)).await.err()
+                }
+            }
+            3 => {
+                // Actions: prepared statements made and closed, transactions, unknown types.
+                let (kind, mut body) = match rng.gen_range(0..4) {
+                    0 => {
+                        let query = format!("SELECT {}", expression(&mut rng, 50));
+                        let req =
+                            ActionCreatePreparedStatementRequest { query, transaction_id: None };
+                        ("CreatePreparedStatement", req.as_any().encode_to_vec())
+                    }
+                    1 => {
+                        let handle: Vec<u8> =
+                            (0..rng.gen_range(0..32)).map(|_| rng.gen()).collect();
+                        let req = ActionClosePreparedStatementRequest {
+                            prepared_statement_handle: handle.into(),
+                        };
+                        ("ClosePreparedStatement", req.as_any().encode_to_vec())
+                    }
+                    2 => {
+                        ("BeginTransaction", (0..rng.gen_range(0..32)).map(|_| rng.gen()).collect())
+                    }
+                    _ => ("Unheard", (0..rng.gen_range(0..32)).map(|_| rng.gen()).collect()),
+                };
+                if rng.gen_bool(0.4) {
+                    mutate(&mut rng, &mut body);
+                }
+                let action = Action { r#type: kind.into(), body: body.into() };
+                first_error(client.do_action(action).await).await
+            }
+            4 => {
+                // DoPut: an update (INSERT, DELETE, garbage) or a prepared query's parameters.
+                let mut cmd = if rng.gen_bool(0.7) {
+                    let query = match rng.gen_range(0..3) {
+                        0 => format!(
+                            "INSERT INTO f (time, v) VALUES (now(), {})",
+                            expression(&mut rng, 20)
+                        ),
+                        1 => format!("DELETE FROM f WHERE v > {}", expression(&mut rng, 20)),
+                        _ => expression(&mut rng, 50),
+                    };
+                    CommandStatementUpdate { query, transaction_id: None }.as_any().encode_to_vec()
+                } else {
+                    let handle: Vec<u8> = (0..rng.gen_range(0..32)).map(|_| rng.gen()).collect();
+                    let cmd =
+                        CommandPreparedStatementQuery { prepared_statement_handle: handle.into() };
+                    cmd.as_any().encode_to_vec()
+                };
+                if rng.gen_bool(0.4) {
+                    mutate(&mut rng, &mut cmd);
+                }
+                let data = FlightData {
+                    flight_descriptor: Some(FlightDescriptor::new_cmd(cmd)),
+                    ..FlightData::default()
+                };
+                first_error(client.do_put(futures::stream::iter(vec![data])).await).await
             }
             _ => {
                 let bytes: Vec<u8> = (0..rng.gen_range(0..128)).map(|_| rng.gen()).collect();

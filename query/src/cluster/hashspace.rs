@@ -74,11 +74,8 @@ impl Span {
 /// The hash of series `tags` (by tag number) of table `def`: [`series_hash`] of its
 /// measurement and named tags.
 pub fn hash_of_series(def: &TableDef, tags: &TagValues) -> u64 {
-    let named: Vec<(&str, &str)> = tags
-        .iter()
-        .enumerate()
-        .filter_map(|(i, v)| Some((def.tags.get(i)?.as_str(), v.as_deref()?)))
-        .collect();
+    let named: Vec<(&str, &str)> =
+        tags.iter().filter_map(|(i, v)| Some((def.tags.get(i)?.as_str(), v))).collect();
     series_hash(def.hash_name(), &named)
 }
 
@@ -115,7 +112,8 @@ mod tests {
             retention_ns: None,
             rollup: None,
         };
-        let tags: TagValues = vec![Some("a".to_string()), Some("x".to_string()), None].into();
+        let tags: TagValues =
+            [Some("a".to_string()), Some("x".to_string()), None].into_iter().collect();
         assert_eq!(hash_of_series(&def, &tags), series_hash("cpu", &[("dc", "x"), ("host", "a")]));
     }
 

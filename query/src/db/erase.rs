@@ -55,7 +55,7 @@ impl Database {
             let Some(pos) = t.tags.iter().position(|x| x == tag) else { continue };
             let mut series: Vec<u64> = self.catalog.with_series(t.id, |idx| {
                 idx.iter()
-                    .filter(|(_, tags)| tags.get(pos).and_then(|v| v.as_deref()) == Some(value))
+                    .filter(|(_, tags)| tags.get(pos) == Some(value))
                     .map(|(id, _)| id)
                     .collect()
             });

@@ -239,10 +239,7 @@ impl Database {
     fn rollup_series(&self, source: &TableDef, rollup: &TableDef, series: u64) -> Option<u64> {
         let tags = self.catalog.with_series(source.id, |idx| idx.tags(series).cloned())?;
         let mut key = Vec::new();
-        encode_series_key(
-            tags.iter().enumerate().filter_map(|(i, v)| Some((i, v.as_deref()?))),
-            &mut key,
-        );
+        encode_series_key(tags.iter(), &mut key);
         self.catalog.with_series(rollup.id, |idx| idx.get(&key))
     }
 }

@@ -189,10 +189,7 @@ impl Database {
                 planned.widened.insert(rollup, wide);
             }
             let mut key = Vec::new();
-            encode_series_key(
-                tags.iter().enumerate().filter_map(|(i, v)| Some((i, v.as_deref()?))),
-                &mut key,
-            );
+            encode_series_key(tags.iter(), &mut key);
             let existing = self.catalog.with_series(rollup, |idx| idx.get(&key));
             let stored = match existing {
                 Some(rs) => engine.get(&row_key(rollup, rs, bucket), Some(&snap))?,

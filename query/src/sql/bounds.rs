@@ -98,9 +98,10 @@ pub fn check_text(sql: &str, bounds: &SqlBounds) -> Result<()> {
     let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
         .tokenize()
         .map_err(|e| QueryError::invalid(format!("SQL syntax: {e}")))?;
-    // Per open parenthesis (the statement itself at the bottom): operators chained into the
-    // current item, and items so far.
-    let mut levels: Vec<(usize, usize)> = vec![(0, 1)];
+    // Per open parenthesis or CASE (the statement itself at the bottom): operators chained
+    // into the current item, items so far, and whether it is a CASE (whose WHEN, THEN and
+    // ELSE parts are separate expressions, as a list's items are: a CASE of many arms is flat).
+    let mut levels: Vec<(usize, usize, bool)> = vec![(0, 1, false)];
     // Operators chained in all open levels together.
     let mut depth = 0usize;
     let mut statements = 0usize;
@@ -111,7 +112,7 @@ pub fn check_text(sql: &str, bounds: &SqlBounds) -> Result<()> {
         match token {
             Token::Whitespace(_) | Token::EOF => continue,
             Token::LParen | Token::LBracket => {
-                levels.push((0, 1));
+                levels.push((0, 1, false));
                 if levels.len() > bounds.max_nesting + 1 {
                     return Err(over(
                         "the levels of parentheses one inside another",
@@ -121,12 +122,16 @@ pub fn check_text(sql: &str, bounds: &SqlBounds) -> Result<()> {
                 }
             }
             Token::RParen | Token::RBracket => {
-                if levels.len() > 1 {
-                    if let Some((ops, _)) = levels.pop() {
-                        depth -= ops;
+                // A CASE left open inside the parentheses ends with them.
+                while levels.len() > 1 {
+                    let Some((ops, _, case)) = levels.pop() else { break };
+                    depth -= ops;
+                    if !case {
+                        break;
                     }
                 }
             }
+
             Token::Comma => {
                 // The rows of a VALUES list are bounded by the text's length alone.
                 let counted = levels.len() > 1 || !values;
@@ -145,7 +150,7 @@ pub fn check_text(sql: &str, bounds: &SqlBounds) -> Result<()> {
             }
             Token::SemiColon => {
                 levels.truncate(1);
-                levels[0] = (0, 1);
+                levels[0] = (0, 1, false);
                 depth = 0;
                 in_statement = false;
                 values = false;
@@ -165,6 +170,33 @@ pub fn check_text(sql: &str, bounds: &SqlBounds) -> Result<()> {
                             "max_statements_per_request",
                         ));
                     }
+                }
+                let in_case = levels.last().is_some_and(|l| l.2);
+                match t {
+                    Token::Word(w) if w.keyword == Keyword::CASE => {
+                        levels.push((0, 1, true));
+                        continue;
+                    }
+                    Token::Word(w)
+                        if in_case
+                            && matches!(
+                                w.keyword,
+                                Keyword::WHEN | Keyword::THEN | Keyword::ELSE
+                            ) =>
+                    {
+                        if let Some(top) = levels.last_mut() {
+                            depth -= top.0;
+                            top.0 = 0;
+                        }
+                        continue;
+                    }
+                    Token::Word(w) if in_case && w.keyword == Keyword::END => {
+                        if let Some((ops, _, _)) = levels.pop() {
+                            depth -= ops;
+                        }
+                        continue;
+                    }
+                    _ => {}
                 }
                 if chains(t) {
                     if let Some(top) = levels.last_mut() {
@@ -393,6 +425,18 @@ mod tests {
         assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
         let small = SqlBounds { max_sql_bytes: 10, ..b };
         assert_eq!(refused("SELECT 1 + 2 + 3", &small), Some("max_sql_bytes"));
+        // A CASE's arms are separate expressions: many arms are flat, but a CASE adds its
+        // operators to the expression around it, as parentheses do.
+        let arms: String = (0..1_000).map(|i| format!(" WHEN x = {i} THEN {i}")).collect();
+        assert_eq!(refused(&format!("SELECT CASE{arms} ELSE 0 END FROM t"), &b), None);
+        let around = format!("SELECT {} + CASE WHEN {} THEN 1 END", chain(60, "+"), chain(60, "+"));
+        assert_eq!(refused(&around, &b), Some("max_expression_depth"));
+        let after =
+            format!("SELECT {} + CASE WHEN 1 THEN 1 END + {}", chain(60, "+"), chain(60, "+"));
+        assert_eq!(refused(&after, &b), Some("max_expression_depth"));
+        let in_parens = format!("SELECT (CASE WHEN {} THEN 1) + 1", chain(60, "+"));
+        assert!(!matches!(parse(&in_parens, &b), Err(QueryError::Limit(_))), "closed by ')'");
+        assert_eq!(refused("BEGIN; END", &b), None);
         // Strings and comments hold no operators.
         let quoted = format!("SELECT '{}' -- {}", chain(500, "+"), chain(500, "+"));
         assert_eq!(refused(&quoted, &b), None);

@@ -16,7 +16,7 @@ use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
 
 use crate::cluster::hashspace::{hash_of_series, HashFilter};
 use crate::model::schema::{Column, TableDef};
-use crate::model::series::SeriesIndex;
+use crate::model::series::{SeriesIndex, TagValues};
 
 /// Time bounds `[lo, hi)` in nanoseconds (`None`: unbounded).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -67,8 +67,8 @@ pub enum TagPredicate {
 }
 
 impl TagPredicate {
-    fn matches(&self, tags: &[Option<String>]) -> bool {
-        let tag = |i: &usize| tags.get(*i).and_then(|t| t.as_deref());
+    fn matches(&self, tags: &TagValues) -> bool {
+        let tag = |i: &usize| tags.get(*i);
         match self {
             TagPredicate::Eq(i, v) => tag(i) == Some(v.as_str()),
             TagPredicate::NotEq(i, v) => tag(i).is_some_and(|t| t != v),
@@ -369,7 +369,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::TagPredicate;
-    use crate::model::series::{encode_series_key, SeriesIndex, TagValues};
+    use crate::model::series::{encode_series_key, SeriesIndex};
 
     fn predicate() -> impl Strategy<Value = TagPredicate> {
         let value = || prop_oneof![Just("a".to_string()), Just("b".into()), Just("c".into())];
@@ -403,10 +403,9 @@ mod tests {
             let mut idx = SeriesIndex::default();
             let name = |v: u8| ["a", "b", "c"][usize::from(v)].to_string();
             for (id, vals) in &series {
-                let tags: TagValues = vals.iter().map(|v| v.map(name)).collect();
+                let tags: super::TagValues = vals.iter().map(|v| v.map(name)).collect();
                 let mut key = Vec::new();
-                let present = tags.iter().enumerate().filter_map(|(i, v)| v.as_deref().map(|v| (i, v)));
-                encode_series_key(present, &mut key);
+                encode_series_key(tags.iter(), &mut key);
                 idx.remove_id(*id);
                 idx.insert(key, *id, tags);
             }

@@ -426,9 +426,7 @@ fn append(
 ) {
     match (b, c) {
         (Builder::Time(b), _) => b.append_value(time),
-        (Builder::Str(b), Column::Tag(i)) => {
-            b.append_option(tags.and_then(|t| t.get(*i)).and_then(|v| v.as_deref()))
-        }
+        (Builder::Str(b), Column::Tag(i)) => b.append_option(tags.and_then(|t| t.get(*i))),
         (b, Column::Field(i)) => match (b, fields.get(*i).and_then(|f| f.as_ref())) {
             (Builder::F64(b), Some(Value::Float(v))) => b.append_value(*v),
             (Builder::I64(b), Some(Value::Integer(v))) => b.append_value(*v),

@@ -4,7 +4,8 @@
 //! DataFusion's memory pool sees what operators reserve (sorts, joins, aggregates), not what a
 //! scalar function allocates: `repeat('x', 1000000000)` builds a gigabyte in one call. So the
 //! functions whose output is not bounded by their input's size (`repeat`, `lpad`, `rpad`,
-//! `array_repeat`, `range`, `generate_series`) are replaced by wrappers that compute the
+//! `array_repeat`, `array_resize`, `range`, `generate_series`, of numbers, dates or timestamps)
+//! are replaced by wrappers that compute the
 //! size their result would have from their arguments and refuse a call past the limit before
 //! it allocates; those whose output is bounded by a multiple of their input (`concat`,
 //! `concat_ws`, `replace`, `regexp_replace`, `overlay`, `translate`, `array_concat`, and the
@@ -18,7 +19,9 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::compute::kernels::length::length;
-use datafusion::arrow::datatypes::{DataType, FieldRef, Int64Type};
+use datafusion::arrow::datatypes::{
+    DataType, FieldRef, Int64Type, IntervalMonthDayNanoType, IntervalUnit, TimeUnit,
+};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DataFusionError, ExprSchema, Result, ScalarValue};
@@ -39,7 +42,9 @@ enum Foresee {
     Pad,
     /// `array_repeat(v, n)`: `n` values.
     ArrayRepeat,
-    /// `range`/`generate_series`: one value per step.
+    /// `array_resize(a, n[, fill])`: `n` values.
+    Resize,
+    /// `range`/`generate_series`, of numbers or of dates and timestamps: one value per step.
     Steps,
     /// Bounded by its input: its result is checked.
     Result,
@@ -78,6 +83,51 @@ fn ints(args: &ScalarFunctionArgs, i: usize) -> Option<Vec<i64>> {
         true => vec![out.first().copied().unwrap_or(0); rows],
         false => out,
     })
+}
+
+/// Argument `i` as one array of `rows` values (a scalar repeated), cast to `to`.
+fn cast_arg(args: &ScalarFunctionArgs, i: usize, to: &DataType) -> Option<ArrayRef> {
+    let rows = args.number_rows.max(1);
+    let array = match args.args.get(i)? {
+        ColumnarValue::Array(a) => a.clone(),
+        ColumnarValue::Scalar(s) => s.to_array_of_size(rows).ok()?,
+    };
+    cast(&array, to).ok()
+}
+
+/// Values of a `range`/`generate_series` of dates or timestamps with an interval step:
+/// the span divided by the shortest the step can be (a month of 28 days, a day of 23 hours).
+fn temporal_steps(args: &ScalarFunctionArgs) -> Option<u128> {
+    let micros = DataType::Timestamp(TimeUnit::Microsecond, None);
+    let temporal = |i: usize| {
+        let t = args.arg_fields.get(i)?.data_type().clone();
+        matches!(t, DataType::Date32 | DataType::Date64 | DataType::Timestamp(..)).then_some(())
+    };
+    temporal(0)?;
+    temporal(1)?;
+    let as_micros = |i: usize| -> Option<Vec<i64>> {
+        let a = cast_arg(args, i, &micros)?;
+        let a = cast(&a, &DataType::Int64).ok()?;
+        Some(a.as_primitive::<Int64Type>().iter().map(|v| v.unwrap_or(0)).collect())
+    };
+    let (start, stop) = (as_micros(0)?, as_micros(1)?);
+    let step = cast_arg(args, 2, &DataType::Interval(IntervalUnit::MonthDayNano))?;
+    let step = step.as_primitive::<IntervalMonthDayNanoType>();
+    let mut total = 0u128;
+    for (row, (start, stop)) in start.iter().zip(&stop).enumerate() {
+        let span = (i128::from(*stop) - i128::from(*start)).unsigned_abs() * 1_000;
+        let s = step.value(row);
+        let shortest = i128::from(s.months).abs() * 28 * 86_400_000_000_000
+            + i128::from(s.days).abs() * 82_800_000_000_000
+            + i128::from(s.nanoseconds).abs();
+        // Parts of opposite signs can cancel: count every nanosecond.
+        let mixed = [i128::from(s.months), i128::from(s.days), i128::from(s.nanoseconds)]
+            .windows(2)
+            .any(|w| w[0] * w[1] < 0);
+        let shortest = if mixed { 1 } else { shortest.max(1) } as u128;
+        total += (span / shortest + 1) * 8;
+    }
+    Some(total)
 }
 
 /// Bytes of argument `i` per row (strings), or its values' width.
@@ -119,6 +169,12 @@ impl Sized {
                 let w = widths(args, 0);
                 Some(w.iter().zip(&n).map(|(w, n)| (*w).max(1) * (*n).max(0) as u128).sum())
             }
+            Foresee::Resize => {
+                let n = count(1)?;
+                let w = widths(args, 2);
+                Some(n.iter().zip(&w).map(|(n, w)| (*w).max(8) * (*n).max(0) as u128).sum())
+            }
+            Foresee::Steps if ints(args, 0).is_none() => temporal_steps(args),
             Foresee::Steps => {
                 let (start, stop, step) = match args.args.len() {
                     1 => (None, count(0)?, None),
@@ -223,6 +279,7 @@ const WRAPPED: &[(&str, Foresee)] = &[
     ("lpad", Foresee::Pad),
     ("rpad", Foresee::Pad),
     ("array_repeat", Foresee::ArrayRepeat),
+    ("array_resize", Foresee::Resize),
     ("range", Foresee::Steps),
     ("generate_series", Foresee::Steps),
     ("concat", Foresee::Result),

@@ -274,7 +274,7 @@ impl<'a> Output<'a> {
                         self.tags = Some((g.sid, tags));
                     }
                     let tags = self.tags.as_ref().and_then(|(_, t)| t.as_ref());
-                    b.append_option(tags.and_then(|t| t.get(*i)).and_then(|v| v.as_deref()));
+                    b.append_option(tags.and_then(|t| t.get(*i)));
                 }
                 _ => {} // (the rule checked the group column types)
             }
