@@ -109,6 +109,12 @@ impl From<ebb_storage::disk::BelowReserve> for QueryError {
     }
 }
 
+/// DataFusion's execution errors that the statement caused: `$1` in SQL sent without values
+/// (HTTP, the simple protocol); a VALUES row whose values do not cast to the columns they are
+/// inserted into; a scalar subquery of more than one row (PostgreSQL's 21000).
+const CLIENT_FAULTS: &[&str] =
+    &["Placeholder", "Types don't match", "Scalar subquery returned more than one row"];
+
 impl QueryError {
     /// An [`QueryError::Invalid`] from anything printable.
     pub fn invalid(msg: impl Into<String>) -> Self {
@@ -158,8 +164,9 @@ impl QueryError {
                 | DataFusionError::SQL(..)
                 | DataFusionError::SchemaError(..)
                 | DataFusionError::NotImplemented(_) => true,
-                // `$1` in SQL sent without values (HTTP, the simple protocol).
-                DataFusionError::Execution(m) => m.starts_with("Placeholder"),
+                DataFusionError::Execution(m) => {
+                    CLIENT_FAULTS.iter().any(|fault| m.starts_with(fault))
+                }
                 // A value the statement itself gave that does not cast, parse or compute.
                 DataFusionError::ArrowError(a, _) => {
                     use datafusion::arrow::error::ArrowError as A;

@@ -13,10 +13,11 @@
 //! end of the message the codec is reading), so a message's length is judged with the limits
 //! in force once the messages before it have been processed.
 //!
-//! It also holds each message of the extended protocol and of authentication whole, and checks
-//! its structure against the protocol before releasing it ([`check_message`]): pgwire's
-//! decoders read such messages with `Buf::get_*` and `split_to`, which panic on a message
-//! shorter than its counts claim, and size buffers by counts the client chose. A malformed
+//! It also holds each message but copied data whole, and checks its structure against the
+//! protocol before releasing it ([`check_message`]): pgwire's decoders read messages with
+//! `Buf::get_*` and `split_to`, which panic on a message shorter than its counts claim, size
+//! buffers by counts the client chose, and leave what they did not read of a message to be
+//! decoded as the next one (a `Query` whose string ends before the message does). A malformed
 //! message closes the connection, as PostgreSQL does with a protocol violation; an `Execute`
 //! asking for a negative row count is sent on asking for all rows (0, as PostgreSQL reads it),
 //! and one asking for more than [`MAX_EXECUTE_ROWS`] for that many (a portal is resumed by the
@@ -120,8 +121,8 @@ impl<S> Guarded<S> {
         let limit = if self.authenticated { self.max_message } else { PRE_AUTH_MESSAGE };
         match usize::try_from(len) {
             Ok(len) if (4..=limit).contains(&len) => {
-                // Queries and copied data are text or bytes pgwire reads without counts.
-                let held = !matches!(self.buf[0], b'Q' | b'd');
+                // Copied data is bytes pgwire takes by the message's length.
+                let held = self.buf[0] != b'd';
                 Ok(Some((len + 1, held)))
             }
             _ if !self.authenticated => refuse(format!(
@@ -259,6 +260,9 @@ pub fn check_message(msg: &mut [u8], first_password: bool) -> Result<(), String>
         }
         // A later password message (SCRAM's SASLResponse) is its bytes.
         b'p' => return Ok(()),
+        // Query: one string, ending the message. pgwire reads up to the first zero byte and
+        // leaves the rest, or all of a string without one, to be read as the next message.
+        b'Q' => b.cstring()?,
         other => {
             return Err(format!("an unknown message type {:?}", char::from(other)));
         }
@@ -431,7 +435,9 @@ mod tests {
         assert!(e.to_string().contains("before authentication"), "{e}");
 
         // After authentication the longer limit applies, and still bounds a message.
-        let big = typed(b'Q', &vec![b'x'; 50_000]);
+        let mut query = vec![b'x'; 50_000];
+        query.push(0);
+        let big = typed(b'Q', &query);
         let mut g = Guarded::new(&big[..], BytesMut::new(), 1 << 20);
         g.startup = false;
         g.authenticated();
@@ -473,6 +479,11 @@ mod tests {
         assert!(ok(b'D', b"S\0").is_ok() && ok(b'D', b"X\0").is_err());
         assert!(ok(b'S', b"").is_ok() && ok(b'S', b"x").is_err());
         assert!(ok(b'F', b"").is_err(), "function calls are not served");
+        // Query: one string that ends the message; what pgwire would leave after its first
+        // zero byte would be read as a message of the client's making, never checked.
+        assert!(ok(b'Q', b"SELECT 1\0").is_ok());
+        assert!(ok(b'Q', b"SELECT 1").is_err(), "an unterminated query");
+        assert!(ok(b'Q', b"SELECT 1\0P\x00\x00\x00\x07\x00\x00\xff").is_err(), "a Parse inside");
         // Execute: a negative count asks for every row, a huge one for at most the cap.
         for (asked, sent) in [(-1i32, 0i32), (5, 5), (i32::MAX, MAX_EXECUTE_ROWS)] {
             let mut body = b"\0".to_vec();

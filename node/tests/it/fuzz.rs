@@ -414,6 +414,9 @@ async fn sql_text_deep_and_wide() {
             .0,
             204
         );
+        // Found by the fuzzer: a scalar subquery of two rows was a server error (500).
+        let (s, b) = h.sql("SELECT (SELECT '_' FROM t LIMIT 9) FROM t GROUP BY k");
+        assert_eq!(s, 400, "{b}");
         let (base, watch) = (rss(), Watch::start(http));
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
@@ -756,6 +759,16 @@ async fn flight_sql_requests() {
     let at = bad.windows(8).position(|w| w == b"SELECT 1").expect("query bytes");
     bad[at] = 0xff;
     let e = client.get_flight_info(FlightDescriptor::new_cmd(bad)).await.expect_err("refused");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    // Found by the fuzzer: a VALUES row that does not cast to its columns was `Internal`.
+    let query = "INSERT INTO f (time, v) VALUES (now(), [1, 2])".to_string();
+    let cmd = CommandStatementUpdate { query, transaction_id: None }.as_any().encode_to_vec();
+    let data = FlightData {
+        flight_descriptor: Some(FlightDescriptor::new_cmd(cmd)),
+        ..FlightData::default()
+    };
+    let e = first_error(client.do_put(futures::stream::iter(vec![data])).await).await;
+    let e = e.expect("refused");
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     let mut case = 0;
     while budget.more(case) {

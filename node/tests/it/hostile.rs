@@ -267,6 +267,11 @@ async fn large_values_from_scalar_functions_are_refused() {
         // Values within the limit are built.
         assert_eq!(h.json("SELECT length(repeat('ab', 1000)) AS n")[0]["n"], 2000);
         assert_eq!(h.json("SELECT 'a' || 'b' AS s")[0]["s"], "ab");
+        // Time in proportion to the product of the lengths, in one call no deadline stops.
+        let (s, b) = h.sql("SELECT levenshtein(repeat('a', 1000000), repeat('b', 1000000))");
+        assert_eq!(s, 400, "{b}");
+        assert!(b.contains("character pairs"), "{b}");
+        assert_eq!(h.json("SELECT levenshtein('kitten', 'sitting') AS d")[0]["d"], 3);
         let days = "SELECT cardinality(range(DATE '2024-01-01', DATE '2025-01-01', INTERVAL '1 day')) AS n";
         assert_eq!(h.json(days)[0]["n"], 366);
     })
@@ -731,6 +736,9 @@ async fn malformed_postgres_messages_close_their_connection() {
             msg(b'B', b"\0\0\x00\x00\x00\x01\x7f\xff\xff\xf0a\x00\x00"),
             msg(b'B', b"\0\0\x00\x00\x00\x01\xff\xff\xff\xfb\x00\x00"),
             msg(b'E', b"\0"),
+            // Found by the fuzzer: pgwire reads a query up to its first zero byte and decodes
+            // the rest as a message of its own (here a Parse too short for its type count).
+            msg(b'Q', b"SELECT 1\0P\x00\x00\x00\x07\x00\x00\xff"),
         ] {
             let mut c = login();
             c.write_all(&bad).expect("message");

@@ -12,6 +12,11 @@
 //! `||` operator through [`CappedConcat`]) are checked on their result, so a chain of them
 //! stops at the first result past the limit. A refusal is a `Resources exhausted` error naming
 //! `query_memory`, like an operator's.
+//!
+//! A function whose time grows faster than its input, `levenshtein` (the product of its
+//! arguments' lengths), runs in one call that neither the statement's deadline nor a client
+//! that leaves can interrupt: a call of more than [`MAX_PAIRS`] character pairs is refused as
+//! the statement's error.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -22,6 +27,7 @@ use datafusion::arrow::compute::kernels::length::length;
 use datafusion::arrow::datatypes::{
     DataType, FieldRef, Int64Type, IntervalMonthDayNanoType, IntervalUnit, TimeUnit,
 };
+use datafusion::arrow::error::ArrowError;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DataFusionError, ExprSchema, Result, ScalarValue};
@@ -48,7 +54,13 @@ enum Foresee {
     Steps,
     /// Bounded by its input: its result is checked.
     Result,
+    /// `levenshtein(a, b)`: small result, but time in proportion to the product of its
+    /// arguments' lengths, in one call that no deadline interrupts.
+    Pairs,
 }
+
+/// Most character pairs one `levenshtein` call (one batch of rows) may compare: a few seconds.
+pub const MAX_PAIRS: u128 = 1_000_000_000;
 
 /// A scalar function within a statement's memory limit.
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -190,7 +202,27 @@ impl Sized {
                 }
                 Some(total)
             }
-            Foresee::Result => None,
+            Foresee::Result | Foresee::Pairs => None,
+        }
+    }
+
+    /// Refuses a call whose time grows with the product of its arguments past [`MAX_PAIRS`]
+    /// over its rows: a single call cannot be interrupted by the statement's deadline.
+    fn check_work(&self, args: &ScalarFunctionArgs) -> Result<()> {
+        if self.foresee != Foresee::Pairs {
+            return Ok(());
+        }
+        let (a, b) = (widths(args, 0), widths(args, 1));
+        match a.iter().zip(&b).map(|(a, b)| a * b).sum::<u128>() {
+            pairs if pairs > MAX_PAIRS => Err(DataFusionError::ArrowError(
+                Box::new(ArrowError::InvalidArgumentError(format!(
+                    "{}() of strings this long compares {pairs} character pairs; one call \
+                     may compare at most {MAX_PAIRS}",
+                    self.name()
+                ))),
+                None,
+            )),
+            _ => Ok(()),
         }
     }
 }
@@ -227,6 +259,7 @@ impl ScalarUDFImpl for Sized {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let limit = self.limit as u128;
+        self.check_work(&args)?;
         if let Some(bytes) = self.foreseen(&args) {
             if bytes > limit {
                 return Err(too_large(self.name(), bytes, self.limit));
@@ -291,6 +324,7 @@ const WRAPPED: &[(&str, Foresee)] = &[
     ("array_concat", Foresee::Result),
     ("encode", Foresee::Result),
     ("to_hex", Foresee::Result),
+    ("levenshtein", Foresee::Pairs),
 ];
 
 /// Replaces `ctx`'s functions that can build large values with ones that stay within `limit`
