@@ -272,6 +272,12 @@ async fn large_values_from_scalar_functions_are_refused() {
         assert_eq!(s, 400, "{b}");
         assert!(b.contains("character pairs"), "{b}");
         assert_eq!(h.json("SELECT levenshtein('kitten', 'sitting') AS d")[0]["d"], 3);
+        // Found by the fuzzer: DataFusion's lpad and rpad panicked on a negative length when
+        // the fill is not a constant string.
+        for sql in ["SELECT lpad('x', -5, NULL) AS s", "SELECT rpad('x', -5, NULL) AS s"] {
+            assert!(h.json(sql)[0]["s"].is_null(), "{sql}");
+        }
+        assert_eq!(h.json("SELECT rpad('ab', -1) AS s")[0]["s"], "");
         let days = "SELECT cardinality(range(DATE '2024-01-01', DATE '2025-01-01', INTERVAL '1 day')) AS n";
         assert_eq!(h.json(days)[0]["n"], 366);
     })

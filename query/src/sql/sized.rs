@@ -21,7 +21,7 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::compute::kernels::length::length;
 use datafusion::arrow::datatypes::{
@@ -142,6 +142,23 @@ fn temporal_steps(args: &ScalarFunctionArgs) -> Option<u128> {
     Some(total)
 }
 
+/// `lpad`/`rpad` lengths below 0 made 0 (the same result, an empty string): DataFusion sizes
+/// its buffer by the lengths' sum with each cast to `usize`, so a negative length (outside its
+/// path for a constant length and fill) asked for a buffer of `usize::MAX` bytes and panicked.
+fn no_negative_lengths(args: &mut ScalarFunctionArgs) {
+    match args.args.get_mut(1) {
+        Some(ColumnarValue::Scalar(ScalarValue::Int64(Some(n)))) if *n < 0 => *n = 0,
+        Some(ColumnarValue::Array(a)) if a.data_type() == &DataType::Int64 => {
+            let lengths = a.as_primitive::<Int64Type>();
+            if lengths.iter().flatten().any(|n| n < 0) {
+                let clamped: Int64Array = lengths.iter().map(|n| n.map(|n| n.max(0))).collect();
+                *a = Arc::new(clamped);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Bytes of argument `i` per row (strings), or its values' width.
 fn widths(args: &ScalarFunctionArgs, i: usize) -> Vec<u128> {
     let rows = args.number_rows.max(1);
@@ -257,9 +274,12 @@ impl ScalarUDFImpl for Sized {
         self.inner.inner().is_nullable(args, schema)
     }
 
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+    fn invoke_with_args(&self, mut args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let limit = self.limit as u128;
         self.check_work(&args)?;
+        if self.foresee == Foresee::Pad {
+            no_negative_lengths(&mut args);
+        }
         if let Some(bytes) = self.foreseen(&args) {
             if bytes > limit {
                 return Err(too_large(self.name(), bytes, self.limit));
