@@ -571,6 +571,9 @@ fn sqlstate(err: &QueryError) -> &'static str {
         "42883"
     } else if has("not implemented") || has("not supported") || has("unsupported") {
         "0A000"
+    } else if has("returned more than one row") {
+        // A scalar subquery of several rows: PostgreSQL's cardinality_violation.
+        "21000"
     } else if has("divide by zero") || has("division by zero") {
         "22012"
     } else if has("overflow") {
@@ -587,6 +590,15 @@ fn sqlstate(err: &QueryError) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_scalar_subquery_of_several_rows_is_a_cardinality_violation() {
+        let e = QueryError::DataFusion(DataFusionError::Execution(
+            "Scalar subquery returned more than one row".into(),
+        ));
+        assert!(e.is_client_error());
+        assert_eq!(sqlstate(&e), "21000");
+    }
 
     #[test]
     fn recognizes_statements_answered_here() {
