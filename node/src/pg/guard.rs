@@ -109,8 +109,14 @@ impl<S> Guarded<S> {
                     "a startup packet of {len} bytes (at most {PRE_AUTH_MESSAGE} are read)"
                 ));
             }
-            if !matches!(code, SSL_REQUEST | GSSENC_REQUEST | CANCEL_REQUEST) {
-                self.startup = false;
+            match code {
+                // pgwire takes these as their 8 bytes whatever the length says, and would
+                // decode the rest of a longer one as messages never checked here.
+                SSL_REQUEST | GSSENC_REQUEST if len != 8 => {
+                    return refuse(format!("an encryption request of {len} bytes (it has 8)"));
+                }
+                SSL_REQUEST | GSSENC_REQUEST | CANCEL_REQUEST => {}
+                _ => self.startup = false,
             }
             return Ok(Some((len, false)));
         }
@@ -491,6 +497,24 @@ mod tests {
             let mut msg = typed(b'E', &body);
             check_message(&mut msg, false).expect("valid");
             assert_eq!(&msg[6..10], &sent.to_be_bytes());
+        }
+    }
+
+    /// Found by the fuzzer: an SSLRequest whose length claims more than its 8 bytes carried a
+    /// Bind that pgwire decoded unchecked (and panicked on).
+    #[tokio::test]
+    async fn an_encryption_request_is_its_eight_bytes() {
+        for code in [SSL_REQUEST, GSSENC_REQUEST] {
+            let mut wire = 75u32.to_be_bytes().to_vec();
+            wire.extend_from_slice(&code.to_be_bytes());
+            wire.extend(std::iter::repeat_n(b'B', 67));
+            let e = read_all(&mut Guarded::new(&wire[..], BytesMut::new(), 1 << 20)).await;
+            assert!(e.expect_err("refused").to_string().contains("encryption request"));
+            let mut ok = 8u32.to_be_bytes().to_vec();
+            ok.extend_from_slice(&code.to_be_bytes());
+            ok.extend(startup());
+            let all = read_all(&mut Guarded::new(&ok[..], BytesMut::new(), 1 << 20)).await;
+            assert_eq!(all.expect("an 8-byte request and a startup").len(), ok.len());
         }
     }
 
