@@ -172,6 +172,20 @@ impl Metrics {
                 b.engines() as u64,
             );
         }
+        line(
+            &mut o,
+            "ebb_deletion_records",
+            "gauge",
+            "Deletes the deletion ledgers hold (system.deletions), pending and persisted.",
+            sum(&|s| s.deletion_records),
+        );
+        line(
+            &mut o,
+            "ebb_deletion_records_dropped_early_total",
+            "counter",
+            "Persisted deletes a ledger forgot before their 30 days, over the 100,000 it keeps.",
+            sum(&|s| s.deletion_records_dropped_early),
+        );
         line(&mut o, "ebb_flushes_total", "counter", "Memtable flushes.", sum(&|s| s.flushes));
         line(&mut o, "ebb_compactions_total", "counter", "Compactions.", sum(&|s| s.compactions));
         line(

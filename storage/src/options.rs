@@ -198,6 +198,9 @@ pub struct Options {
     pub delete_deadline: Option<Duration>,
     /// How long the deletion ledger keeps a delete after it became persistent.
     pub ledger_retention: Duration,
+    /// The most persisted deletes the ledger keeps (it holds its records in memory, about a
+    /// kilobyte each): past it the oldest are forgotten before `ledger_retention` ends.
+    pub ledger_max_persisted: usize,
     /// The caller keeps the writes in a log of its own as well (a Raft log, usually with
     /// `wal` off): a delete is persisted only once that log no longer holds data it covers,
     /// which the caller reports with [`crate::Engine::set_log_clearance`].
@@ -333,6 +336,7 @@ impl Default for Options {
             range_index: RangeIndexOptions::default(),
             delete_deadline: Some(Duration::from_secs(24 * 3600)),
             ledger_retention: Duration::from_secs(30 * 24 * 3600),
+            ledger_max_persisted: 100_000,
             external_log: false,
             clock: Clock::system(),
             background_threads: true,
@@ -342,6 +346,15 @@ impl Default for Options {
 }
 
 impl Options {
+    /// What the deletion ledger keeps ([`Options::ledger_retention`],
+    /// [`Options::ledger_max_persisted`]).
+    pub(crate) fn ledger_keep(&self) -> crate::ledger::Keep {
+        crate::ledger::Keep {
+            retention_ms: self.ledger_retention.as_millis().min(u64::MAX as u128) as u64,
+            max_persisted: self.ledger_max_persisted,
+        }
+    }
+
     /// Fixes the tile sizes from the KiWi+ cost model ([`crate::kiwi::tile_pages`]) for `mix`,
     /// with this configuration's levels, size ratio, pages per file and Bloom filter
     /// false-positive rate (what [`TileLayout::Tuned`] computes from measured counts).

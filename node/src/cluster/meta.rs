@@ -23,6 +23,24 @@ pub const META_GROUP: u64 = 0;
 /// Voters of the metadata group (the rest of the nodes are learners).
 pub const META_VOTERS: usize = 3;
 
+/// How long a metadata proposal or membership change may wait to commit. A leader cut off from
+/// its voters does not step down by itself, so an unbounded wait would hold the change lock (and
+/// every change behind it) for as long as the partition lasts.
+const COMMIT_TIMEOUT: Duration = ebb_query::db::PROPOSE_TIMEOUT;
+
+/// `what` within [`COMMIT_TIMEOUT`], or [`MetaError::Failed`] saying it may still commit.
+async fn bounded<T, E: std::fmt::Display>(
+    what: &str,
+    f: impl std::future::Future<Output = std::result::Result<T, E>>,
+) -> std::result::Result<T, MetaError> {
+    match tokio::time::timeout(COMMIT_TIMEOUT, f).await {
+        Ok(r) => r.map_err(|e| MetaError::Failed(e.to_string())),
+        Err(_) => Err(MetaError::Failed(format!(
+            "{what} not committed within {COMMIT_TIMEOUT:?} (it may still commit)"
+        ))),
+    }
+}
+
 /// Why a metadata change was not made.
 #[derive(Debug, thiserror::Error)]
 pub enum MetaError {
@@ -185,7 +203,13 @@ impl Meta {
     /// [`Meta::propose`], returning the log index the batch was applied at.
     pub async fn propose_at(&self, batch: WriteBatch) -> std::result::Result<u64, MetaError> {
         let cmd = Command::Batch(batch.to_bytes());
-        match self.group.raft.client_write(cmd).await {
+        let write = self.group.raft.client_write(cmd);
+        let written = tokio::time::timeout(COMMIT_TIMEOUT, write).await.map_err(|_| {
+            MetaError::Failed(format!(
+                "metadata change not committed within {COMMIT_TIMEOUT:?} (it may still commit)"
+            ))
+        })?;
+        match written {
             Ok(r) => match r.data.error {
                 None => Ok(r.log_id.index),
                 Some(e) => Err(MetaError::Failed(e)),
@@ -322,20 +346,15 @@ impl Meta {
         for n in v.active() {
             if !members.contains(&n.id) {
                 let blocking = want.contains(&n.id);
-                self.group
-                    .raft
-                    .add_learner(n.id, BasicNode::new(n.grpc_addr.clone()), blocking)
-                    .await
-                    .map_err(|e| MetaError::Failed(e.to_string()))?;
+                let node = BasicNode::new(n.grpc_addr.clone());
+                bounded("adding a learner", self.group.raft.add_learner(n.id, node, blocking))
+                    .await?;
                 changed = true;
             }
         }
         if !want.is_empty() && want != voters {
-            self.group
-                .raft
-                .change_membership(ChangeMembers::ReplaceAllVoters(want), true)
-                .await
-                .map_err(|e| MetaError::Failed(e.to_string()))?;
+            let change = ChangeMembers::ReplaceAllVoters(want);
+            bounded("a voter change", self.group.raft.change_membership(change, true)).await?;
             changed = true;
         }
         // Nodes that left stop following the metadata.
@@ -358,11 +377,8 @@ impl Meta {
                     .collect(),
             )
         {
-            self.group
-                .raft
-                .change_membership(ChangeMembers::RemoveNodes(gone), false)
-                .await
-                .map_err(|e| MetaError::Failed(e.to_string()))?;
+            let change = ChangeMembers::RemoveNodes(gone);
+            bounded("removing members", self.group.raft.change_membership(change, false)).await?;
             changed = true;
         }
         Ok(changed)

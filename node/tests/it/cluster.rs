@@ -126,6 +126,7 @@ pub(crate) fn settled(h: &Harness, want_rf: usize) -> bool {
 }
 
 pub(crate) async fn wait_settled(h: &Harness, rf: usize) {
+    h.watchdog.step(format!("waiting for shards to settle at {rf} replicas"));
     let deadline = Instant::now() + Duration::from_secs(60);
     while !settled(h, rf) {
         assert!(Instant::now() < deadline, "shards did not settle: {:?}", placement(h));
@@ -280,6 +281,7 @@ async fn writes_through_any_node_reach_their_shards_and_survive_losing_a_node() 
 }
 
 pub(crate) async fn sql(h: &Harness, i: usize, q: &str) -> String {
+    h.watchdog.step(format!("node {i}: {q}"));
     let s = ebb_query::cluster::ClusterSql::new(
         h.nodes[&i].router.clone(),
         h.nodes[&i].meta.clone(),

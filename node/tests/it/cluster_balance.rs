@@ -140,6 +140,7 @@ async fn splits_after_a_scale_out_under_writes_lose_nothing() {
         r.write_lines("db", &body, p, 0).await.map(|_| 500u64)
     };
     let mut acked = 0;
+    h.watchdog.step("writing 20 batches");
     for b in 0..20 {
         acked += write(h.nodes[&(b as usize % 3)].router.clone(), b).await.unwrap();
     }
@@ -167,11 +168,13 @@ async fn splits_after_a_scale_out_under_writes_lose_nothing() {
             h.nodes[&5].meta.clone(),
             "public",
         );
+        h.watchdog.step(&q);
         let out = s.execute(&q).await.unwrap();
         drop(out);
         quiet(&h, child as usize).await;
     }
     stop.store(true, Ordering::Relaxed);
+    h.watchdog.step("stopping the writer");
     acked += writer.await.unwrap();
     for i in 0..6 {
         let t = sql(&h, i, "SELECT count(*) AS n FROM cpu").await;

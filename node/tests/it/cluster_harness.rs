@@ -12,6 +12,8 @@ use ebb_node::cluster::{ClusterConfig, ClusterNode};
 use ebb_raft::transport::Faults;
 use ebb_raft::GroupOptions;
 
+use crate::watchdog::Watchdog;
+
 pub(crate) struct Harness {
     pub dir: tempfile::TempDir,
     pub faults: Arc<Faults>,
@@ -28,7 +30,12 @@ pub(crate) struct Harness {
     pub clock: Option<ebb_storage::ManualClock>,
     /// When shards split by themselves.
     pub scaling: ebb_node::config::scaling::Scaling,
+    /// Fails the run if the test hangs; nodes started and stopped are its steps.
+    pub watchdog: Watchdog,
 }
+
+/// The longest a cluster test may run (the slowest takes a few minutes on a loaded machine).
+const TEST_LIMIT: Duration = Duration::from_secs(900);
 
 impl Harness {
     pub fn new() -> Harness {
@@ -42,6 +49,7 @@ impl Harness {
             snapshot_every: 1000,
             clock: None,
             scaling: Default::default(),
+            watchdog: Watchdog::arm(TEST_LIMIT),
         }
     }
 
@@ -49,6 +57,7 @@ impl Harness {
     /// still holds a handle to its previous instance (an operation in flight) waits for that
     /// instance to let go of its data directory.
     pub async fn start(&mut self, i: usize, join: &[usize]) {
+        self.watchdog.step(format!("starting node {i}"));
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let (cfg, listener) = self.prepare(i, join, false).await;
@@ -113,6 +122,7 @@ impl Harness {
     }
 
     pub async fn stop(&mut self, i: usize) {
+        self.watchdog.step(format!("stopping node {i}"));
         self.nodes.remove(&i).unwrap().stop().await;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

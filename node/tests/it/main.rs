@@ -30,3 +30,4 @@ mod replicated_shard;
 mod rollup;
 mod server;
 mod tls;
+mod watchdog;

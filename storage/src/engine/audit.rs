@@ -11,7 +11,8 @@ use crate::{Error, Result};
 
 impl Engine {
     /// What the deletes `ids` (ledger ids) cover together. Fails for an id the ledger does not
-    /// hold (never issued here, or forgotten `ledger_retention` after persistence).
+    /// hold (never issued here, or forgotten after persistence: see `ledger_retention` and
+    /// `ledger_max_persisted`).
     pub fn coverage(&self, ids: &[u64]) -> Result<Coverage> {
         let ledger = self.inner.ledger.lock();
         let mut deletes = Vec::with_capacity(ids.len());

@@ -234,7 +234,7 @@ impl Inner {
         let w = self.persistence_watermark().min(clear.below);
         let early = self.cleared_expedited(w, Some(&clear)).map_err(|e| self.abort_step(e))?;
         let now = self.opts.clock.now_ms();
-        let retention = self.opts.ledger_retention.as_millis() as u64;
+        let keep = self.opts.ledger_keep();
         let mut ledger = self.ledger.lock();
         let res = (|| {
             for &id in &early {
@@ -243,7 +243,7 @@ impl Inner {
             if ledger.persist_below(w, now) > 0 || !early.is_empty() {
                 ledger.sync()?;
             }
-            ledger.prune(now, retention, || self.alloc_file_id())
+            ledger.prune(now, keep, || self.alloc_file_id())
         })();
         drop(ledger);
         // A full disk postpones this (the ledger's failed append was cut back off); a failed

@@ -239,6 +239,8 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     })?;
 
     let mut ledger = Ledger::open(dir, &listing.ledgers, alloc())?;
+    // The file holds records forgotten since it was last rewritten.
+    ledger.prune(opts.clock.now_ms(), opts.ledger_keep(), alloc)?;
     let deadlines = opts.delete_deadline.map(Deadlines::new);
 
     // Replay WALs not yet covered by flushed SSTs.

@@ -85,6 +85,11 @@ pub struct EngineStats {
     pub global_filter_cells: u64,
     /// Memory of the current version's global range filter, in bytes.
     pub global_filter_bytes: u64,
+    /// Deletes the deletion ledger holds (pending and persisted).
+    pub deletion_records: u64,
+    /// Persisted deletes the ledger forgot before their retention ended, over the count it
+    /// keeps (`ledger_max_persisted`), since the engine opened.
+    pub deletion_records_dropped_early: u64,
     /// Highest applied sequence number.
     pub last_seq: u64,
     /// Highest sequence number persisted in SSTs.
@@ -96,6 +101,10 @@ impl Inner {
         let sv = self.current();
         let c = &self.counters;
         let grf = &sv.version.grf;
+        let (deletion_records, deletion_records_dropped_early) = {
+            let l = self.ledger.lock();
+            (l.len() as u64, l.dropped_early())
+        };
         EngineStats {
             levels: sv
                 .version
@@ -149,6 +158,8 @@ impl Inner {
             global_filter_skips: c.global_filter_skips.load(Ordering::Relaxed),
             global_filter_cells: grf.as_ref().map_or(0, |g| g.len() as u64),
             global_filter_bytes: grf.as_ref().map_or(0, |g| g.memory_bytes() as u64),
+            deletion_records,
+            deletion_records_dropped_early,
             last_seq: self.visible_seq.load(Ordering::Relaxed),
             persisted_seq: self.meta.lock().persisted_seq,
         }

@@ -8,8 +8,10 @@
 //! written before the WAL segments holding the deletes are removed (and on close), so a crash
 //! never loses one the WAL cannot replay; replayed deletes already present are not issued twice.
 //! On open the newest ledger file is read and appended to (older files, left by a crash during a
-//! rewrite, are removed). Persisted records are forgotten `ledger_retention` after persistence;
-//! once the file has grown well past its live records it is rewritten compactly into a new one.
+//! rewrite, are removed). Persisted records are forgotten `ledger_retention` after persistence,
+//! or earlier, oldest first, beyond `ledger_max_persisted` of them (every record is held in
+//! memory: the count bounds what a client issuing deletes can make the ledger hold); once the
+//! file has grown well past its live records it is rewritten compactly into a new one.
 
 mod record;
 mod request;
@@ -31,6 +33,15 @@ use crate::{Error, Result};
 /// The deadline the ledger records for a delete without one (no deadline configured, none
 /// asked for).
 pub const NO_DEADLINE: u64 = u64::MAX;
+
+/// How long the ledger keeps persisted records ([`Ledger::prune`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keep {
+    /// Milliseconds after persistence.
+    pub retention_ms: u64,
+    /// At most this many persisted records (the oldest go first).
+    pub max_persisted: usize,
+}
 
 /// Name of ledger file `n`.
 pub(crate) fn file_name(n: u64) -> String {
@@ -77,6 +88,8 @@ pub(crate) struct Ledger {
     buffered: Vec<Vec<u8>>,
     /// Bytes written at the last rewrite (the live records then).
     base_len: u64,
+    /// Persisted records forgotten before their retention ended (over the count kept).
+    dropped_early: u64,
     /// Bytes written since the last fsync.
     unsynced: bool,
     /// An fsync failed (see [`Ledger::sync`]).
@@ -144,6 +157,7 @@ impl Ledger {
             persisted: persisted.into(),
             buffered: Vec::new(),
             base_len: valid_len,
+            dropped_early: 0,
             unsynced: false,
             sync_failed: false,
         };
@@ -377,27 +391,29 @@ impl Ledger {
 
     /// Forgets deletes persisted more than `retention_ms` before `now_ms`, and rewrites the file
     /// (under a new `number`) once it has grown well beyond its live records.
-    pub fn prune(
-        &mut self,
-        now_ms: u64,
-        retention_ms: u64,
-        number: impl FnOnce() -> u64,
-    ) -> Result<()> {
-        let mut pruned = false;
+    pub fn prune(&mut self, now_ms: u64, keep: Keep, number: impl FnOnce() -> u64) -> Result<()> {
+        let (mut pruned, mut early) = (false, false);
         while let Some(&(t, id)) = self.persisted.front() {
-            if t.saturating_add(retention_ms) > now_ms {
+            let expired = t.saturating_add(keep.retention_ms) <= now_ms;
+            if !expired && self.persisted.len() <= keep.max_persisted {
                 break;
             }
             self.persisted.pop_front();
             self.records.remove(&id);
+            if !expired {
+                self.dropped_early += 1;
+                early = true;
+            }
             pruned = true;
         }
         if pruned {
-            // A request goes with the last of its deletes.
+            // A request goes with the last of its deletes (and, while the count is over, at
+            // once: the time condition keeps a request recorded here without a delete of its
+            // own for its retention).
             let records = &self.records;
             self.requests.retain(|_, r| {
-                r.applied_at_ms.saturating_add(retention_ms) > now_ms
-                    || records.range(r.first_seq..r.end_seq).next().is_some()
+                records.range(r.first_seq..r.end_seq).next().is_some()
+                    || (!early && r.applied_at_ms.saturating_add(keep.retention_ms) > now_ms)
             });
         }
         if self.writer.len() <= (4 * self.base_len).max(1 << 20) {
@@ -453,6 +469,17 @@ impl Ledger {
     /// One delete.
     pub fn get(&self, id: u64) -> Option<&Deletion> {
         self.records.get(&id)
+    }
+
+    /// Records held (pending and persisted deletes).
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Persisted records forgotten before their retention ended, over the count kept, since
+    /// the ledger was opened.
+    pub fn dropped_early(&self) -> u64 {
+        self.dropped_early
     }
 
     /// Point and range deletes not yet persisted, oldest first.
@@ -553,7 +580,44 @@ mod tests {
         l.issue(point(1, 10));
         l.issue(point(2, 20));
         l.persist_below(2, 50);
-        l.prune(1_000, 100, || 2).unwrap();
+        l.prune(1_000, Keep { retention_ms: 100, max_persisted: 10 }, || 2).unwrap();
         assert_eq!(l.list().iter().map(|d| d.id).collect::<Vec<_>>(), vec![2]);
+        assert_eq!(l.dropped_early(), 0);
+    }
+
+    #[test]
+    fn prune_keeps_at_most_the_newest_persisted_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = Ledger::open(dir.path(), &[], 1).unwrap();
+        let keep = Keep { retention_ms: 1_000_000, max_persisted: 3 };
+        for id in 1..=10 {
+            l.issue(point(id, id * 10));
+            l.record_request(RequestRecord {
+                request: DeleteRequest {
+                    id: 100 + id,
+                    kind: "delete".into(),
+                    text: String::new(),
+                    rows: 1,
+                    deadline_ms: None,
+                    issued_by: String::new(),
+                },
+                first_seq: id,
+                end_seq: id + 1,
+                issued_at_ms: id * 10,
+                applied_at_ms: id * 10,
+                deadline_ms: NO_DEADLINE,
+            });
+            // Persisted one by one, in order; the last stays pending.
+            if id < 10 {
+                l.persist_below(id + 1, id * 10 + 5);
+            }
+            l.prune(id * 10 + 6, keep, || 1_000 + id).unwrap();
+            assert!(l.persisted.len() <= 3, "after {id}: {:?}", l.persisted);
+        }
+        // The pending delete and the three newest persisted ones remain, with their requests.
+        assert_eq!(l.list().iter().map(|d| d.id).collect::<Vec<_>>(), vec![7, 8, 9, 10]);
+        let requests: Vec<u64> = l.requests().iter().map(|r| r.request.id).collect();
+        assert_eq!(requests, vec![107, 108, 109, 110]);
+        assert_eq!((l.len(), l.dropped_early()), (4, 6));
     }
 }

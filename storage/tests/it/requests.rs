@@ -236,3 +236,38 @@ fn audits_find_covered_values_in_the_wal_and_sst_plaintext() {
     assert!(scans.iter().any(|s| s.kind == "sst"), "the live SSTs were scanned");
     e.close().unwrap();
 }
+
+#[test]
+fn the_ledger_keeps_at_most_its_count_of_persisted_deletes() {
+    let d = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(START_MS);
+    let o = Options { ledger_max_persisted: 50, ..opts(&clock) };
+    let e = Engine::open(d.path(), o.clone()).unwrap();
+    let mut seq = fill(&e, 400);
+    // 300 requests of one point delete each, persisted by flushes as they go.
+    for i in 0..300u64 {
+        let mut b = WriteBatch::new();
+        b.delete(k(i)).set_request(request(1_000 + i, None));
+        seq += 1;
+        e.write(&b, seq).unwrap();
+        if i % 10 == 9 {
+            e.flush().unwrap();
+            e.wait_for_background().unwrap();
+        }
+    }
+    // The 50 newest persisted deletes, and at most the 10 since the last flush pending.
+    let st = e.stats();
+    assert!(st.deletion_records <= 60, "{} records held", st.deletion_records);
+    assert!(st.deletion_records_dropped_early >= 240, "{}", st.deletion_records_dropped_early);
+    // The newest requests remain whole (their deletes and their records); older ones are gone.
+    let requests = e.delete_requests();
+    assert!(requests.len() <= 60 && requests.len() >= 50, "{} requests", requests.len());
+    assert!(requests.iter().all(|r| r.deletes == 1), "{requests:?}");
+    assert_eq!(requests.last().unwrap().request.id, 1_299);
+    assert!(e.deletion(seq).is_some() && e.deletion(401).is_none());
+    // The rewritten ledger holds what memory held.
+    drop(e);
+    let e = Engine::open(d.path(), o).unwrap();
+    assert!(e.stats().deletion_records <= 60);
+    assert_eq!(e.delete_requests().last().unwrap().request.id, 1_299);
+}
