@@ -328,7 +328,13 @@ impl ClusterNode {
         }
         for id in self.groups.ids() {
             if let Some(g) = self.groups.remove(id) {
-                let _ = g.raft.shutdown().await;
+                // A group's core stuck in a step must not hold the node's exit.
+                if tokio::time::timeout(SHUTDOWN_TIMEOUT, g.raft.shutdown()).await.is_err() {
+                    tracing::warn!(
+                        group = id,
+                        "a Raft group did not stop within {SHUTDOWN_TIMEOUT:?}"
+                    );
+                }
                 // Shard engines keep no WAL: flushed now, a restart need not replay the log.
                 let engine = g.replica.engine();
                 match tokio::task::spawn_blocking(move || engine.flush()).await {
@@ -344,6 +350,9 @@ impl ClusterNode {
         }
     }
 }
+
+/// How long stopping a node waits for each Raft group's core to stop.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Opens and closes this node's shard replicas as the metadata changes.
 async fn shard_loop(
