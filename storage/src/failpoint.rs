@@ -51,6 +51,11 @@ impl FailPoints {
         self.0.armed.store(false, Ordering::Release);
     }
 
+    /// True while `name` is armed and has not fired.
+    pub fn is_armed(&self, name: &'static str) -> bool {
+        self.0.armed.load(Ordering::Acquire) && self.0.points.lock().contains_key(name)
+    }
+
     /// True if `name` fires now (consumes it).
     pub fn fires(&self, name: &'static str) -> bool {
         if !self.0.armed.load(Ordering::Acquire) {

@@ -424,7 +424,11 @@ async fn metrics(State(state): State<AppState>) -> Response {
         "# HELP ebb_statements_total SQL statements this node ran (any protocol).\n\
          # TYPE ebb_statements_total counter\nebb_statements_total {ran}\n\
          # HELP ebb_statements_failed_total SQL statements that ended with an error.\n\
-         # TYPE ebb_statements_failed_total counter\nebb_statements_failed_total {failed}\n"
+         # TYPE ebb_statements_failed_total counter\nebb_statements_failed_total {failed}\n\
+         # HELP ebb_statements_running Requests running statements now (the rest wait for a \
+         slot: max_statements).\n\
+         # TYPE ebb_statements_running gauge\nebb_statements_running {}\n",
+        state.door.statements_running()
     ));
     if let Some(router) = &state.cluster {
         crate::cluster::metrics::render(router, &mut text);

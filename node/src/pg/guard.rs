@@ -92,10 +92,9 @@ impl<S> Guarded<S> {
         self.authenticated = true;
     }
 
-    /// The length of the message whose header starts `buf`, once the header is whole, and
-    /// whether it is checked whole before it is released (every typed message but queries and
-    /// copied data); an error if the message may not be read.
-    fn next_message(&mut self) -> io::Result<Option<(usize, bool)>> {
+    /// The length of the message whose header starts `buf`, once the header is whole, and how
+    /// it is checked whole before it is released; an error if the message may not be read.
+    fn next_message(&mut self) -> io::Result<Option<(usize, Check)>> {
         let refuse = |why: String| Err(io::Error::new(io::ErrorKind::InvalidData, why));
         if self.startup {
             if self.buf.len() < 8 {
@@ -115,10 +114,14 @@ impl<S> Guarded<S> {
                 SSL_REQUEST | GSSENC_REQUEST if len != 8 => {
                     return refuse(format!("an encryption request of {len} bytes (it has 8)"));
                 }
+                // pgwire reads a cancel request by its length.
                 SSL_REQUEST | GSSENC_REQUEST | CANCEL_REQUEST => {}
-                _ => self.startup = false,
+                _ => {
+                    self.startup = false;
+                    return Ok(Some((len, Check::Startup)));
+                }
             }
-            return Ok(Some((len, false)));
+            return Ok(Some((len, Check::Unchecked)));
         }
         if self.buf.len() < 5 {
             return Ok(None);
@@ -128,8 +131,8 @@ impl<S> Guarded<S> {
         match usize::try_from(len) {
             Ok(len) if (4..=limit).contains(&len) => {
                 // Copied data is bytes pgwire takes by the message's length.
-                let held = self.buf[0] != b'd';
-                Ok(Some((len + 1, held)))
+                let check = if self.buf[0] == b'd' { Check::Unchecked } else { Check::Typed };
+                Ok(Some((len + 1, check)))
             }
             _ if !self.authenticated => refuse(format!(
                 "a message of {len} bytes before authentication (at most {PRE_AUTH_MESSAGE})"
@@ -190,6 +193,38 @@ impl<'a> Body<'a> {
             false => Err("a message longer than its contents".into()),
         }
     }
+}
+
+/// How a message is checked before it is released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Check {
+    /// Released as it arrives: pgwire takes it by its length (copied data, the 8-byte
+    /// encryption requests, a cancel request).
+    Unchecked,
+    /// The startup packet, whole ([`check_startup`]).
+    Startup,
+    /// A typed message, whole ([`check_message`]).
+    Typed,
+}
+
+/// Checks the startup packet `msg` (length, protocol version, parameters) as pgwire reads it:
+/// its parameters up to the empty name that ends them, which must end the packet. pgwire stops
+/// at the first empty name (or a name without its zero byte) and would decode what follows as
+/// messages never checked here.
+pub fn check_startup(msg: &[u8]) -> Result<(), String> {
+    let mut b = Body(msg.get(8..).ok_or("a startup packet shorter than its header")?);
+    loop {
+        let name = b.0.iter().position(|&c| c == 0);
+        let Some(n) = name else {
+            return Err("startup parameters without the empty name that ends them".into());
+        };
+        b.take(n + 1)?;
+        if n == 0 {
+            break;
+        }
+        b.cstring()?;
+    }
+    b.end().map_err(|_| "bytes after the startup packet's parameters".into())
 }
 
 /// Checks the structure of the whole typed message `msg` (its type byte, length and body)
@@ -315,19 +350,26 @@ impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
             if this.remaining == 0 {
                 match this.next_message()? {
                     // A message checked whole: all of it first.
-                    Some((len, true)) if this.buf.len() < len && !this.eof => {
+                    Some((len, check))
+                        if check != Check::Unchecked && this.buf.len() < len && !this.eof =>
+                    {
                         std::task::ready!(this.fill(cx))?;
                         continue;
                     }
-                    Some((len, held)) => {
-                        if held && this.buf.len() >= len {
-                            let first_password = !this.authenticated && this.passwords == 0;
-                            if this.buf[0] == b'p' && !this.authenticated {
-                                this.passwords += 1;
+                    Some((len, check)) => {
+                        let whole = this.buf.len() >= len;
+                        let checked = match check {
+                            Check::Typed if whole => {
+                                let first_password = !this.authenticated && this.passwords == 0;
+                                if this.buf[0] == b'p' && !this.authenticated {
+                                    this.passwords += 1;
+                                }
+                                check_message(&mut this.buf[..len], first_password)
                             }
-                            check_message(&mut this.buf[..len], first_password)
-                                .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))?;
-                        }
+                            Check::Startup if whole => check_startup(&this.buf[..len]),
+                            _ => Ok(()),
+                        };
+                        checked.map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))?;
                         this.remaining = len;
                     }
                     None if this.eof => {
@@ -399,6 +441,39 @@ mod tests {
         let mut m = ((body.len() + 4) as u32).to_be_bytes().to_vec();
         m.extend_from_slice(body);
         m
+    }
+
+    /// A startup packet of `params` (after the protocol version).
+    fn startup_of(params: &[u8]) -> Vec<u8> {
+        let mut m = ((params.len() + 8) as u32).to_be_bytes().to_vec();
+        m.extend_from_slice(b"\x00\x03\x00\x00");
+        m.extend_from_slice(params);
+        m
+    }
+
+    #[test]
+    fn a_startup_packet_ends_with_its_parameters() {
+        assert!(check_startup(&startup()).is_ok());
+        assert!(check_startup(&startup_of(b"\x00")).is_ok(), "no parameters");
+        assert!(check_startup(&startup_of(b"user\x00\x00\x00")).is_ok(), "an empty value");
+        // pgwire stops at the first empty name: what follows would be read as messages (the
+        // fuzzer's Bind of a 926 MB parameter in a 139-byte message).
+        let early = startup_of(b"user\x00ebb\x00\x00B\x00\x00\x00\x09\x00\x00\x00\x00\x00");
+        assert!(check_startup(&early).is_err());
+        assert!(check_startup(&startup_of(b"user\x00ebb\x00")).is_err(), "no empty name");
+        assert!(check_startup(&startup_of(b"user\x00ebb")).is_err(), "a value without its zero");
+        assert!(check_startup(&startup_of(b"")).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_startup_packet_with_bytes_after_its_parameters_closes_the_connection() {
+        let mut wire = startup_of(b"user\x00ebb\x00\x00Q\x00\x00\x00\x05\x00");
+        wire.extend(typed(b'S', b""));
+        let mut g = Guarded::new(&wire[..], BytesMut::new(), 1 << 20);
+        let mut out = Vec::new();
+        let err = g.read_to_end(&mut out).await.expect_err("refused");
+        assert!(err.to_string().contains("after the startup packet"), "{err}");
+        assert!(out.is_empty(), "nothing released: {out:?}");
     }
 
     fn typed(tag: u8, body: &[u8]) -> Vec<u8> {

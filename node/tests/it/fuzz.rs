@@ -573,6 +573,11 @@ fn pg_message(rng: &mut StdRng) -> Vec<u8> {
     m
 }
 
+/// `bytes` in hex, for a failure to show the input that caused it.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The PostgreSQL wire protocol, before login (a node with users) and after (one without).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_wire_protocol() {
@@ -606,6 +611,7 @@ async fn postgres_wire_protocol() {
             for _ in 0..rng.gen_range(0..8) {
                 wire.extend(pg_message(&mut rng));
             }
+            let panics = DECODER_PANICS.load(Ordering::Relaxed);
             let _ = c.write_all(&wire);
             let mut sink = vec![0u8; 1 << 16];
             let until = Instant::now() + Duration::from_secs(2);
@@ -615,6 +621,14 @@ async fn postgres_wire_protocol() {
                     Ok(_) => {}
                 }
             }
+            // Connections run one at a time: a decoder's panic is this one's.
+            assert_eq!(
+                DECODER_PANICS.load(Ordering::Relaxed),
+                panics,
+                "seed {} case {case}: a decoder panicked on {}",
+                budget.seed,
+                hex(&wire)
+            );
             case += 1;
         }
         // Both still log in and answer.

@@ -146,7 +146,12 @@ async fn sessions_set_their_timeout_and_statements_take_turns() {
                 let r = h.sql(&format!("SET statement_timeout = '1s'; {slow}"));
                 (r, t.elapsed())
             });
-            std::thread::sleep(Duration::from_millis(200));
+            // The first holds the one statement slot before the second is sent.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while h.metric("ebb_statements_running") < 1.0 {
+                assert!(Instant::now() < deadline, "the first statement never ran");
+                std::thread::sleep(Duration::from_millis(10));
+            }
             let t = Instant::now();
             assert_eq!(h.count("SELECT count(*) AS c FROM generate_series(1, 10)"), 10);
             let waited = t.elapsed();

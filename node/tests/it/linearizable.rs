@@ -148,20 +148,40 @@ impl Run {
     }
 }
 
-/// The campaign's length (`EBB_NEMESIS_SECS`, default 20 s) and the seed of its random choices
-/// (`EBB_NEMESIS_SEED`, default from the clock).
-pub fn campaign() -> (u64, u64) {
+/// A fault campaign: how many faults, the most time it may take, and its seed.
+#[derive(Debug, Clone, Copy)]
+pub struct Campaign {
+    /// Faults injected, one after another (`EBB_NEMESIS_FAULTS`; the test gives a default).
+    pub faults: u64,
+    /// An upper limit on the campaign's time, not its length (`EBB_NEMESIS_SECS`, 300).
+    pub limit: std::time::Duration,
+    /// The seed of every random choice (`EBB_NEMESIS_SEED`; from the clock by default).
+    pub seed: u64,
+}
+
+/// The campaign the environment asks for. A campaign is as long as its count of faults, so a
+/// slow machine runs the same one more slowly; the time limit only stops one that hangs.
+pub fn campaign(default_faults: u64) -> Campaign {
     let env = |name: &str| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
     let seed = env("EBB_NEMESIS_SEED").unwrap_or_else(|| {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
         now.map_or(1, |d| d.as_nanos() as u64 | 1)
     });
-    (env("EBB_NEMESIS_SECS").unwrap_or(20), seed)
+    Campaign {
+        faults: env("EBB_NEMESIS_FAULTS").unwrap_or(default_faults),
+        limit: std::time::Duration::from_secs(env("EBB_NEMESIS_SECS").unwrap_or(300)),
+        seed,
+    }
 }
 
-/// Asserts that `history` exercised what it is meant to check: acknowledged writes and deletes,
-/// and a read that found a key absent after an acknowledged delete of it.
-pub fn assert_not_vacuous(history: &BTreeMap<usize, Vec<Op>>) {
+/// True once `history` holds what [`assert_not_vacuous`] asks for.
+pub fn not_vacuous(history: &BTreeMap<usize, Vec<Op>>) -> bool {
+    vacuity(history).is_ok()
+}
+
+/// What `history` exercised: acknowledged writes and deletes, and whether a read found a key
+/// absent after an acknowledged delete of it; an error naming what is missing.
+fn vacuity(history: &BTreeMap<usize, Vec<Op>>) -> Result<(), String> {
     let all: Vec<&Op> = history.values().flatten().collect();
     let acked = |a: Action| all.iter().filter(|o| o.ret.is_some() && o.action == a).count();
     let writes = all
@@ -177,11 +197,21 @@ pub fn assert_not_vacuous(history: &BTreeMap<usize, Vec<Op>>) {
                 })
         })
     });
-    assert!(
-        writes > 0 && deletes > 0 && absent_after_delete,
+    if writes > 0 && deletes > 0 && absent_after_delete {
+        return Ok(());
+    }
+    Err(format!(
         "the campaign acknowledged {writes} writes and {deletes} deletes, absent read after a \
          delete: {absent_after_delete}"
-    );
+    ))
+}
+
+/// Asserts that `history` exercised what it is meant to check: acknowledged writes and deletes,
+/// and a read that found a key absent after an acknowledged delete of it.
+pub fn assert_not_vacuous(history: &BTreeMap<usize, Vec<Op>>) {
+    if let Err(e) = vacuity(history) {
+        panic!("{e}");
+    }
 }
 
 #[cfg(test)]

@@ -141,6 +141,21 @@ mod tests {
         }
     }
 
+    /// Hashes are on disk (shard spans) and on the wire: these values may never change.
+    #[test]
+    fn golden_series_hashes() {
+        let got = [
+            series_hash::<&str, &str>("cpu", &[]),
+            series_hash("cpu", &[("host", "a")]),
+            series_hash("cpu", &[("host", "a"), ("dc", "x")]),
+            series_hash("m\u{e9}t\u{e9}o", &[("ville", "Z\u{fc}rich"), ("", "")]),
+        ];
+        assert_eq!(got, GOLDEN, "{got:#x?}");
+    }
+
+    const GOLDEN: [u64; 4] =
+        [0xecaa9c725d358abe, 0xfdd6f8839b407710, 0x0b64208843f2427c, 0x3e73998cd40f708e];
+
     #[test]
     fn halves_split_a_span_in_two() {
         let (a, b) = Span::root(1).halves(4).unwrap();

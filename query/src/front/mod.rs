@@ -194,6 +194,11 @@ impl FrontDoor {
         }
     }
 
+    /// Requests holding a statement slot now (at most `Limits::max_statements`).
+    pub fn statements_running(&self) -> usize {
+        self.limits.max_statements.max(1).saturating_sub(self.running.available_permits())
+    }
+
     /// Counts and logs a failed login of `user` that a protocol checked itself (a SCRAM
     /// exchange).
     pub fn note_auth_failure(
