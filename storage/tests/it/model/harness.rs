@@ -254,6 +254,27 @@ impl Harness {
         }
     }
 
+    /// Writes one entry no retention refuses (so a flush has something to write).
+    fn write_unexpired(&mut self) {
+        let k = (0..=u16::MAX).find(|k| !self.oracle.expired(&key(*k))).expect("a live key");
+        self.write(&[W::Put(k)]);
+    }
+
+    /// Runs `attempt` (which arms `point`) until `point` fires, at most eight times: an
+    /// injected crash that never fired would make the campaign vacuous.
+    fn until_fired(&mut self, point: &'static str, attempt: impl Fn(&mut Self)) {
+        let fp = self.opts.fail_points.clone();
+        for _ in 0..8 {
+            attempt(self);
+            let _ = self.engine().wait_for_background();
+            if !fp.is_armed(point) {
+                return;
+            }
+            fp.clear();
+        }
+        panic!("crash point {point} did not fire in eight attempts");
+    }
+
     fn crash(&mut self, c: &Crash) {
         let fp = self.opts.fail_points.clone();
         match c {
@@ -265,31 +286,43 @@ impl Harness {
                 return self.reopen_after(false, Some(loss));
             }
             Crash::Flush | Crash::TornManifest => {
-                self.write(&[W::Put(1)]);
                 let point = match c {
                     Crash::Flush => points::FLUSH_BEFORE_COMMIT,
                     _ => points::MANIFEST_TORN_WRITE,
                 };
-                fp.arm(point, 0);
-                let _ = self.engine().flush();
-                assert!(!fp.is_armed(point), "crash point {point} did not fire");
+                // A background flush may take the memtable between the write and the arming;
+                // then the explicit flush has nothing to do, so try again.
+                self.until_fired(point, |h| {
+                    h.write_unexpired();
+                    let _ = h.engine().wait_for_background();
+                    h.opts.fail_points.arm(point, 0);
+                    let _ = h.engine().flush();
+                });
             }
             _ => {
-                // Two overlapping files: the compaction merges (a lone file may only move).
-                for _ in 0..2 {
-                    self.write(&[W::Put(1)]);
-                    self.engine().flush().unwrap();
-                }
                 let point = match c {
                     Crash::CompactionMid => points::COMPACTION_MID_OUTPUT,
                     Crash::CompactionBeforeCommit => points::COMPACTION_BEFORE_COMMIT,
                     _ => points::COMPACTION_AFTER_COMMIT,
                 };
-                fp.arm(point, 0);
-                let _ = self.engine().compact_range(None, None);
-                // A compaction writing one output never reaches the point between outputs.
-                if point != points::COMPACTION_MID_OUTPUT {
-                    assert!(!fp.is_armed(point), "crash point {point} did not fire");
+                let attempt = |h: &mut Self| {
+                    // Two overlapping files: the compaction merges (a lone file may only move).
+                    // A background compaction may merge them before the arming: try again.
+                    for _ in 0..2 {
+                        h.write_unexpired();
+                        h.engine().flush().unwrap();
+                    }
+                    let _ = h.engine().wait_for_background();
+                    h.opts.fail_points.arm(point, 0);
+                    let _ = h.engine().compact_range(None, None);
+                };
+                if point == points::COMPACTION_MID_OUTPUT {
+                    // A compaction writing one output never reaches the point between outputs.
+                    attempt(self);
+                    let _ = self.engine().wait_for_background();
+                    fp.clear();
+                } else {
+                    self.until_fired(point, attempt);
                 }
             }
         }
