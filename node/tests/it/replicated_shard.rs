@@ -221,6 +221,7 @@ async fn replicas_answer_sql_alike_after_writes_deletes_failover_and_snapshots()
     // A follower misses many writes (the leader snapshots and purges its log), then returns
     // and catches up from a snapshot: its catalog is reloaded with the engine.
     let lagging = *c.nodes.keys().find(|&&id| !c.nodes[&id].shard.is_leader()).unwrap();
+    let had = c.nodes[&lagging].shard.group.raft.metrics().borrow().last_log_index.unwrap_or(0);
     c.kill(lagging).await;
     {
         let leader = c.leader().await;
@@ -230,6 +231,15 @@ async fn replicas_answer_sql_alike_after_writes_deletes_failover_and_snapshots()
         // New table and new field, created while the follower is away.
         let mem = "mem,host=h0 used=1i 2000\nmem,host=h9 used=2i,free=3i 2001\n";
         write(&leader, mem.into()).await;
+        // Snapshots are built and the log purged in the background: the follower can only
+        // catch up from a snapshot once the leader's log no longer holds what follows its own.
+        leader
+            .group
+            .raft
+            .wait(Some(Duration::from_secs(120)))
+            .metrics(|m| m.purged.is_some_and(|p| p.index > had), "log purged past the follower")
+            .await
+            .unwrap();
     }
     c.start(lagging).await;
     c.converge().await;
