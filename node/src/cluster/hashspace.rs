@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-pub use ebb_query::cluster::hashspace::{series_hash, Span};
+pub use ebb_query::model::hashspace::{series_hash, Span};
 
 /// Errors in a shard map.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
-use ebb_query::cluster::hashspace::HashFilter;
 use ebb_query::cluster::ipc;
 use ebb_query::cluster::{Batches, Intent, ShardClient, ShardError, ShardRequest};
 use ebb_query::deletions::ReplicaDeletion;
 use ebb_query::lp::Precision;
+use ebb_query::model::hashspace::HashFilter;
 use ebb_query::{QueryError, WriteSummary};
 use futures::StreamExt;
 

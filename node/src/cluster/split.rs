@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ebb_query::cluster::hashspace::{HashFilter, Span};
+use ebb_query::model::hashspace::{HashFilter, Span};
 use ebb_query::QueryError;
 use ebb_storage::WriteBatch;
 use tonic::Status;

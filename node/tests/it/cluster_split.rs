@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use crate::cluster_erasure::{files_with, lines};
 use crate::common::{loopback, start_cluster, Http, BASE};
 use ebb_node::config::Config;
-use ebb_query::cluster::hashspace::series_hash;
+use ebb_query::model::hashspace::series_hash;
 
 fn config(dir: &Path) -> Config {
     Config {

@@ -11,7 +11,6 @@
 //!   describes (`system.nodes`, `system.shards`), through the client.
 //! - [`ipc`]: the Arrow IPC framing of result batches between nodes.
 
-pub mod hashspace;
 mod insert;
 pub mod intent;
 pub mod ipc;
@@ -29,7 +28,7 @@ use crate::error::{QueryError, Result};
 use crate::lp::Precision;
 use crate::WriteSummary;
 
-use hashspace::HashFilter;
+use crate::model::hashspace::HashFilter;
 pub use intent::Intent;
 pub use session::ClusterSql;
 pub use table::ClusterTable;

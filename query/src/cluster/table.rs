@@ -23,9 +23,9 @@ use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::ExecutionPlan;
 use futures::StreamExt;
 
-use super::hashspace::HashFilter;
 use super::insert::ClusterInsert;
 use super::{ShardClient, ShardError};
+use crate::model::hashspace::HashFilter;
 use crate::model::schema::ROLLUP_METADATA;
 
 /// A table of the cluster.

@@ -169,7 +169,7 @@ impl Database {
                 continue; // erased, or trimmed off by a split
             };
             let hash =
-                hash.unwrap_or_else(|| crate::cluster::hashspace::hash_of_series(source, &tags));
+                hash.unwrap_or_else(|| crate::model::hashspace::hash_of_series(source, &tags));
             if holds.is_some_and(|h| !h.holds(hash)) {
                 continue; // the other half of a split holds it
             }

@@ -6,9 +6,9 @@ use ebb_raft::Command;
 use ebb_storage::WriteBatch;
 
 use super::Database;
-use crate::cluster::hashspace::{hash_of_series, HashFilter};
 use crate::error::{QueryError, Result};
 use crate::model::catalog::CatalogDelta;
+use crate::model::hashspace::{hash_of_series, HashFilter};
 use crate::model::keys::series_range;
 
 /// How soon the rows a trim drops must be physically gone from every replica: the deletion

@@ -4,7 +4,7 @@
 //! generation it read; the writer applies it only if the catalog is still at that generation,
 //! and plans again under its lock otherwise.
 
-use crate::cluster::hashspace::{series_hash, HashFilter};
+use crate::model::hashspace::{series_hash, HashFilter};
 use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
@@ -448,9 +448,9 @@ impl Database {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::hashspace::Span;
     use crate::lp::Precision;
     use crate::model::catalog::CatalogDelta;
+    use crate::model::hashspace::Span;
 
     const T0: i64 = 1_700_000_000_000_000_000;
 

@@ -24,8 +24,8 @@ use super::keys::{table_prefix, time_to_u64, u64_to_time, CATALOG_TABLE};
 use super::rollup::Mark;
 use super::schema::TableDef;
 use super::series::{decode_series_key, SeriesIndex, TagValues};
-use crate::cluster::hashspace::{hash_of_series, HashFilter};
 use crate::error::QueryError;
+use crate::model::hashspace::{hash_of_series, HashFilter};
 
 const DB: u8 = b'D';
 const TABLE: u8 = b'T';
@@ -37,7 +37,7 @@ const OUTCOME: u8 = b'R';
 /// `crate::db::Database::write_lines_once`).
 const WRITTEN: u8 = b'W';
 /// The series hashes a cluster shard holds, once it has split (see
-/// [`crate::cluster::hashspace`]): writes of other series are refused.
+/// [`crate::model::hashspace`]): writes of other series are refused.
 const HASHES: u8 = b'P';
 
 fn cat_key(kind: u8, rest: &[u8]) -> Vec<u8> {

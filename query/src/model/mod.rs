@@ -1,6 +1,7 @@
 //! The data model: keys, table schemas, row values, the series index and the catalog.
 
 pub mod catalog;
+pub mod hashspace;
 pub mod keys;
 pub mod rollup;
 pub mod row;

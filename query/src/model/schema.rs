@@ -103,7 +103,7 @@ pub enum Column {
 }
 
 impl TableDef {
-    /// The measurement its series hash by (see `crate::cluster::hashspace`): its own name, or a
+    /// The measurement its series hash by (see `crate::model::hashspace`): its own name, or a
     /// rollup's source, so a rollup's series live on their source series' shard.
     pub fn hash_name(&self) -> &str {
         self.rollup.as_ref().map_or(&self.name, |r| &r.source)

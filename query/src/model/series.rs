@@ -53,7 +53,7 @@ pub struct SeriesIndex {
     /// Keyed by a randomly seeded fast hash: keys come from the network.
     by_key: HashMap<Vec<u8>, u64, ahash::RandomState>,
     tags_of: HashMap<u64, TagValues>,
-    /// The cluster hash of each series (see `crate::cluster::hashspace`), as the catalog
+    /// The cluster hash of each series (see `crate::model::hashspace`), as the catalog
     /// noted it: what a shard of a split cluster filters its scans by.
     hash_of: HashMap<u64, u64>,
     /// Series per `(tag number, value)`: `tag = value` without a pass over every series.

@@ -21,9 +21,9 @@ use super::delete::delete_targets;
 use super::pushdown::{classify_with, Operands, ScanFilter};
 use super::rows::batch_lines;
 use super::scan::{SeriesSpan, TableScan};
-use crate::cluster::hashspace::HashFilter;
 use crate::db::Database;
 use crate::lp::{Line, Precision};
+use crate::model::hashspace::HashFilter;
 use crate::model::schema::TableDef;
 
 /// The id of a placeholder in `e`, if it has one.

@@ -14,7 +14,7 @@ use datafusion::arrow::datatypes::DataType;
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
 
-use crate::cluster::hashspace::{hash_of_series, HashFilter};
+use crate::model::hashspace::{hash_of_series, HashFilter};
 use crate::model::schema::{Column, TableDef};
 use crate::model::series::{SeriesIndex, TagValues};
 

@@ -21,11 +21,11 @@ use super::ddl::{create_spec, retention_option, table_name};
 use super::delete::delete_targets;
 use super::erase::{is_erase, parse_erase, EraseStatement};
 use super::CATALOG;
-use crate::cluster::hashspace::HashFilter;
 use crate::cluster::ShardRequest;
 use crate::db::{Database, RequestSpec};
 use crate::error::{QueryError, Result};
 use crate::front::limits::Limits;
+use crate::model::hashspace::HashFilter;
 use datafusion::execution::runtime_env::RuntimeEnv;
 
 /// The result of one statement: its rows (as a stream) and a command tag such as `SELECT 3`,
