@@ -6,8 +6,9 @@
 //! - [`db`]: [`Database`], the engine plus catalog, and every write (line protocol, DDL,
 //!   deletes, retention purges) through one writer; every change reaches the engine and the
 //!   catalog through one `Database::apply(change, seq)`, which a single node calls under its
-//!   writer lock and every replica of a shard calls for what its Raft group commits (the
-//!   database is the group's state machine applier, and proposes its own changes, pipelined).
+//!   writer lock and every replica of a shard calls for what its group commits. A shard's
+//!   database proposes its changes, pipelined, through a [`db::Replicator`]: this crate does
+//!   not depend on Raft; `ebb-node` joins the two.
 //! - [`sql`]: DataFusion: the catalog, a table provider per table with projection, limit and
 //!   filter pushdown, `INSERT`, `DELETE`, DDL and the system tables.
 //! - [`cluster`]: the same SQL over a sharded cluster, through a [`cluster::ShardClient`].
@@ -32,8 +33,8 @@ pub mod sql;
 pub mod statements;
 
 pub use db::{
-    Database, DeleteOutcome, DeleteTarget, EraseOutcome, GroupCommits, RaftReplicator, RequestSpec,
-    RollupRound, WriteLimits, WriteSummary, DEFAULT_DATABASE,
+    Database, DeleteOutcome, DeleteTarget, EraseOutcome, GroupCommits, RequestSpec, RollupRound,
+    WriteLimits, WriteSummary, DEFAULT_DATABASE,
 };
 pub use error::{QueryError, Result};
 pub use sql::{QueryOutput, SqlSession, StatementKind};

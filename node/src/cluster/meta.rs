@@ -26,7 +26,7 @@ pub const META_VOTERS: usize = 3;
 /// How long a metadata proposal or membership change may wait to commit. A leader cut off from
 /// its voters does not step down by itself, so an unbounded wait would hold the change lock (and
 /// every change behind it) for as long as the partition lasts.
-const COMMIT_TIMEOUT: Duration = ebb_query::db::PROPOSE_TIMEOUT;
+const COMMIT_TIMEOUT: Duration = super::replication::PROPOSE_TIMEOUT;
 
 /// `what` within [`COMMIT_TIMEOUT`], or [`MetaError::Failed`] saying it may still commit.
 async fn bounded<T, E: std::fmt::Display>(

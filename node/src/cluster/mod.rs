@@ -12,6 +12,7 @@ mod node;
 pub mod placement;
 pub mod readiness;
 mod rebalance;
+mod replication;
 pub mod router;
 mod service;
 mod shard;
@@ -24,8 +25,9 @@ mod write_check;
 
 pub use meta::{Meta, MetaError, META_GROUP, META_VOTERS};
 pub use node::{ClusterConfig, ClusterNode, INIT_PROBE, NODE_ID_FILE};
+pub use replication::PROPOSE_TIMEOUT;
 pub use service::{decommission, join, set_shard_members, ClusterService, MOVE_TIMEOUT};
-pub use shard::{Shard, PROPOSE_TIMEOUT};
+pub use shard::Shard;
 pub use shards::{ShardEnv, Shards};
 
 /// Largest cluster gRPC message (a forwarded write).

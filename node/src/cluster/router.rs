@@ -17,7 +17,7 @@ use super::hashspace::series_hash;
 use super::meta::Meta;
 use super::proto::cluster_client::ClusterClient;
 use super::proto::{LeadersRequest, WriteLinesRequest};
-use super::shard::PROPOSE_TIMEOUT;
+use super::replication::PROPOSE_TIMEOUT;
 use super::shards::Shards;
 
 /// How many times a write may be forwarded between nodes looking for a shard's leader.

@@ -1,6 +1,6 @@
 //! A shard replica on a node: the shard's Raft group and the replicated [`Database`] over its
 //! engine. Writes on the leader's database are proposed to the group; every replica's
-//! database applies what the group commits (`ebb_query::db` owns both halves).
+//! database applies what the group commits (`super::replication` joins the two).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use ebb_raft::{open_group, run_group, GroupOptions, NodeId};
 
 use crate::error::{NodeError, Result};
 
-pub use ebb_query::db::PROPOSE_TIMEOUT;
+use super::replication::{GroupReplicator, ReplicaApplier};
 
 /// One shard replica on this node.
 #[derive(Clone)]
@@ -42,10 +42,12 @@ impl Shard {
     ) -> Result<Shard> {
         let start = |e: ebb_raft::StartError| NodeError::Cluster(format!("shard {id}: {e}"));
         let (log, replica) = open_group(dir, opts).await.map_err(start)?;
-        let db = Database::replicated(&replica, tokio::runtime::Handle::current())
+        let db = Database::replicated(replica.engine())
             .map_err(|source| NodeError::Open { dir: dir.to_path_buf(), source })?;
+        replica.set_applier(Arc::new(ReplicaApplier::new(&db)));
         let group = run_group(node, id, log, replica, opts, conns, groups).await.map_err(start)?;
-        db.replicate_through(group.raft.clone());
+        let rt = tokio::runtime::Handle::current();
+        db.replicate_through(Arc::new(GroupReplicator::new(group.raft.clone(), rt)));
         Ok(Shard { id, group, db })
     }
 

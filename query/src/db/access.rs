@@ -49,7 +49,7 @@ impl AccessStore for Database {
     }
 
     async fn write_access(&self, ops: Vec<AccessOp>) -> Result<()> {
-        if self.replicator.is_some() {
+        if self.replication.is_some() {
             return Err(QueryError::Internal(
                 "a shard replica keeps no users; the cluster's metadata group does".into(),
             ));

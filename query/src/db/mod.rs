@@ -7,7 +7,7 @@ mod apply;
 mod delete;
 mod erase;
 mod outcome;
-mod replicated;
+mod replicate;
 mod request;
 mod rollup;
 mod rollup_round;
@@ -26,7 +26,7 @@ use parking_lot::{Mutex, RwLock};
 pub use delete::{DeleteOutcome, DeleteTarget};
 pub use erase::EraseOutcome;
 pub use outcome::{admit, RequestOutcome};
-pub use replicated::{RaftReplicator, PROPOSE_TIMEOUT};
+pub use replicate::{Admission, Applied, Done, Proposed, Replicator};
 pub use request::{human_duration, new_request_id, request_id_ms, RequestSpec};
 pub use rollup_round::RollupRound;
 pub use split::TrimOutcome;
@@ -54,7 +54,7 @@ enum Pending {
     /// Applied at `seq`, durable once `staged` is.
     Staged { seq: u64, staged: ebb_storage::Staged },
     /// Proposed to the shard's group.
-    Proposed(replicated::Proposal),
+    Proposed(replicate::Proposal),
 }
 
 impl Pending {
@@ -81,7 +81,7 @@ struct Writer {
 
 /// An EbbDB database's data: the engine, the catalog and the writer. On a single node the
 /// writer assigns the engine's sequence numbers; in a cluster each shard replica has one whose
-/// changes go through the shard's Raft group (a [`RaftReplicator`]).
+/// changes go through the shard's Raft group (a [`Replicator`]).
 #[derive(Debug)]
 pub struct Database {
     engine: RwLock<Arc<Engine>>,
@@ -89,7 +89,8 @@ pub struct Database {
     writer: Mutex<Writer>,
     /// Planned writes waiting to be committed together.
     queue: write_group::WriteQueue,
-    replicator: Option<Arc<RaftReplicator>>,
+    /// The group changes go through (a shard replica), if any.
+    replication: Option<replicate::Replication>,
     default_retention: RwLock<Option<Duration>>,
     /// What one write request may add.
     write_limits: RwLock<write::WriteLimits>,
@@ -157,7 +158,7 @@ impl Database {
             queue: Default::default(),
             removals: Default::default(),
             statements: Default::default(),
-            replicator: None,
+            replication: None,
             default_retention: RwLock::new(None),
             write_limits: RwLock::new(write::WriteLimits::default()),
             access: RwLock::new(Arc::new(access)),
@@ -206,9 +207,9 @@ impl Database {
     /// [`Database::commit`] without waiting: on a single node the change is applied and the
     /// caller waits for its fsync after releasing the writer lock, so that concurrent requests
     /// share one (group commit); a replicated database proposes it, and the caller waits for
-    /// the proposal (see [`replicated`] for what must be waited for under the lock).
+    /// the proposal (see [`replicate`] for what must be waited for under the lock).
     fn commit_staged(&self, w: &mut Writer, change: Change<'_>) -> Result<Pending> {
-        if let Some(rep) = &self.replicator {
+        if let Some(rep) = &self.replication {
             // Every replica applies it as the group commits it (`Database::apply`).
             if change.batch.is_empty() {
                 return Ok(Pending::Done(0));

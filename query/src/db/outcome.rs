@@ -7,11 +7,10 @@
 //! has completed from the record, and a replica applies a batch that completes a request only
 //! once (a proposal still in flight from an earlier attempt becomes a no-op).
 
-use ebb_raft::sm::Admitted;
 use ebb_storage::{BatchOp, Engine, WriteBatch};
 use serde::{Deserialize, Serialize};
 
-use super::Database;
+use super::{Admission, Database};
 use crate::error::{QueryError, Result};
 use crate::model::catalog::{outcome_key, written_key};
 
@@ -142,7 +141,7 @@ impl Database {
 pub fn admit(
     engine: &Engine,
     batch: &mut WriteBatch,
-) -> std::result::Result<Admitted, ebb_storage::Error> {
+) -> std::result::Result<Admission, ebb_storage::Error> {
     let applied = |key: &[u8]| Ok::<_, ebb_storage::Error>(engine.get(key, None)?.is_some());
     // Only a batch led by a write's record can hold a group (every batch is looked at here).
     let grouped = batch.ops().first().is_some_and(|op| written_record(op).is_some());
@@ -153,11 +152,11 @@ pub fn admit(
     if writes.len() > 1 {
         let fresh = writes.iter().map(|k| applied(k).map(|a| !a)).collect::<Result<Vec<_>, _>>()?;
         if fresh.iter().all(|f| *f) {
-            return Ok(Admitted::All);
+            return Ok(Admission::All);
         }
         if !fresh.iter().any(|f| *f) {
             *batch = WriteBatch::new();
-            return Ok(Admitted::Nothing);
+            return Ok(Admission::Nothing);
         }
         let mut write = 0;
         let mut keep = false;
@@ -168,14 +167,14 @@ pub fn admit(
             }
             keep
         });
-        return Ok(Admitted::Part);
+        return Ok(Admission::Part);
     }
     match completes(batch) {
         Some(key) if applied(&key)? => {
             *batch = WriteBatch::new();
-            Ok(Admitted::Nothing)
+            Ok(Admission::Nothing)
         }
-        _ => Ok(Admitted::All),
+        _ => Ok(Admission::All),
     }
 }
 
@@ -241,14 +240,14 @@ mod tests {
                 .collect()
         };
         let mut b = group();
-        assert_eq!(admit(&e, &mut b).unwrap(), Admitted::All);
+        assert_eq!(admit(&e, &mut b).unwrap(), Admission::All);
         assert_eq!(b, group());
         // The second write was applied by an earlier attempt.
         let mut first = WriteBatch::new();
         put_written(&mut first, ids[1], &crate::WriteSummary::default());
         e.write(&first, 1).unwrap();
         let mut b = group();
-        assert_eq!(admit(&e, &mut b).unwrap(), Admitted::Part);
+        assert_eq!(admit(&e, &mut b).unwrap(), Admission::Part);
         assert_eq!(rows(&b), ["row-0-a", "row-0-b", "row-2-a", "row-2-b"]);
         assert_eq!(b.ops().iter().filter(|op| written_record(op).is_some()).count(), 2);
         // All of them were.
@@ -258,12 +257,12 @@ mod tests {
         }
         e.write(&rest, 10).unwrap();
         let mut b = group();
-        assert_eq!(admit(&e, &mut b).unwrap(), Admitted::Nothing);
+        assert_eq!(admit(&e, &mut b).unwrap(), Admission::Nothing);
         assert!(b.is_empty());
         // A lone write is admitted or not as a whole.
         let mut lone = WriteBatch::new();
         put_written(&mut lone, ids[0], &crate::WriteSummary::default());
         lone.put("row-x", "v");
-        assert_eq!(admit(&e, &mut lone).unwrap(), Admitted::Nothing);
+        assert_eq!(admit(&e, &mut lone).unwrap(), Admission::Nothing);
     }
 }

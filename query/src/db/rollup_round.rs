@@ -79,7 +79,7 @@ impl Database {
         }
         // A new leader plans from everything the group committed before (a delete another
         // leader committed, say), not from what it happened to have applied.
-        if let Some(rep) = &self.replicator {
+        if let Some(rep) = &self.replication {
             rep.barrier()?;
         }
         let removals = || self.removals.load(std::sync::atomic::Ordering::Acquire);

@@ -2,7 +2,6 @@
 //! entry that forks its replicas into a child group, and trimming, once the cluster routes by
 //! the new spans, the rows and series of the half a shard no longer holds.
 
-use ebb_raft::Command;
 use ebb_storage::WriteBatch;
 
 use super::Database;
@@ -35,7 +34,7 @@ impl Database {
     /// applied before it. Returns the log index of the split entry, or `None` if this shard
     /// had split off `child` already.
     pub fn split(&self, child: u64, keep: HashFilter, give: HashFilter) -> Result<Option<u64>> {
-        let Some(rep) = &self.replicator else {
+        let Some(rep) = &self.replication else {
             return Err(QueryError::invalid("only a shard of a cluster splits"));
         };
         let _w = self.writer.lock();
@@ -44,10 +43,8 @@ impl Database {
         let (mut parent, mut child_batch) = (WriteBatch::new(), WriteBatch::new());
         CatalogDelta { hashes: Some(keep), ..Default::default() }.write_to(&mut parent)?;
         CatalogDelta { hashes: Some(give), ..Default::default() }.write_to(&mut child_batch)?;
-        let cmd =
-            Command::Split { child, batch: parent.to_bytes(), child_batch: child_batch.to_bytes() };
-        match rep.submit(cmd)?.wait() {
-            Ok(seq) => Ok(ebb_raft::sm::applied::seq_index(seq)),
+        match rep.split(child, &parent, &child_batch) {
+            Ok(index) => Ok(Some(index)),
             Err(QueryError::Completed) => Ok(None),
             Err(e) => Err(e),
         }

@@ -196,7 +196,7 @@ impl Database {
         let catalog_change = !delta.is_empty();
         let change = Change { batch: &batch, delta, newest: Cow::Borrowed(&p.newest) };
         let pending = self.commit_staged(&mut w, change)?;
-        match &self.replicator {
+        match &self.replication {
             // Later plans must see the catalog records applied.
             Some(_) if catalog_change => {
                 pending.wait()?;
@@ -278,7 +278,7 @@ impl Database {
             .iter()
             .zip(&max_times)
             .any(|(&(first, _), max)| max.is_some_and(|max| max >= p.points[first].2));
-        if let (true, Some(rep)) = (merges, &self.replicator) {
+        if let (true, Some(rep)) = (merges, &self.replication) {
             rep.drain();
         }
         let engine = self.engine();

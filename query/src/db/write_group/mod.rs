@@ -200,7 +200,7 @@ impl Database {
             };
             match self.commit_staged(w, change) {
                 Ok(pending) => {
-                    if self.replicator.is_some() {
+                    if self.replication.is_some() {
                         // Later writes to these points wait for the proposal before merging
                         // with stored rows (`existing_rows`).
                         self.catalog.note_times(&newest);
