@@ -78,9 +78,18 @@ pub fn synced_file(file: &File) {
     let link = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
     let Ok(target) = std::fs::read_link(&link) else { return };
     let Some(w) = watch_of(&target) else { return };
-    let (Ok(md), Ok(content)) = (file.metadata(), std::fs::read(&link)) else { return };
-    let Ok(handle) = File::open(&link) else { return };
-    w.state.lock().files.insert(md.ino(), (handle, content));
+    let read = (|| {
+        Ok::<_, std::io::Error>((file.metadata()?, std::fs::read(&link)?, File::open(&link)?))
+    })();
+    let mut st = w.state.lock();
+    match read {
+        Ok((md, content, handle)) => {
+            st.files.insert(md.ino(), (handle, content));
+        }
+        Err(e) => {
+            st.unrecorded.get_or_insert_with(|| format!("fsync of {}: {e}", target.display()));
+        }
+    }
 }
 
 /// Records that directory `dir` was just fsynced.
@@ -90,17 +99,33 @@ pub fn synced_dir(dir: &Path) {
     }
     let Ok(dir) = dir.canonicalize() else { return };
     let Some(w) = watch_of(&dir) else { return };
-    let Ok(listing) = list(&dir) else { return };
-    let Ok(md) = std::fs::metadata(&dir) else { return };
+    // Other threads may create and delete entries meanwhile (flushes, compactions): `list`
+    // leaves out what vanishes under it, and a failure is kept for `PowerCut::cut` to report
+    // (a silently missed fsync would lose the entries it made durable).
+    let listed = list(&dir).and_then(|l| Ok((l, std::fs::metadata(&dir).at(&dir)?.ino())));
     let mut st = w.state.lock();
-    for (name, (ino, _)) in &listing {
-        if let std::collections::hash_map::Entry::Vacant(e) = st.held.entry(*ino) {
-            if let Ok(f) = File::open(dir.join(name)) {
-                e.insert(f);
-            }
+    let (mut listing, dir_ino) = match listed {
+        Ok(l) => l,
+        Err(e) => {
+            st.unrecorded.get_or_insert_with(|| format!("fsync of {}: {e}", dir.display()));
+            return;
         }
-    }
-    st.dirs.insert(md.ino(), listing);
+    };
+    // An entry gone (or replaced) before its inode is held is left out, as if removed before
+    // the fsync: an inode not held may be reused by a new file.
+    listing.retain(|name, (ino, _)| {
+        if st.held.contains_key(ino) {
+            return true;
+        }
+        match File::open(dir.join(name)) {
+            Ok(f) if f.metadata().is_ok_and(|m| m.ino() == *ino) => {
+                st.held.insert(*ino, f);
+                true
+            }
+            _ => false,
+        }
+    });
+    st.dirs.insert(dir_ino, listing);
     st.prune();
 }
 
@@ -115,7 +140,12 @@ fn list(dir: &Path) -> Result<Listing> {
     let mut out = Listing::new();
     for e in std::fs::read_dir(dir).at(dir)? {
         let e = e.at(dir)?;
-        let md = e.metadata().at(&e.path())?;
+        let md = match e.metadata() {
+            Ok(md) => md,
+            // Removed since `read_dir` returned it (another thread deleting a file).
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(err) => return Err(err).at(&e.path()),
+        };
         out.insert(e.file_name().to_string_lossy().into_owned(), (md.ino(), md.is_dir()));
     }
     Ok(out)
@@ -136,6 +166,8 @@ struct Durable {
     files: HashMap<u64, (File, Vec<u8>)>,
     /// Handles holding the inodes named by recorded directory entries.
     held: HashMap<u64, File>,
+    /// Why an fsync could not be recorded, if one could not: the image would be wrong.
+    unrecorded: Option<String>,
 }
 
 impl Durable {
@@ -208,6 +240,12 @@ impl PowerCut {
     /// Whatever uses the tree must be stopped (dropped) first.
     pub fn cut(&self, loss: Loss) -> Result<()> {
         let root = &self.watched.root;
+        if let Some(why) = self.watched.state.lock().unrecorded.clone() {
+            return Err(crate::Error::io(
+                root,
+                std::io::Error::other(format!("an fsync was not recorded: {why}")),
+            ));
+        }
         let mut rng = match loss {
             Loss::Unsynced => None,
             Loss::Torn(seed) => Some(SplitMix(seed)),
@@ -376,5 +414,44 @@ mod tests {
         assert!(root.join("kept").is_dir());
         assert!(!root.join("kept/file").exists());
         assert!(!root.join("gone").exists());
+    }
+
+    #[test]
+    fn a_directory_fsync_is_recorded_while_other_threads_add_and_remove_entries() {
+        // Background flushes and compactions create and delete files while a writer fsyncs the
+        // directory after creating a file: the fsync must be recorded all the same.
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let cut = PowerCut::watch(root).unwrap();
+        let mut missing = Vec::new();
+        for n in 0..100 {
+            let stop = Arc::new(AtomicBool::new(false));
+            let churn = {
+                let (root, stop) = (root.to_path_buf(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut i = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let p = root.join(format!("churn-{}", i % 32));
+                        if std::fs::remove_file(&p).is_err() {
+                            let _ = std::fs::write(&p, b"x");
+                        }
+                        i += 1;
+                    }
+                })
+            };
+            let path = root.join(format!("kept-{n}"));
+            let f = File::create(&path).unwrap();
+            sync_file(&f, &path).unwrap();
+            std::thread::sleep(std::time::Duration::from_micros(200));
+            sync_dir(root).unwrap();
+            stop.store(true, Ordering::Relaxed);
+            churn.join().unwrap();
+            drop(f);
+            cut.cut(Loss::Unsynced).unwrap();
+            if !path.exists() {
+                missing.push(n);
+            }
+        }
+        assert!(missing.is_empty(), "fsynced entries lost in rounds {missing:?}");
     }
 }

@@ -29,6 +29,7 @@ use ebb_storage::{
 use proptest::prelude::*;
 
 mod harness;
+mod replay;
 use harness::Harness;
 
 const KEYS: u16 = 240;
