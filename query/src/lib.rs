@@ -9,8 +9,10 @@
 //!   writer lock and every replica of a shard calls for what its group commits. A shard's
 //!   database proposes its changes, pipelined, through a [`db::Replicator`]: this crate does
 //!   not depend on Raft; `ebb-node` joins the two.
-//! - [`sql`]: DataFusion: the catalog, a table provider per table with projection, limit and
-//!   filter pushdown, `INSERT`, `DELETE`, DDL and the system tables.
+//! - [`sql`]: DataFusion: the catalog, one table provider ([`sql::ShardTable`]) over the shards
+//!   that hold a table ([`sql::shard::Shards`]: a single node is one local shard, a cluster's
+//!   are reached by typed requests), with projection, limit and filter pushdown, `INSERT`,
+//!   `DELETE`, DDL and the system tables.
 //! - [`cluster`]: the same SQL over a sharded cluster, through a [`cluster::ShardClient`].
 //! - Rollups (`CREATE MATERIALIZED VIEW`): what they keep in [`model::rollup`], how they are
 //!   read in [`sql::rollup`], kept and maintained by [`db`]. They are not in the design

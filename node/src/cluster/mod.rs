@@ -17,6 +17,7 @@ pub mod router;
 mod service;
 mod shard;
 mod shard_client;
+mod shard_reads;
 mod shards;
 pub mod split;
 mod system;

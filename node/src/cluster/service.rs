@@ -20,8 +20,8 @@ use super::proto::{
     WriteLinesRequest,
 };
 use super::proto::{
-    ForkShardReply, ForkShardRequest, SplitShardReply, SplitShardRequest, TrimShardReply,
-    TrimShardRequest,
+    ForkShardReply, ForkShardRequest, ShardCall, SplitShardReply, SplitShardRequest, TableReply,
+    TrimShardReply, TrimShardRequest,
 };
 use super::router::{RouteError, Router};
 use super::shards::Shards;
@@ -81,7 +81,7 @@ pub(super) fn replica_bytes(s: &super::Shard) -> u64 {
 pub type QueryStream =
     std::pin::Pin<Box<dyn futures::Stream<Item = std::result::Result<QueryChunk, Status>> + Send>>;
 
-fn query_status(e: ebb_query::QueryError) -> Status {
+pub(super) fn query_status(e: ebb_query::QueryError) -> Status {
     // DataFusion's planner reports a missing table as a plan error.
     let missing = |m: &str| m.contains("table '") && m.contains("not found");
     match e {
@@ -96,6 +96,28 @@ fn query_status(e: ebb_query::QueryError) -> Status {
 }
 
 impl ClusterService {
+    /// This node's replica of `shard`, if it leads the shard's group.
+    fn leading(&self, shard: u64) -> Option<super::Shard> {
+        self.shards.get(shard).filter(|s| s.is_leader())
+    }
+
+    /// A client of the node to forward a call on `shard` to (its leader as known here), if
+    /// the call may be forwarded `hops` more times.
+    async fn forward(
+        &self,
+        shard: u64,
+        hops: u32,
+    ) -> std::result::Result<ClusterClient<ClusterChannel>, Status> {
+        if hops == 0 {
+            return Err(Status::unavailable("too many forwards looking for the shard leader"));
+        }
+        let addr = self
+            .shard_target(shard)
+            .ok_or_else(|| Status::unavailable(format!("shard {shard} has no leader")))?;
+        let c = connect(self.router.conns(), &addr).await.map_err(Status::unavailable)?;
+        Ok(c.max_decoding_message_size(super::MAX_MESSAGE_BYTES))
+    }
+
     /// Where to send a request for `shard` this node cannot serve: its leader if known here,
     /// else another node holding it.
     fn shard_target(&self, shard: u64) -> Option<String> {
@@ -124,6 +146,32 @@ impl ClusterService {
 #[tonic::async_trait]
 impl Cluster for ClusterService {
     type QueryStream = QueryStream;
+    type ScanStream = QueryStream;
+
+    async fn table(
+        &self,
+        req: Request<ShardCall>,
+    ) -> std::result::Result<Response<TableReply>, Status> {
+        let call = req.into_inner();
+        let Some(shard) = self.leading(call.shard) else {
+            let mut c = self.forward(call.shard, call.hops).await?;
+            return c.table(ShardCall { hops: call.hops - 1, ..call }).await;
+        };
+        Ok(Response::new(super::shard_reads::table(&shard, &call).await?))
+    }
+
+    async fn scan(
+        &self,
+        req: Request<ShardCall>,
+    ) -> std::result::Result<Response<QueryStream>, Status> {
+        let call = req.into_inner();
+        let Some(shard) = self.leading(call.shard) else {
+            let mut c = self.forward(call.shard, call.hops).await?;
+            let stream = c.scan(ShardCall { hops: call.hops - 1, ..call }).await?.into_inner();
+            return Ok(Response::new(Box::pin(stream)));
+        };
+        Ok(Response::new(super::shard_reads::scan(&shard, &call).await?))
+    }
 
     async fn query(
         &self,
@@ -131,28 +179,15 @@ impl Cluster for ClusterService {
     ) -> std::result::Result<Response<QueryStream>, Status> {
         use futures::StreamExt;
         let r = req.into_inner();
-        let local = self.shards.get(r.shard).filter(|s| s.is_leader());
-        let Some(shard) = local else {
-            if r.hops == 0 {
-                return Err(Status::unavailable("too many forwards looking for the shard leader"));
-            }
-            let addr = self
-                .shard_target(r.shard)
-                .ok_or_else(|| Status::unavailable(format!("shard {} has no leader", r.shard)))?;
-            let mut c = connect(self.router.conns(), &addr).await.map_err(Status::unavailable)?;
+        let Some(shard) = self.leading(r.shard) else {
+            let mut c = self.forward(r.shard, r.hops).await?;
             let fwd = QueryRequest { hops: r.hops - 1, ..r };
             let stream = c.query(fwd).await?.into_inner();
             return Ok(Response::new(Box::pin(stream)));
         };
         // A leader that lost its term (a restarted old leader) cannot pass the barrier; it
         // fails in time so the caller retries on the real leader.
-        let barrier =
-            tokio::time::timeout(READ_BARRIER_TIMEOUT, shard.group.raft.ensure_linearizable());
-        match barrier.await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(Status::unavailable(format!("read barrier: {e}"))),
-            Err(_) => return Err(Status::unavailable("read barrier timed out")),
-        }
+        super::shard_reads::read_barrier(&shard).await?;
         let mut session =
             ebb_query::SqlSession::new(shard.db.clone(), &r.database).with_raw_rollups();
         if let Some(h) = &r.hashes {

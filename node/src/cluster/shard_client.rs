@@ -4,20 +4,33 @@
 
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
+use datafusion::error::DataFusionError;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+use datafusion::physical_plan::ExecutionPlan;
 use ebb_query::cluster::ipc;
 use ebb_query::cluster::{Batches, Intent, ShardClient, ShardError, ShardRequest};
 use ebb_query::deletions::ReplicaDeletion;
 use ebb_query::lp::Precision;
 use ebb_query::model::hashspace::HashFilter;
+use ebb_query::model::schema::TableDef;
+use ebb_query::sql::shard::request::{self, PointBatch, ScanRequest, TableRequest};
+use ebb_query::sql::shard::TablePart;
 use ebb_query::{QueryError, WriteSummary};
 use futures::StreamExt;
 
 use super::proto::cluster_client::ClusterClient;
-use super::proto::QueryRequest;
+use super::proto::{QueryRequest, ShardCall};
 use super::router::{RouteError, Router, MAX_HOPS};
+
+/// Lines per write an `INSERT` sends.
+const LINES_PER_WRITE: usize = 5000;
 
 /// How long a shard query keeps retrying through elections.
 const QUERY_RETRY: Duration = Duration::from_secs(10);
@@ -151,7 +164,12 @@ async fn try_query(
         .map_err(|s| unavailable(s.message().to_string()))?
         .ok_or_else(|| unavailable("empty answer".into()))?;
     let (schema, _) = ipc::decode(&head.ipc).map_err(|e| unavailable(e.to_string()))?;
-    let batches = stream
+    Ok((schema, batches(stream)))
+}
+
+/// The batches of a shard's answer, its Arrow IPC chunks decoded.
+fn batches(stream: tonic::Streaming<super::proto::QueryChunk>) -> Batches {
+    stream
         .filter_map(|chunk| async move {
             match chunk {
                 Err(s) => Some(Err(ShardError::Unavailable(s.message().to_string()))),
@@ -162,6 +180,216 @@ async fn try_query(
                 },
             }
         })
-        .boxed();
-    Ok((schema, batches))
+        .boxed()
+}
+
+/// Runs `call` until it answers other than unavailable, or [`QUERY_RETRY`] has passed
+/// (through elections and leader moves).
+async fn retrying<T, F, Fut>(shard: u64, mut call: F) -> Result<T, ShardError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, ShardError>>,
+{
+    let deadline = Instant::now() + QUERY_RETRY;
+    loop {
+        match call().await {
+            Err(ShardError::Unavailable(why)) if Instant::now() < deadline => {
+                tracing::debug!(shard, %why, "retrying a shard call");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// `s` (a shard's answer) as a shard error.
+fn shard_error(addr: &str, s: tonic::Status) -> ShardError {
+    match s.code() {
+        tonic::Code::NotFound => ShardError::NotFound(s.message().to_string()),
+        tonic::Code::InvalidArgument => ShardError::Invalid(s.message().to_string()),
+        _ => ShardError::Unavailable(format!("{addr}: {}", s.message())),
+    }
+}
+
+/// A client of shard `shard`'s leader (as this node knows it) and its address.
+fn leader_client(
+    router: &Router,
+    shard: u64,
+) -> Result<(ClusterClient<ebb_raft::transport::ClusterChannel>, String), ShardError> {
+    let unavailable = |e: String| ShardError::Unavailable(e);
+    let addr = router.leader_addr(shard).map_err(|e| unavailable(e.to_string()))?;
+    let ch = router.conns().channel(&addr).map_err(|e| unavailable(format!("{addr}: {e}")))?;
+    let client = ClusterClient::new(ch).max_decoding_message_size(super::MAX_MESSAGE_BYTES);
+    Ok((client, addr))
+}
+
+/// A typed call on `shard` carrying `body`.
+fn shard_call(shard: u64, hashes: Option<HashFilter>, body: Vec<u8>) -> ShardCall {
+    ShardCall {
+        shard,
+        hops: MAX_HOPS,
+        hashes: hashes.map(|h| super::split::to_proto(&h)),
+        version: request::WIRE_VERSION,
+        body,
+    }
+}
+
+/// Shard `shard`'s definition of the table `body` names, if it holds it.
+async fn try_table(
+    router: &Router,
+    shard: u64,
+    body: &[u8],
+) -> Result<Option<TableDef>, ShardError> {
+    let (mut client, addr) = leader_client(router, shard)?;
+    let call = client.table(shard_call(shard, None, body.to_vec()));
+    let reply = tokio::time::timeout(QUERY_START_TIMEOUT, call)
+        .await
+        .map_err(|_| {
+            ShardError::Unavailable(format!("{addr}: no answer within {QUERY_START_TIMEOUT:?}"))
+        })?
+        .map_err(|s| shard_error(&addr, s))?
+        .into_inner();
+    reply
+        .def
+        .map(|d| serde_json::from_slice(&d))
+        .transpose()
+        .map_err(|e| ShardError::Unavailable(format!("{addr}: an undecodable table: {e}")))
+}
+
+/// Starts scan `body` on shard `shard`'s leader: its batches once the first chunk arrived.
+async fn try_scan(
+    router: &Router,
+    shard: u64,
+    hashes: Option<HashFilter>,
+    body: &[u8],
+) -> Result<Batches, ShardError> {
+    let unavailable = |e: String| ShardError::Unavailable(e);
+    let (mut client, addr) = leader_client(router, shard)?;
+    let call = client.scan(shard_call(shard, hashes, body.to_vec()));
+    let mut stream = tokio::time::timeout(QUERY_START_TIMEOUT, call)
+        .await
+        .map_err(|_| unavailable(format!("{addr}: no answer within {QUERY_START_TIMEOUT:?}")))?
+        .map_err(|s| shard_error(&addr, s))?
+        .into_inner();
+    tokio::time::timeout(QUERY_START_TIMEOUT, stream.message())
+        .await
+        .map_err(|_| unavailable(format!("{addr}: no answer within {QUERY_START_TIMEOUT:?}")))?
+        .map_err(|s| shard_error(&addr, s))?
+        .ok_or_else(|| unavailable(format!("{addr}: an empty answer")))?;
+    Ok(batches(stream))
+}
+
+/// One shard's part of a scan, read from its leader.
+#[derive(Debug)]
+struct RemoteScan {
+    router: Arc<Router>,
+    shard: u64,
+    hashes: Option<HashFilter>,
+    /// The encoded [`ScanRequest`].
+    body: Vec<u8>,
+    /// What the shard produces (the requested columns as it defines them).
+    schema: SchemaRef,
+    /// The shard was asked for `time` only, to count rows of a scan that wants no column.
+    rows_only: bool,
+}
+
+impl PartitionStream for RemoteScan {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let (router, shard, hashes, body) =
+            (self.router.clone(), self.shard, self.hashes, self.body.clone());
+        let (schema, rows_only) = (self.schema.clone(), self.rows_only);
+        let external = |e: ShardError| DataFusionError::External(Box::new(e));
+        let stream = futures::stream::once(async move {
+            match retrying(shard, || try_scan(&router, shard, hashes, &body)).await {
+                Ok(batches) => batches
+                    .map(move |b| {
+                        let b = b.map_err(external)?;
+                        let cols = if rows_only { Vec::new() } else { b.columns().to_vec() };
+                        let opts = RecordBatchOptions::new().with_row_count(Some(b.num_rows()));
+                        Ok(RecordBatch::try_new_with_options(schema.clone(), cols, &opts)?)
+                    })
+                    .boxed(),
+                // The table was dropped since planning.
+                Err(ShardError::NotFound(_)) => futures::stream::empty().boxed(),
+                Err(e) => futures::stream::once(async move { Err(external(e)) }).boxed(),
+            }
+        })
+        .flatten();
+        Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream))
+    }
+}
+
+#[async_trait]
+impl ebb_query::sql::shard::Shards for Router {
+    async fn table(&self, database: &str, name: &str) -> Result<Vec<TablePart>, QueryError> {
+        let request = TableRequest { database: database.to_string(), name: name.to_string() };
+        let body = request::encode(&request);
+        let mut parts = Vec::new();
+        for (shard, hashes) in ShardClient::routing(self) {
+            match retrying(shard, || try_table(self, shard, &body)).await {
+                Ok(Some(def)) => parts.push(TablePart { shard, hashes, def: Arc::new(def) }),
+                Ok(None) | Err(ShardError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(parts)
+    }
+
+    fn scan(
+        self: Arc<Self>,
+        part: &TablePart,
+        scan: &ScanRequest,
+        _partitions: usize,
+    ) -> Result<Arc<dyn ExecutionPlan>, QueryError> {
+        let full = part.def.schema();
+        let rows_only = scan.columns.is_empty();
+        let mut asked = scan.clone();
+        if rows_only {
+            asked.columns.push(ebb_query::model::TIME_COLUMN.to_string());
+        }
+        let indices = scan
+            .columns
+            .iter()
+            .map(|c| full.index_of(c))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(DataFusionError::from)?;
+        let schema = Arc::new(full.project(&indices).map_err(DataFusionError::from)?);
+        let partition = RemoteScan {
+            router: self,
+            shard: part.shard,
+            hashes: part.hashes,
+            body: request::encode(&asked),
+            schema: schema.clone(),
+            rows_only,
+        };
+        let exec =
+            StreamingTableExec::try_new(schema, vec![Arc::new(partition)], None, [], false, None)?;
+        Ok(Arc::new(exec))
+    }
+
+    async fn write(&self, points: PointBatch) -> Result<WriteSummary, QueryError> {
+        // Until writes travel typed, the points go as line protocol, every one checked first.
+        let mut lines = Vec::with_capacity(points.lines.len());
+        for (no, line) in &points.lines {
+            let mut text = String::new();
+            line.write_to(&mut text).map_err(|e| QueryError::invalid(format!("row {no}: {e}")))?;
+            text.push('\n');
+            lines.push(text);
+        }
+        let mut written = WriteSummary::default();
+        for chunk in lines.chunks(LINES_PER_WRITE) {
+            let (db, body) = (&points.database, chunk.concat());
+            let s = ShardClient::write_lines(self, db, &body, points.precision, points.now_ns);
+            let s = s.await?;
+            written.lines += s.lines;
+            written.rows += s.rows;
+            written.tables_created += s.tables_created;
+            written.series_created += s.series_created;
+        }
+        Ok(written)
+    }
 }

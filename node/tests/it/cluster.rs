@@ -394,7 +394,7 @@ async fn sql_on_any_node_reads_and_deletes_across_every_shard() {
         if let datafusion::logical_expr::LogicalPlan::TableScan(t) = p {
             let provider = datafusion::datasource::source_as_provider(&t.source).unwrap();
             pushed |= provider
-                .downcast_ref::<ebb_query::cluster::ClusterTable>()
+                .downcast_ref::<ebb_query::sql::ShardTable>()
                 .is_some_and(|t| t.newest_only());
         }
         Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)

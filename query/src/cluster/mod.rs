@@ -1,17 +1,19 @@
 //! SQL over a sharded cluster, behind the [`ShardClient`] trait that the server implements over
-//! its gRPC channels to the shards' leaders.
+//! its gRPC channels to the shards' leaders. Tables are read and written as on a single node:
+//! through [`crate::sql::ShardTable`] over the client's [`crate::sql::shard::Shards`] (typed
+//! scans, one partition per shard).
 //!
-//! - [`ClusterSql`]: statements planned here over [`ClusterTable`]s (one scan partition per
-//!   shard); `INSERT` rows routed to their series' shards like line-protocol writes; `DELETE`,
+//! - [`ClusterSql`]: statements over the cluster; `DELETE`,
 //!   `ERASE` and DDL run on every shard's leader as one intent, each shard's part becoming
 //!   that shard's own log entry.
 //! - [`intent`]: `DELETE`, `ERASE` and DDL recorded in the metadata group, then run on every
 //!   shard in parallel until each has answered.
 //! - `system.deletions` gathered from every replica, and the tables the cluster itself
 //!   describes (`system.nodes`, `system.shards`), through the client.
+//! - [`ClusterTable`]: `information_schema`, gathered from every shard as SQL (the cluster's
+//!   catalog lists no tables yet).
 //! - [`ipc`]: the Arrow IPC framing of result batches between nodes.
 
-mod insert;
 pub mod intent;
 pub mod ipc;
 mod session;
@@ -75,7 +77,7 @@ pub type Batches = BoxStream<'static, std::result::Result<RecordBatch, ShardErro
 /// How cluster SQL reaches the shards. The server implements it over its Raft groups and its
 /// pooled gRPC channels; each call finds the shard's leader (retrying through elections).
 #[async_trait]
-pub trait ShardClient: Send + Sync + std::fmt::Debug {
+pub trait ShardClient: crate::sql::shard::Shards + Send + Sync + std::fmt::Debug {
     /// Every shard id of the cluster that queries read (the shards writes are routed to).
     fn shard_ids(&self) -> Vec<u64>;
 

@@ -1,6 +1,6 @@
-//! SQL sessions over the whole cluster. Queries plan here over [`ClusterTable`]s (one scan
-//! partition per shard); `INSERT` rows are routed to their series' shards like line-protocol
-//! writes; statements that change data or schema (DELETE, ERASE, CREATE/ALTER/DROP TABLE) run
+//! SQL sessions over the whole cluster. Queries plan here over [`ShardTable`]s, the table
+//! provider of a single node too (one scan partition per shard); `INSERT` rows are routed to
+//! their series' shards like line-protocol writes; statements that change data or schema (DELETE, ERASE, CREATE/ALTER/DROP TABLE) run
 //! on every shard's leader, each becoming that shard's own log entry.
 
 use std::sync::Arc;
@@ -25,8 +25,11 @@ use crate::access::{access_table, AccessStore, ACCESS_TABLES};
 use crate::db::new_request_id;
 use crate::error::{QueryError, Result};
 use crate::front::limits::Limits;
+use crate::model::schema::TableDef;
 use crate::sql::alter_cluster::{is_alter_cluster, parse_alter_cluster, ClusterStatement};
 use crate::sql::erase::{is_erase, parse_erase};
+use crate::sql::shard::Shards;
+use crate::sql::ShardTable;
 use crate::sql::CATALOG;
 use crate::{QueryOutput, StatementKind};
 use datafusion::execution::runtime_env::RuntimeEnv;
@@ -76,11 +79,16 @@ impl SchemaProvider for Schema {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        let Some(table) = ClusterTable::load(self.client.clone(), &self.database, name).await?
-        else {
-            return Ok(None);
-        };
-        match table.rollup().cloned() {
+        // The cluster's catalog lists no tables yet: `information_schema` (and Flight SQL's
+        // `GetTables`) is each shard's, read through SQL.
+        if self.database == INFORMATION_SCHEMA {
+            let table = ClusterTable::load(self.client.clone(), &self.database, name).await?;
+            return Ok(table.map(|t| Arc::new(t) as Arc<dyn TableProvider>));
+        }
+        let shards = self.client.clone() as Arc<dyn Shards>;
+        let loaded = ShardTable::load(shards, &self.database, name).await;
+        let Some(table) = loaded.map_err(crate::sql::table::df_err)? else { return Ok(None) };
+        match table.def().rollup.clone() {
             Some(r) => crate::sql::rollup::rollup_view(name, &r, Arc::new(table)).map(Some),
             None => Ok(Some(Arc::new(table))),
         }
@@ -248,16 +256,16 @@ impl ClusterSql {
                     // The rollup is kept on every shard its source is on, which is every shard
                     // once the source is created where writes have not reached yet.
                     let spec = crate::sql::rollup::rollup_spec(cv, &self.database)?;
-                    let source =
-                        ClusterTable::load(self.client.clone(), &spec.database, &spec.def.source)
-                            .await?
-                            .ok_or_else(|| {
-                                QueryError::UnknownTable(format!(
-                                    "{}.{}",
-                                    spec.database, spec.def.source
-                                ))
-                            })?;
-                    let create = source.create_if_missing_sql().await?;
+                    let shards = self.client.clone() as Arc<dyn Shards>;
+                    let source = ShardTable::load(shards, &spec.database, &spec.def.source)
+                        .await?
+                        .ok_or_else(|| {
+                            QueryError::UnknownTable(format!(
+                                "{}.{}",
+                                spec.database, spec.def.source
+                            ))
+                        })?;
+                    let create = create_if_missing_sql(source.def());
                     let prepare = ShardRequest { id: new_request_id(), ..request.clone() };
                     let kind = StatementKind::Command("CREATE TABLE".into());
                     self.on_every_shard(&create, kind, &prepare).await?;
@@ -387,4 +395,33 @@ fn with_shard(shard: u64, b: &RecordBatch) -> Result<RecordBatch> {
     let opts = RecordBatchOptions::new().with_row_count(Some(b.num_rows()));
     RecordBatch::try_new_with_options(Arc::new(ArrowSchema::new(fields)), cols, &opts)
         .map_err(|e| QueryError::Internal(e.to_string()))
+}
+
+/// The name of the schema of table and column listings.
+const INFORMATION_SCHEMA: &str = "information_schema";
+
+/// `CREATE TABLE IF NOT EXISTS` of `def` (its tags, fields and retention), for the shards that
+/// do not hold it yet.
+fn create_if_missing_sql(def: &TableDef) -> String {
+    use crate::model::schema::FieldType;
+    use crate::sql::{quote_ident as quote, quote_literal as lit};
+    let mut cols: Vec<String> = def.tags.iter().map(|t| format!("{} TAG", quote(t))).collect();
+    for (f, ty) in &def.fields {
+        let ty = match ty {
+            FieldType::Float => "DOUBLE",
+            FieldType::Integer => "BIGINT",
+            FieldType::UInteger => "BIGINT UNSIGNED",
+            FieldType::Boolean => "BOOLEAN",
+            FieldType::String => "TEXT",
+        };
+        cols.push(format!("{} {ty}", quote(f)));
+    }
+    let retention = def.retention_ns.map(|n| crate::db::human_duration(n / 1_000_000_000));
+    format!(
+        "CREATE TABLE IF NOT EXISTS {}.{} ({}) WITH (retention = {})",
+        quote(&def.database),
+        quote(&def.name),
+        cols.join(", "),
+        lit(retention.as_deref().unwrap_or("none"))
+    )
 }

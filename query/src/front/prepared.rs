@@ -35,9 +35,8 @@ use parking_lot::Mutex;
 
 use super::authorize::{self, Need};
 use super::{limits, Session};
-use crate::cluster::ClusterTable;
 use crate::error::{QueryError, Result};
-use crate::sql::{EbbTable, QueryOutput, StatementKind};
+use crate::sql::{QueryOutput, ShardTable, StatementKind};
 use crate::statements::Running;
 
 /// A statement prepared once and run with parameter values (`$1`, `$2`...) many times.
@@ -441,9 +440,7 @@ fn tables_read(plan: &LogicalPlan) -> Result<Option<Vec<TableRead>>> {
     plan.apply_with_subqueries(|p| {
         if let LogicalPlan::TableScan(scan) = p {
             let provider = source_as_provider(&scan.source)?;
-            let ours = provider.downcast_ref::<EbbTable>().is_some()
-                || provider.downcast_ref::<ClusterTable>().is_some();
-            if ours {
+            if provider.downcast_ref::<ShardTable>().is_some() {
                 tables.push((scan.table_name.clone(), provider));
             } else {
                 all = false;
@@ -457,10 +454,7 @@ fn tables_read(plan: &LogicalPlan) -> Result<Option<Vec<TableRead>>> {
 
 /// True if `then` and `now` are the same table with the same columns (on the same shards).
 fn same_table(then: &dyn TableProvider, now: &dyn TableProvider) -> bool {
-    if let (Some(a), Some(b)) = (then.downcast_ref::<EbbTable>(), now.downcast_ref::<EbbTable>()) {
-        return a.same_as(b);
-    }
-    match (then.downcast_ref::<ClusterTable>(), now.downcast_ref::<ClusterTable>()) {
+    match (then.downcast_ref::<ShardTable>(), now.downcast_ref::<ShardTable>()) {
         (Some(a), Some(b)) => a.same_as(b),
         _ => false,
     }

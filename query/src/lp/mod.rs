@@ -55,6 +55,32 @@ pub struct Line<'a> {
     pub timestamp: Option<i64>,
 }
 
+impl FieldValue<'_> {
+    /// The value, owning its string.
+    pub fn into_owned(self) -> FieldValue<'static> {
+        match self {
+            FieldValue::Float(v) => FieldValue::Float(v),
+            FieldValue::Integer(v) => FieldValue::Integer(v),
+            FieldValue::UInteger(v) => FieldValue::UInteger(v),
+            FieldValue::Boolean(v) => FieldValue::Boolean(v),
+            FieldValue::String(s) => FieldValue::String(Cow::Owned(s.into_owned())),
+        }
+    }
+}
+
+impl Line<'_> {
+    /// The line, owning its names and values.
+    pub fn into_owned(self) -> Line<'static> {
+        let own = |s: Cow<'_, str>| -> Cow<'static, str> { Cow::Owned(s.into_owned()) };
+        Line {
+            measurement: own(self.measurement),
+            tags: self.tags.into_iter().map(|(k, v)| (own(k), own(v))).collect(),
+            fields: self.fields.into_iter().map(|(k, v)| (own(k), v.into_owned())).collect(),
+            timestamp: self.timestamp,
+        }
+    }
+}
+
 /// Why a line was rejected; `line` is 1-based.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}: {reason}")]

@@ -7,8 +7,9 @@ use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
 use datafusion::error::Result as DfResult;
 
-use super::provider::EbbTable;
+use super::shard::{LocalShards, Shards};
 use super::system::{SystemTable, SYSTEM_SCHEMA};
+use super::table::ShardTable;
 use crate::access::{access_table, AccessStore, ACCESS_TABLES};
 use crate::db::Database;
 
@@ -17,8 +18,11 @@ use crate::db::Database;
 pub type Visible = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// The `ebb` catalog.
+#[derive(Clone)]
 pub struct EbbCatalog {
     db: Arc<Database>,
+    /// The shards its tables are read from and written to.
+    shards: Arc<dyn Shards>,
     /// Rollups read as their stored partials (what a shard answers a cluster coordinator,
     /// which merges them across shards) rather than merged.
     raw_rollups: bool,
@@ -35,17 +39,24 @@ impl std::fmt::Debug for EbbCatalog {
 impl EbbCatalog {
     /// The catalog of `db`.
     pub fn new(db: Arc<Database>) -> Self {
-        EbbCatalog { db, raw_rollups: false, visible: None }
+        let shards = Arc::new(LocalShards::new(db.clone()));
+        EbbCatalog { db, shards, raw_rollups: false, visible: None }
     }
 
-    /// The catalog of `db` with rollups read as their stored partials.
-    pub fn with_raw_rollups(db: Arc<Database>) -> Self {
-        EbbCatalog { db, raw_rollups: true, visible: None }
+    /// The catalog with rollups read as their stored partials.
+    pub fn with_raw_rollups(self) -> Self {
+        EbbCatalog { raw_rollups: true, ..self }
     }
 
-    /// The catalog of `db` listing only the databases `visible` admits.
-    pub fn visible_to(db: Arc<Database>, visible: Visible) -> Self {
-        EbbCatalog { db, raw_rollups: false, visible: Some(visible) }
+    /// The catalog listing only the databases `visible` admits.
+    pub fn visible_to(self, visible: Visible) -> Self {
+        EbbCatalog { visible: Some(visible), ..self }
+    }
+
+    /// The catalog whose tables read only the series whose hash `hashes` holds.
+    pub fn with_hashes(self, hashes: crate::model::hashspace::HashFilter) -> Self {
+        let shards = Arc::new(LocalShards::new(self.db.clone()).with_hashes(Some(hashes)));
+        EbbCatalog { shards, ..self }
     }
 }
 
@@ -74,6 +85,7 @@ impl CatalogProvider for EbbCatalog {
         // is missing rather than that the schema is.
         Some(Arc::new(DatabaseSchema {
             db: self.db.clone(),
+            shards: self.shards.clone(),
             name: name.to_string(),
             raw_rollups: self.raw_rollups,
         }))
@@ -84,6 +96,7 @@ impl CatalogProvider for EbbCatalog {
 #[derive(Debug)]
 struct DatabaseSchema {
     db: Arc<Database>,
+    shards: Arc<dyn Shards>,
     name: String,
     raw_rollups: bool,
 }
@@ -104,9 +117,10 @@ impl SchemaProvider for DatabaseSchema {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        let Some(def) = self.db.catalog().table(&self.name, name) else { return Ok(None) };
-        let rollup = def.rollup.clone().filter(|_| !self.raw_rollups);
-        let table = Arc::new(EbbTable::new(self.db.clone(), def)) as Arc<dyn TableProvider>;
+        let loaded = ShardTable::load(self.shards.clone(), &self.name, name).await;
+        let Some(table) = loaded.map_err(super::table::df_err)? else { return Ok(None) };
+        let rollup = table.def().rollup.clone().filter(|_| !self.raw_rollups);
+        let table = Arc::new(table) as Arc<dyn TableProvider>;
         match rollup {
             Some(r) => super::rollup::rollup_view(name, &r, table).map(Some),
             None => Ok(Some(table)),

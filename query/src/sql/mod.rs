@@ -11,21 +11,22 @@ pub mod erase;
 mod newest;
 pub mod parameters;
 mod partial;
-mod provider;
 pub mod pushdown;
 pub mod requested;
 pub mod rollup;
 pub mod rows;
-mod scan;
-mod scan_exec;
+pub(crate) mod scan;
+pub(crate) mod scan_exec;
 mod session;
+pub mod shard;
 pub mod sized;
 pub mod system;
+pub(crate) mod table;
 
 pub use catalog::EbbCatalog;
-pub use provider::EbbTable;
 pub use session::{command_output, rows_output, QueryOutput, SqlSession, StatementKind};
 pub(crate) use session::{limited_stream, new_context, optimized_stream};
+pub use table::ShardTable;
 
 /// Name of the DataFusion catalog.
 pub const CATALOG: &str = "ebb";

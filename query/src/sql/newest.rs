@@ -5,9 +5,7 @@
 //! `DISTINCT ON` needs only those: [`NewestPerSeries`] makes the table scan under such a
 //! statement produce each series' newest row alone (one look-up per series where the newest
 //! time of the series is known, else one pass over the series' keys that decodes only its last
-//! row), instead of every row sorted. Over a cluster table, any `DISTINCT ON` of plain columns
-//! ordered by plain columns asks each shard for its first row per group only (the first row
-//! of a group over the cluster is the first of the shards' first rows).
+//! row), instead of every row sorted; over a cluster, each shard sends its series' newest rows.
 
 use std::sync::Arc;
 
@@ -18,8 +16,7 @@ use datafusion::logical_expr::{Distinct, DistinctOn, Expr, LogicalPlan, TableSca
 use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 
-use super::provider::EbbTable;
-use crate::cluster::ClusterTable;
+use super::table::ShardTable;
 use crate::model::TIME_COLUMN;
 
 /// The optimizer rule: runs before `DISTINCT ON` is turned into an aggregate.
@@ -69,10 +66,7 @@ fn newest_input(on: &DistinctOn) -> Option<LogicalPlan> {
         return None;
     }
     let provider = source_as_provider(&scan.source).ok()?;
-    if let Some(table) = provider.downcast_ref::<ClusterTable>() {
-        return cluster_input(on, scan, table);
-    }
-    let table = provider.downcast_ref::<EbbTable>()?;
+    let table = provider.downcast_ref::<ShardTable>()?;
     if table.newest_only() {
         return None;
     }
@@ -92,26 +86,5 @@ fn newest_input(on: &DistinctOn) -> Option<LogicalPlan> {
         return None;
     }
     let source = provider_as_source(Arc::new(table.newest_per_series()));
-    Some(LogicalPlan::TableScan(TableScan { source, ..scan.clone() }))
-}
-
-/// The scan of a cluster table under `on`, made to ask each shard for its first row per group
-/// only, if `on` and its order are plain columns.
-fn cluster_input(on: &DistinctOn, scan: &TableScan, table: &ClusterTable) -> Option<LogicalPlan> {
-    if table.newest_only() {
-        return None;
-    }
-    let column = |e: &Expr| match e {
-        Expr::Column(c) => Some(c.name.clone()),
-        _ => None,
-    };
-    let cols: Vec<String> = on.on_expr.iter().map(column).collect::<Option<_>>()?;
-    let order: Vec<(String, bool, bool)> = on
-        .sort_expr
-        .as_ref()?
-        .iter()
-        .map(|s| Some((column(&s.expr)?, s.asc, s.nulls_first)))
-        .collect::<Option<_>>()?;
-    let source = provider_as_source(Arc::new(table.newest(cols, order)));
     Some(LogicalPlan::TableScan(TableScan { source, ..scan.clone() }))
 }

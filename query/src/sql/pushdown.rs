@@ -19,7 +19,7 @@ use crate::model::schema::{Column, TableDef};
 use crate::model::series::{SeriesIndex, TagValues};
 
 /// Time bounds `[lo, hi)` in nanoseconds (`None`: unbounded).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct TimeBounds {
     /// Inclusive lower bound.
     pub lo: Option<i64>,
@@ -64,6 +64,8 @@ pub enum TagPredicate {
     And(Box<TagPredicate>, Box<TagPredicate>),
     /// Either.
     Or(Box<TagPredicate>, Box<TagPredicate>),
+    /// Every series (`true`) or none: a predicate on a tag the table does not have.
+    All(bool),
 }
 
 impl TagPredicate {
@@ -75,6 +77,7 @@ impl TagPredicate {
             TagPredicate::Null(i, null) => tag(i).is_none() == *null,
             TagPredicate::And(a, b) => a.matches(tags) && b.matches(tags),
             TagPredicate::Or(a, b) => a.matches(tags) || b.matches(tags),
+            TagPredicate::All(keep) => *keep,
         }
     }
 
@@ -92,6 +95,7 @@ impl TagPredicate {
                     a.series(index).into_iter().chain(b.series(index)).collect();
                 set.into_iter().collect()
             }
+            TagPredicate::All(false) => Vec::new(),
             _ => self.scan(index),
         }
     }

@@ -58,6 +58,8 @@ pub enum StatementKind {
 pub struct SqlSession {
     db: Arc<Database>,
     ctx: SessionContext,
+    /// The catalog registered in `ctx` (kept to register a changed one).
+    catalog: EbbCatalog,
     database: String,
     /// Request id, deadline and issuer a coordinator chose for the `DELETE`, `ERASE` or
     /// `DROP TABLE` this session runs on one shard of a cluster.
@@ -70,8 +72,16 @@ impl SqlSession {
     /// A session whose unqualified names resolve in `database`.
     pub fn new(db: Arc<Database>, database: &str) -> SqlSession {
         let ctx = new_context(database, true);
-        ctx.register_catalog(CATALOG, Arc::new(EbbCatalog::new(db.clone())));
-        SqlSession { db, ctx, database: database.to_string(), request: None, limits: None }
+        let catalog = EbbCatalog::new(db.clone());
+        ctx.register_catalog(CATALOG, Arc::new(catalog.clone()));
+        SqlSession { db, ctx, catalog, database: database.to_string(), request: None, limits: None }
+    }
+
+    /// Registers `catalog` in place of the session's.
+    fn with_catalog(mut self, catalog: EbbCatalog) -> SqlSession {
+        self.ctx.register_catalog(CATALOG, Arc::new(catalog.clone()));
+        self.catalog = catalog;
+        self
     }
 
     /// A session whose statements draw memory from `server`'s pool, within `limits`.
@@ -89,16 +99,15 @@ impl SqlSession {
 
     /// The session listing only the databases `visible` admits (in `information_schema`).
     pub fn visible_to(self, visible: super::catalog::Visible) -> SqlSession {
-        self.ctx
-            .register_catalog(CATALOG, Arc::new(EbbCatalog::visible_to(self.db.clone(), visible)));
-        self
+        let catalog = self.catalog.clone().visible_to(visible);
+        self.with_catalog(catalog)
     }
 
     /// The session with rollups read as their stored partials, as a shard answers a cluster
     /// coordinator (which merges them across shards).
     pub fn with_raw_rollups(self) -> SqlSession {
-        self.ctx.register_catalog(CATALOG, Arc::new(EbbCatalog::with_raw_rollups(self.db.clone())));
-        self
+        let catalog = self.catalog.clone().with_raw_rollups();
+        self.with_catalog(catalog)
     }
 
     /// Runs the session's `DELETE`, `ERASE` and `DROP TABLE` statements as `request` (when a
@@ -111,8 +120,8 @@ impl SqlSession {
     /// Limits the session's scans to the series whose hash `hashes` holds: what a coordinator
     /// asks of a shard it routes those hashes to (a shard being split holds both halves).
     pub fn with_hash_filter(self, hashes: HashFilter) -> SqlSession {
-        self.ctx.state_ref().write().config_mut().set_extension(Arc::new(hashes));
-        self
+        let catalog = self.catalog.clone().with_hashes(hashes);
+        self.with_catalog(catalog)
     }
 
     /// The id of the request the session runs its statements as, if a coordinator gave one.

@@ -11,7 +11,7 @@ use datafusion::common::tree_node::TreeNode;
 use datafusion::datasource::source_as_provider;
 use datafusion::logical_expr::LogicalPlan;
 use ebb_query::lp::Precision;
-use ebb_query::sql::EbbTable;
+use ebb_query::sql::ShardTable;
 use ebb_query::{Database, SqlSession};
 use ebb_storage::Options;
 
@@ -49,7 +49,7 @@ async fn reads_newest_only(db: &Arc<Database>, sql: &str) -> bool {
     plan.apply(|p| {
         if let LogicalPlan::TableScan(scan) = p {
             let provider = source_as_provider(&scan.source).expect("provider");
-            if let Some(t) = provider.downcast_ref::<EbbTable>() {
+            if let Some(t) = provider.downcast_ref::<ShardTable>() {
                 found |= t.newest_only();
             }
         }

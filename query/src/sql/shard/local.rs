@@ -1,0 +1,120 @@
+//! The shard of a single node: its [`Database`] (and, on a cluster shard's leader answering a
+//! coordinator, the database of that shard).
+
+use std::sync::{Arc, OnceLock};
+
+use async_trait::async_trait;
+use datafusion::error::DataFusionError;
+use datafusion::physical_plan::ExecutionPlan;
+
+use super::{PointBatch, ScanRequest, Shards, TablePart};
+use crate::db::Database;
+use crate::error::{QueryError, Result};
+use crate::model::hashspace::HashFilter;
+use crate::sql::pushdown::ScanFilter;
+use crate::sql::scan::{SeriesSpan, TableScan};
+use crate::sql::scan_exec::ScanExec;
+use crate::WriteSummary;
+
+/// One local database as the only shard.
+#[derive(Debug, Clone)]
+pub struct LocalShards {
+    db: Arc<Database>,
+    /// The series hashes reads are limited to, if any (see [`LocalShards::with_hashes`]).
+    hashes: Option<HashFilter>,
+}
+
+impl LocalShards {
+    /// The id of the one shard.
+    pub const SHARD: super::ShardId = 0;
+
+    /// `db` as the only shard.
+    pub fn new(db: Arc<Database>) -> LocalShards {
+        LocalShards { db, hashes: None }
+    }
+
+    /// The same shard, whose reads see only the series whose hash `hashes` holds: what a
+    /// coordinator asks of a shard it routes those hashes to (a shard being split holds both
+    /// halves).
+    pub fn with_hashes(self, hashes: Option<HashFilter>) -> LocalShards {
+        LocalShards { hashes, ..self }
+    }
+
+    /// The database.
+    pub fn db(&self) -> &Arc<Database> {
+        &self.db
+    }
+}
+
+#[async_trait]
+impl Shards for LocalShards {
+    async fn table(&self, database: &str, name: &str) -> Result<Vec<TablePart>> {
+        Ok(self
+            .db
+            .catalog()
+            .table(database, name)
+            .map(|def| TablePart { shard: Self::SHARD, hashes: self.hashes, def })
+            .into_iter()
+            .collect())
+    }
+
+    fn scan(
+        self: Arc<Self>,
+        part: &TablePart,
+        scan: &ScanRequest,
+        partitions: usize,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let def = &part.def;
+        let full = def.schema();
+        let mut columns = Vec::with_capacity(scan.columns.len());
+        let mut indices = Vec::with_capacity(scan.columns.len());
+        for name in &scan.columns {
+            let (Some(c), Ok(i)) = (def.column(name), full.index_of(name)) else {
+                return Err(QueryError::Internal(format!(
+                    "column {name} is not in table {}.{} on this shard",
+                    def.database, def.name
+                )));
+            };
+            columns.push(c);
+            indices.push(i);
+        }
+        let schema = Arc::new(full.project(&indices).map_err(DataFusionError::from)?);
+        let mut filter = ScanFilter {
+            time: scan.time,
+            tags: scan.tags.iter().map(|t| t.resolve(def)).collect(),
+            only: None,
+        };
+        if let Some(hashes) = &part.hashes {
+            self.db.catalog().with_series(def.id, |idx| filter.limit_to_hashes(def, idx, hashes));
+        }
+        let spans = SeriesSpan::split(&self.db, def.id, &filter, partitions);
+        // Every partition reads the snapshot the first one to start takes.
+        let snapshot = Arc::new(OnceLock::new());
+        let parts = spans
+            .into_iter()
+            .map(|span| {
+                Arc::new(TableScan {
+                    db: self.db.clone(),
+                    def: def.clone(),
+                    columns: columns.clone(),
+                    schema: schema.clone(),
+                    filter: filter.clone(),
+                    limit: scan.limit,
+                    span,
+                    snapshot: snapshot.clone(),
+                    newest_only: scan.newest_only,
+                })
+            })
+            .collect();
+        Ok(Arc::new(ScanExec::new(schema, parts)))
+    }
+
+    async fn write(&self, points: PointBatch) -> Result<WriteSummary> {
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || {
+            db.write_parsed(&points.database, &points.lines, points.precision, points.now_ns)
+        })
+        .await
+        .map_err(|e| QueryError::Internal(format!("the write stopped: {e}")))?
+    }
+}
