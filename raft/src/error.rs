@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 /// An error of the on-disk Raft log.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LogError {
     /// An I/O error.
     #[error("raft log I/O on {path}: {source}")]
@@ -30,7 +31,8 @@ impl LogError {
 
 /// An error of a shard replica's state machine.
 #[derive(Debug, thiserror::Error)]
-pub enum ShardError {
+#[non_exhaustive]
+pub enum ReplicaError {
     /// The storage engine failed.
     #[error(transparent)]
     Storage(#[from] ebb_storage::Error),
@@ -58,13 +60,13 @@ pub enum ShardError {
     },
 }
 
-impl ShardError {
-    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> ShardError {
+impl ReplicaError {
+    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> ReplicaError {
         let path = path.into();
-        move |source| ShardError::Io { path, source }
+        move |source| ReplicaError::Io { path, source }
     }
 
-    pub(crate) fn invalid(dir: &std::path::Path, why: impl Into<String>) -> ShardError {
-        ShardError::InvalidSnapshot { dir: dir.to_path_buf(), why: why.into() }
+    pub(crate) fn invalid(dir: &std::path::Path, why: impl Into<String>) -> ReplicaError {
+        ReplicaError::InvalidSnapshot { dir: dir.to_path_buf(), why: why.into() }
     }
 }

@@ -14,13 +14,14 @@ use crate::types::NodeId;
 
 /// Errors starting a group.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StartError {
     /// The Raft log failed to open.
     #[error(transparent)]
     Log(#[from] crate::error::LogError),
     /// The replica failed to open.
     #[error(transparent)]
-    Replica(#[from] crate::error::ShardError),
+    Replica(#[from] crate::error::ReplicaError),
     /// The Raft configuration is invalid.
     #[error("raft configuration: {0}")]
     Config(Box<openraft::ConfigError>),
@@ -83,7 +84,7 @@ pub async fn open_group(
     })
     .await
     .map_err(|e| {
-        StartError::Replica(crate::error::ShardError::Io {
+        StartError::Replica(crate::error::ReplicaError::Io {
             path: dir.to_path_buf(),
             source: std::io::Error::other(e.to_string()),
         })

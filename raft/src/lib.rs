@@ -16,7 +16,7 @@ pub mod sm;
 pub mod transport;
 pub mod types;
 
-pub use error::{LogError, ShardError};
+pub use error::{LogError, ReplicaError};
 pub use group::{open_group, run_group, start_group, GroupOptions, StartError};
 pub use log::{LogOptions, LogStore};
 pub use purge::{LogPurger, PurgeOutcome};

@@ -14,14 +14,14 @@ use super::erasure::{subdirs, WATERMARK_FILE};
 use super::replica::engine_dir_name;
 use super::snapshot::{checksum, ShardSnapshot, DESCRIPTOR};
 use super::Replica;
-use crate::error::ShardError;
+use crate::error::ReplicaError;
 
 /// The files of `dir` (none if it was removed meanwhile: a snapshot pruned, an engine retired).
-fn files(dir: &Path) -> Result<Vec<std::path::PathBuf>, ShardError> {
+fn files(dir: &Path) -> Result<Vec<std::path::PathBuf>, ReplicaError> {
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(ShardError::io(dir)(e)),
+        Err(e) => return Err(ReplicaError::io(dir)(e)),
     };
     let mut out: Vec<_> =
         rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_file()).collect();
@@ -32,8 +32,8 @@ fn files(dir: &Path) -> Result<Vec<std::path::PathBuf>, ShardError> {
 /// `account(path)`, or nothing if the file was removed meanwhile.
 fn each(
     paths: Vec<std::path::PathBuf>,
-    account: impl Fn(&Path) -> Result<FileAccount, ShardError>,
-) -> Result<Vec<FileAccount>, ShardError> {
+    account: impl Fn(&Path) -> Result<FileAccount, ReplicaError>,
+) -> Result<Vec<FileAccount>, ReplicaError> {
     let mut out = Vec::new();
     for path in paths {
         match account(&path) {
@@ -50,15 +50,15 @@ fn name_of(p: &Path) -> String {
 }
 
 /// A whole file checked.
-fn whole(path: &Path, kind: &'static str) -> Result<FileAccount, ShardError> {
-    let len = std::fs::metadata(path).map_err(ShardError::io(path))?.len();
+fn whole(path: &Path, kind: &'static str) -> Result<FileAccount, ReplicaError> {
+    let len = std::fs::metadata(path).map_err(ReplicaError::io(path))?.len();
     Ok(account_prefix(path, kind, len)?)
 }
 
 impl Replica {
     /// Accounts for the replica's files outside its current engine directory and its Raft log:
     /// one list per directory, named relative to the replica's root.
-    pub fn account_other_files(&self) -> Result<Vec<(String, Vec<FileAccount>)>, ShardError> {
+    pub fn account_other_files(&self) -> Result<Vec<(String, Vec<FileAccount>)>, ReplicaError> {
         let mut out = Vec::new();
         let top = each(files(&self.root)?, |path| {
             if name_of(path) == "ENGINE"
@@ -90,7 +90,7 @@ impl Replica {
 /// A snapshot directory: every file its descriptor lists, with the listed length and CRC-32, is
 /// checked whole; so are the descriptor and the watermark when they decode. A snapshot without
 /// a descriptor yet (being built or received) is accounted like an engine directory.
-fn account_snapshot(dir: &Path) -> Result<Vec<FileAccount>, ShardError> {
+fn account_snapshot(dir: &Path) -> Result<Vec<FileAccount>, ReplicaError> {
     let Ok(descriptor) = ShardSnapshot::at(dir).descriptor() else {
         return account_closed_engine(dir);
     };
@@ -112,7 +112,7 @@ fn account_snapshot(dir: &Path) -> Result<Vec<FileAccount>, ShardError> {
 /// snapshot without a descriptor): its SSTs as read through their own indexes, its logs record
 /// by record, `CURRENT` when it names a manifest there; the rest (a file cut short, a range
 /// index no manifest here is read for) unaccounted.
-fn account_closed_engine(dir: &Path) -> Result<Vec<FileAccount>, ShardError> {
+fn account_closed_engine(dir: &Path) -> Result<Vec<FileAccount>, ReplicaError> {
     each(files(dir)?, |path| {
         let name = name_of(path);
         let acc = if name.ends_with(".sst") {
@@ -125,7 +125,7 @@ fn account_closed_engine(dir: &Path) -> Result<Vec<FileAccount>, ShardError> {
         } else if name == "CURRENT"
             && std::fs::read_to_string(path).is_ok_and(|m| dir.join(m.trim_end()).is_file())
         {
-            let len = std::fs::metadata(path).map_err(ShardError::io(path))?.len();
+            let len = std::fs::metadata(path).map_err(ReplicaError::io(path))?.len();
             account_prefix(path, "current", len)?
         } else {
             account_unknown(path, "unverified engine file")?

@@ -5,7 +5,7 @@
 use ebb_storage::{Engine, WriteBatch};
 use openraft::{BasicNode, LogId, StoredMembership};
 
-use crate::error::ShardError;
+use crate::error::ReplicaError;
 use crate::types::NodeId;
 
 /// Bits of an engine sequence number below the log index: the position of an operation inside
@@ -31,11 +31,11 @@ pub type Membership = StoredMembership<NodeId, BasicNode>;
 /// The engine sequence number of the first operation of log entry `index`: `(index + 1) << 20`,
 /// so every replica stores identical (key, seq) pairs and a range delete is the same key x seq
 /// rectangle everywhere.
-pub fn entry_seq(index: u64) -> Result<u64, ShardError> {
+pub fn entry_seq(index: u64) -> Result<u64, ReplicaError> {
     index
         .checked_add(1)
         .and_then(|i| i.checked_mul(1 << POSITION_BITS))
-        .ok_or(ShardError::IndexTooLarge(index))
+        .ok_or(ReplicaError::IndexTooLarge(index))
 }
 
 /// The log index an engine sequence number was written by (inverse of [`entry_seq`]).
@@ -48,7 +48,7 @@ pub fn record(
     batch: &mut WriteBatch,
     log_id: &LogId<NodeId>,
     membership: Option<&Membership>,
-) -> Result<(), ShardError> {
+) -> Result<(), ReplicaError> {
     batch.put(APPLIED_KEY, postcard::to_allocvec(log_id)?);
     if let Some(m) = membership {
         batch.put(MEMBERSHIP_KEY, postcard::to_allocvec(m)?);
@@ -57,7 +57,7 @@ pub fn record(
 }
 
 /// Reads the applied state of `engine`.
-pub fn read(engine: &Engine) -> Result<(Option<LogId<NodeId>>, Membership), ShardError> {
+pub fn read(engine: &Engine) -> Result<(Option<LogId<NodeId>>, Membership), ReplicaError> {
     let applied = match engine.get(APPLIED_KEY, None)? {
         Some(v) => Some(postcard::from_bytes(&v)?),
         None => None,

@@ -21,7 +21,7 @@ use super::applied::entry_seq;
 use super::replica::{engine_dir_name, prune_snapshots_to};
 use super::snapshot::write_atomic;
 use super::Replica;
-use crate::error::ShardError;
+use crate::error::ReplicaError;
 
 /// The file in a snapshot holding the watermark its files are clear of.
 pub const WATERMARK_FILE: &str = "WATERMARK";
@@ -50,7 +50,7 @@ fn snapshot_clearance(dir: &Path) -> LogClearance {
 }
 
 /// Records in the snapshot directory `dir` what its files are clear of.
-pub(super) fn write_clearance(dir: &Path, c: &LogClearance) -> Result<(), ShardError> {
+pub(super) fn write_clearance(dir: &Path, c: &LogClearance) -> Result<(), ReplicaError> {
     let mut text = c.below.to_string();
     for id in &c.also {
         text.push('\n');
@@ -96,7 +96,7 @@ impl Replica {
     /// Recomputes the log clearance from what is stored (the oldest log entry stored is
     /// `log_first`; see the module docs) and gives it to the engine, which marks the deletes it
     /// clears persisted.
-    pub fn refresh_log_clearance(&self, log_first: u64) -> Result<LogClearance, ShardError> {
+    pub fn refresh_log_clearance(&self, log_first: u64) -> Result<LogClearance, ReplicaError> {
         let _g = self.watermark_lock.lock();
         let mut all: Vec<LogClearance> =
             self.other_data_dirs().into_iter().map(|(_, c)| c).collect();
@@ -139,7 +139,7 @@ impl Replica {
 
     /// Scans the SSTs of every snapshot and replaced engine directory for values `coverage`
     /// covers (the current engine is audited by the engine itself).
-    pub fn audit_other_files(&self, coverage: &Coverage) -> Result<Vec<SourceScan>, ShardError> {
+    pub fn audit_other_files(&self, coverage: &Coverage) -> Result<Vec<SourceScan>, ReplicaError> {
         let mut out = Vec::new();
         for (dir, _) in self.other_data_dirs() {
             let kind = if dir.starts_with(self.root.join("snapshots"))

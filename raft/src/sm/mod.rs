@@ -19,7 +19,7 @@ pub use replica::{Admitted, Applier, Replica};
 pub use snapshot::{Descriptor, ShardSnapshot, SnapshotFile};
 pub use split::group_dir_name;
 
-use crate::error::ShardError;
+use crate::error::ReplicaError;
 use crate::types::{NodeId, Response, TypeConfig};
 
 /// The Raft state machine over a [`Replica`]. Cheap to clone.
@@ -43,18 +43,18 @@ impl ShardStateMachine {
 fn storage_error(
     subject: ErrorSubject<NodeId>,
     verb: ErrorVerb,
-    e: ShardError,
+    e: ReplicaError,
 ) -> StorageError<NodeId> {
     StorageError::IO { source: StorageIOError::new(subject, verb, openraft::AnyError::new(&e)) }
 }
 
 /// Runs blocking replica work off the async executor.
 async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ShardError> + Send + 'static,
-) -> Result<T, ShardError> {
+    f: impl FnOnce() -> Result<T, ReplicaError> + Send + 'static,
+) -> Result<T, ReplicaError> {
     match tokio::task::spawn_blocking(f).await {
         Ok(r) => r,
-        Err(e) => Err(ShardError::Io {
+        Err(e) => Err(ReplicaError::Io {
             path: Default::default(),
             source: std::io::Error::other(format!("state machine task failed: {e}")),
         }),

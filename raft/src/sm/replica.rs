@@ -18,7 +18,7 @@ use parking_lot::{Mutex, RwLock};
 
 use super::applied::{self, Membership, MAX_BATCH_OPS, RESERVED_PREFIX};
 use super::snapshot::{sync_dir, write_atomic, Descriptor, Meta, ShardSnapshot};
-use crate::error::ShardError;
+use crate::error::ReplicaError;
 use crate::types::{Command, NodeId, Response, TypeConfig};
 
 /// Applies a replica's committed write batches: the one path that writes a change to the engine
@@ -87,7 +87,7 @@ impl std::fmt::Debug for Replica {
 
 impl Replica {
     /// Opens (or creates) the replica in `root`, removing what a crash left half done.
-    pub fn open(root: impl AsRef<Path>, opts: Options) -> Result<Arc<Replica>, ShardError> {
+    pub fn open(root: impl AsRef<Path>, opts: Options) -> Result<Arc<Replica>, ReplicaError> {
         let root = root.as_ref().to_path_buf();
         // The Raft log is the write-ahead log: entries above the engine's persisted sequence
         // number are applied again from it after a crash (openraft re-applies what the engine's
@@ -95,10 +95,10 @@ impl Replica {
         // for them.
         let opts = Options { wal: false, external_log: true, ..opts };
         ebb_storage::durable::create_dir_all(&root.join("snapshots"))
-            .map_err(ShardError::io(&root))?;
+            .map_err(ReplicaError::io(&root))?;
         let gen_file = root.join("ENGINE");
         let generation = match std::fs::read_to_string(&gen_file) {
-            Ok(s) => s.trim().parse::<u64>().map_err(|_| ShardError::Io {
+            Ok(s) => s.trim().parse::<u64>().map_err(|_| ReplicaError::Io {
                 path: gen_file.clone(),
                 source: std::io::Error::new(std::io::ErrorKind::InvalidData, "bad generation"),
             })?,
@@ -106,11 +106,11 @@ impl Replica {
                 write_atomic(&gen_file, b"1")?;
                 1
             }
-            Err(e) => return Err(ShardError::io(&gen_file)(e)),
+            Err(e) => return Err(ReplicaError::io(&gen_file)(e)),
         };
         let keep = engine_dir_name(generation);
-        for e in std::fs::read_dir(&root).map_err(ShardError::io(&root))? {
-            let e = e.map_err(ShardError::io(&root))?;
+        for e in std::fs::read_dir(&root).map_err(ReplicaError::io(&root))? {
+            let e = e.map_err(ReplicaError::io(&root))?;
             let name = e.file_name().to_string_lossy().into_owned();
             if (name.starts_with("engine-") && name != keep) || name == "incoming" {
                 let _ = std::fs::remove_dir_all(e.path());
@@ -151,7 +151,7 @@ impl Replica {
     }
 
     /// The last applied log id and the last membership.
-    pub fn applied_state(&self) -> Result<(Option<LogId<NodeId>>, Membership), ShardError> {
+    pub fn applied_state(&self) -> Result<(Option<LogId<NodeId>>, Membership), ReplicaError> {
         applied::read(&self.engine())
     }
 
@@ -163,14 +163,14 @@ impl Replica {
     /// A fresh directory to receive snapshot `id` into, of this receive alone (a leader may
     /// stream the same snapshot twice at once, after a timeout). Until it is installed or
     /// removed, the engine marks no delete persisted (the leader's files may hold anything).
-    pub fn incoming_dir(&self, id: &str) -> Result<PathBuf, ShardError> {
+    pub fn incoming_dir(&self, id: &str) -> Result<PathBuf, ReplicaError> {
         {
             let _w = self.watermark_lock.lock();
             self.engine().narrow_log_clearance(&ebb_storage::LogClearance::below(0));
         }
         let dir = self.root.join("incoming").join(format!("{}.{}", sanitize(id), unique_suffix()));
         let _ = std::fs::remove_dir_all(&dir);
-        ebb_storage::durable::create_dir_all(&dir).map_err(ShardError::io(&dir))?;
+        ebb_storage::durable::create_dir_all(&dir).map_err(ReplicaError::io(&dir))?;
         Ok(dir)
     }
 
@@ -181,7 +181,7 @@ impl Replica {
     pub fn apply(
         &self,
         entries: impl IntoIterator<Item = openraft::Entry<TypeConfig>>,
-    ) -> Result<Vec<Response>, ShardError> {
+    ) -> Result<Vec<Response>, ReplicaError> {
         let _g = self.apply_lock.lock();
         let engine = self.engine();
         let applier = self.applier.read().clone();
@@ -268,7 +268,7 @@ impl Replica {
     }
 
     /// Builds a snapshot of everything applied so far and makes it the current one.
-    pub fn build_snapshot(&self) -> Result<(Descriptor, ShardSnapshot), ShardError> {
+    pub fn build_snapshot(&self) -> Result<(Descriptor, ShardSnapshot), ReplicaError> {
         let snaps = self.root.join("snapshots");
         let (tmp, last_log_id, last_membership, seq) = {
             let _g = self.apply_lock.lock();
@@ -290,7 +290,7 @@ impl Replica {
         let meta = Meta { last_log_id, last_membership, snapshot_id: id.clone() };
         ShardSnapshot::seal(&tmp, meta, seq)?;
         let dir = snaps.join(&id);
-        std::fs::rename(&tmp, &dir).map_err(ShardError::io(&dir))?;
+        std::fs::rename(&tmp, &dir).map_err(ReplicaError::io(&dir))?;
         sync_dir(&snaps)?;
         let snap = ShardSnapshot::at(dir);
         let d = snap.descriptor()?;
@@ -300,10 +300,10 @@ impl Replica {
 
     /// Replaces the engine with the snapshot's after validating it, and makes the snapshot the
     /// current one.
-    pub fn install(&self, snapshot: &ShardSnapshot, meta: &Meta) -> Result<(), ShardError> {
+    pub fn install(&self, snapshot: &ShardSnapshot, meta: &Meta) -> Result<(), ReplicaError> {
         let d = snapshot.validate()?;
         if d.meta.last_log_id != meta.last_log_id {
-            return Err(ShardError::invalid(
+            return Err(ReplicaError::invalid(
                 snapshot.dir(),
                 format!("holds {:?}, expected {:?}", d.meta.last_log_id, meta.last_log_id),
             ));
@@ -316,7 +316,7 @@ impl Replica {
             snapshot.clone()
         } else if snapshot.dir().starts_with(self.root.join("incoming")) {
             let _ = std::fs::remove_dir_all(&own);
-            std::fs::rename(snapshot.dir(), &own).map_err(ShardError::io(&own))?;
+            std::fs::rename(snapshot.dir(), &own).map_err(ReplicaError::io(&own))?;
             sync_dir(&self.root.join("snapshots"))?;
             ShardSnapshot::at(own)
         } else {
@@ -333,7 +333,7 @@ impl Replica {
         if state != (meta.last_log_id, meta.last_membership.clone()) {
             drop(engine);
             let _ = std::fs::remove_dir_all(&dir);
-            return Err(ShardError::invalid(
+            return Err(ReplicaError::invalid(
                 own.dir(),
                 format!("engine holds applied state {state:?}, meta says {meta:?}"),
             ));
@@ -388,10 +388,10 @@ fn unique_suffix() -> u128 {
 
 /// The valid snapshot with the highest last log id among `dir`'s; removes leftovers of
 /// interrupted builds and snapshots that fail to read.
-fn newest_snapshot(dir: &Path) -> Result<Option<(Descriptor, ShardSnapshot)>, ShardError> {
+fn newest_snapshot(dir: &Path) -> Result<Option<(Descriptor, ShardSnapshot)>, ReplicaError> {
     let mut best: Option<(Descriptor, ShardSnapshot)> = None;
-    for e in std::fs::read_dir(dir).map_err(ShardError::io(dir))? {
-        let e = e.map_err(ShardError::io(dir))?;
+    for e in std::fs::read_dir(dir).map_err(ReplicaError::io(dir))? {
+        let e = e.map_err(ReplicaError::io(dir))?;
         let snap = ShardSnapshot::at(e.path());
         match snap.descriptor() {
             Ok(d) if !e.file_name().to_string_lossy().ends_with(".tmp") => {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use openraft::{BasicNode, SnapshotMeta};
 use serde::{Deserialize, Serialize};
 
-use crate::error::ShardError;
+use crate::error::ReplicaError;
 use crate::types::NodeId;
 
 /// Name of the descriptor file inside a snapshot directory.
@@ -47,7 +47,7 @@ impl Descriptor {
     }
 
     /// Encodes the descriptor (what [`Descriptor::decode`] reads).
-    pub fn encode(&self) -> Result<Vec<u8>, ShardError> {
+    pub fn encode(&self) -> Result<Vec<u8>, ReplicaError> {
         let body = postcard::to_allocvec(self)?;
         let mut out = crc32fast::hash(&body).to_le_bytes().to_vec();
         out.extend_from_slice(&body);
@@ -55,17 +55,17 @@ impl Descriptor {
     }
 
     /// Decodes an encoded descriptor, checking its checksum.
-    pub fn decode(bytes: &[u8], dir: &Path) -> Result<Descriptor, ShardError> {
+    pub fn decode(bytes: &[u8], dir: &Path) -> Result<Descriptor, ReplicaError> {
         let (crc, body) = bytes
             .split_first_chunk::<4>()
-            .ok_or_else(|| ShardError::invalid(dir, "descriptor is truncated"))?;
+            .ok_or_else(|| ReplicaError::invalid(dir, "descriptor is truncated"))?;
         if u32::from_le_bytes(*crc) != crc32fast::hash(body) {
-            return Err(ShardError::invalid(dir, "descriptor checksum mismatch"));
+            return Err(ReplicaError::invalid(dir, "descriptor checksum mismatch"));
         }
         let d: Descriptor = postcard::from_bytes(body)?;
         for f in &d.files {
             if !valid_name(&f.name) {
-                return Err(ShardError::invalid(dir, format!("bad file name {:?}", f.name)));
+                return Err(ReplicaError::invalid(dir, format!("bad file name {:?}", f.name)));
             }
         }
         Ok(d)
@@ -100,19 +100,19 @@ impl ShardSnapshot {
     }
 
     /// Reads its descriptor.
-    pub fn descriptor(&self) -> Result<Descriptor, ShardError> {
+    pub fn descriptor(&self) -> Result<Descriptor, ReplicaError> {
         let path = self.dir.join(DESCRIPTOR);
-        let bytes = std::fs::read(&path).map_err(ShardError::io(&path))?;
+        let bytes = std::fs::read(&path).map_err(ReplicaError::io(&path))?;
         Descriptor::decode(&bytes, &self.dir)
     }
 
     /// Checks every listed file against its length and checksum, and that nothing else is
     /// there. Returns the descriptor.
-    pub fn validate(&self) -> Result<Descriptor, ShardError> {
+    pub fn validate(&self) -> Result<Descriptor, ReplicaError> {
         let d = self.descriptor()?;
         let mut present = Vec::new();
-        for e in std::fs::read_dir(&self.dir).map_err(ShardError::io(&self.dir))? {
-            let e = e.map_err(ShardError::io(&self.dir))?;
+        for e in std::fs::read_dir(&self.dir).map_err(ReplicaError::io(&self.dir))? {
+            let e = e.map_err(ReplicaError::io(&self.dir))?;
             let name = e.file_name().to_string_lossy().into_owned();
             if name != DESCRIPTOR {
                 present.push(name);
@@ -121,7 +121,7 @@ impl ShardSnapshot {
         present.sort();
         let listed: Vec<&str> = d.files.iter().map(|f| f.name.as_str()).collect();
         if present != listed {
-            return Err(ShardError::invalid(
+            return Err(ReplicaError::invalid(
                 &self.dir,
                 format!("files {present:?} do not match the descriptor's {listed:?}"),
             ));
@@ -129,7 +129,7 @@ impl ShardSnapshot {
         for f in &d.files {
             let (len, crc) = checksum(&self.dir.join(&f.name))?;
             if (len, crc) != (f.len, f.crc32) {
-                return Err(ShardError::invalid(
+                return Err(ReplicaError::invalid(
                     &self.dir,
                     format!(
                         "{}: {len} bytes crc {crc:08x}, expected {} bytes crc {:08x}",
@@ -143,10 +143,10 @@ impl ShardSnapshot {
 
     /// Writes the descriptor of the checkpoint in `dir` (every file in it), making `dir` a
     /// snapshot. The descriptor is written last, through a rename.
-    pub fn seal(dir: &Path, meta: Meta, seq: u64) -> Result<ShardSnapshot, ShardError> {
+    pub fn seal(dir: &Path, meta: Meta, seq: u64) -> Result<ShardSnapshot, ReplicaError> {
         let mut files = Vec::new();
-        for e in std::fs::read_dir(dir).map_err(ShardError::io(dir))? {
-            let e = e.map_err(ShardError::io(dir))?;
+        for e in std::fs::read_dir(dir).map_err(ReplicaError::io(dir))? {
+            let e = e.map_err(ReplicaError::io(dir))?;
             let name = e.file_name().to_string_lossy().into_owned();
             if name == DESCRIPTOR || name.ends_with(".tmp") {
                 continue;
@@ -162,8 +162,8 @@ impl ShardSnapshot {
 
     /// Fills the new directory `target` with the snapshot's engine files: immutable files
     /// (SSTs, range-index files) are hard-linked, files an engine appends to are copied.
-    pub fn materialize(&self, d: &Descriptor, target: &Path) -> Result<(), ShardError> {
-        ebb_storage::durable::create_dir_all(target).map_err(ShardError::io(target))?;
+    pub fn materialize(&self, d: &Descriptor, target: &Path) -> Result<(), ReplicaError> {
+        ebb_storage::durable::create_dir_all(target).map_err(ReplicaError::io(target))?;
         for f in &d.files {
             let (src, dst) = (self.dir.join(&f.name), target.join(&f.name));
             if f.name == super::erasure::WATERMARK_FILE {
@@ -179,9 +179,9 @@ impl ShardSnapshot {
 
     /// Copies (hard-links where possible) the whole snapshot, descriptor included, into the
     /// new directory `target`.
-    pub fn copy_to(&self, target: &Path) -> Result<ShardSnapshot, ShardError> {
+    pub fn copy_to(&self, target: &Path) -> Result<ShardSnapshot, ReplicaError> {
         let d = self.descriptor()?;
-        ebb_storage::durable::create_dir_all(target).map_err(ShardError::io(target))?;
+        ebb_storage::durable::create_dir_all(target).map_err(ReplicaError::io(target))?;
         for f in &d.files {
             let (src, dst) = (self.dir.join(&f.name), target.join(&f.name));
             if std::fs::hard_link(&src, &dst).is_err() {
@@ -194,22 +194,22 @@ impl ShardSnapshot {
 }
 
 /// Copies `src` to `dst` and fsyncs the copy (its directory entry is the caller's to sync).
-fn copy_synced(src: &Path, dst: &Path) -> Result<(), ShardError> {
-    std::fs::copy(src, dst).map_err(ShardError::io(dst))?;
-    let f = std::fs::File::open(dst).map_err(ShardError::io(dst))?;
-    f.sync_all().map_err(ShardError::io(dst))?;
+fn copy_synced(src: &Path, dst: &Path) -> Result<(), ReplicaError> {
+    std::fs::copy(src, dst).map_err(ReplicaError::io(dst))?;
+    let f = std::fs::File::open(dst).map_err(ReplicaError::io(dst))?;
+    f.sync_all().map_err(ReplicaError::io(dst))?;
     ebb_storage::durable::synced_file(&f);
     Ok(())
 }
 
 /// Length and CRC-32 of a file.
-pub fn checksum(path: &Path) -> Result<(u64, u32), ShardError> {
-    let mut f = std::fs::File::open(path).map_err(ShardError::io(path))?;
+pub fn checksum(path: &Path) -> Result<(u64, u32), ReplicaError> {
+    let mut f = std::fs::File::open(path).map_err(ReplicaError::io(path))?;
     let mut h = crc32fast::Hasher::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut len = 0u64;
     loop {
-        let n = f.read(&mut buf).map_err(ShardError::io(path))?;
+        let n = f.read(&mut buf).map_err(ReplicaError::io(path))?;
         if n == 0 {
             break;
         }
@@ -220,13 +220,13 @@ pub fn checksum(path: &Path) -> Result<(u64, u32), ShardError> {
 }
 
 /// Writes `bytes` to `path` through a temporary file, fsync and rename.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ShardError> {
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReplicaError> {
     use std::io::Write;
     let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(ShardError::io(&tmp))?;
-    f.write_all(bytes).and_then(|_| f.sync_all()).map_err(ShardError::io(&tmp))?;
+    let mut f = std::fs::File::create(&tmp).map_err(ReplicaError::io(&tmp))?;
+    f.write_all(bytes).and_then(|_| f.sync_all()).map_err(ReplicaError::io(&tmp))?;
     ebb_storage::durable::synced_file(&f);
-    std::fs::rename(&tmp, path).map_err(ShardError::io(path))?;
+    std::fs::rename(&tmp, path).map_err(ReplicaError::io(path))?;
     match path.parent() {
         Some(p) => sync_dir(p),
         None => Ok(()),
@@ -234,8 +234,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ShardError> {
 }
 
 /// Fsyncs a directory.
-pub fn sync_dir(dir: &Path) -> Result<(), ShardError> {
-    std::fs::File::open(dir).and_then(|f| f.sync_all()).map_err(ShardError::io(dir))?;
+pub fn sync_dir(dir: &Path) -> Result<(), ReplicaError> {
+    std::fs::File::open(dir).and_then(|f| f.sync_all()).map_err(ReplicaError::io(dir))?;
     ebb_storage::durable::synced_dir(dir);
     Ok(())
 }

@@ -18,7 +18,7 @@ use openraft::{LogId, Vote};
 use super::applied;
 use super::replica::{engine_dir_name, Replica};
 use super::snapshot::{sync_dir, write_atomic};
-use crate::error::ShardError;
+use crate::error::ReplicaError;
 use crate::types::NodeId;
 
 /// The name of group `id`'s directory among a node's shard directories.
@@ -54,9 +54,9 @@ pub(super) fn fork(
     batch: &WriteBatch,
     log_id: &LogId<NodeId>,
     seq: u64,
-) -> Result<(), ShardError> {
+) -> Result<(), ReplicaError> {
     let Some(dir) = child_dir(replica.root(), child) else {
-        return Err(ShardError::invalid(replica.root(), "no parent directory to fork beside"));
+        return Err(ReplicaError::invalid(replica.root(), "no parent directory to fork beside"));
     };
     if dir.exists() {
         tracing::info!(child, dir = %dir.display(), "the child of a split is here already");
@@ -79,7 +79,7 @@ pub(super) fn fork(
     }
     if let Err(e) = std::fs::rename(&tmp, &dir) {
         let _ = std::fs::remove_dir_all(&tmp);
-        return Err(ShardError::io(&dir)(e));
+        return Err(ReplicaError::io(&dir)(e));
     }
     sync_dir(&base)?;
     tracing::info!(child, index = log_id.index, "forked a split's child");
@@ -95,9 +95,9 @@ fn make(
     log_id: &LogId<NodeId>,
     seq: u64,
     tmp: &Path,
-) -> Result<(), ShardError> {
+) -> Result<(), ReplicaError> {
     let shard = tmp.join("shard");
-    ebb_storage::durable::create_dir_all(&shard).map_err(ShardError::io(&shard))?;
+    ebb_storage::durable::create_dir_all(&shard).map_err(ReplicaError::io(&shard))?;
     let engine_dir = shard.join(engine_dir_name(1));
     engine.checkpoint(&engine_dir)?;
     write_atomic(&shard.join("ENGINE"), b"1")?;
@@ -111,6 +111,6 @@ fn make(
     }
     let vote = Vote::new(log_id.leader_id.term, log_id.leader_id.node_id);
     crate::log::seed(&tmp.join("log"), vote, *log_id)
-        .map_err(|e| ShardError::io(tmp)(std::io::Error::other(e.to_string())))?;
+        .map_err(|e| ReplicaError::io(tmp)(std::io::Error::other(e.to_string())))?;
     sync_dir(tmp)
 }
