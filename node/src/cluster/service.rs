@@ -194,10 +194,10 @@ impl Cluster for ClusterService {
             session = session
                 .with_hash_filter(super::split::from_proto(h).map_err(Status::invalid_argument)?);
         }
-        if r.request_id != 0 {
+        if let Some(id) = r.request_id {
             session = session.with_request(ebb_query::cluster::ShardRequest {
-                id: r.request_id,
-                deadline_ms: (r.deadline_ms != 0).then_some(r.deadline_ms),
+                id,
+                deadline_ms: r.deadline_ms,
                 issued_by: r.issued_by.clone(),
             });
         }

@@ -142,8 +142,8 @@ async fn try_query(
         database: database.to_string(),
         sql: sql.to_string(),
         hops: MAX_HOPS,
-        request_id: request.map_or(0, |r| r.id),
-        deadline_ms: request.and_then(|r| r.deadline_ms).unwrap_or(0),
+        request_id: request.map(|r| r.id),
+        deadline_ms: request.and_then(|r| r.deadline_ms),
         issued_by: request.map(|r| r.issued_by.clone()).unwrap_or_default(),
         hashes: hashes.map(|h| super::split::to_proto(&h)),
     };
