@@ -14,11 +14,25 @@ pub(crate) struct LocalCluster {
     base: u16,
 }
 
+/// The first base from `wanted` on (in steps of 10, up to 400 further) whose ports for four
+/// nodes (`base + {0, 100, 200, 300} + i`) are all free now: another process's cluster may hold
+/// the ports the wanted base gives.
+fn free_base(wanted: u16) -> u16 {
+    let free = |base: u16| {
+        (1..=4u16).all(|i| {
+            [0u16, 100, 200, 300]
+                .iter()
+                .all(|off| std::net::TcpListener::bind(("127.0.0.1", base + off + i)).is_ok())
+        })
+    };
+    (0..40u16).map(|k| wanted + 10 * k).find(|b| free(*b)).unwrap_or(wanted)
+}
+
 impl LocalCluster {
     /// A cluster of `deploy/local-cluster.sh` in a new directory, on ports from `base`, not yet
     /// started.
     pub(crate) fn new(base: u16) -> LocalCluster {
-        LocalCluster { dir: tempfile::tempdir().unwrap(), base }
+        LocalCluster { dir: tempfile::tempdir().unwrap(), base: free_base(base) }
     }
 
     pub(crate) fn script(&self, args: &[&str]) -> String {
