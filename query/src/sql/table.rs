@@ -292,7 +292,12 @@ impl DataSink for ShardInsert {
         while let Some(b) = data.next().await {
             batches.push(b?);
         }
-        let lines = points(&self.def, &batches).map_err(df_err)?;
+        // Converting every row is work in proportion to the statement: off the async workers.
+        let def = self.def.clone();
+        let lines = tokio::task::spawn_blocking(move || points(&def, &batches))
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))?
+            .map_err(df_err)?;
         let batch = PointBatch {
             database: self.def.database.clone(),
             lines,
