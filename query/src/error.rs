@@ -84,6 +84,9 @@ pub enum QueryError {
     /// [`LimitError`]); nothing of it ran.
     #[error(transparent)]
     Limit(#[from] LimitError),
+    /// Points another node sent are damaged or of an encoding this build does not read.
+    #[error("points from another node: {0}")]
+    Points(#[from] crate::lp::wire::PointsError),
     /// A bug or an unexpected state.
     #[error("internal error: {0}")]
     Internal(String),
@@ -183,6 +186,7 @@ impl QueryError {
                 _ => false,
             },
             QueryError::Corrupt(_)
+            | QueryError::Points(_)
             | QueryError::Internal(_)
             | QueryError::NotLeader(_)
             | QueryError::Replication(_)

@@ -7,8 +7,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use ebb_query::db::WriteSource;
 use ebb_query::lp::shape::Shape;
-use ebb_query::lp::{LineError, Lines, Precision};
+use ebb_query::lp::wire::{PointsReader, PointsWriter};
+use ebb_query::lp::{Line, Lines, Precision};
 use ebb_query::{QueryError, WriteSummary};
 
 use ebb_raft::transport::{Connections, Groups};
@@ -16,7 +19,7 @@ use ebb_raft::transport::{Connections, Groups};
 use super::hashspace::series_hash;
 use super::meta::Meta;
 use super::proto::cluster_client::ClusterClient;
-use super::proto::{LeadersRequest, WriteLinesRequest};
+use super::proto::{LeadersRequest, WritePointsRequest};
 use super::replication::PROPOSE_TIMEOUT;
 use super::shards::Shards;
 
@@ -28,16 +31,32 @@ pub const MAX_HOPS: u32 = 3;
 /// written twice is the same row.
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The wire name of a precision.
-pub fn precision_name(p: Precision) -> &'static str {
+/// A precision as the wire carries it.
+pub fn wire_precision(p: Precision) -> super::proto::Precision {
+    use super::proto::Precision as W;
     match p {
-        Precision::Nanoseconds => "ns",
-        Precision::Microseconds => "us",
-        Precision::Milliseconds => "ms",
-        Precision::Seconds => "s",
-        Precision::Minutes => "m",
-        Precision::Hours => "h",
+        Precision::Nanoseconds => W::Nanoseconds,
+        Precision::Microseconds => W::Microseconds,
+        Precision::Milliseconds => W::Milliseconds,
+        Precision::Seconds => W::Seconds,
+        Precision::Minutes => W::Minutes,
+        Precision::Hours => W::Hours,
     }
+}
+
+/// The precision a write carries (refused if this build does not know it).
+pub fn precision_of(req: &WritePointsRequest) -> Result<Precision, RouteError> {
+    use super::proto::Precision as W;
+    let wire = W::try_from(req.precision)
+        .map_err(|_| RouteError::Rejected(format!("unknown precision {}", req.precision)))?;
+    Ok(match wire {
+        W::Nanoseconds => Precision::Nanoseconds,
+        W::Microseconds => Precision::Microseconds,
+        W::Milliseconds => Precision::Milliseconds,
+        W::Seconds => Precision::Seconds,
+        W::Minutes => Precision::Minutes,
+        W::Hours => Precision::Hours,
+    })
 }
 
 /// Why a routed write failed.
@@ -54,20 +73,41 @@ pub enum RouteError {
     /// until space is freed. Parts for other shards may have been written.
     #[error("{0}")]
     DiskFull(String),
-    /// A shard no longer holds the series of these lines (a split moved them since the write
-    /// was routed); nothing of them was written. [`Router::write_lines`] routes them again.
+    /// A shard no longer holds the series of these points (a split moved them since the write
+    /// was routed); nothing of them was written. [`Router::write_points`] routes them again.
     #[error("the series of a write moved to another shard")]
-    Moved(String),
+    Moved,
 }
 
-/// One shard's part of a line-protocol request.
+impl From<RouteError> for QueryError {
+    fn from(e: RouteError) -> QueryError {
+        match e {
+            RouteError::Rejected(m) => QueryError::Invalid(m),
+            RouteError::Unavailable(m) => QueryError::Unavailable(m),
+            RouteError::DiskFull(m) => QueryError::DiskFull(m),
+            e @ RouteError::Moved => QueryError::Unavailable(e.to_string()),
+        }
+    }
+}
+
+/// One shard's part of a write.
 struct Part {
-    /// Its lines.
-    text: String,
+    /// Its points.
+    points: PointsWriter,
     /// The tables they write.
     tables: BTreeSet<String>,
-    /// The time of its oldest line (ns).
+    /// The time of its oldest point (ns).
     oldest_ns: i64,
+}
+
+/// A shard's part of a write, ready to send.
+struct Routed {
+    /// Its points, encoded.
+    points: Bytes,
+    /// The time of its oldest point (ns).
+    oldest_ns: i64,
+    /// The shapes of the tables it writes ([`Shape::fingerprint`]).
+    prints: Vec<u64>,
 }
 
 /// Routes this node's writes to shard leaders.
@@ -167,8 +207,9 @@ impl Router {
         self.meta.view().routed().map(|s| s.id).collect()
     }
 
-    /// Writes a line-protocol request: every line is checked first (a bad line rejects the
-    /// whole request), then each shard's lines go to its leader, all shards at once.
+    /// Writes a line-protocol request: parsed once, every line checked first (a bad line
+    /// rejects the whole request), then each shard's points go to its leader, all shards at
+    /// once.
     pub async fn write_lines(
         &self,
         db: &str,
@@ -176,12 +217,27 @@ impl Router {
         precision: Precision,
         now_ns: i64,
     ) -> Result<WriteSummary, RouteError> {
+        let lines = Lines::new(body).map(|r| r.map_err(|e| RouteError::Rejected(e.to_string())));
+        self.write_points(db, lines, precision, now_ns).await
+    }
+
+    /// Writes parsed points (numbered as their request numbers them): each shard's points go
+    /// to its leader, after every shard the request writes checked its part (unless it
+    /// accepted the same table shapes lately, see [`super::write_check`]). Points a split moved
+    /// meanwhile are routed again with the new shard map.
+    pub async fn write_points<'a>(
+        &self,
+        db: &str,
+        lines: impl Iterator<Item = Result<(usize, Line<'a>), RouteError>>,
+        precision: Precision,
+        now_ns: i64,
+    ) -> Result<WriteSummary, RouteError> {
         let deadline = Instant::now() + PROPOSE_TIMEOUT;
         let mut total = WriteSummary::default();
-        let mut body = std::borrow::Cow::Borrowed(body);
+        let mut routed = self.route(db, lines, precision, now_ns)?;
         loop {
             let mut changes = self.meta.subscribe();
-            let (written, moved) = self.route_lines(db, &body, precision, now_ns).await?;
+            let (written, moved) = self.write_routed(db, routed, precision, now_ns).await?;
             add(&mut total, &written);
             if moved.is_empty() {
                 return Ok(total);
@@ -195,97 +251,121 @@ impl Router {
             }
             // The split's new spans are in the metadata by the time the old shard refuses.
             let _ = tokio::time::timeout(Duration::from_millis(200), changes.changed()).await;
-            body = std::borrow::Cow::Owned(moved.concat());
+            let mut again = Vec::new();
+            for buf in &moved {
+                let reader =
+                    PointsReader::new(buf).map_err(|e| RouteError::Unavailable(e.to_string()))?;
+                again.extend(reader.map(|r| r.map_err(|e| RouteError::Unavailable(e.to_string()))));
+            }
+            routed = self.route(db, again.into_iter(), precision, now_ns)?;
         }
     }
 
-    /// One pass of [`Router::write_lines`]: what was written, and the lines of parts a shard
-    /// refused because a split moved their series.
-    async fn route_lines(
+    /// Splits points between the shards of their series, checking the request's shapes (a
+    /// field of two types, a name used as tag and field) as it goes.
+    fn route<'a>(
         &self,
         db: &str,
-        body: &str,
+        lines: impl Iterator<Item = Result<(usize, Line<'a>), RouteError>>,
         precision: Precision,
         now_ns: i64,
-    ) -> Result<(WriteSummary, Vec<String>), RouteError> {
+    ) -> Result<BTreeMap<u64, Routed>, RouteError> {
         let map = self
             .meta
             .view()
             .shard_map()
             .ok_or_else(|| RouteError::Unavailable("the cluster is not created yet".into()))?
             .map_err(|e| RouteError::Unavailable(format!("shard map: {e}")))?;
-        let raw: Vec<&str> = body.split('\n').collect();
         let mut parts: BTreeMap<u64, Part> = BTreeMap::new();
         let mut shape = Shape::default();
-        for item in Lines::new(body) {
-            let (no, line) = item.map_err(|e: LineError| RouteError::Rejected(e.to_string()))?;
+        for item in lines {
+            let (no, line) = item?;
             shape.add(no, &line).map_err(|e| RouteError::Rejected(e.to_string()))?;
             let shard = map.shard_of(series_hash(&line.measurement, &line.tags));
             let part = parts.entry(shard).or_insert_with(|| Part {
-                text: String::new(),
+                points: PointsWriter::default(),
                 tables: BTreeSet::new(),
                 oldest_ns: i64::MAX,
             });
-            part.text.push_str(raw.get(no - 1).copied().unwrap_or_default());
-            part.text.push('\n');
+            part.points.push(no, &line);
             if !part.tables.contains(line.measurement.as_ref()) {
                 part.tables.insert(line.measurement.to_string());
             }
             let t = line.timestamp.map_or(Some(now_ns), |ts| precision.to_nanos(ts));
             part.oldest_ns = part.oldest_ns.min(t.unwrap_or(i64::MIN));
         }
+        Ok(parts
+            .into_iter()
+            .map(|(shard, p)| {
+                let prints = p.tables.iter().filter_map(|t| shape.fingerprint(db, t)).collect();
+                let points = Bytes::from(p.points.finish());
+                (shard, Routed { points, oldest_ns: p.oldest_ns, prints })
+            })
+            .collect())
+    }
+
+    /// One pass of [`Router::write_points`]: what was written, and the points of parts a
+    /// shard refused because a split moved their series.
+    async fn write_routed(
+        &self,
+        db: &str,
+        parts: BTreeMap<u64, Routed>,
+        precision: Precision,
+        now_ns: i64,
+    ) -> Result<(WriteSummary, Vec<Bytes>), RouteError> {
         // Each shard's part goes under an id of its own, so retries apply it once.
-        let request = |shard: u64, body: String, check_only: bool| WriteLinesRequest {
+        let request = |shard: u64, points: &Bytes, check_only: bool| WritePointsRequest {
             shard,
             database: db.to_string(),
-            body,
-            precision: precision_name(precision).to_string(),
+            points: points.clone(),
+            precision: wire_precision(precision).into(),
             now_ns,
             hops: MAX_HOPS,
             check_only,
             write_id: (!check_only).then(ebb_query::db::new_request_id),
         };
-        let prints: BTreeMap<u64, Vec<u64>> = parts
-            .iter()
-            .map(|(s, p)| (*s, p.tables.iter().filter_map(|t| shape.fingerprint(db, t)).collect()))
-            .collect();
         if parts.len() > 1 {
             // Every shard checks its part before any writes (unless it accepted the same
             // shapes lately): a refusal rejects the request whole, with nothing written.
-            let stale: Vec<(u64, &Part)> = parts
+            let stale: Vec<(u64, &Routed)> = parts
                 .iter()
-                .filter(|(s, p)| !self.checked.all_fresh(**s, &prints[*s], p.oldest_ns))
+                .filter(|(s, p)| !self.checked.all_fresh(**s, &p.prints, p.oldest_ns))
                 .map(|(s, p)| (*s, p))
                 .collect();
-            let checks =
-                stale.iter().map(|(s, p)| self.write_shard(request(*s, p.text.clone(), true)));
+            let checks = stale
+                .iter()
+                .map(|(s, p)| async move { self.write_shard(&request(*s, &p.points, true)).await });
             let mut moved = false;
             for r in futures::future::join_all(checks).await {
                 match r {
-                    Err(RouteError::Moved(_)) => moved = true,
+                    Err(RouteError::Moved) => moved = true,
                     r => drop(r?),
                 }
             }
             if moved {
                 // Nothing is written yet: all of it is routed again.
-                return Ok((WriteSummary::default(), vec![body.to_string()]));
+                return Ok((
+                    WriteSummary::default(),
+                    parts.into_values().map(|p| p.points).collect(),
+                ));
             }
             for (s, p) in &stale {
-                self.checked.remember(*s, &prints[s], p.oldest_ns);
+                self.checked.remember(*s, &p.prints, p.oldest_ns);
             }
         }
-        let writes = parts.into_iter().map(|(shard, p)| async move {
-            (shard, self.write_shard(request(shard, p.text, false)).await)
+        let writes = parts.iter().map(|(shard, p)| {
+            let req = request(*shard, &p.points, false);
+            async move { (*shard, self.write_shard(&req).await, req.points, &p.prints) }
         });
         let mut total = WriteSummary::default();
         let mut failed = None;
         let mut moved = Vec::new();
-        for (shard, r) in futures::future::join_all(writes).await {
+        for (shard, r, points, prints) in futures::future::join_all(writes).await {
             match r {
                 Ok(s) => add(&mut total, &s),
-                Err(RouteError::Moved(lines)) => moved.push(lines),
+                Err(RouteError::Moved) => moved.push(points),
                 Err(e @ RouteError::Rejected(_)) => {
-                    self.checked.forget(shard, &prints[&shard]);
+                    self.checked.forget(shard, prints);
                     failed = Some(e);
                 }
                 Err(e) => failed = failed.or(Some(e)),
@@ -297,16 +377,17 @@ impl Router {
         }
     }
 
-    /// Writes one shard's lines on its leader: here if this node leads it, else forwarded.
+    /// Writes one shard's points on its leader: here if this node leads it, else forwarded.
     /// Retries through elections until [`PROPOSE_TIMEOUT`].
-    pub async fn write_shard(&self, req: WriteLinesRequest) -> Result<WriteSummary, RouteError> {
+    pub async fn write_shard(&self, req: &WritePointsRequest) -> Result<WriteSummary, RouteError> {
         let deadline = Instant::now() + PROPOSE_TIMEOUT;
         let mut last = String::new();
         while Instant::now() < deadline {
-            match tokio::time::timeout(ATTEMPT_TIMEOUT, self.try_write_shard(&req)).await {
+            match tokio::time::timeout(ATTEMPT_TIMEOUT, self.try_write_shard(req)).await {
                 Ok(Ok(s)) => return Ok(s),
-                Ok(Err(e @ (RouteError::Rejected(_) | RouteError::DiskFull(_)))) => return Err(e),
-                Ok(Err(RouteError::Moved(_))) => return Err(RouteError::Moved(req.body)),
+                Ok(Err(
+                    e @ (RouteError::Rejected(_) | RouteError::DiskFull(_) | RouteError::Moved),
+                )) => return Err(e),
                 Ok(Err(RouteError::Unavailable(why))) => last = why,
                 Err(_) => last = format!("no answer within {ATTEMPT_TIMEOUT:?}"),
             }
@@ -319,20 +400,22 @@ impl Router {
     /// received the request retries).
     pub async fn try_write_shard(
         &self,
-        req: &WriteLinesRequest,
+        req: &WritePointsRequest,
     ) -> Result<WriteSummary, RouteError> {
-        let precision = Precision::parse(&req.precision)
-            .ok_or_else(|| RouteError::Rejected(format!("bad precision {:?}", req.precision)))?;
+        let precision = precision_of(req)?;
         if let Some(shard) = self.shards.get(req.shard).filter(|s| s.is_leader()) {
-            let (db, name, body, now) =
-                (shard.db.clone(), req.database.clone(), req.body.clone(), req.now_ns);
+            let (db, name, points, now) =
+                (shard.db.clone(), req.database.clone(), req.points.clone(), req.now_ns);
             let (check_only, id) = (req.check_only, req.write_id);
-            let res = tokio::task::spawn_blocking(move || match (check_only, id) {
-                (true, _) => {
-                    db.check_lines(&name, &body, precision, now).map(|()| WriteSummary::default())
+            let res = tokio::task::spawn_blocking(move || {
+                let points = WriteSource::Points(&points);
+                match (check_only, id) {
+                    (true, _) => {
+                        db.check(&name, points, precision, now).map(|()| WriteSummary::default())
+                    }
+                    (false, Some(id)) => db.write_once(&name, points, precision, now, id),
+                    (false, None) => Err(QueryError::Invalid("a shard write without an id".into())),
                 }
-                (false, Some(id)) => db.write_lines_once(&name, &body, precision, now, id),
-                (false, None) => db.write_lines(&name, &body, precision, now),
             })
             .await
             .map_err(|e| RouteError::Unavailable(e.to_string()))?;
@@ -340,7 +423,7 @@ impl Router {
                 QueryError::NotLeader(_) | QueryError::Replication(_) => {
                     RouteError::Unavailable(e.to_string())
                 }
-                QueryError::NotHeld { .. } => RouteError::Moved(String::new()),
+                QueryError::NotHeld { .. } => RouteError::Moved,
                 e if e.is_disk_full() => RouteError::DiskFull(e.to_string()),
                 e if e.is_client_error() => RouteError::Rejected(e.to_string()),
                 e => RouteError::Unavailable(e.to_string()),
@@ -360,16 +443,16 @@ impl Router {
         let r = ClusterClient::new(ch)
             .max_decoding_message_size(crate::cluster::MAX_MESSAGE_BYTES)
             .max_encoding_message_size(crate::cluster::MAX_MESSAGE_BYTES)
-            .write_lines(fwd)
+            .write_points(fwd)
             .await
             .map_err(|s| match s.code() {
                 tonic::Code::ResourceExhausted => RouteError::DiskFull(s.message().to_string()),
-                tonic::Code::Aborted => RouteError::Moved(String::new()),
+                tonic::Code::Aborted => RouteError::Moved,
                 _ => RouteError::Unavailable(format!("{addr}: {}", s.message())),
             })?
             .into_inner();
-        if !r.rejected.is_empty() {
-            return Err(RouteError::Rejected(r.rejected));
+        if let Some(why) = r.rejected {
+            return Err(RouteError::Rejected(why));
         }
         Ok(WriteSummary {
             lines: r.lines as usize,

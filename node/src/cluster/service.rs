@@ -16,8 +16,8 @@ use super::proto::cluster_server::{Cluster, ClusterServer};
 use super::proto::{
     CampaignReply, CampaignRequest, ChangeMetaReply, ChangeMetaRequest, DecommissionReply,
     DecommissionRequest, JoinReply, JoinRequest, LeadersReply, LeadersRequest, Member, QueryChunk,
-    QueryRequest, SetShardMembersReply, SetShardMembersRequest, ShardLeader, WriteLinesReply,
-    WriteLinesRequest,
+    QueryRequest, SetShardMembersReply, SetShardMembersRequest, ShardLeader, WritePointsReply,
+    WritePointsRequest,
 };
 use super::proto::{
     ForkShardReply, ForkShardRequest, ShardCall, SplitShardReply, SplitShardRequest, TableReply,
@@ -383,24 +383,24 @@ impl Cluster for ClusterService {
         }))
     }
 
-    async fn write_lines(
+    async fn write_points(
         &self,
-        req: Request<WriteLinesRequest>,
-    ) -> std::result::Result<Response<WriteLinesReply>, Status> {
+        req: Request<WritePointsRequest>,
+    ) -> std::result::Result<Response<WritePointsReply>, Status> {
         match self.router.try_write_shard(&req.into_inner()).await {
-            Ok(s) => Ok(Response::new(WriteLinesReply {
+            Ok(s) => Ok(Response::new(WritePointsReply {
                 lines: s.lines as u64,
                 rows: s.rows as u64,
                 tables_created: s.tables_created as u64,
                 series_created: s.series_created as u64,
-                rejected: String::new(),
+                rejected: None,
             })),
             Err(RouteError::Rejected(why)) => {
-                Ok(Response::new(WriteLinesReply { rejected: why, ..Default::default() }))
+                Ok(Response::new(WritePointsReply { rejected: Some(why), ..Default::default() }))
             }
             Err(RouteError::Unavailable(why)) => Err(Status::unavailable(why)),
             Err(RouteError::DiskFull(why)) => Err(Status::resource_exhausted(why)),
-            Err(e @ RouteError::Moved(_)) => Err(Status::aborted(e.to_string())),
+            Err(e @ RouteError::Moved) => Err(Status::aborted(e.to_string())),
         }
     }
 

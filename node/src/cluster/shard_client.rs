@@ -17,17 +17,16 @@ use datafusion::physical_plan::ExecutionPlan;
 use ebb_query::cluster::ipc;
 use ebb_query::cluster::{Batches, Intent, ShardClient, ShardError, ShardRequest};
 use ebb_query::deletions::ReplicaDeletion;
-use ebb_query::lp::Precision;
 use ebb_query::model::hashspace::HashFilter;
 use ebb_query::model::schema::TableDef;
-use ebb_query::sql::shard::request::{self, PointBatch, ScanRequest, TableRequest};
+use ebb_query::sql::shard::request::{self, Points, ScanRequest, TableRequest, WriteRequest};
 use ebb_query::sql::shard::TablePart;
 use ebb_query::{QueryError, WriteSummary};
 use futures::StreamExt;
 
 use super::proto::cluster_client::ClusterClient;
 use super::proto::{QueryRequest, ShardCall};
-use super::router::{RouteError, Router, MAX_HOPS};
+use super::router::{Router, MAX_HOPS};
 
 /// Lines per write an `INSERT` sends.
 const LINES_PER_WRITE: usize = 5000;
@@ -76,21 +75,6 @@ impl ShardClient for Router {
                 other => return other,
             }
         }
-    }
-
-    async fn write_lines(
-        &self,
-        database: &str,
-        body: &str,
-        precision: Precision,
-        now_ns: i64,
-    ) -> Result<WriteSummary, QueryError> {
-        Router::write_lines(self, database, body, precision, now_ns).await.map_err(|e| match e {
-            RouteError::Rejected(m) => QueryError::Invalid(m),
-            RouteError::Unavailable(m) => QueryError::Unavailable(m),
-            RouteError::DiskFull(m) => QueryError::DiskFull(m),
-            e @ RouteError::Moved(_) => QueryError::Unavailable(e.to_string()),
-        })
     }
 
     fn intent_patience(&self) -> Duration {
@@ -371,25 +355,24 @@ impl ebb_query::sql::shard::Shards for Router {
         Ok(Arc::new(exec))
     }
 
-    async fn write(&self, points: PointBatch) -> Result<WriteSummary, QueryError> {
-        // Until writes travel typed, the points go as line protocol, every one checked first.
-        let mut lines = Vec::with_capacity(points.lines.len());
-        for (no, line) in &points.lines {
-            let mut text = String::new();
-            line.write_to(&mut text).map_err(|e| QueryError::invalid(format!("row {no}: {e}")))?;
-            text.push('\n');
-            lines.push(text);
-        }
-        let mut written = WriteSummary::default();
-        for chunk in lines.chunks(LINES_PER_WRITE) {
-            let (db, body) = (&points.database, chunk.concat());
-            let s = ShardClient::write_lines(self, db, &body, points.precision, points.now_ns);
-            let s = s.await?;
-            written.lines += s.lines;
-            written.rows += s.rows;
-            written.tables_created += s.tables_created;
-            written.series_created += s.series_created;
-        }
-        Ok(written)
+    async fn write(&self, w: WriteRequest) -> Result<WriteSummary, QueryError> {
+        let (db, precision, now) = (w.database.as_str(), w.precision, w.now_ns);
+        let written = match &w.points {
+            Points::Body(body) => self.write_lines(db, body, precision, now).await,
+            // The rows of an INSERT go in parts of a bounded size.
+            Points::Parsed(lines) => {
+                let mut written = WriteSummary::default();
+                for chunk in lines.chunks(LINES_PER_WRITE) {
+                    let points = chunk.iter().map(|(no, l)| Ok((*no, l.clone())));
+                    let s = self.write_points(db, points, precision, now).await?;
+                    written.lines += s.lines;
+                    written.rows += s.rows;
+                    written.tables_created += s.tables_created;
+                    written.series_created += s.series_created;
+                }
+                Ok(written)
+            }
+        };
+        Ok(written?)
     }
 }

@@ -75,24 +75,28 @@ async fn a_write_sent_again_is_applied_once_even_after_a_delete() {
             })
         })
         .unwrap();
-    let req = ebb_node::cluster::proto::WriteLinesRequest {
+    let mut points = ebb_query::lp::wire::PointsWriter::default();
+    for (no, line) in ebb_query::lp::Lines::new("reg,host=a v=2i 1\n").map(Result::unwrap) {
+        points.push(no, &line);
+    }
+    let req = ebb_node::cluster::proto::WritePointsRequest {
         shard,
         database: "db".into(),
-        body: "reg,host=a v=2i 1\n".into(),
-        precision: "s".into(),
+        points: points.finish().into(),
+        precision: ebb_node::cluster::proto::Precision::Seconds.into(),
         now_ns: 0,
         hops: 3,
         check_only: false,
         write_id: Some(ebb_query::db::new_request_id()),
     };
-    let first = router.write_shard(req.clone()).await.unwrap();
+    let first = router.write_shard(&req).await.unwrap();
     assert_eq!(first.rows, 1);
     let v = sql(&h, 0, "SELECT v FROM reg").await;
     assert!(v.contains("| 2 |"), "{v}");
     let s = ebb_query::cluster::ClusterSql::new(router.clone(), h.nodes[&1].meta.clone(), "db");
     s.query("DELETE FROM reg WHERE host = 'a'").await.unwrap();
     // The same write again (a retry): answered as the first, and the deleted row stays gone.
-    let again = router.write_shard(req).await.unwrap();
+    let again = router.write_shard(&req).await.unwrap();
     assert_eq!(again, first);
     let n = sql(&h, 2, "SELECT count(*) AS n FROM reg").await;
     assert!(n.contains("| 0 |"), "a retried write brought back a deleted row: {n}");

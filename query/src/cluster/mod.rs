@@ -27,8 +27,6 @@ use futures::stream::BoxStream;
 
 use crate::deletions::ReplicaDeletion;
 use crate::error::{QueryError, Result};
-use crate::lp::Precision;
-use crate::WriteSummary;
 
 use crate::model::hashspace::HashFilter;
 pub use intent::Intent;
@@ -106,16 +104,6 @@ pub trait ShardClient: crate::sql::shard::Shards + Send + Sync + std::fmt::Debug
         request: Option<&ShardRequest>,
         hashes: Option<HashFilter>,
     ) -> std::result::Result<(SchemaRef, Batches), ShardError>;
-
-    /// Writes a line-protocol request, each series to its shard's leader: every line is checked
-    /// first, and a bad line rejects the request whole.
-    async fn write_lines(
-        &self,
-        database: &str,
-        body: &str,
-        precision: Precision,
-        now_ns: i64,
-    ) -> Result<WriteSummary>;
 
     /// How long a statement run on every shard waits for all of them before answering that it
     /// is recorded and still running.

@@ -32,6 +32,7 @@ pub use rollup_round::RollupRound;
 pub use split::TrimOutcome;
 pub use write::{WriteLimits, WriteSummary};
 pub use write_group::GroupCommits;
+pub use write_plan::Source as WriteSource;
 
 use apply::Change;
 

@@ -81,13 +81,13 @@ impl Database {
         self.write_from(db, Source::Parsed(numbered), precision, now_ns, None)
     }
 
-    /// [`Database::write_lines`] as write `id`, which a coordinator may send again (a retry
-    /// after a timeout): a replicated database applies it once, and answers a repeat with what
-    /// the first did. Records of writes are kept ten minutes.
-    pub fn write_lines_once(
+    /// Writes `lines` as write `id`, which a coordinator may send again (a retry after a
+    /// timeout): a replicated database applies it once, and answers a repeat with what the
+    /// first did. Records of writes are kept ten minutes.
+    pub fn write_once(
         &self,
         db: &str,
-        body: &str,
+        lines: Source<'_, '_>,
         precision: Precision,
         now_ns: i64,
         id: u64,
@@ -95,7 +95,7 @@ impl Database {
         if let Some(done) = self.written(id)? {
             return Ok(done);
         }
-        match self.write_from(db, Source::Body(body), precision, now_ns, Some(id)) {
+        match self.write_from(db, lines, precision, now_ns, Some(id)) {
             // An earlier attempt was applied while this one was planned.
             Err(QueryError::Completed) => self
                 .written(id)?
@@ -233,20 +233,19 @@ impl Database {
         self.rows_written.load(Ordering::Relaxed)
     }
 
-    /// Checks a line-protocol request body against the schema of database `db` as a write
-    /// would (names, field types against the tables and earlier lines, retention) without
-    /// writing anything: what a coordinator asks every shard before any of them writes its part
-    /// of a request.
-    pub fn check_lines(
+    /// Checks `lines` against the schema of database `db` as a write would (names, field types
+    /// against the tables and earlier lines, retention) without writing anything: what a
+    /// coordinator asks every shard before any of them writes its part of a request.
+    pub fn check(
         &self,
         db: &str,
-        body: &str,
+        lines: Source<'_, '_>,
         precision: Precision,
         now_ns: i64,
     ) -> Result<()> {
         crate::model::schema::check_writable_database(db)?;
         self.check_reserve()?;
-        self.plan(db, Source::Body(body), precision, now_ns).map(|_| ())
+        self.plan(db, lines, precision, now_ns).map(|_| ())
     }
 
     /// Stored rows the request's points must merge with: for series that existed before it,

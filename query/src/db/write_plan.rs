@@ -22,13 +22,16 @@ use crate::model::series::{decode_series_key, encode_series_key};
 pub(super) type Fields = Vec<(usize, Value)>;
 
 /// The lines of a write: a request body, parsed line by line as it is planned (no line outlives
-/// its planning), or lines parsed before.
+/// its planning), lines parsed before, or parsed points in their wire form
+/// ([`crate::lp::wire`]), read point by point.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Source<'a, 'l> {
+pub enum Source<'a, 'l> {
     /// A line-protocol body.
     Body(&'a str),
     /// Parsed lines, numbered for error messages.
     Parsed(&'a [(usize, Line<'l>)]),
+    /// Points another node parsed ([`crate::lp::wire::PointsWriter`]).
+    Points(&'a [u8]),
 }
 
 impl Source<'_, '_> {
@@ -49,6 +52,15 @@ impl Source<'_, '_> {
                     f(*no, line)?;
                 }
                 Ok(lines.len())
+            }
+            Source::Points(buf) => {
+                let mut n = 0;
+                for item in crate::lp::wire::PointsReader::new(buf)? {
+                    let (no, line) = item?;
+                    f(no, &line)?;
+                    n += 1;
+                }
+                Ok(n)
             }
         }
     }

@@ -44,6 +44,7 @@ use crate::error::{QueryError, Result};
 use crate::lp::Precision;
 use crate::sql::alter_cluster::{is_alter_cluster, parse_alter_cluster};
 use crate::sql::erase::{is_erase, parse_erase};
+use crate::sql::shard::{LocalShards, Points, Shards, WriteRequest};
 use crate::sql::{QueryOutput, SqlSession};
 use crate::statements::{Running, StatementLog};
 use crate::WriteSummary;
@@ -406,19 +407,15 @@ impl FrontDoor {
         precision: Precision,
     ) -> Result<WriteSummary> {
         self.authorize(who, Some(database), Privilege::Write)?;
-        let now = crate::now_ns();
+        let write = WriteRequest {
+            database: database.to_string(),
+            points: Points::Body(body),
+            precision,
+            now_ns: crate::now_ns(),
+        };
         match &self.target {
-            Target::Local(db) => {
-                let (db, database) = (db.clone(), database.to_string());
-                tokio::task::spawn_blocking(move || {
-                    db.write_lines(&database, &body, precision, now)
-                })
-                .await
-                .map_err(|e| QueryError::Internal(format!("write task failed: {e}")))?
-            }
-            Target::Cluster { shards, .. } => {
-                shards.write_lines(database, &body, precision, now).await
-            }
+            Target::Local(db) => LocalShards::new(db.clone()).write(write).await,
+            Target::Cluster { shards, .. } => shards.write(write).await,
         }
     }
 }

@@ -19,6 +19,7 @@
 
 mod parser;
 pub mod shape;
+pub mod wire;
 mod writer;
 
 pub use parser::{parse_line, Lines};

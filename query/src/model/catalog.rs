@@ -34,7 +34,7 @@ const SERIES: u8 = b'S';
 /// `crate::db::RequestOutcome`).
 const OUTCOME: u8 = b'R';
 /// Records of the line-protocol writes a coordinator sent a shard under a write id (see
-/// `crate::db::Database::write_lines_once`).
+/// `crate::db::Database::write_once`).
 const WRITTEN: u8 = b'W';
 /// The series hashes a cluster shard holds, once it has split (see
 /// [`crate::model::hashspace`]): writes of other series are refused.

@@ -25,7 +25,7 @@ use futures::StreamExt;
 
 use super::pushdown::{classify_with, Conjunct, Operands, TimeBounds};
 use super::rows::batch_lines;
-use super::shard::{PointBatch, ScanRequest, Shards, TablePart, TagFilter};
+use super::shard::{Points, ScanRequest, Shards, TablePart, TagFilter, WriteRequest};
 use crate::error::QueryError;
 use crate::lp::{Line, Precision};
 use crate::model::schema::TableDef;
@@ -298,13 +298,13 @@ impl DataSink for ShardInsert {
             .await
             .map_err(|e| DataFusionError::External(Box::new(e)))?
             .map_err(df_err)?;
-        let batch = PointBatch {
+        let write = WriteRequest {
             database: self.def.database.clone(),
-            lines,
+            points: Points::Parsed(lines),
             precision: Precision::Nanoseconds,
             now_ns: crate::now_ns(),
         };
-        let written = self.shards.write(batch).await.map_err(df_err)?;
+        let written = self.shards.write(write).await.map_err(df_err)?;
         Ok(written.lines as u64)
     }
 }

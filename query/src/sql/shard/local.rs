@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use datafusion::error::DataFusionError;
 use datafusion::physical_plan::ExecutionPlan;
 
-use super::{PointBatch, ScanRequest, Shards, TablePart};
+use super::{Points, ScanRequest, Shards, TablePart, WriteRequest};
 use crate::db::Database;
 use crate::error::{QueryError, Result};
 use crate::model::hashspace::HashFilter;
@@ -109,10 +109,11 @@ impl Shards for LocalShards {
         Ok(Arc::new(ScanExec::new(schema, parts)))
     }
 
-    async fn write(&self, points: PointBatch) -> Result<WriteSummary> {
+    async fn write(&self, w: WriteRequest) -> Result<WriteSummary> {
         let db = self.db.clone();
-        tokio::task::spawn_blocking(move || {
-            db.write_parsed(&points.database, &points.lines, points.precision, points.now_ns)
+        tokio::task::spawn_blocking(move || match &w.points {
+            Points::Body(body) => db.write_lines(&w.database, body, w.precision, w.now_ns),
+            Points::Parsed(lines) => db.write_parsed(&w.database, lines, w.precision, w.now_ns),
         })
         .await
         .map_err(|e| QueryError::Internal(format!("the write stopped: {e}")))?

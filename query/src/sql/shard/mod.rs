@@ -17,7 +17,7 @@ use crate::model::schema::TableDef;
 use crate::WriteSummary;
 
 pub use local::LocalShards;
-pub use request::{PointBatch, ScanRequest, TableRequest, TagFilter};
+pub use request::{Points, ScanRequest, TableRequest, TagFilter, WriteRequest};
 
 /// A shard's id (its Raft group in a cluster; [`LocalShards::SHARD`] on a single node).
 pub type ShardId = u64;
@@ -50,6 +50,7 @@ pub trait Shards: Send + Sync + std::fmt::Debug {
         partitions: usize,
     ) -> Result<Arc<dyn ExecutionPlan>>;
 
-    /// Writes `points`, all or nothing, each to the shard of its series.
-    async fn write(&self, points: PointBatch) -> Result<WriteSummary>;
+    /// Writes the points of `write`, each to the shard of its series: a bad point refuses
+    /// them all.
+    async fn write(&self, write: WriteRequest) -> Result<WriteSummary>;
 }

@@ -127,18 +127,27 @@ pub struct ScanRequest {
     pub newest_only: bool,
 }
 
-/// Points to write into one database: lines numbered as their request numbers them (for
-/// errors), in one precision, `now_ns` the time of lines without a timestamp.
+/// A write into one database: each point goes to the shard of its series; a bad point
+/// refuses the request whole, nothing of it written.
 #[derive(Debug, Clone)]
-pub struct PointBatch {
+pub struct WriteRequest {
     /// The database.
     pub database: String,
-    /// The points, each with its line number in the request.
-    pub lines: Vec<(usize, Line<'static>)>,
+    /// The points.
+    pub points: Points,
     /// The unit of their timestamps.
     pub precision: Precision,
     /// The time of a point without one (ns since the epoch).
     pub now_ns: i64,
+}
+
+/// The points of a [`WriteRequest`].
+#[derive(Debug, Clone)]
+pub enum Points {
+    /// A line-protocol request body, parsed once, where it is split between shards.
+    Body(String),
+    /// Points parsed already (the rows of an `INSERT`), each with its number in the request.
+    Parsed(Vec<(usize, Line<'static>)>),
 }
 
 #[cfg(test)]
