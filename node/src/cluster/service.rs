@@ -14,10 +14,10 @@ use super::meta::{Meta, MetaError};
 use super::proto::cluster_client::ClusterClient;
 use super::proto::cluster_server::{Cluster, ClusterServer};
 use super::proto::{
-    CampaignReply, CampaignRequest, ChangeMetaReply, ChangeMetaRequest, DecommissionReply,
-    DecommissionRequest, JoinReply, JoinRequest, LeadersReply, LeadersRequest, Member, QueryChunk,
-    QueryRequest, SetShardMembersReply, SetShardMembersRequest, ShardLeader, WritePointsReply,
-    WritePointsRequest,
+    ApplyReply, CampaignReply, CampaignRequest, ChangeMetaReply, ChangeMetaRequest,
+    DecommissionReply, DecommissionRequest, JoinReply, JoinRequest, LeadersReply, LeadersRequest,
+    Member, QueryChunk, QueryRequest, SetShardMembersReply, SetShardMembersRequest, ShardLeader,
+    WritePointsReply, WritePointsRequest,
 };
 use super::proto::{
     ForkShardReply, ForkShardRequest, ShardCall, SplitShardReply, SplitShardRequest, TableReply,
@@ -171,6 +171,32 @@ impl Cluster for ClusterService {
             return Ok(Response::new(Box::pin(stream)));
         };
         Ok(Response::new(super::shard_reads::scan(&shard, &call).await?))
+    }
+
+    async fn apply(
+        &self,
+        req: Request<ShardCall>,
+    ) -> std::result::Result<Response<ApplyReply>, Status> {
+        use ebb_query::sql::shard::{op, request};
+        let call = req.into_inner();
+        let Some(shard) = self.leading(call.shard) else {
+            let mut c = self.forward(call.shard, call.hops).await?;
+            return c.apply(ShardCall { hops: call.hops - 1, ..call }).await;
+        };
+        let a: op::ApplyRequest =
+            request::decode(call.version, &call.body).map_err(query_status)?;
+        let db = shard.db.clone();
+        let (_, done) =
+            tokio::task::spawn_blocking(move || op::apply(&db, &a.op, "", Some(&a.request)))
+                .await
+                .map_err(|e| Status::internal(e.to_string()))?
+                .map_err(query_status)?;
+        Ok(Response::new(ApplyReply {
+            rows: done.rows,
+            series: done.series,
+            tables: done.tables,
+            deletes: done.deletes,
+        }))
     }
 
     async fn query(

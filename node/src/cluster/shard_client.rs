@@ -16,11 +16,13 @@ use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::ExecutionPlan;
 use ebb_query::cluster::ipc;
 use ebb_query::cluster::{Batches, Intent, ShardClient, ShardError, ShardRequest};
+use ebb_query::db::RequestOutcome;
 use ebb_query::deletions::ReplicaDeletion;
 use ebb_query::model::hashspace::HashFilter;
 use ebb_query::model::schema::TableDef;
+use ebb_query::sql::shard::op::ApplyRequest;
 use ebb_query::sql::shard::request::{self, Points, ScanRequest, TableRequest, WriteRequest};
-use ebb_query::sql::shard::TablePart;
+use ebb_query::sql::shard::{ShardOp, TablePart};
 use ebb_query::{QueryError, WriteSummary};
 use futures::StreamExt;
 
@@ -75,6 +77,25 @@ impl ShardClient for Router {
                 other => return other,
             }
         }
+    }
+
+    async fn apply(
+        &self,
+        shard: u64,
+        op: &ShardOp,
+        request: &ShardRequest,
+    ) -> Result<RequestOutcome, ShardError> {
+        let body = request::encode(&ApplyRequest { op: op.clone(), request: request.clone() });
+        let (mut client, addr) = leader_client(self, shard)?;
+        let call = client.apply(shard_call(shard, None, body));
+        let r = tokio::time::timeout(QUERY_START_TIMEOUT, call)
+            .await
+            .map_err(|_| {
+                ShardError::Unavailable(format!("{addr}: no answer within {QUERY_START_TIMEOUT:?}"))
+            })?
+            .map_err(|s| shard_error(&addr, s))?
+            .into_inner();
+        Ok(RequestOutcome { rows: r.rows, series: r.series, tables: r.tables, deletes: r.deletes })
     }
 
     fn intent_patience(&self) -> Duration {

@@ -7,6 +7,7 @@ mod audit;
 mod auth;
 mod cluster;
 mod cluster_balance;
+mod cluster_ddl;
 mod cluster_erasure;
 mod cluster_harness;
 mod cluster_intent;

@@ -14,6 +14,7 @@ use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::{ShardClient, ShardError, ShardRequest};
+use crate::sql::shard::ShardOp;
 use crate::StatementKind;
 
 /// A statement to run on every shard, as the metadata group records it until it is done.
@@ -23,8 +24,12 @@ pub struct Intent {
     pub id: u64,
     /// Database of unqualified names.
     pub database: String,
-    /// The statement.
+    /// The statement as people read it (`system.deletions`).
     pub sql: String,
+    /// What every shard applies (absent: every shard runs the SQL text `sql`, which a `DELETE`
+    /// on a cluster still is).
+    #[serde(default)]
+    pub op: Option<ShardOp>,
     /// `delete`, `erase` or the command tag (`DROP TABLE`, `ALTER TABLE`...).
     pub kind: String,
     /// Its deadline (ms since the epoch), if the statement set one.
@@ -36,19 +41,35 @@ pub struct Intent {
 }
 
 impl Intent {
-    /// An intent to run `sql` (a statement of `kind`) in `database` as `request`.
-    pub fn new(database: &str, sql: &str, kind: &StatementKind, request: &ShardRequest) -> Intent {
-        let kind = match kind {
+    /// An intent to apply `op` (in a session whose database is `database`) as `request`.
+    pub fn new(database: &str, op: &ShardOp, request: &ShardRequest) -> Intent {
+        let kind = match op.kind() {
             StatementKind::Delete => "delete".to_string(),
             StatementKind::Erase => "erase".to_string(),
-            StatementKind::Command(tag) => tag.clone(),
+            StatementKind::Command(tag) => tag,
             StatementKind::Query | StatementKind::Insert => "statement".to_string(),
         };
         Intent {
             id: request.id,
             database: database.to_string(),
-            sql: sql.to_string(),
+            sql: op.text(),
+            op: Some(op.clone()),
             kind,
+            deadline_ms: request.deadline_ms,
+            issued_by: request.issued_by.clone(),
+            issued_at_ms: crate::now_ms(),
+        }
+    }
+
+    /// An intent to run the `DELETE` statement `sql` (in a session whose database is
+    /// `database`) as `request`, each shard planning it from its text.
+    pub fn of_sql(database: &str, sql: &str, request: &ShardRequest) -> Intent {
+        Intent {
+            id: request.id,
+            database: database.to_string(),
+            sql: sql.to_string(),
+            op: None,
+            kind: "delete".to_string(),
             deadline_ms: request.deadline_ms,
             issued_by: request.issued_by.clone(),
             issued_at_ms: crate::now_ms(),
@@ -127,9 +148,16 @@ async fn drive_shard(
     let mut pause = Duration::from_millis(50);
     loop {
         let attempt = async {
-            let (_, stream) =
-                client.query(shard, &intent.database, &intent.sql, Some(&request), None).await?;
-            stream.try_collect::<Vec<_>>().await
+            let Some(op) = &intent.op else {
+                let sql = &intent.sql;
+                let (_, stream) =
+                    client.query(shard, &intent.database, sql, Some(&request), None).await?;
+                return stream.try_collect::<Vec<_>>().await;
+            };
+            let done = client.apply(shard, op, &request).await?;
+            let out = crate::sql::shard::op::answer(op, request.id, &done)
+                .map_err(|e| ShardError::Invalid(e.to_string()))?;
+            out.stream.try_collect::<Vec<_>>().await.map_err(|e| ShardError::Invalid(e.to_string()))
         };
         let why = match attempt.await {
             Ok(batches) => return Ok(ShardOutcome::Done(batches)),

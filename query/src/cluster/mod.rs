@@ -35,7 +35,7 @@ pub use table::ClusterTable;
 
 /// A `DELETE`, `ERASE` or `DROP TABLE` issued on every shard as one request: its id, deadline
 /// and issuer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ShardRequest {
     /// The request id every shard records it under.
     pub id: u64,
@@ -104,6 +104,15 @@ pub trait ShardClient: crate::sql::shard::Shards + Send + Sync + std::fmt::Debug
         request: Option<&ShardRequest>,
         hashes: Option<HashFilter>,
     ) -> std::result::Result<(SchemaRef, Batches), ShardError>;
+
+    /// Applies `op` on `shard`'s leader as `request` (one request of every shard): what it
+    /// did there.
+    async fn apply(
+        &self,
+        shard: u64,
+        op: &crate::sql::shard::ShardOp,
+        request: &ShardRequest,
+    ) -> std::result::Result<crate::db::RequestOutcome, ShardError>;
 
     /// How long a statement run on every shard waits for all of them before answering that it
     /// is recorded and still running.

@@ -4,6 +4,7 @@
 //! on every shard's leader, each becoming that shard's own log entry.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{ArrayRef, UInt64Array};
@@ -14,7 +15,7 @@ use datafusion::error::Result as DfResult;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::{DFParser, Statement as DfStatement};
-use datafusion::sql::sqlparser::ast::{ObjectType, Statement as SqlStatement};
+use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use futures::TryStreamExt;
 
@@ -25,10 +26,10 @@ use crate::access::{access_table, AccessStore, ACCESS_TABLES};
 use crate::db::new_request_id;
 use crate::error::{QueryError, Result};
 use crate::front::limits::Limits;
-use crate::model::schema::TableDef;
 use crate::sql::alter_cluster::{is_alter_cluster, parse_alter_cluster, ClusterStatement};
+use crate::sql::ddl::CreateSpec;
 use crate::sql::erase::{is_erase, parse_erase};
-use crate::sql::shard::Shards;
+use crate::sql::shard::{ShardOp, Shards};
 use crate::sql::ShardTable;
 use crate::sql::CATALOG;
 use crate::{QueryOutput, StatementKind};
@@ -197,7 +198,7 @@ impl ClusterSql {
             let deadline_ms = stmt.deadline.map(|d| now_ms.saturating_add(d.as_millis() as u64));
             let request =
                 ShardRequest { id: new_request_id(), deadline_ms, issued_by: issuer.to_string() };
-            return self.on_every_shard(sql, StatementKind::Erase, &request).await;
+            return self.on_every_shard(&ShardOp::erase(&stmt, &self.database), &request).await;
         }
         let mut stmts = DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {})
             .map_err(|e| QueryError::invalid(format!("SQL syntax: {e}")))?;
@@ -249,8 +250,11 @@ impl ClusterSql {
                 SqlStatement::Query(_) | SqlStatement::Explain { .. } => StatementKind::Query,
                 SqlStatement::Insert(_) => StatementKind::Insert,
                 SqlStatement::Delete(_) => {
-                    let sql = s.to_string();
-                    return self.on_every_shard(&sql, StatementKind::Delete, &request).await;
+                    // Sent as its text for now: planning it here needs the table's definition
+                    // from every shard, which a shard without a leader cannot give, and a
+                    // DELETE must be recorded and driven to completion all the same.
+                    let intent = Intent::of_sql(&self.database, &s.to_string(), &request);
+                    return self.run_intent(intent).await;
                 }
                 SqlStatement::CreateView(cv) if cv.materialized => {
                     // The rollup is kept on every shard its source is on, which is every shard
@@ -265,18 +269,23 @@ impl ClusterSql {
                                 spec.database, spec.def.source
                             ))
                         })?;
-                    let create = create_if_missing_sql(source.def());
+                    let def = source.def();
+                    let create = ShardOp::CreateTable(CreateSpec {
+                        database: def.database.clone(),
+                        name: def.name.clone(),
+                        tags: def.tags.clone(),
+                        fields: def.fields.clone(),
+                        retention: Some(def.retention_ns.map(Duration::from_nanos)),
+                        if_not_exists: true,
+                    });
                     let prepare = ShardRequest { id: new_request_id(), ..request.clone() };
-                    let kind = StatementKind::Command("CREATE TABLE".into());
-                    self.on_every_shard(&create, kind, &prepare).await?;
-                    let kind = StatementKind::Command(tag(s));
-                    return self.on_every_shard(&s.to_string(), kind, &request).await;
+                    self.on_every_shard(&create, &prepare).await?;
+                    return self.on_every_shard(&ShardOp::CreateRollup(spec), &request).await;
                 }
-                other => {
-                    let kind = StatementKind::Command(tag(other));
-                    let sql = other.to_string();
-                    return self.on_every_shard(&sql, kind, &request).await;
-                }
+                other => match ShardOp::from_ddl(other, &self.database)? {
+                    Some(op) => return self.on_every_shard(&op, &request).await,
+                    None => StatementKind::Query,
+                },
             },
             _ => StatementKind::Query,
         };
@@ -296,13 +305,14 @@ impl ClusterSql {
     /// Runs a statement on every shard's leader as one intent (see [`super::intent`]).
     /// Each shard's answer comes back with a leading `shard` column (a DELETE's row count and
     /// ledger id are per shard).
-    async fn on_every_shard(
-        &self,
-        sql: &str,
-        kind: StatementKind,
-        request: &ShardRequest,
-    ) -> Result<QueryOutput> {
-        let intent = Intent::new(&self.database, sql, &kind, request);
+    async fn on_every_shard(&self, op: &ShardOp, request: &ShardRequest) -> Result<QueryOutput> {
+        self.run_intent(Intent::new(&self.database, op, request)).await
+    }
+
+    /// Records `intent`, then drives it on every shard until each has answered or the
+    /// patience of the cluster has passed.
+    async fn run_intent(&self, intent: Intent) -> Result<QueryOutput> {
+        let kind = intent.statement_kind();
         if let Err(e) = self.client.open_intent(&intent).await {
             // The record may have been made although its answer was lost: then the metadata
             // leader runs the statement.
@@ -351,7 +361,7 @@ impl ClusterSql {
         }
         if !reached {
             let what = if kind == StatementKind::Erase { "database" } else { "table" };
-            return Err(QueryError::invalid(format!("no shard has that {what}")));
+            return Err(QueryError::invalid(format!("no shard has that {what}: {}", intent.sql)));
         }
         let schema = match out.first() {
             Some(b) => b.schema(),
@@ -363,26 +373,6 @@ impl ClusterSql {
             stream: Box::pin(RecordBatchStreamAdapter::new(schema, stream)),
             kind,
         })
-    }
-}
-
-/// The command tag of a statement run on every shard.
-fn tag(s: &SqlStatement) -> String {
-    match s {
-        SqlStatement::CreateTable(_) => "CREATE TABLE".into(),
-        SqlStatement::AlterTable(_) => "ALTER TABLE".into(),
-        SqlStatement::CreateView(_) => "CREATE MATERIALIZED VIEW".into(),
-        SqlStatement::Drop { object_type: ObjectType::MaterializedView, .. } => {
-            "DROP MATERIALIZED VIEW".into()
-        }
-        SqlStatement::Drop { .. } => "DROP TABLE".into(),
-        SqlStatement::CreateDatabase { .. } | SqlStatement::CreateSchema { .. } => {
-            "CREATE DATABASE".into()
-        }
-        other => {
-            let text = other.to_string();
-            text.split_whitespace().next().unwrap_or_default().to_ascii_uppercase()
-        }
     }
 }
 
@@ -399,29 +389,3 @@ fn with_shard(shard: u64, b: &RecordBatch) -> Result<RecordBatch> {
 
 /// The name of the schema of table and column listings.
 const INFORMATION_SCHEMA: &str = "information_schema";
-
-/// `CREATE TABLE IF NOT EXISTS` of `def` (its tags, fields and retention), for the shards that
-/// do not hold it yet.
-fn create_if_missing_sql(def: &TableDef) -> String {
-    use crate::model::schema::FieldType;
-    use crate::sql::{quote_ident as quote, quote_literal as lit};
-    let mut cols: Vec<String> = def.tags.iter().map(|t| format!("{} TAG", quote(t))).collect();
-    for (f, ty) in &def.fields {
-        let ty = match ty {
-            FieldType::Float => "DOUBLE",
-            FieldType::Integer => "BIGINT",
-            FieldType::UInteger => "BIGINT UNSIGNED",
-            FieldType::Boolean => "BOOLEAN",
-            FieldType::String => "TEXT",
-        };
-        cols.push(format!("{} {ty}", quote(f)));
-    }
-    let retention = def.retention_ns.map(|n| crate::db::human_duration(n / 1_000_000_000));
-    format!(
-        "CREATE TABLE IF NOT EXISTS {}.{} ({}) WITH (retention = {})",
-        quote(&def.database),
-        quote(&def.name),
-        cols.join(", "),
-        lit(retention.as_deref().unwrap_or("none"))
-    )
-}

@@ -103,7 +103,7 @@ pub fn retention_option(options: &[SqlOption]) -> Result<Option<Option<Duration>
 }
 
 /// What a `CREATE TABLE` asks for.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CreateSpec {
     /// Database.
     pub database: String,

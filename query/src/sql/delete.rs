@@ -10,17 +10,27 @@
 use datafusion::common::tree_node::TreeNode;
 use datafusion::logical_expr::Expr;
 
-use super::pushdown::{classify, conjuncts, disjuncts, Conjunct, ScanFilter};
+use super::pushdown::{classify, conjuncts, disjuncts, Conjunct, ScanFilter, TimeBounds};
+use super::shard::TagFilter;
 use crate::db::{Database, DeleteTarget};
 use crate::error::{QueryError, Result};
 use crate::model::schema::{Column, TableDef};
 
-/// The deletes `predicate` asks for on table `def`.
-pub fn delete_targets(
-    db: &Database,
-    def: &TableDef,
-    predicate: Option<&Expr>,
-) -> Result<Vec<DeleteTarget>> {
+/// One disjunct of a `DELETE` predicate: a time window and tag predicates by tag name, all of
+/// which a deleted row meets. It travels to every shard, each resolving the tag names against
+/// its own definition of the table.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DeletePart {
+    /// The time window.
+    pub time: TimeBounds,
+    /// Tag predicates (none: every series).
+    pub tags: Vec<TagFilter>,
+}
+
+/// The parts of the deletes `predicate` asks for on table `def` (empty: it selects nothing).
+/// Refused: no predicate, one that would remove every row, and predicates a delete cannot
+/// execute (fields, functions of `time`, subqueries).
+pub fn delete_parts(def: &TableDef, predicate: Option<&Expr>) -> Result<Vec<DeletePart>> {
     let Some(predicate) = predicate else {
         return Err(QueryError::invalid(format!(
             "DELETE without WHERE would remove every row of {}; use DROP TABLE, or give a time \
@@ -28,7 +38,7 @@ pub fn delete_targets(
             def.name
         )));
     };
-    let mut targets = Vec::new();
+    let mut parts = Vec::new();
     for d in disjuncts(predicate) {
         let mut filter = ScanFilter::default();
         for c in conjuncts(d) {
@@ -41,26 +51,38 @@ pub fn delete_targets(
         if filter.time.is_empty() {
             continue; // selects nothing
         }
-        if filter.tags.is_empty() {
-            if filter.time.is_unbounded() {
-                return Err(QueryError::invalid(
-                    "this DELETE would remove every row; use DROP TABLE, or give a time range",
-                ));
-            }
-            targets.push(DeleteTarget::TimeWindow { t_lo: filter.time.lo, t_hi: filter.time.hi });
-        } else {
-            let series =
-                db.catalog().with_series(def.id, |idx| filter.series(idx)).unwrap_or_default();
-            if !series.is_empty() {
-                targets.push(DeleteTarget::Series {
-                    series,
-                    t_lo: filter.time.lo,
-                    t_hi: filter.time.hi,
-                });
-            }
+        if filter.tags.is_empty() && filter.time.is_unbounded() {
+            return Err(QueryError::invalid(
+                "this DELETE would remove every row; use DROP TABLE, or give a time range",
+            ));
+        }
+        let tags = filter.tags.iter().map(|p| TagFilter::named(p, def)).collect();
+        parts.push(DeletePart { time: filter.time, tags });
+    }
+    Ok(parts)
+}
+
+/// What `parts` delete of table `def` in `db`: a time window across the table for a part
+/// without tag predicates, else the ranges of the series it selects (tags resolved against
+/// this database's definition of the table).
+pub fn delete_targets(db: &Database, def: &TableDef, parts: &[DeletePart]) -> Vec<DeleteTarget> {
+    let mut targets = Vec::new();
+    for part in parts {
+        if part.tags.is_empty() {
+            targets.push(DeleteTarget::TimeWindow { t_lo: part.time.lo, t_hi: part.time.hi });
+            continue;
+        }
+        let filter = ScanFilter {
+            time: part.time,
+            tags: part.tags.iter().map(|t| t.resolve(def)).collect(),
+            ..ScanFilter::default()
+        };
+        let series = db.catalog().with_series(def.id, |idx| filter.series(idx)).unwrap_or_default();
+        if !series.is_empty() {
+            targets.push(DeleteTarget::Series { series, t_lo: part.time.lo, t_hi: part.time.hi });
         }
     }
-    Ok(targets)
+    targets
 }
 
 /// Why `e` cannot be part of a `DELETE` predicate.

@@ -39,7 +39,7 @@ use crate::model::rollup::{Agg, OutputColumn, RollupDef, RollupOutput};
 use crate::model::schema::TIME_COLUMN;
 
 /// What a `CREATE MATERIALIZED VIEW` asks for.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RollupSpec {
     /// Database (the rollup's and its source's).
     pub database: String,

@@ -7,22 +7,20 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::execution::context::SessionContext;
 use datafusion::execution::SendableRecordBatchStream;
-use datafusion::logical_expr::{DmlStatement, LogicalPlan, WriteOp};
+use datafusion::logical_expr::{LogicalPlan, WriteOp};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::SessionConfig;
 use datafusion::sql::parser::{DFParser, Statement as DfStatement};
-use datafusion::sql::sqlparser::ast::{
-    AlterTableOperation, ObjectType, SchemaName, Statement as SqlStatement,
-};
+use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 
 use super::catalog::EbbCatalog;
-use super::ddl::{create_spec, retention_option, table_name};
-use super::delete::delete_targets;
 use super::erase::{is_erase, parse_erase, EraseStatement};
+use super::shard::op::{delete_op, ShardOp};
+use super::shard::{LocalShards, Shards};
 use super::CATALOG;
 use crate::cluster::ShardRequest;
-use crate::db::{Database, RequestSpec};
+use crate::db::Database;
 use crate::error::{QueryError, Result};
 use crate::front::limits::Limits;
 use crate::model::hashspace::HashFilter;
@@ -238,7 +236,9 @@ impl SqlSession {
                 let LogicalPlan::Dml(d) = &optimized else {
                     return Err(QueryError::Internal("DELETE plan lost its DML node".into()));
                 };
-                return self.delete(d, delete_text, issuer).await;
+                let shards: Arc<dyn Shards> = Arc::new(LocalShards::new(self.db.clone()));
+                let op = delete_op(shards, d, &self.database, delete_text).await?;
+                return self.apply(op, issuer).await;
             }
         }
         if let LogicalPlan::Ddl(_) = &plan {
@@ -260,112 +260,21 @@ impl SqlSession {
 
     /// EbbDB's own statements; `None` for the rest.
     async fn ebb_statement(&self, s: &SqlStatement, issuer: &str) -> Result<Option<QueryOutput>> {
-        let db = self.db.clone();
-        let out = match s {
-            SqlStatement::CreateTable(ct) => {
-                let spec = create_spec(ct, &self.database)?;
-                if spec.if_not_exists && db.catalog().table(&spec.database, &spec.name).is_some() {
-                    return Ok(Some(command("CREATE TABLE")));
-                }
-                blocking(move || {
-                    db.create_table(
-                        &spec.database,
-                        &spec.name,
-                        spec.tags,
-                        spec.fields,
-                        spec.retention.unwrap_or_else(|| db.default_retention()),
-                    )
-                })
-                .await?;
-                command("CREATE TABLE")
-            }
-            SqlStatement::AlterTable(at) => {
-                let (d, t) = table_name(&at.name, &self.database)?;
-                let mut retention = None;
-                for op in &at.operations {
-                    match op {
-                        AlterTableOperation::SetOptionsParens { options }
-                        | AlterTableOperation::SetTblProperties { table_properties: options } => {
-                            retention = retention_option(options)?;
-                        }
-                        other => {
-                            return Err(QueryError::Unsupported(format!(
-                                "ALTER TABLE {other}; EbbDB supports ALTER TABLE t SET \
-                                 (retention = '7d'); columns are added by writing them"
-                            )))
-                        }
-                    }
-                }
-                let Some(retention) = retention else {
-                    return Err(QueryError::invalid("ALTER TABLE needs SET (retention = ...)"));
-                };
-                blocking(move || db.set_retention(&d, &t, retention)).await?;
-                command("ALTER TABLE")
-            }
-            SqlStatement::CreateView(cv) if cv.materialized => {
-                let spec = super::rollup::rollup_spec(cv, &self.database)?;
-                if spec.if_not_exists && db.catalog().table(&spec.database, &spec.name).is_some() {
-                    return Ok(Some(command("CREATE MATERIALIZED VIEW")));
-                }
-                blocking(move || {
-                    db.create_rollup(&spec.database, &spec.name, spec.def, spec.retention)
-                })
-                .await?;
-                command("CREATE MATERIALIZED VIEW")
-            }
-            SqlStatement::Drop {
-                object_type: object @ (ObjectType::Table | ObjectType::MaterializedView),
-                names,
-                if_exists,
-                ..
-            } => {
-                let names: Vec<(String, String)> =
-                    names.iter().map(|n| table_name(n, &self.database)).collect::<Result<_>>()?;
-                let if_exists = *if_exists;
-                let views = *object == ObjectType::MaterializedView;
-                let spec = self.request_spec("drop", String::new(), issuer);
-                blocking(move || {
-                    for (d, t) in names {
-                        if views && db.catalog().table(&d, &t).is_some_and(|t| t.rollup.is_none()) {
-                            return Err(QueryError::invalid(format!(
-                                "{d}.{t} is a table, not a rollup; use DROP TABLE"
-                            )));
-                        }
-                        match db.drop_table_as(&d, &t, &spec) {
-                            Err(QueryError::UnknownTable(_)) if if_exists => {}
-                            other => {
-                                other?;
-                            }
-                        }
-                    }
-                    Ok(())
-                })
-                .await?;
-                command(if views { "DROP MATERIALIZED VIEW" } else { "DROP TABLE" })
-            }
-            SqlStatement::CreateSchema { schema_name: SchemaName::Simple(n), .. }
-            | SqlStatement::CreateDatabase { db_name: n, .. } => {
-                let name = match n.0.last() {
-                    Some(datafusion::sql::sqlparser::ast::ObjectNamePart::Identifier(i)) => {
-                        super::ddl::ident(i)
-                    }
-                    _ => return Err(QueryError::invalid(format!("invalid database name {n}"))),
-                };
-                blocking(move || db.create_database(&name)).await?;
-                command("CREATE DATABASE")
-            }
-            _ => return Ok(None),
-        };
-        Ok(Some(out))
+        match ShardOp::from_ddl(s, &self.database)? {
+            Some(op) => self.apply(op, issuer).await.map(Some),
+            None => Ok(None),
+        }
     }
 
-    /// The request a statement of `kind` described by `text`, issued by `issuer`, runs as.
-    fn request_spec(&self, kind: &str, text: String, issuer: &str) -> RequestSpec {
-        let spec = RequestSpec::new(kind, text).with_issuer(issuer);
-        match &self.request {
-            Some(r) => spec.with_id(r.id).with_deadline(r.deadline_ms).recorded(),
-            None => spec,
-        }
+    /// Applies `op` to the session's database (as the session's request, if it has one).
+    async fn apply(&self, op: ShardOp, issuer: &str) -> Result<QueryOutput> {
+        let (db, issuer, request) = (self.db.clone(), issuer.to_string(), self.request.clone());
+        let (op, id, done) = blocking(move || {
+            let (id, done) = super::shard::op::apply(&db, &op, &issuer, request.as_ref())?;
+            Ok((op, id, done))
+        })
+        .await?;
+        super::shard::op::answer(&op, id, &done)
     }
 
     /// Runs a parsed `ERASE`.
@@ -375,67 +284,8 @@ impl SqlSession {
 
     /// Runs a parsed `ERASE`, recorded as issued by `issuer`.
     pub async fn erase_by(&self, stmt: EraseStatement, issuer: &str) -> Result<QueryOutput> {
-        let database = stmt.database.clone().unwrap_or_else(|| self.database.clone());
-        let mut spec = self.request_spec("erase", stmt.text(&database), issuer);
-        if let Some(d) = stmt.deadline {
-            let max = self.db.engine().options().delete_deadline;
-            if max.is_some_and(|m| d > m) {
-                return Err(QueryError::invalid(format!(
-                    "DEADLINE '{}' is longer than the configured delete deadline of {}; ask for \
-                     at most that, or leave DEADLINE out",
-                    crate::db::human_duration(d.as_secs()),
-                    crate::db::human_duration(max.map_or(0, |m| m.as_secs())),
-                )));
-            }
-            if spec.deadline_ms.is_none() {
-                let now = self.db.engine().options().clock.now_ms();
-                spec.deadline_ms = Some(now.saturating_add(d.as_millis() as u64));
-            }
-        }
-        let db = self.db.clone();
-        let (tag, value) = (stmt.tag, stmt.value);
-        let run = async move {
-            let out = blocking(move || db.erase(&database, &tag, &value, &spec)).await?;
-            let done = crate::db::RequestOutcome {
-                rows: out.rows,
-                series: out.series,
-                tables: out.tables,
-                deletes: out.ids.len() as u64,
-            };
-            super::requested::erase_output(out.request, &done)
-        };
-        self.as_request(StatementKind::Erase, run).await
-    }
-
-    async fn delete(&self, d: &DmlStatement, text: String, issuer: &str) -> Result<QueryOutput> {
-        let (database, table) = match (d.table_name.schema(), d.table_name.table()) {
-            (Some(s), t) => (s.to_string(), t.to_string()),
-            (None, t) => (self.database.clone(), t.to_string()),
-        };
-        let def = self.db.existing(&database, &table)?;
-        if let Some(r) = &def.rollup {
-            return Err(QueryError::invalid(format!(
-                "{table} is a rollup of {}: its rows follow its source; delete from {}",
-                r.source, r.source
-            )));
-        }
-        let predicate = filter_of(&d.input);
-        let db = self.db.clone();
-        let spec = self.request_spec("delete", text, issuer);
-        let outcome = blocking(move || {
-            let targets = delete_targets(&db, &def, predicate.as_ref())?;
-            if targets.is_empty() {
-                if spec.recorded {
-                    // Recorded all the same, so a repeat does nothing either.
-                    db.record_outcome(spec.id, &crate::db::RequestOutcome::default())?;
-                }
-                return Ok(crate::DeleteOutcome { rows: 0, ids: Vec::new(), request: spec.id });
-            }
-            db.delete(&def, &targets, &spec)
-        })
-        .await?;
-        let id = (!outcome.ids.is_empty()).then_some(outcome.request);
-        super::requested::delete_output(outcome.rows, id, outcome.ids.len() as u64)
+        let op = ShardOp::erase(&stmt, &self.database);
+        self.as_request(StatementKind::Erase, self.apply(op, issuer)).await
     }
 }
 
@@ -497,7 +347,7 @@ pub(crate) async fn optimized_stream(
 
 /// The `WHERE` predicate of a `DELETE`'s input plan: every filter above and inside its table
 /// scan, joined by `AND` (`None` if there is none).
-fn filter_of(plan: &LogicalPlan) -> Option<datafusion::logical_expr::Expr> {
+pub(crate) fn filter_of(plan: &LogicalPlan) -> Option<datafusion::logical_expr::Expr> {
     let mut parts = Vec::new();
     collect_filters(plan, &mut parts);
     parts.into_iter().reduce(datafusion::logical_expr::Expr::and)

@@ -4,6 +4,7 @@
 //! code path, and what crosses it is typed ([`request`]), never SQL text.
 
 pub mod local;
+pub mod op;
 pub mod request;
 
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use crate::model::schema::TableDef;
 use crate::WriteSummary;
 
 pub use local::LocalShards;
+pub use op::ShardOp;
 pub use request::{Points, ScanRequest, TableRequest, TagFilter, WriteRequest};
 
 /// A shard's id (its Raft group in a cluster; [`LocalShards::SHARD`] on a single node).
