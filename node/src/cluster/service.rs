@@ -185,6 +185,10 @@ impl Cluster for ClusterService {
         };
         let a: op::ApplyRequest =
             request::decode(call.version, &call.body).map_err(query_status)?;
+        // The change resolves series against the leader's catalog: the leader must have
+        // applied every write committed before it (a new leader may not have yet), or a DELETE
+        // or ERASE would miss the series they created.
+        super::shard_reads::read_barrier(&shard).await?;
         let db = shard.db.clone();
         let (_, done) =
             tokio::task::spawn_blocking(move || op::apply(&db, &a.op, "", Some(&a.request)))

@@ -36,6 +36,10 @@ const LINES_PER_WRITE: usize = 5000;
 /// How long a shard query keeps retrying through elections.
 const QUERY_RETRY: Duration = Duration::from_secs(10);
 
+/// How long a shard may take to give its definition of a table for a change every shard
+/// applies (a shard without a leader is left out of the planning, not waited for).
+const TABLE_NOW_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// How long a shard may take to start answering a query.
 const QUERY_START_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -340,6 +344,34 @@ impl ebb_query::sql::shard::Shards for Router {
                 Ok(None) | Err(ShardError::NotFound(_)) => {}
                 Err(e) => return Err(e.into()),
             }
+        }
+        Ok(parts)
+    }
+
+    async fn table_now(&self, database: &str, name: &str) -> Result<Vec<TablePart>, QueryError> {
+        let request = TableRequest { database: database.to_string(), name: name.to_string() };
+        let body = request::encode(&request);
+        let asks = ShardClient::routing(self).into_iter().map(|(shard, hashes)| {
+            let body = &body;
+            async move {
+                let answer = tokio::time::timeout(TABLE_NOW_TIMEOUT, try_table(self, shard, body))
+                    .await
+                    .unwrap_or_else(|_| Err(ShardError::Unavailable("no answer".into())));
+                (shard, hashes, answer)
+            }
+        });
+        let mut parts = Vec::new();
+        let mut unavailable = Vec::new();
+        for (shard, hashes, answer) in futures::future::join_all(asks).await {
+            match answer {
+                Ok(Some(def)) => parts.push(TablePart { shard, hashes, def: Arc::new(def) }),
+                Ok(None) | Err(ShardError::NotFound(_)) => {}
+                Err(ShardError::Invalid(why)) => return Err(QueryError::Invalid(why)),
+                Err(e) => unavailable.push(format!("shard {shard}: {e}")),
+            }
+        }
+        if parts.is_empty() && !unavailable.is_empty() {
+            return Err(QueryError::Unavailable(unavailable.join("; ")));
         }
         Ok(parts)
     }

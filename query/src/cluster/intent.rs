@@ -26,8 +26,8 @@ pub struct Intent {
     pub database: String,
     /// The statement as people read it (`system.deletions`).
     pub sql: String,
-    /// What every shard applies (absent: every shard runs the SQL text `sql`, which a `DELETE`
-    /// on a cluster still is).
+    /// What every shard applies (absent in intents recorded by older builds, which every shard
+    /// runs as the SQL text `sql`).
     #[serde(default)]
     pub op: Option<ShardOp>,
     /// `delete`, `erase` or the command tag (`DROP TABLE`, `ALTER TABLE`...).
@@ -55,21 +55,6 @@ impl Intent {
             sql: op.text(),
             op: Some(op.clone()),
             kind,
-            deadline_ms: request.deadline_ms,
-            issued_by: request.issued_by.clone(),
-            issued_at_ms: crate::now_ms(),
-        }
-    }
-
-    /// An intent to run the `DELETE` statement `sql` (in a session whose database is
-    /// `database`) as `request`, each shard planning it from its text.
-    pub fn of_sql(database: &str, sql: &str, request: &ShardRequest) -> Intent {
-        Intent {
-            id: request.id,
-            database: database.to_string(),
-            sql: sql.to_string(),
-            op: None,
-            kind: "delete".to_string(),
             deadline_ms: request.deadline_ms,
             issued_by: request.issued_by.clone(),
             issued_at_ms: crate::now_ms(),

@@ -29,6 +29,7 @@ use crate::front::limits::Limits;
 use crate::sql::alter_cluster::{is_alter_cluster, parse_alter_cluster, ClusterStatement};
 use crate::sql::ddl::CreateSpec;
 use crate::sql::erase::{is_erase, parse_erase};
+use crate::sql::shard::op::delete_op;
 use crate::sql::shard::{ShardOp, Shards};
 use crate::sql::ShardTable;
 use crate::sql::CATALOG;
@@ -93,6 +94,47 @@ impl SchemaProvider for Schema {
             Some(r) => crate::sql::rollup::rollup_view(name, &r, Arc::new(table)).map(Some),
             None => Ok(Some(Arc::new(table))),
         }
+    }
+
+    fn table_exist(&self, _name: &str) -> bool {
+        true
+    }
+}
+
+/// The catalog a `DELETE` is planned in: tables as the shards that answer now define them
+/// ([`ShardTable::load_now`]), rollups as their raw tables (a delete of one is refused).
+#[derive(Debug)]
+struct ChangeCatalog {
+    client: Arc<dyn ShardClient>,
+}
+
+impl CatalogProvider for ChangeCatalog {
+    fn schema_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        Some(Arc::new(ChangeSchema { client: self.client.clone(), database: name.to_string() }))
+    }
+}
+
+#[derive(Debug)]
+struct ChangeSchema {
+    client: Arc<dyn ShardClient>,
+    database: String,
+}
+
+#[async_trait]
+impl SchemaProvider for ChangeSchema {
+    fn table_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        let shards = self.client.clone() as Arc<dyn Shards>;
+        let loaded = ShardTable::load_now(shards, &self.database, name).await;
+        let table = loaded.map_err(crate::sql::table::df_err)?;
+        Ok(table.map(|t| Arc::new(t) as Arc<dyn TableProvider>))
     }
 
     fn table_exist(&self, _name: &str) -> bool {
@@ -250,11 +292,23 @@ impl ClusterSql {
                 SqlStatement::Query(_) | SqlStatement::Explain { .. } => StatementKind::Query,
                 SqlStatement::Insert(_) => StatementKind::Insert,
                 SqlStatement::Delete(_) => {
-                    // Sent as its text for now: planning it here needs the table's definition
-                    // from every shard, which a shard without a leader cannot give, and a
-                    // DELETE must be recorded and driven to completion all the same.
-                    let intent = Intent::of_sql(&self.database, &s.to_string(), &request);
-                    return self.run_intent(intent).await;
+                    let text = s.to_string();
+                    // Planned over the table as the shards that answer now define it: a shard
+                    // without a leader must not keep the DELETE from being recorded and run
+                    // everywhere once it has one. (A column only such a shard has is unknown
+                    // until it answers again.)
+                    let ctx = crate::sql::new_context(&self.database, false);
+                    let changes = ChangeCatalog { client: self.client.clone() };
+                    ctx.register_catalog(CATALOG, Arc::new(changes));
+                    let state = ctx.state();
+                    // Optimized first, as on a single node: types coerced, constants folded.
+                    let plan = state.optimize(&state.statement_to_plan(stmt).await?)?;
+                    let LogicalPlan::Dml(d) = &plan else {
+                        return Err(QueryError::Internal("DELETE plan lost its DML node".into()));
+                    };
+                    let shards = self.client.clone() as Arc<dyn Shards>;
+                    let op = delete_op(shards, d, &self.database, text).await?;
+                    return self.on_every_shard(&op, &request).await;
                 }
                 SqlStatement::CreateView(cv) if cv.materialized => {
                     // The rollup is kept on every shard its source is on, which is every shard
@@ -306,13 +360,8 @@ impl ClusterSql {
     /// Each shard's answer comes back with a leading `shard` column (a DELETE's row count and
     /// ledger id are per shard).
     async fn on_every_shard(&self, op: &ShardOp, request: &ShardRequest) -> Result<QueryOutput> {
-        self.run_intent(Intent::new(&self.database, op, request)).await
-    }
-
-    /// Records `intent`, then drives it on every shard until each has answered or the
-    /// patience of the cluster has passed.
-    async fn run_intent(&self, intent: Intent) -> Result<QueryOutput> {
-        let kind = intent.statement_kind();
+        let kind = op.kind();
+        let intent = Intent::new(&self.database, op, request);
         if let Err(e) = self.client.open_intent(&intent).await {
             // The record may have been made although its answer was lost: then the metadata
             // leader runs the statement.

@@ -105,6 +105,20 @@ impl ShardTable {
         Ok(Some(ShardTable { shards, def, schema, parts, time_default, newest_only: false }))
     }
 
+    /// Table `name` of `database` as the shards that answer now define it (see
+    /// [`Shards::table_now`]); `None` if none of them holds it.
+    pub async fn load_now(
+        shards: Arc<dyn Shards>,
+        database: &str,
+        name: &str,
+    ) -> crate::Result<Option<ShardTable>> {
+        let parts = shards.table_now(database, name).await?;
+        let Some(def) = union_def(&parts) else { return Ok(None) };
+        let schema = def.schema();
+        let time_default = datafusion::functions::datetime::expr_fn::now();
+        Ok(Some(ShardTable { shards, def, schema, parts, time_default, newest_only: false }))
+    }
+
     /// The table's definition (the union of the shards').
     pub fn def(&self) -> &Arc<TableDef> {
         &self.def

@@ -43,6 +43,13 @@ pub trait Shards: Send + Sync + std::fmt::Debug {
     /// (empty if none does).
     async fn table(&self, database: &str, name: &str) -> Result<Vec<TablePart>>;
 
+    /// Table `name` of `database` as the shards that answer now define it: what a change
+    /// every shard applies later (a `DELETE`) is planned from, so a shard without a leader is
+    /// left out rather than waited for (an error only if no shard answers).
+    async fn table_now(&self, database: &str, name: &str) -> Result<Vec<TablePart>> {
+        self.table(database, name).await
+    }
+
     /// Plans `part`'s share of `scan` (in up to `partitions` partitions), producing the
     /// requested columns in order (the shard has each).
     fn scan(

@@ -220,11 +220,18 @@ pub async fn delete_op(
         (Some(s), t) => (s.to_string(), t.to_string()),
         (None, t) => (database.to_string(), t.to_string()),
     };
-    let loaded = ShardTable::load(shards, &database, &table).await?;
-    let def = loaded
-        .ok_or_else(|| QueryError::UnknownTable(format!("{database}.{table}")))?
-        .def()
-        .clone();
+    // The table the statement was planned over, unless it is a rollup's view.
+    let planned = datafusion::datasource::source_as_provider(&d.target)
+        .ok()
+        .and_then(|p| p.downcast_ref::<ShardTable>().map(|t| t.def().clone()));
+    let def = match planned {
+        Some(def) => def,
+        None => ShardTable::load(shards, &database, &table)
+            .await?
+            .ok_or_else(|| QueryError::UnknownTable(format!("{database}.{table}")))?
+            .def()
+            .clone(),
+    };
     if let Some(r) = &def.rollup {
         return Err(QueryError::invalid(format!(
             "{table} is a rollup of {}: its rows follow its source; delete from {}",
