@@ -91,14 +91,7 @@ impl ShardClient for Router {
     ) -> Result<RequestOutcome, ShardError> {
         let body = request::encode(&ApplyRequest { op: op.clone(), request: request.clone() });
         let (mut client, addr) = leader_client(self, shard)?;
-        let call = client.apply(shard_call(shard, None, body));
-        let r = tokio::time::timeout(QUERY_START_TIMEOUT, call)
-            .await
-            .map_err(|_| {
-                ShardError::Unavailable(format!("{addr}: no answer within {QUERY_START_TIMEOUT:?}"))
-            })?
-            .map_err(|s| shard_error(&addr, s))?
-            .into_inner();
+        let r = answer(&addr, client.apply(shard_call(shard, None, body))).await?;
         Ok(RequestOutcome { rows: r.rows, series: r.series, tables: r.tables, deletes: r.deletes })
     }
 
@@ -211,6 +204,20 @@ where
     }
 }
 
+/// The answer of `call` to the leader at `addr`, within [`QUERY_START_TIMEOUT`].
+async fn answer<T>(
+    addr: &str,
+    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, ShardError> {
+    tokio::time::timeout(QUERY_START_TIMEOUT, call)
+        .await
+        .map_err(|_| {
+            ShardError::Unavailable(format!("{addr}: no answer within {QUERY_START_TIMEOUT:?}"))
+        })?
+        .map(tonic::Response::into_inner)
+        .map_err(|s| shard_error(addr, s))
+}
+
 /// `s` (a shard's answer) as a shard error.
 fn shard_error(addr: &str, s: tonic::Status) -> ShardError {
     match s.code() {
@@ -250,14 +257,7 @@ async fn try_table(
     body: &[u8],
 ) -> Result<Option<TableDef>, ShardError> {
     let (mut client, addr) = leader_client(router, shard)?;
-    let call = client.table(shard_call(shard, None, body.to_vec()));
-    let reply = tokio::time::timeout(QUERY_START_TIMEOUT, call)
-        .await
-        .map_err(|_| {
-            ShardError::Unavailable(format!("{addr}: no answer within {QUERY_START_TIMEOUT:?}"))
-        })?
-        .map_err(|s| shard_error(&addr, s))?
-        .into_inner();
+    let reply = answer(&addr, client.table(shard_call(shard, None, body.to_vec()))).await?;
     reply
         .def
         .map(|d| serde_json::from_slice(&d))

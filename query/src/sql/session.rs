@@ -284,8 +284,8 @@ impl SqlSession {
 
     /// Runs a parsed `ERASE`, recorded as issued by `issuer`.
     pub async fn erase_by(&self, stmt: EraseStatement, issuer: &str) -> Result<QueryOutput> {
-        let op = ShardOp::erase(&stmt, &self.database);
-        self.as_request(StatementKind::Erase, self.apply(op, issuer)).await
+        // As the session's request, if it has one: `apply` answers a repeat from its record.
+        self.apply(ShardOp::erase(&stmt, &self.database), issuer).await
     }
 }
 

@@ -99,10 +99,7 @@ impl ShardTable {
         name: &str,
     ) -> crate::Result<Option<ShardTable>> {
         let parts = shards.table(database, name).await?;
-        let Some(def) = union_def(&parts) else { return Ok(None) };
-        let schema = def.schema();
-        let time_default = datafusion::functions::datetime::expr_fn::now();
-        Ok(Some(ShardTable { shards, def, schema, parts, time_default, newest_only: false }))
+        Ok(Self::from_parts(shards, parts))
     }
 
     /// Table `name` of `database` as the shards that answer now define it (see
@@ -113,10 +110,15 @@ impl ShardTable {
         name: &str,
     ) -> crate::Result<Option<ShardTable>> {
         let parts = shards.table_now(database, name).await?;
-        let Some(def) = union_def(&parts) else { return Ok(None) };
+        Ok(Self::from_parts(shards, parts))
+    }
+
+    /// The table `parts` of `shards` hold; `None` if there are none.
+    fn from_parts(shards: Arc<dyn Shards>, parts: Vec<TablePart>) -> Option<ShardTable> {
+        let def = union_def(&parts)?;
         let schema = def.schema();
         let time_default = datafusion::functions::datetime::expr_fn::now();
-        Ok(Some(ShardTable { shards, def, schema, parts, time_default, newest_only: false }))
+        Some(ShardTable { shards, def, schema, parts, time_default, newest_only: false })
     }
 
     /// The table's definition (the union of the shards').
