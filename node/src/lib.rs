@@ -13,8 +13,8 @@
 //!   certificates reloaded when their files change, and `ebb cert`.
 //!
 //! Every protocol reaches the data through `ebb_query::front::FrontDoor`, which authenticates
-//! and authorizes once for all of them; the cluster's SQL runs in `ebb_query::cluster` over the
-//! [`cluster::Router`], this crate's shard client.
+//! and authorizes once for all of them; its one SQL session reaches a single node's database
+//! or, on a cluster, the [`cluster::Router`] (this crate's `ebb_query::sql::shard::Shards`).
 
 pub mod audit;
 pub mod body;

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::Config;
 use crate::error::{NodeError, Result};
-use crate::http::{router, AppState};
+use crate::http::{router, AppState, Serving};
 use crate::metrics::Metrics;
 use crate::tls::TlsSource;
 
@@ -88,7 +88,7 @@ impl Server {
         let reserve = config.disk_reserve.for_dir(&config.data_dir);
         db.set_disk_reserve(reserve.clone());
         let db = Arc::new(db);
-        let door = FrontDoor::with_limits(Target::Local(db.clone()), config.limits)
+        let door = FrontDoor::with_limits(Target::local(db.clone()), config.limits)
             .map_err(|e| NodeError::Config(format!("query runtime: {e}")))?;
         crate::security::bootstrap(&door, config).await?;
         let tls = Tls::load(config)?;
@@ -107,8 +107,16 @@ impl Server {
             std::future::ready(r)
         };
         health.set(check().await);
-        let mut tasks =
-            serve_clients(clients, &door, None, health.clone(), &metrics, config, &tls, &rx)?;
+        let mut tasks = serve_clients(
+            clients,
+            &door,
+            Serving::Node(db.clone()),
+            health.clone(),
+            &metrics,
+            config,
+            &tls,
+            &rx,
+        )?;
         tasks.push(tokio::spawn(crate::health::run(health, check, stopped(rx.clone()))));
         let grpc = crate::tls::conn::incoming(grpc, tls.cluster.clone(), config.max_connections)?;
         let shutdown = stopped(rx.clone());
@@ -188,7 +196,7 @@ impl Server {
         };
         let node =
             ClusterNode::start(&cc, grpc, Arc::new(ebb_raft::transport::Faults::new())).await?;
-        let target = Target::Cluster { shards: node.router.clone(), access: node.meta.clone() };
+        let target = Target { shards: node.router.clone(), access: node.meta.clone() };
         let door = match FrontDoor::with_limits(target, config.limits) {
             Ok(d) => d,
             Err(e) => {
@@ -205,7 +213,7 @@ impl Server {
         let mut tasks = match serve_clients(
             clients,
             &door,
-            Some(node.router.clone()),
+            Serving::Cluster(node.router.clone()),
             node.router.health().clone(),
             &metrics,
             config,
@@ -345,7 +353,7 @@ impl Listeners {
 fn serve_clients(
     clients: Listeners,
     door: &Arc<FrontDoor>,
-    cluster: Option<Arc<crate::cluster::Router>>,
+    serving: Serving,
     health: Arc<crate::health::Health>,
     metrics: &Arc<Metrics>,
     config: &Config,
@@ -354,7 +362,7 @@ fn serve_clients(
 ) -> Result<Vec<JoinHandle<()>>> {
     let app = router(AppState {
         door: door.clone(),
-        cluster,
+        serving,
         metrics: metrics.clone(),
         max_body_bytes: config.max_body_bytes,
         health,

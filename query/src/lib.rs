@@ -9,11 +9,11 @@
 //!   writer lock and every replica of a shard calls for what its group commits. A shard's
 //!   database proposes its changes, pipelined, through a [`db::Replicator`]: this crate does
 //!   not depend on Raft; `ebb-node` joins the two.
-//! - [`sql`]: DataFusion: the catalog, one table provider ([`sql::ShardTable`]) over the shards
-//!   that hold a table ([`sql::shard::Shards`]: a single node is one local shard, a cluster's
-//!   are reached by typed requests), with projection, limit and filter pushdown, `INSERT`,
-//!   `DELETE`, DDL and the system tables.
-//! - [`cluster`]: the same SQL over a sharded cluster, through a [`cluster::ShardClient`].
+//! - [`sql`]: DataFusion: one session type ([`SqlSession`]) over the shards that hold the data
+//!   ([`sql::shard::Shards`]: a single node is one local shard, a cluster's are reached by
+//!   typed requests): the catalog, one table provider ([`sql::ShardTable`]) with projection,
+//!   limit and filter pushdown, `INSERT`, `DELETE`, `ERASE` and DDL as one typed change every
+//!   shard applies ([`sql::shard::ShardOp`]), and the system tables.
 //! - Rollups (`CREATE MATERIALIZED VIEW`): what they keep in [`model::rollup`], how they are
 //!   read in [`sql::rollup`], kept and maintained by [`db`]. They are not in the design
 //!   document; they store partials per source series (not per group) so that deletes and
@@ -24,7 +24,6 @@
 //!   every statement it runs in a [`statements::StatementLog`] (`system.queries`).
 
 pub mod access;
-pub mod cluster;
 pub mod db;
 pub mod deletions;
 pub mod error;

@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ebb_query::cluster::intent::drive;
-use ebb_query::cluster::ShardClient;
 use ebb_query::deletions::ReplicaDeletion;
+use ebb_query::sql::shard::everywhere::drive;
+use ebb_query::sql::shard::{Intent, ShardOp, Shards as _};
 use tokio::sync::watch;
 
 use super::router::Router;
@@ -44,16 +44,15 @@ pub async fn intent_loop(router: Arc<Router>, mut stop: watch::Receiver<bool>) {
             .filter(|i| now.saturating_sub(i.issued_at_ms) >= take_over)
             .collect();
         for intent in stale {
-            match drive(router.as_ref(), &intent, patience).await {
+            let Some(op) = op_of(&router, &intent).await else { continue };
+            match drive(router.as_ref(), &intent, &op, patience).await {
                 Ok(_) => {
                     tracing::info!(
                         request = intent.id,
                         kind = intent.kind,
                         "open intent completed"
                     );
-                    if let Err(e) = router.close_intent(intent.id).await {
-                        tracing::warn!(request = intent.id, %e, "closing an intent");
-                    }
+                    close(&router, intent.id).await;
                 }
                 Err(open) => {
                     let shards: Vec<u64> = open.iter().map(|(s, _)| *s).collect();
@@ -61,6 +60,40 @@ pub async fn intent_loop(router: Arc<Router>, mut stop: watch::Receiver<bool>) {
                 }
             }
         }
+    }
+}
+
+/// What `intent` applies on every shard. An intent recorded by an older build carries only its
+/// SQL text, which is planned again here; one that can no longer be planned (its statement
+/// would be refused everywhere) is closed. `None`: nothing to drive now.
+async fn op_of(router: &Arc<Router>, intent: &Intent) -> Option<ShardOp> {
+    if let Some(op) = &intent.op {
+        return Some(op.clone());
+    }
+    let access = router.meta().clone();
+    let session = ebb_query::SqlSession::on(router.clone(), access, &intent.database);
+    match session.shard_op(&intent.sql).await {
+        Ok(Some(op)) => Some(op),
+        Ok(None) => {
+            tracing::warn!(request = intent.id, sql = intent.sql, "an intent that changes nothing");
+            close(router, intent.id).await;
+            None
+        }
+        Err(e) if e.is_client_error() => {
+            tracing::warn!(request = intent.id, sql = intent.sql, %e, "an intent refused");
+            close(router, intent.id).await;
+            None
+        }
+        Err(e) => {
+            tracing::warn!(request = intent.id, %e, "an older intent waits to be planned");
+            None
+        }
+    }
+}
+
+async fn close(router: &Router, id: u64) {
+    if let Err(e) = router.close_intent(id).await {
+        tracing::warn!(request = id, %e, "closing an intent");
     }
 }
 

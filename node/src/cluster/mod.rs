@@ -1,11 +1,12 @@
 //! The cluster: the metadata group, shard replicas as Raft groups on each node, and the
-//! services nodes call on each other. The [`Router`] is the `ebb_query::cluster::ShardClient`
-//! through which cluster SQL (in `ebb_query`) reaches the shards.
+//! services nodes call on each other. The [`Router`] implements `ebb_query::sql::shard::Shards`,
+//! through which the SQL session (in `ebb_query`) reaches the shards.
 
 mod autosplit;
 pub mod deletions;
 pub mod hashspace;
 mod intents;
+pub mod ipc;
 mod meta;
 pub mod metrics;
 mod node;

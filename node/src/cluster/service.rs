@@ -16,7 +16,7 @@ use super::proto::cluster_server::{Cluster, ClusterServer};
 use super::proto::{
     ApplyReply, CampaignReply, CampaignRequest, ChangeMetaReply, ChangeMetaRequest,
     DecommissionReply, DecommissionRequest, JoinReply, JoinRequest, LeadersReply, LeadersRequest,
-    Member, QueryChunk, QueryRequest, SetShardMembersReply, SetShardMembersRequest, ShardLeader,
+    ListingReply, Member, QueryChunk, SetShardMembersReply, SetShardMembersRequest, ShardLeader,
     WritePointsReply, WritePointsRequest,
 };
 use super::proto::{
@@ -81,16 +81,18 @@ pub(super) fn replica_bytes(s: &super::Shard) -> u64 {
 pub type QueryStream =
     std::pin::Pin<Box<dyn futures::Stream<Item = std::result::Result<QueryChunk, Status>> + Send>>;
 
+/// What a shard leader answers for `e`: the one mapping of a shard's errors to gRPC statuses
+/// (the caller maps them back with [`super::shard_client`]).
 pub(super) fn query_status(e: ebb_query::QueryError) -> Status {
-    // DataFusion's planner reports a missing table as a plan error.
-    let missing = |m: &str| m.contains("table '") && m.contains("not found");
+    shard_status(e.into())
+}
+
+/// `e` as a gRPC status.
+pub(super) fn shard_status(e: ebb_query::sql::shard::ShardError) -> Status {
+    use ebb_query::sql::shard::ShardError;
     match e {
-        ebb_query::QueryError::UnknownTable(t) => Status::not_found(t),
-        e @ ebb_query::QueryError::UnknownDatabase(_) => Status::not_found(e.to_string()),
-        e @ ebb_query::QueryError::DataFusion(_) if missing(&e.to_string()) => {
-            Status::not_found(e.to_string())
-        }
-        e if e.is_client_error() => Status::invalid_argument(e.to_string()),
+        ShardError::NotFound(m) => Status::not_found(m),
+        ShardError::Invalid(m) => Status::invalid_argument(m),
         e => Status::unavailable(e.to_string()),
     }
 }
@@ -145,7 +147,6 @@ impl ClusterService {
 
 #[tonic::async_trait]
 impl Cluster for ClusterService {
-    type QueryStream = QueryStream;
     type ScanStream = QueryStream;
 
     async fn table(
@@ -177,72 +178,36 @@ impl Cluster for ClusterService {
         &self,
         req: Request<ShardCall>,
     ) -> std::result::Result<Response<ApplyReply>, Status> {
-        use ebb_query::sql::shard::{op, request};
         let call = req.into_inner();
         let Some(shard) = self.leading(call.shard) else {
             let mut c = self.forward(call.shard, call.hops).await?;
             return c.apply(ShardCall { hops: call.hops - 1, ..call }).await;
         };
-        let a: op::ApplyRequest =
-            request::decode(call.version, &call.body).map_err(query_status)?;
-        // The change resolves series against the leader's catalog: the leader must have
-        // applied every write committed before it (a new leader may not have yet), or a DELETE
-        // or ERASE would miss the series they created.
-        super::shard_reads::read_barrier(&shard).await?;
-        let db = shard.db.clone();
-        let (_, done) =
-            tokio::task::spawn_blocking(move || op::apply(&db, &a.op, "", Some(&a.request)))
-                .await
-                .map_err(|e| Status::internal(e.to_string()))?
-                .map_err(query_status)?;
-        Ok(Response::new(ApplyReply {
-            rows: done.rows,
-            series: done.series,
-            tables: done.tables,
-            deletes: done.deletes,
-        }))
+        Ok(Response::new(super::shard_reads::apply(&shard, &call).await?))
     }
 
-    async fn query(
+    async fn listing(
         &self,
-        req: Request<QueryRequest>,
-    ) -> std::result::Result<Response<QueryStream>, Status> {
-        use futures::StreamExt;
-        let r = req.into_inner();
-        let Some(shard) = self.leading(r.shard) else {
-            let mut c = self.forward(r.shard, r.hops).await?;
-            let fwd = QueryRequest { hops: r.hops - 1, ..r };
-            let stream = c.query(fwd).await?.into_inner();
-            return Ok(Response::new(Box::pin(stream)));
+        req: Request<ShardCall>,
+    ) -> std::result::Result<Response<ListingReply>, Status> {
+        let call = req.into_inner();
+        let Some(shard) = self.leading(call.shard) else {
+            let mut c = self.forward(call.shard, call.hops).await?;
+            return c.listing(ShardCall { hops: call.hops - 1, ..call }).await;
         };
-        // A leader that lost its term (a restarted old leader) cannot pass the barrier; it
-        // fails in time so the caller retries on the real leader.
-        super::shard_reads::read_barrier(&shard).await?;
-        let mut session =
-            ebb_query::SqlSession::new(shard.db.clone(), &r.database).with_raw_rollups();
-        if let Some(h) = &r.hashes {
-            session = session
-                .with_hash_filter(super::split::from_proto(h).map_err(Status::invalid_argument)?);
-        }
-        if let Some(id) = r.request_id {
-            session = session.with_request(ebb_query::cluster::ShardRequest {
-                id,
-                deadline_ms: r.deadline_ms,
-                issued_by: r.issued_by.clone(),
-            });
-        }
-        let out = session.execute(&r.sql).await.map_err(query_status)?;
-        let schema = out.schema.clone();
-        let head = ebb_query::cluster::ipc::encode(&schema, None)
-            .map_err(|e| Status::internal(e.to_string()))?;
-        let rows = out.stream.map(move |b| {
-            let b = b.map_err(|e| Status::internal(e.to_string()))?;
-            let ipc = ebb_query::cluster::ipc::encode(&schema, Some(&b))
-                .map_err(|e| Status::internal(e.to_string()))?;
-            Ok(QueryChunk { ipc })
-        });
-        let stream = futures::stream::once(async move { Ok(QueryChunk { ipc: head }) }).chain(rows);
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Response::new(super::shard_reads::listing(&shard).await?))
+    }
+
+    async fn engine_rows(
+        &self,
+        req: Request<ShardCall>,
+    ) -> std::result::Result<Response<QueryChunk>, Status> {
+        let call = req.into_inner();
+        let Some(shard) = self.leading(call.shard) else {
+            let mut c = self.forward(call.shard, call.hops).await?;
+            return c.engine_rows(ShardCall { hops: call.hops - 1, ..call }).await;
+        };
+        Ok(Response::new(super::shard_reads::engine_rows(&shard, &call).await?))
     }
 
     async fn join(

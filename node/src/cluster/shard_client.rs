@@ -1,6 +1,8 @@
-//! The cluster SQL of `ebb_query` reaches the shards through the [`Router`]: the `Query` call
-//! on a shard's leader (its result stream decoded from Arrow IPC) over the node's pooled gRPC
-//! channels, routed writes, and the system tables only the cluster knows.
+//! The SQL session of `ebb_query` reaches a cluster's shards through the [`Router`], which
+//! implements `ebb_query::sql::shard::Shards` over the node's pooled gRPC channels: typed calls
+//! on each shard's leader (`Table`, `Scan`, `Listing`, `EngineRows`, `Apply`; answers in Arrow
+//! IPC where they are rows), routed writes, intents in the metadata group, and the system tables
+//! only the cluster knows.
 
 use std::time::{Duration, Instant};
 
@@ -14,26 +16,33 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::ExecutionPlan;
-use ebb_query::cluster::ipc;
-use ebb_query::cluster::{Batches, Intent, ShardClient, ShardError, ShardRequest};
 use ebb_query::db::RequestOutcome;
 use ebb_query::deletions::ReplicaDeletion;
 use ebb_query::model::hashspace::HashFilter;
 use ebb_query::model::schema::TableDef;
 use ebb_query::sql::shard::op::ApplyRequest;
 use ebb_query::sql::shard::request::{self, Points, ScanRequest, TableRequest, WriteRequest};
-use ebb_query::sql::shard::{ShardOp, TablePart};
+use ebb_query::sql::shard::{
+    EngineTable, Intent, Listing, NodeRow, ShardError, ShardId, ShardOp, ShardRequest, ShardRow,
+    TablePart,
+};
+use ebb_query::statements::{StatementLog, StatementRecord};
 use ebb_query::{QueryError, WriteSummary};
+use futures::stream::BoxStream;
 use futures::StreamExt;
 
+use super::ipc;
 use super::proto::cluster_client::ClusterClient;
-use super::proto::{QueryRequest, ShardCall};
+use super::proto::ShardCall;
 use super::router::{Router, MAX_HOPS};
+
+/// Batches of a shard's answer.
+type Batches = BoxStream<'static, Result<RecordBatch, ShardError>>;
 
 /// Lines per write an `INSERT` sends.
 const LINES_PER_WRITE: usize = 5000;
 
-/// How long a shard query keeps retrying through elections.
+/// How long a shard call keeps retrying through elections.
 const QUERY_RETRY: Duration = Duration::from_secs(10);
 
 /// How long a shard may take to give its definition of a table for a change every shard
@@ -42,132 +51,6 @@ const TABLE_NOW_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How long a shard may take to start answering a query.
 const QUERY_START_TIMEOUT: Duration = Duration::from_secs(20);
-
-#[async_trait]
-impl ShardClient for Router {
-    fn shard_ids(&self) -> Vec<u64> {
-        Router::shard_ids(self)
-    }
-
-    fn routing(&self) -> Vec<(u64, Option<HashFilter>)> {
-        let v = self.meta().view();
-        let roots = v.settings.map_or(1, |s| s.shards);
-        v.routed().map(|s| (s.id, s.span.map(|span| HashFilter { roots, span }))).collect()
-    }
-
-    fn statement_shard_ids(&self) -> Vec<u64> {
-        self.meta().view().shards.keys().copied().collect()
-    }
-
-    async fn split_shard(&self, shard: u64) -> Result<u64, QueryError> {
-        super::split::request(self.meta(), shard).await
-    }
-
-    async fn query(
-        &self,
-        shard: u64,
-        database: &str,
-        sql: &str,
-        request: Option<&ShardRequest>,
-        hashes: Option<HashFilter>,
-    ) -> Result<(SchemaRef, Batches), ShardError> {
-        let deadline = Instant::now() + QUERY_RETRY;
-        loop {
-            match try_query(self, shard, database, sql, request, hashes).await {
-                Err(ShardError::Unavailable(why)) if Instant::now() < deadline => {
-                    tracing::debug!(shard, %why, "retrying a shard query");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                other => return other,
-            }
-        }
-    }
-
-    async fn apply(
-        &self,
-        shard: u64,
-        op: &ShardOp,
-        request: &ShardRequest,
-    ) -> Result<RequestOutcome, ShardError> {
-        let body = request::encode(&ApplyRequest { op: op.clone(), request: request.clone() });
-        let (mut client, addr) = leader_client(self, shard)?;
-        let r = answer(&addr, client.apply(shard_call(shard, None, body))).await?;
-        Ok(RequestOutcome { rows: r.rows, series: r.series, tables: r.tables, deletes: r.deletes })
-    }
-
-    fn intent_patience(&self) -> Duration {
-        Router::intent_patience(self)
-    }
-
-    async fn open_intent(&self, intent: &Intent) -> Result<(), QueryError> {
-        let mut b = ebb_storage::WriteBatch::new();
-        super::view::put_intent(&mut b, intent);
-        self.meta().change(b).await.map_err(|e| QueryError::Unavailable(e.to_string()))
-    }
-
-    async fn close_intent(&self, id: u64) -> Result<(), QueryError> {
-        let mut b = ebb_storage::WriteBatch::new();
-        super::view::close_intent(&mut b, id);
-        self.meta().change(b).await.map_err(|e| QueryError::Unavailable(e.to_string()))
-    }
-
-    async fn deletions(&self) -> Vec<ReplicaDeletion> {
-        super::deletions::gather(self).await
-    }
-
-    fn statement_log(&self) -> std::sync::Arc<ebb_query::statements::StatementLog> {
-        Router::statement_log(self).clone()
-    }
-
-    fn cluster_tables(&self) -> &'static [&'static str] {
-        super::system::NAMES
-    }
-
-    async fn cluster_table(&self, name: &str) -> Result<Option<RecordBatch>, QueryError> {
-        super::system::table(self, name).await
-    }
-}
-
-async fn try_query(
-    router: &Router,
-    shard: u64,
-    database: &str,
-    sql: &str,
-    request: Option<&ShardRequest>,
-    hashes: Option<HashFilter>,
-) -> Result<(SchemaRef, Batches), ShardError> {
-    let unavailable = |e: String| ShardError::Unavailable(e);
-    let addr = router.leader_addr(shard).map_err(|e| unavailable(e.to_string()))?;
-    let ch = router.conns().channel(&addr).map_err(|e| unavailable(format!("{addr}: {e}")))?;
-    let req = QueryRequest {
-        shard,
-        database: database.to_string(),
-        sql: sql.to_string(),
-        hops: MAX_HOPS,
-        request_id: request.map(|r| r.id),
-        deadline_ms: request.and_then(|r| r.deadline_ms),
-        issued_by: request.map(|r| r.issued_by.clone()).unwrap_or_default(),
-        hashes: hashes.map(|h| super::split::to_proto(&h)),
-    };
-    let mut client = ClusterClient::new(ch).max_decoding_message_size(super::MAX_MESSAGE_BYTES);
-    let call = tokio::time::timeout(QUERY_START_TIMEOUT, client.query(req))
-        .await
-        .map_err(|_| unavailable(format!("{addr}: no answer within {QUERY_START_TIMEOUT:?}")))?;
-    let mut stream = call
-        .map_err(|s| match s.code() {
-            tonic::Code::NotFound => ShardError::NotFound(s.message().to_string()),
-            tonic::Code::InvalidArgument => ShardError::Invalid(s.message().to_string()),
-            _ => unavailable(format!("{addr}: {}", s.message())),
-        })?
-        .into_inner();
-    let head = tokio::time::timeout(QUERY_START_TIMEOUT, stream.message())
-        .await
-        .map_err(|_| unavailable(format!("{addr}: no answer within {QUERY_START_TIMEOUT:?}")))?
-        .map_err(|s| unavailable(s.message().to_string()))?
-        .ok_or_else(|| unavailable("empty answer".into()))?;
-    let (schema, _) = ipc::decode(&head.ipc).map_err(|e| unavailable(e.to_string()))?;
-    Ok((schema, batches(stream)))
-}
 
 /// The batches of a shard's answer, its Arrow IPC chunks decoded.
 fn batches(stream: tonic::Streaming<super::proto::QueryChunk>) -> Batches {
@@ -334,11 +217,110 @@ impl PartitionStream for RemoteScan {
 
 #[async_trait]
 impl ebb_query::sql::shard::Shards for Router {
+    fn routing(&self) -> Vec<(ShardId, Option<HashFilter>)> {
+        let v = self.meta().view();
+        let roots = v.settings.map_or(1, |s| s.shards);
+        v.routed().map(|s| (s.id, s.span.map(|span| HashFilter { roots, span }))).collect()
+    }
+
+    fn statement_shards(&self) -> Vec<ShardId> {
+        self.meta().view().shards.keys().copied().collect()
+    }
+
+    async fn listing(&self) -> Result<Listing, QueryError> {
+        let mut listing = Listing::new();
+        for (shard, _) in self.routing() {
+            let reply = retrying(shard, || async {
+                let (mut client, addr) = leader_client(self, shard)?;
+                answer(&addr, client.listing(shard_call(shard, None, Vec::new()))).await
+            })
+            .await?;
+            for d in reply.databases {
+                listing.entry(d.database).or_default().extend(d.tables);
+            }
+        }
+        Ok(listing)
+    }
+
+    async fn apply(
+        &self,
+        shard: ShardId,
+        op: &ShardOp,
+        request: &ShardRequest,
+    ) -> Result<RequestOutcome, ShardError> {
+        let body = request::encode(&ApplyRequest { op: op.clone(), request: request.clone() });
+        let (mut client, addr) = leader_client(self, shard)?;
+        let r = answer(&addr, client.apply(shard_call(shard, None, body))).await?;
+        Ok(RequestOutcome { rows: r.rows, series: r.series, tables: r.tables, deletes: r.deletes })
+    }
+
+    async fn open_intent(&self, intent: &Intent) -> Result<(), QueryError> {
+        let mut b = ebb_storage::WriteBatch::new();
+        super::view::put_intent(&mut b, intent);
+        self.meta().change(b).await.map_err(|e| QueryError::Unavailable(e.to_string()))
+    }
+
+    async fn close_intent(&self, id: u64) -> Result<(), QueryError> {
+        let mut b = ebb_storage::WriteBatch::new();
+        super::view::close_intent(&mut b, id);
+        self.meta().change(b).await.map_err(|e| QueryError::Unavailable(e.to_string()))
+    }
+
+    fn intent_patience(&self) -> Duration {
+        Router::intent_patience(self)
+    }
+
+    async fn split_shard(&self, shard: ShardId) -> Result<ShardId, QueryError> {
+        super::split::request(self.meta(), shard).await
+    }
+
+    async fn deletions(&self) -> Vec<ReplicaDeletion> {
+        super::deletions::gather(self).await
+    }
+
+    async fn engine_rows(
+        &self,
+        shard: ShardId,
+        table: EngineTable,
+    ) -> Result<RecordBatch, ShardError> {
+        let body = request::encode(&table);
+        let chunk = retrying(shard, || async {
+            let (mut client, addr) = leader_client(self, shard)?;
+            answer(&addr, client.engine_rows(shard_call(shard, None, body.clone()))).await
+        })
+        .await?;
+        match ipc::decode(&chunk.ipc) {
+            Ok((_, Some(b))) => Ok(b),
+            Ok((schema, None)) => Ok(RecordBatch::new_empty(schema)),
+            Err(e) => Err(ShardError::Unavailable(format!("shard {shard}: {e}"))),
+        }
+    }
+
+    fn statement_log(&self) -> Arc<StatementLog> {
+        Router::statement_log(self).clone()
+    }
+
+    async fn statements(&self) -> Vec<(Option<u64>, StatementRecord)> {
+        super::system::statements(self).await
+    }
+
+    fn has_members(&self) -> bool {
+        true
+    }
+
+    async fn nodes(&self) -> Result<Option<Vec<NodeRow>>, QueryError> {
+        Ok(Some(super::system::nodes(self).await))
+    }
+
+    async fn shards(&self) -> Result<Option<Vec<ShardRow>>, QueryError> {
+        Ok(Some(super::system::shards(self).await))
+    }
+
     async fn table(&self, database: &str, name: &str) -> Result<Vec<TablePart>, QueryError> {
         let request = TableRequest { database: database.to_string(), name: name.to_string() };
         let body = request::encode(&request);
         let mut parts = Vec::new();
-        for (shard, hashes) in ShardClient::routing(self) {
+        for (shard, hashes) in self.routing() {
             match retrying(shard, || try_table(self, shard, &body)).await {
                 Ok(Some(def)) => parts.push(TablePart { shard, hashes, def: Arc::new(def) }),
                 Ok(None) | Err(ShardError::NotFound(_)) => {}
@@ -351,7 +333,7 @@ impl ebb_query::sql::shard::Shards for Router {
     async fn table_now(&self, database: &str, name: &str) -> Result<Vec<TablePart>, QueryError> {
         let request = TableRequest { database: database.to_string(), name: name.to_string() };
         let body = request::encode(&request);
-        let asks = ShardClient::routing(self).into_iter().map(|(shard, hashes)| {
+        let asks = self.routing().into_iter().map(|(shard, hashes)| {
             let body = &body;
             async move {
                 let answer = tokio::time::timeout(TABLE_NOW_TIMEOUT, try_table(self, shard, body))

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ebb_query::access::{AccessOp, AccessState};
-use ebb_query::cluster::Intent;
+use ebb_query::sql::shard::Intent;
 
 use ebb_storage::{BatchOp, Engine, WriteBatch};
 use serde::{Deserialize, Serialize};
@@ -23,7 +23,7 @@ const SHARD: &[u8] = b"meta/shard/";
 /// Prefix of the access records (users, grants, tokens; see `ebb_query::access`).
 pub const ACCESS: &[u8] = b"meta/access/";
 /// Prefix of the intents of statements run on every shard (`meta/intent/` + request id
-/// big-endian; see `ebb_query::cluster::Intent`).
+/// big-endian; see `ebb_query::sql::shard::Intent`).
 const INTENT: &[u8] = b"meta/intent/";
 
 /// Cluster-wide settings, fixed when the cluster is created.

@@ -6,10 +6,10 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use ebb_query::access::Privilege;
-use ebb_query::front::{Principal, Target};
+use ebb_query::front::Principal;
 
 use super::auth::error;
-use super::{query_error, AppState, Caller};
+use super::{query_error, AppState, Caller, Serving};
 
 /// The caller, if it authenticates and holds `ADMIN` on all databases; else the answer that
 /// refuses it.
@@ -36,8 +36,8 @@ pub(super) async fn audit_verify(State(state): State<AppState>, caller: Caller) 
         Some(Ok(id)) => VerifyQuery { id },
         _ => return error(StatusCode::BAD_REQUEST, "give ?id= a request id"),
     };
-    let report = match (state.door.target(), &state.cluster) {
-        (Target::Local(db), _) => {
+    let report = match &state.serving {
+        Serving::Node(db) => {
             let db = db.clone();
             let scan =
                 tokio::task::spawn_blocking(move || crate::audit::audit_database(&db, q.id, 0, 0));
@@ -48,8 +48,7 @@ pub(super) async fn audit_verify(State(state): State<AppState>, caller: Caller) 
                 }
             }
         }
-        (_, Some(router)) => crate::cluster::deletions::verify(router, q.id).await,
-        _ => return StatusCode::SERVICE_UNAVAILABLE.into_response(),
+        Serving::Cluster(router) => crate::cluster::deletions::verify(router, q.id).await,
     };
     axum::Json(report).into_response()
 }
@@ -61,7 +60,7 @@ pub(super) async fn decommission(State(state): State<AppState>, caller: Caller) 
         Ok(w) => w,
         Err(r) => return r,
     };
-    let Some(router) = &state.cluster else {
+    let Some(router) = state.serving.cluster() else {
         return error(StatusCode::BAD_REQUEST, "this server is not a cluster node");
     };
     let node = match caller.query.get("node").map(|v| v.parse::<u64>()) {
@@ -89,10 +88,9 @@ pub(super) async fn flush(State(state): State<AppState>, caller: Caller) -> Resp
         Ok(w) => w,
         Err(r) => return r,
     };
-    let engines: Vec<_> = match (state.door.target(), &state.cluster) {
-        (Target::Local(db), _) => vec![db.engine()],
-        (_, Some(router)) => router.shards().all().iter().map(|s| s.db.engine()).collect(),
-        _ => return StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    let engines: Vec<_> = match &state.serving {
+        Serving::Node(db) => vec![db.engine()],
+        Serving::Cluster(router) => router.shards().all().iter().map(|s| s.db.engine()).collect(),
     };
     let count = engines.len();
     let flushed = tokio::task::spawn_blocking(move || {

@@ -31,7 +31,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use datafusion::arrow::record_batch::RecordBatch;
-use ebb_query::front::{FrontDoor, Principal, Target};
+use ebb_query::front::{FrontDoor, Principal};
 use ebb_query::lp::Precision;
 use ebb_query::{QueryError, StatementKind};
 use futures::StreamExt;
@@ -45,14 +45,33 @@ use ebb_query::access::Privilege;
 pub struct AppState {
     /// The front door writes and SQL go through.
     pub door: Arc<FrontDoor>,
-    /// In cluster mode: this node's router (for the node's metrics and audits).
-    pub cluster: Option<Arc<crate::cluster::Router>>,
+    /// What this node serves (for the node's metrics, flushes and audits).
+    pub serving: Serving,
     /// Counters for `/metrics`.
     pub metrics: Arc<Metrics>,
     /// Largest body accepted (after decompression).
     pub max_body_bytes: usize,
     /// The node's readiness, for `/ready`.
     pub health: Arc<crate::health::Health>,
+}
+
+/// What a node serves: its own database, or its part of a cluster.
+#[derive(Clone)]
+pub enum Serving {
+    /// A single node's database.
+    Node(Arc<ebb_query::Database>),
+    /// A cluster, through this node's router.
+    Cluster(Arc<crate::cluster::Router>),
+}
+
+impl Serving {
+    /// The router, on a cluster.
+    pub fn cluster(&self) -> Option<&Arc<crate::cluster::Router>> {
+        match self {
+            Serving::Node(_) => None,
+            Serving::Cluster(r) => Some(r),
+        }
+    }
 }
 
 /// The router.
@@ -401,12 +420,11 @@ fn text_table(
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
-    let engines: Vec<_> = match (state.door.target(), &state.cluster) {
-        (Target::Local(db), _) => vec![(None, db.clone())],
-        (_, Some(router)) => {
+    let engines: Vec<_> = match &state.serving {
+        Serving::Node(db) => vec![(None, db.clone())],
+        Serving::Cluster(router) => {
             router.shards().all().into_iter().map(|s| (Some(s.id), s.db.clone())).collect()
         }
-        _ => Vec::new(),
     };
     let mut text = state.metrics.render(&engines);
     let c = state.door.counters();
@@ -430,7 +448,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
          # TYPE ebb_statements_running gauge\nebb_statements_running {}\n",
         state.door.statements_running()
     ));
-    if let Some(router) = &state.cluster {
+    if let Some(router) = state.serving.cluster() {
         crate::cluster::metrics::render(router, &mut text);
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()

@@ -282,11 +282,7 @@ async fn writes_through_any_node_reach_their_shards_and_survive_losing_a_node() 
 
 pub(crate) async fn sql(h: &Harness, i: usize, q: &str) -> String {
     h.watchdog.step(format!("node {i}: {q}"));
-    let s = ebb_query::cluster::ClusterSql::new(
-        h.nodes[&i].router.clone(),
-        h.nodes[&i].meta.clone(),
-        "db",
-    );
+    let s = ebb_query::SqlSession::on(h.nodes[&i].router.clone(), h.nodes[&i].meta.clone(), "db");
     let b = s.query(q).await.unwrap_or_else(|e| panic!("{q}: {e}"));
     datafusion::arrow::util::pretty::pretty_format_batches(&b).unwrap().to_string()
 }
@@ -319,11 +315,7 @@ async fn sql_on_any_node_reads_and_deletes_across_every_shard() {
 
     // A delete runs on every shard (one log entry each) and reports, per shard, the rows it
     // removed and its ledger id there.
-    let s = ebb_query::cluster::ClusterSql::new(
-        h.nodes[&2].router.clone(),
-        h.nodes[&2].meta.clone(),
-        "db",
-    );
+    let s = ebb_query::SqlSession::on(h.nodes[&2].router.clone(), h.nodes[&2].meta.clone(), "db");
     let del = s.query("DELETE FROM cpu WHERE time < '1970-01-01T00:16:45Z'").await.unwrap();
     let removed: u64 = del
         .iter()
@@ -382,11 +374,8 @@ async fn sql_on_any_node_reads_and_deletes_across_every_shard() {
         assert!(got.contains(row), "{row} not in {got}");
     }
     assert!(got.contains("00:16:49 | 9.0  |") && got.lines().count() == 7, "{got}");
-    let state = ebb_query::cluster::ClusterSql::new(
-        h.nodes[&2].router.clone(),
-        h.nodes[&2].meta.clone(),
-        "db",
-    );
+    let state =
+        ebb_query::SqlSession::on(h.nodes[&2].router.clone(), h.nodes[&2].meta.clone(), "db");
     let plan = state.context().state().create_logical_plan(newest).await.unwrap();
     let plan = state.context().state().optimize(&plan).unwrap();
     let mut pushed = false;
@@ -421,11 +410,7 @@ async fn a_table_on_some_shards_only_reads_from_those() {
     h.nodes[&0].router.write_lines("db", "solo,host=a v=1 1000\n", p, 0).await.unwrap();
     let one = sql(&h, 0, "SELECT host, v FROM solo").await;
     assert!(one.contains("| a    | 1.0 |"), "{one}");
-    let s = ebb_query::cluster::ClusterSql::new(
-        h.nodes[&0].router.clone(),
-        h.nodes[&0].meta.clone(),
-        "db",
-    );
+    let s = ebb_query::SqlSession::on(h.nodes[&0].router.clone(), h.nodes[&0].meta.clone(), "db");
     let err = s.query("SELECT * FROM nowhere").await.unwrap_err().to_string();
     assert!(err.contains("nowhere") && err.contains("not found"), "{err}");
     h.stop(0).await;
@@ -522,7 +507,7 @@ async fn scale_out_from_three_to_five_under_writes_and_deletes_loses_nothing() {
         let (router, stop) = (router.clone(), stop.clone());
         tokio::spawn(async move {
             let p = ebb_query::lp::Precision::Seconds;
-            let sql = ebb_query::cluster::ClusterSql::new(router.clone(), meta, "db");
+            let sql = ebb_query::SqlSession::on(router.clone(), meta, "db");
             let (mut points, mut deleted) = (0u32, 0u32);
             while !stop.load(std::sync::atomic::Ordering::Relaxed) || points < 20 {
                 router.write_lines("db", &cpu_lines(60, points, points + 1), p, 0).await.unwrap();

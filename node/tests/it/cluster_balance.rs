@@ -163,7 +163,7 @@ async fn splits_after_a_scale_out_under_writes_lose_nothing() {
     };
     for (shard, child) in [(1u64, 5u64), (2, 6)] {
         let q = format!("ALTER CLUSTER SPLIT SHARD {shard}");
-        let s = ebb_query::cluster::ClusterSql::new(
+        let s = ebb_query::SqlSession::on(
             h.nodes[&5].router.clone(),
             h.nodes[&5].meta.clone(),
             "public",

@@ -30,11 +30,7 @@ async fn on_every_replica(
 }
 
 async fn sql_err(h: &Harness, i: usize, q: &str) -> String {
-    let s = ebb_query::cluster::ClusterSql::new(
-        h.nodes[&i].router.clone(),
-        h.nodes[&i].meta.clone(),
-        "db",
-    );
+    let s = ebb_query::SqlSession::on(h.nodes[&i].router.clone(), h.nodes[&i].meta.clone(), "db");
     match s.query(q).await {
         Ok(b) => panic!("{q} was not refused: {b:?}"),
         Err(e) => e.to_string(),

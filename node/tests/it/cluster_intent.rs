@@ -10,9 +10,10 @@ use std::time::{Duration, Instant};
 use datafusion::arrow::array::UInt64Array;
 use datafusion::arrow::record_batch::RecordBatch;
 use ebb_node::cluster::view::Settings;
-use ebb_query::cluster::{ClusterSql, ShardClient, ShardRequest};
 use ebb_query::lp::Precision;
+use ebb_query::sql::shard::{ShardRequest, Shards};
 use ebb_query::QueryError;
+use ebb_query::SqlSession;
 use futures::TryStreamExt;
 
 use crate::cluster::{placement, sql, wait_settled};
@@ -29,11 +30,14 @@ fn lines(series: u32, points: u32) -> String {
     s
 }
 
-/// Runs `sql` as `request` on `shard`: the shard's answer.
+/// Applies the change `sql` makes as `request` on `shard`: the shard's answer.
 async fn on_shard(h: &Harness, shard: u64, sql: &str, request: &ShardRequest) -> Vec<RecordBatch> {
-    let client: &dyn ShardClient = h.nodes[&0].router.as_ref();
-    let (_, stream) = client.query(shard, "db", sql, Some(request), None).await.unwrap();
-    stream.try_collect().await.unwrap()
+    let router = h.nodes[&0].router.clone();
+    let session = SqlSession::on(router.clone(), h.nodes[&0].meta.clone(), "db");
+    let op = session.shard_op(sql).await.unwrap().expect("a change");
+    let done = Shards::apply(router.as_ref(), shard, &op, request).await.unwrap();
+    let out = ebb_query::sql::shard::op::answer(&op, request.id, &done).unwrap();
+    out.stream.try_collect().await.unwrap()
 }
 
 /// A request as a coordinator issues it, with a new id.
@@ -114,7 +118,7 @@ async fn a_delete_runs_once_per_shard_and_completes_on_a_shard_that_was_down() {
         placement(&h).into_iter().filter(|(_, r)| r.contains(&down_id)).map(|(s, _)| s).collect();
     assert!(!its_shards.is_empty());
     h.stop(down).await;
-    let s = ClusterSql::new(h.nodes[&0].router.clone(), h.nodes[&0].meta.clone(), "db");
+    let s = SqlSession::on(h.nodes[&0].router.clone(), h.nodes[&0].meta.clone(), "db");
     let late = "DELETE FROM cpu WHERE time >= '1970-01-01T00:00:07Z'";
     let err = s.query(late).await.unwrap_err();
     assert!(

@@ -93,7 +93,7 @@ async fn a_write_sent_again_is_applied_once_even_after_a_delete() {
     assert_eq!(first.rows, 1);
     let v = sql(&h, 0, "SELECT v FROM reg").await;
     assert!(v.contains("| 2 |"), "{v}");
-    let s = ebb_query::cluster::ClusterSql::new(router.clone(), h.nodes[&1].meta.clone(), "db");
+    let s = ebb_query::SqlSession::on(router.clone(), h.nodes[&1].meta.clone(), "db");
     s.query("DELETE FROM reg WHERE host = 'a'").await.unwrap();
     // The same write again (a retry): answered as the first, and the deleted row stays gone.
     let again = router.write_shard(&req).await.unwrap();

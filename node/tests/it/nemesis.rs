@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::{Array, Int64Array};
 use ebb_node::cluster::view::Settings;
-use ebb_query::cluster::ClusterSql;
 use ebb_query::lp::Precision;
 use ebb_query::QueryError;
+use ebb_query::SqlSession;
 use parking_lot::Mutex;
 use tokio::sync::Mutex as AsyncMutex;
 
@@ -89,7 +89,7 @@ async fn read(
     node: &(Arc<ebb_node::cluster::Router>, Arc<ebb_node::cluster::Meta>),
     k: usize,
 ) -> Result<Option<i64>, String> {
-    let sql = ClusterSql::new(node.0.clone(), node.1.clone(), "db");
+    let sql = SqlSession::on(node.0.clone(), node.1.clone(), "db");
     let q = format!("SELECT v FROM reg WHERE host = 'h{k}'");
     match tokio::time::timeout(OP_TIMEOUT, sql.query(&q)).await {
         Err(_) => Err("timed out".into()),
@@ -140,7 +140,7 @@ async fn client(
                 }
             }
             4..=5 => {
-                let sql = ClusterSql::new(node.0.clone(), node.1.clone(), "db");
+                let sql = SqlSession::on(node.0.clone(), node.1.clone(), "db");
                 let q = format!("DELETE FROM reg WHERE host = 'h{k}'");
                 match tokio::time::timeout(OP_TIMEOUT, sql.query(&q)).await {
                     Ok(Ok(_)) => run.record(k, call, Some(run.now()), Action::Write(None)),

@@ -1,7 +1,7 @@
 //! The front door: the one way every protocol (HTTP, the PostgreSQL wire protocol, the CLI
 //! through HTTP) reaches the data, and the one place where clients are authenticated and
-//! statements authorized. A [`FrontDoor`] serves either a single node's [`Database`] or a whole
-//! cluster (through a [`ShardClient`]); protocols turn what a client presented into
+//! statements authorized. A [`FrontDoor`] serves [`Shards`]: a single node's [`Database`] (one
+//! local shard) or a whole cluster, the same way; protocols turn what a client presented into
 //! [`Credentials`], get a [`Principal`] for them, open [`Session`]s as that principal and write
 //! line protocol through the door, and never see which of the two it serves.
 //!
@@ -38,7 +38,6 @@ use parking_lot::Mutex;
 
 use crate::access::statement::{is_access_statement, parse_access};
 use crate::access::{AccessError, AccessStore, PasswordCheck, Privilege, ScramVerifier};
-use crate::cluster::{ClusterSql, ShardClient};
 use crate::db::Database;
 use crate::error::{QueryError, Result};
 use crate::lp::Precision;
@@ -55,53 +54,30 @@ pub use prepared::PreparedQuery;
 pub use principal::{Credentials, Principal, Protocol};
 use settings::SessionSettings;
 
-/// What a front door serves.
+/// What a front door serves: the shards, and where users are kept.
 #[derive(Clone)]
-pub enum Target {
-    /// A single node's database (which also keeps its users).
-    Local(Arc<Database>),
-    /// A cluster, reached through its shards' leaders, with the metadata group's users.
-    Cluster {
-        /// The shards.
-        shards: Arc<dyn ShardClient>,
-        /// Where the cluster keeps users.
-        access: Arc<dyn AccessStore>,
-    },
+pub struct Target {
+    /// The shards.
+    pub shards: Arc<dyn Shards>,
+    /// Where users are kept.
+    pub access: Arc<dyn AccessStore>,
+}
+
+impl Target {
+    /// A single node's database (which also keeps its users), as its one shard.
+    pub fn local(db: Arc<Database>) -> Target {
+        Target { shards: Arc::new(LocalShards::new(db.clone())), access: db }
+    }
 }
 
 impl std::fmt::Debug for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Target::Local(_) => "Local",
-            Target::Cluster { .. } => "Cluster",
-        })
-    }
-}
-
-/// A SQL session on the target: planning state and the default database.
-enum Sql {
-    Local(SqlSession),
-    Cluster(ClusterSql),
-}
-
-impl Sql {
-    fn context(&self) -> &SessionContext {
-        match self {
-            Sql::Local(s) => s.context(),
-            Sql::Cluster(s) => s.context(),
-        }
-    }
-
-    fn database(&self) -> &str {
-        match self {
-            Sql::Local(s) => s.database(),
-            Sql::Cluster(s) => s.database(),
-        }
+        f.debug_struct("Target").field("shards", &self.shards).finish_non_exhaustive()
     }
 }
 
 /// What stateless requests on one database share: a SQL session and the plans of its queries.
-type Shared = (Arc<Sql>, Arc<PlanCache>);
+type Shared = (Arc<SqlSession>, Arc<PlanCache>);
 
 /// The front door of one server.
 pub struct FrontDoor {
@@ -165,10 +141,7 @@ impl FrontDoor {
 
     /// A front door on `target` whose statements stay within `limits`.
     pub fn with_limits(target: Target, limits: Limits) -> Result<Arc<FrontDoor>> {
-        let (access, statements): (Arc<dyn AccessStore>, _) = match &target {
-            Target::Local(db) => (db.clone(), db.statement_log().clone()),
-            Target::Cluster { access, shards } => (access.clone(), shards.statement_log()),
-        };
+        let (access, statements) = (target.access.clone(), target.shards.statement_log());
         Ok(Arc::new(FrontDoor {
             target,
             access,
@@ -343,26 +316,17 @@ impl FrontDoor {
     }
 
     /// A SQL session for `who`: it lists only the databases `who` may read.
-    fn new_sql(&self, database: &str, who: &Principal) -> Sql {
-        let (rt, limits) = (self.runtime.clone(), self.limits);
-        match &self.target {
-            Target::Local(db) => {
-                let (access, user) = (self.access.clone(), who.user.clone());
-                let visible: crate::sql::catalog::Visible = Arc::new(move |name: &str| {
-                    let state = access.access();
-                    !state.has_users()
-                        || user
-                            .as_deref()
-                            .is_some_and(|u| state.allows(u, Some(name), Privilege::Read))
-                });
-                Sql::Local(
-                    SqlSession::new_limited(db.clone(), database, rt, limits).visible_to(visible),
-                )
-            }
-            Target::Cluster { shards, access } => Sql::Cluster(
-                ClusterSql::new(shards.clone(), access.clone(), database).limited(rt, limits),
-            ),
-        }
+    fn new_sql(&self, database: &str, who: &Principal) -> SqlSession {
+        let (access, user) = (self.access.clone(), who.user.clone());
+        let visible: crate::sql::catalog::Visible = Arc::new(move |name: &str| {
+            let state = access.access();
+            !state.has_users()
+                || user.as_deref().is_some_and(|u| state.allows(u, Some(name), Privilege::Read))
+        });
+        let t = &self.target;
+        SqlSession::on(t.shards.clone(), t.access.clone(), database)
+            .limited(self.runtime.clone(), self.limits)
+            .visible_to(visible)
     }
 
     /// A session of its own for `who` (a connection's, whose `SET`s last as long as it does),
@@ -413,10 +377,7 @@ impl FrontDoor {
             precision,
             now_ns: crate::now_ns(),
         };
-        match &self.target {
-            Target::Local(db) => LocalShards::new(db.clone()).write(write).await,
-            Target::Cluster { shards, .. } => shards.write(write).await,
-        }
+        self.target.shards.write(write).await
     }
 }
 
@@ -444,7 +405,7 @@ fn reads_only(stmt: &DfStatement) -> bool {
 pub struct Session {
     door: Arc<FrontDoor>,
     who: Principal,
-    sql: Arc<Sql>,
+    sql: Arc<SqlSession>,
     settings: Arc<Mutex<SessionSettings>>,
     /// Plans of queries sent as SQL, their literals made parameters (shared like `sql`).
     plans: Arc<PlanCache>,
@@ -480,10 +441,7 @@ impl Session {
         statement: DfStatement,
     ) -> Result<datafusion::logical_expr::LogicalPlan> {
         let this = self.clone();
-        self.door
-            .queries
-            .run(async move { Ok(this.context().state().statement_to_plan(statement).await?) })
-            .await
+        self.door.queries.run(async move { this.sql.plan(statement).await }).await
     }
 
     /// Checks `sql` against the server's bounds on SQL text, for a protocol that splits a
@@ -571,24 +529,14 @@ impl Session {
         if is_alter_cluster(sql) {
             let stmt = parse_alter_cluster(sql)?;
             self.door.authorize(&self.who, None, Privilege::Admin)?;
-            return Ok(logged(match &*self.sql {
-                Sql::Local(_) => {
-                    return Err(QueryError::Unsupported(
-                        "ALTER CLUSTER: this server runs as a single node, without shards".into(),
-                    ))
-                }
-                Sql::Cluster(s) => s.alter_cluster(stmt).await?,
-            }));
+            return Ok(logged(self.sql.alter_cluster(stmt).await?));
         }
         if is_erase(sql) {
             let stmt = parse_erase(sql)?;
             let db = stmt.database.clone().unwrap_or_else(|| self.database().to_string());
             self.door.authorize(&self.who, Some(&db), Privilege::Delete)?;
             let issuer = self.who.to_string();
-            return Ok(logged(match &*self.sql {
-                Sql::Local(s) => s.erase_by(stmt, &issuer).await?,
-                Sql::Cluster(s) => s.execute_by(sql, &issuer).await?,
-            }));
+            return Ok(logged(self.sql.erase_by(stmt, &issuer).await?));
         }
         if settings::is_reset(sql) {
             self.settings.lock().statement_timeout = None;
@@ -640,12 +588,7 @@ impl Session {
             .queries
             .run(async move {
                 let reads = reads_only(&s);
-                let run = async {
-                    match &*this.sql {
-                        Sql::Local(l) => l.execute_statement_by(s, &issuer).await,
-                        Sql::Cluster(c) => c.execute_statement_by(s, &issuer).await,
-                    }
-                };
+                let run = this.sql.execute_statement_by(s, &issuer);
                 // Each statement of the request is timed from its own start.
                 this.start(reads, held, run, log).await
             })

@@ -1,17 +1,20 @@
-//! DataFusion catalog over the EbbDB catalog: catalog `ebb`, one schema per database plus
-//! `system`.
+//! DataFusion catalog over the shards: catalog `ebb`, one schema per database plus `system`,
+//! single node and cluster alike. Tables are resolved on the shards when a statement names
+//! them; the listing (`information_schema`, `SHOW TABLES`) is the one the session took from
+//! the shards before planning the statement that reads it ([`EbbCatalog::refresh`]).
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
 use datafusion::error::Result as DfResult;
+use parking_lot::RwLock;
 
-use super::shard::{LocalShards, Shards};
-use super::system::{SystemTable, SYSTEM_SCHEMA};
+use super::shard::{Listing, Shards};
+use super::system::{SystemSchema, SYSTEM_SCHEMA};
 use super::table::ShardTable;
-use crate::access::{access_table, AccessStore, ACCESS_TABLES};
-use crate::db::Database;
+use crate::access::AccessStore;
+use crate::error::Result;
 
 /// Which databases a session's principal may see listed (`information_schema`, Flight SQL
 /// metadata): true for a database it may read.
@@ -20,32 +23,26 @@ pub type Visible = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 /// The `ebb` catalog.
 #[derive(Clone)]
 pub struct EbbCatalog {
-    db: Arc<Database>,
     /// The shards its tables are read from and written to.
     shards: Arc<dyn Shards>,
-    /// Rollups read as their stored partials (what a shard answers a cluster coordinator,
-    /// which merges them across shards) rather than merged.
-    raw_rollups: bool,
+    /// Where users are kept (the access tables of `system`).
+    access: Arc<dyn AccessStore>,
+    /// The databases and tables listed, as last taken from the shards.
+    listing: Arc<RwLock<Listing>>,
     /// The databases listed (`None`: all).
     visible: Option<Visible>,
 }
 
 impl std::fmt::Debug for EbbCatalog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EbbCatalog").field("raw_rollups", &self.raw_rollups).finish_non_exhaustive()
+        f.debug_struct("EbbCatalog").field("shards", &self.shards).finish_non_exhaustive()
     }
 }
 
 impl EbbCatalog {
-    /// The catalog of `db`.
-    pub fn new(db: Arc<Database>) -> Self {
-        let shards = Arc::new(LocalShards::new(db.clone()));
-        EbbCatalog { db, shards, raw_rollups: false, visible: None }
-    }
-
-    /// The catalog with rollups read as their stored partials.
-    pub fn with_raw_rollups(self) -> Self {
-        EbbCatalog { raw_rollups: true, ..self }
+    /// The catalog of `shards`, whose users `access` keeps.
+    pub fn new(shards: Arc<dyn Shards>, access: Arc<dyn AccessStore>) -> Self {
+        EbbCatalog { shards, access, listing: Arc::default(), visible: None }
     }
 
     /// The catalog listing only the databases `visible` admits.
@@ -53,19 +50,18 @@ impl EbbCatalog {
         EbbCatalog { visible: Some(visible), ..self }
     }
 
-    /// The catalog whose tables read only the series whose hash `hashes` holds.
-    pub fn with_hashes(self, hashes: crate::model::hashspace::HashFilter) -> Self {
-        let shards = Arc::new(LocalShards::new(self.db.clone()).with_hashes(Some(hashes)));
-        EbbCatalog { shards, ..self }
+    /// Takes the listing from the shards again.
+    pub async fn refresh(&self) -> Result<()> {
+        let listing = self.shards.listing().await?;
+        *self.listing.write() = listing;
+        Ok(())
     }
 }
 
 impl CatalogProvider for EbbCatalog {
     fn schema_names(&self) -> Vec<String> {
-        let mut names = self.db.catalog().databases();
-        if !names.iter().any(|n| n == crate::DEFAULT_DATABASE) {
-            names.push(crate::DEFAULT_DATABASE.to_string());
-        }
+        let mut names: Vec<String> = self.listing.read().keys().cloned().collect();
+        names.push(crate::DEFAULT_DATABASE.to_string());
         names.push(SYSTEM_SCHEMA.to_string());
         names.sort();
         // A database named like the system schema (written before such names were reserved)
@@ -79,15 +75,14 @@ impl CatalogProvider for EbbCatalog {
 
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
         if name == SYSTEM_SCHEMA {
-            return Some(Arc::new(SystemSchema { db: self.db.clone() }));
+            return Some(Arc::new(SystemSchema::new(self.shards.clone(), self.access.clone())));
         }
         // Every name resolves, so a query on a database that has no table yet says which table
         // is missing rather than that the schema is.
         Some(Arc::new(DatabaseSchema {
-            db: self.db.clone(),
             shards: self.shards.clone(),
+            listing: self.listing.clone(),
             name: name.to_string(),
-            raw_rollups: self.raw_rollups,
         }))
     }
 }
@@ -95,31 +90,22 @@ impl CatalogProvider for EbbCatalog {
 /// The tables of one database.
 #[derive(Debug)]
 struct DatabaseSchema {
-    db: Arc<Database>,
     shards: Arc<dyn Shards>,
+    listing: Arc<RwLock<Listing>>,
     name: String,
-    raw_rollups: bool,
 }
 
 #[async_trait]
 impl SchemaProvider for DatabaseSchema {
     fn table_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self
-            .db
-            .catalog()
-            .tables()
-            .iter()
-            .filter(|t| t.database == self.name)
-            .map(|t| t.name.clone())
-            .collect();
-        names.sort();
-        names
+        let listing = self.listing.read();
+        listing.get(&self.name).map(|t| t.iter().cloned().collect()).unwrap_or_default()
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
         let loaded = ShardTable::load(self.shards.clone(), &self.name, name).await;
         let Some(table) = loaded.map_err(super::table::df_err)? else { return Ok(None) };
-        let rollup = table.def().rollup.clone().filter(|_| !self.raw_rollups);
+        let rollup = table.def().rollup.clone();
         let table = Arc::new(table) as Arc<dyn TableProvider>;
         match rollup {
             Some(r) => super::rollup::rollup_view(name, &r, table).map(Some),
@@ -128,34 +114,47 @@ impl SchemaProvider for DatabaseSchema {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.db.catalog().table(&self.name, name).is_some()
+        self.listing.read().get(&self.name).is_some_and(|t| t.contains(name))
     }
 }
 
-/// `system.deletions`, `system.tables`, `system.compactions`..., and the access tables
-/// (`system.users`, `system.grants`, `system.tokens`).
+/// The catalog a change every shard applies (a `DELETE`) is planned in: tables as the shards
+/// that answer now define them ([`Shards::table_now`]), rollups as their raw tables (a delete
+/// of one is refused).
 #[derive(Debug)]
-struct SystemSchema {
-    db: Arc<Database>,
+pub(crate) struct ChangeCatalog {
+    pub(crate) shards: Arc<dyn Shards>,
+}
+
+impl CatalogProvider for ChangeCatalog {
+    fn schema_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        Some(Arc::new(ChangeSchema { shards: self.shards.clone(), database: name.to_string() }))
+    }
+}
+
+#[derive(Debug)]
+struct ChangeSchema {
+    shards: Arc<dyn Shards>,
+    database: String,
 }
 
 #[async_trait]
-impl SchemaProvider for SystemSchema {
+impl SchemaProvider for ChangeSchema {
     fn table_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = SystemTable::NAMES.iter().map(|s| s.to_string()).collect();
-        names.extend(ACCESS_TABLES.iter().map(|s| s.to_string()));
-        names.sort();
-        names
+        Vec::new()
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        if ACCESS_TABLES.contains(&name) {
-            return access_table(&self.db.access(), name);
-        }
-        Ok(SystemTable::new(self.db.clone(), name).map(|t| Arc::new(t) as Arc<dyn TableProvider>))
+        let loaded = ShardTable::load_now(self.shards.clone(), &self.database, name).await;
+        let table = loaded.map_err(super::table::df_err)?;
+        Ok(table.map(|t| Arc::new(t) as Arc<dyn TableProvider>))
     }
 
-    fn table_exist(&self, name: &str) -> bool {
-        SystemTable::NAMES.contains(&name) || ACCESS_TABLES.contains(&name)
+    fn table_exist(&self, _name: &str) -> bool {
+        true
     }
 }

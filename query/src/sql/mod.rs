@@ -12,7 +12,6 @@ mod newest;
 pub mod parameters;
 mod partial;
 pub mod pushdown;
-pub mod requested;
 pub mod rollup;
 pub mod rows;
 pub(crate) mod scan;
@@ -24,8 +23,8 @@ pub mod system;
 pub(crate) mod table;
 
 pub use catalog::EbbCatalog;
+pub(crate) use session::optimized_stream;
 pub use session::{command_output, rows_output, QueryOutput, SqlSession, StatementKind};
-pub(crate) use session::{limited_stream, new_context, optimized_stream};
 pub use table::ShardTable;
 
 /// Name of the DataFusion catalog.

@@ -3,27 +3,31 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use std::time::Duration;
+
+use datafusion::arrow::array::{RecordBatch, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::execution::context::SessionContext;
 use datafusion::execution::SendableRecordBatchStream;
-use datafusion::logical_expr::{LogicalPlan, WriteOp};
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::SessionConfig;
 use datafusion::sql::parser::{DFParser, Statement as DfStatement};
 use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 
-use super::catalog::EbbCatalog;
+use super::alter_cluster::{is_alter_cluster, parse_alter_cluster, ClusterStatement};
+use super::catalog::{ChangeCatalog, EbbCatalog};
+use super::ddl::CreateSpec;
 use super::erase::{is_erase, parse_erase, EraseStatement};
+use super::shard::everywhere::run_everywhere;
 use super::shard::op::{delete_op, ShardOp};
-use super::shard::{LocalShards, Shards};
-use super::CATALOG;
-use crate::cluster::ShardRequest;
-use crate::db::Database;
+use super::shard::{LocalShards, ShardRequest, Shards};
+use super::{ShardTable, CATALOG};
+use crate::access::AccessStore;
+use crate::db::{new_request_id, Database};
 use crate::error::{QueryError, Result};
 use crate::front::limits::Limits;
-use crate::model::hashspace::HashFilter;
 use datafusion::execution::runtime_env::RuntimeEnv;
 
 /// The result of one statement: its rows (as a stream) and a command tag such as `SELECT 3`,
@@ -52,89 +56,51 @@ pub enum StatementKind {
     Command(String),
 }
 
-/// A SQL session on a database: the default database for unqualified table names.
+/// A SQL session over the shards, single node and cluster alike: the default database for
+/// unqualified table names. Queries plan here over [`super::ShardTable`]s (one scan partition
+/// per shard part); `INSERT` rows go to their series' shards; `DELETE`, `ERASE` and DDL become
+/// one [`ShardOp`] every shard applies ([`run_everywhere`]).
 pub struct SqlSession {
-    db: Arc<Database>,
+    shards: Arc<dyn Shards>,
     ctx: SessionContext,
     /// The catalog registered in `ctx` (kept to register a changed one).
     catalog: EbbCatalog,
     database: String,
-    /// Request id, deadline and issuer a coordinator chose for the `DELETE`, `ERASE` or
-    /// `DROP TABLE` this session runs on one shard of a cluster.
-    request: Option<ShardRequest>,
     /// The server's runtime and the limits of each statement (none: DataFusion's defaults).
     limits: Option<(Arc<RuntimeEnv>, Limits)>,
 }
 
 impl SqlSession {
-    /// A session whose unqualified names resolve in `database`.
+    /// A session on the single node `db`, whose unqualified names resolve in `database`.
     pub fn new(db: Arc<Database>, database: &str) -> SqlSession {
+        SqlSession::on(Arc::new(LocalShards::new(db.clone())), db, database)
+    }
+
+    /// A session over `shards`, whose users `access` keeps, with `database` as its default.
+    pub fn on(shards: Arc<dyn Shards>, access: Arc<dyn AccessStore>, database: &str) -> SqlSession {
         let ctx = new_context(database, true);
-        let catalog = EbbCatalog::new(db.clone());
+        let catalog = EbbCatalog::new(shards.clone(), access);
         ctx.register_catalog(CATALOG, Arc::new(catalog.clone()));
-        SqlSession { db, ctx, catalog, database: database.to_string(), request: None, limits: None }
+        SqlSession { shards, ctx, catalog, database: database.to_string(), limits: None }
     }
 
-    /// Registers `catalog` in place of the session's.
-    fn with_catalog(mut self, catalog: EbbCatalog) -> SqlSession {
-        self.ctx.register_catalog(CATALOG, Arc::new(catalog.clone()));
-        self.catalog = catalog;
+    /// The session with its statements drawing memory from `server`'s pool, within `limits`.
+    pub fn limited(mut self, server: Arc<RuntimeEnv>, limits: Limits) -> SqlSession {
+        super::sized::register(&self.ctx, limits.query_memory_bytes);
+        self.limits = Some((server, limits));
         self
-    }
-
-    /// A session whose statements draw memory from `server`'s pool, within `limits`.
-    pub fn new_limited(
-        db: Arc<Database>,
-        database: &str,
-        server: Arc<RuntimeEnv>,
-        limits: Limits,
-    ) -> SqlSession {
-        let mut s = SqlSession::new(db, database);
-        super::sized::register(&s.ctx, limits.query_memory_bytes);
-        s.limits = Some((server, limits));
-        s
     }
 
     /// The session listing only the databases `visible` admits (in `information_schema`).
-    pub fn visible_to(self, visible: super::catalog::Visible) -> SqlSession {
-        let catalog = self.catalog.clone().visible_to(visible);
-        self.with_catalog(catalog)
-    }
-
-    /// The session with rollups read as their stored partials, as a shard answers a cluster
-    /// coordinator (which merges them across shards).
-    pub fn with_raw_rollups(self) -> SqlSession {
-        let catalog = self.catalog.clone().with_raw_rollups();
-        self.with_catalog(catalog)
-    }
-
-    /// Runs the session's `DELETE`, `ERASE` and `DROP TABLE` statements as `request` (when a
-    /// coordinator issues one request on every shard).
-    pub fn with_request(mut self, request: ShardRequest) -> SqlSession {
-        self.request = Some(request);
+    pub fn visible_to(mut self, visible: super::catalog::Visible) -> SqlSession {
+        self.catalog = self.catalog.clone().visible_to(visible);
+        self.ctx.register_catalog(CATALOG, Arc::new(self.catalog.clone()));
         self
     }
 
-    /// Limits the session's scans to the series whose hash `hashes` holds: what a coordinator
-    /// asks of a shard it routes those hashes to (a shard being split holds both halves).
-    pub fn with_hash_filter(self, hashes: HashFilter) -> SqlSession {
-        let catalog = self.catalog.clone().with_hashes(hashes);
-        self.with_catalog(catalog)
-    }
-
-    /// The id of the request the session runs its statements as, if a coordinator gave one.
-    pub(super) fn request_id(&self) -> Option<u64> {
-        self.request.as_ref().map(|r| r.id)
-    }
-
-    /// The session's database handle.
-    pub(super) fn db(&self) -> &Arc<Database> {
-        &self.db
-    }
-
-    /// Who the session's requests are issued by, if not told per statement.
-    fn issuer(&self) -> &str {
-        self.request.as_ref().map_or("", |r| r.issued_by.as_str())
+    /// The shards the session reads and changes.
+    pub fn shards(&self) -> &Arc<dyn Shards> {
+        &self.shards
     }
 
     /// The session's default database.
@@ -150,7 +116,10 @@ impl SqlSession {
     /// Runs every statement of `sql` in order; returns the output of each.
     pub async fn execute_all(&self, sql: &str) -> Result<Vec<QueryOutput>> {
         if is_erase(sql) {
-            return Ok(vec![self.erase_by(parse_erase(sql)?, self.issuer()).await?]);
+            return Ok(vec![self.erase(parse_erase(sql)?).await?]);
+        }
+        if is_alter_cluster(sql) {
+            return Ok(vec![self.alter_cluster(parse_alter_cluster(sql)?).await?]);
         }
         let statements = DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {})
             .map_err(|e| QueryError::invalid(format!("SQL syntax: {e}")))?;
@@ -182,65 +151,78 @@ impl SqlSession {
 
     /// Runs one parsed statement.
     pub async fn execute_statement(&self, stmt: DfStatement) -> Result<QueryOutput> {
-        self.execute_statement_by(stmt, self.issuer()).await
+        self.execute_statement_by(stmt, "").await
     }
 
-    /// Runs one parsed statement; the deletes it issues are recorded as issued by `issuer`.
+    /// Plans `stmt` in the session's context, the listing of tables taken from the shards
+    /// first if the statement reads it (`information_schema`, `SHOW TABLES`).
+    pub async fn plan(&self, stmt: DfStatement) -> Result<LogicalPlan> {
+        let state = self.ctx.state();
+        let lists = state.resolve_table_references(&stmt).map_or(true, |refs| {
+            refs.iter().any(|r| r.schema().is_some_and(|s| s == INFORMATION_SCHEMA))
+        });
+        if lists {
+            self.catalog.refresh().await?;
+        }
+        Ok(state.statement_to_plan(stmt).await?)
+    }
+
+    /// The change `sql` (one `DELETE`, `ERASE` or DDL statement) makes on every shard, as this
+    /// session plans it; `None` for any other statement.
+    pub async fn shard_op(&self, sql: &str) -> Result<Option<ShardOp>> {
+        if is_erase(sql) {
+            return Ok(Some(ShardOp::erase(&parse_erase(sql)?, &self.database)));
+        }
+        let mut stmts = DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {})
+            .map_err(|e| QueryError::invalid(format!("SQL syntax: {e}")))?;
+        let (Some(DfStatement::Statement(s)), true) = (stmts.pop_front(), stmts.is_empty()) else {
+            return Ok(None);
+        };
+        match &*s {
+            SqlStatement::Delete(_) => self.delete_op(DfStatement::Statement(s)).await.map(Some),
+            other => ShardOp::from_ddl(other, &self.database),
+        }
+    }
+
+    /// Runs one parsed statement; the changes it makes are recorded as issued by `issuer`.
     pub async fn execute_statement_by(
         &self,
         stmt: DfStatement,
         issuer: &str,
     ) -> Result<QueryOutput> {
-        match super::requested::requested_kind(&stmt) {
-            Some(kind) if self.request.is_some() => {
-                self.as_request(kind, self.run_statement(stmt, issuer)).await
-            }
-            _ => self.run_statement(stmt, issuer).await,
-        }
-    }
-
-    async fn run_statement(&self, stmt: DfStatement, issuer: &str) -> Result<QueryOutput> {
-        if let DfStatement::Statement(s) = &stmt {
-            if let Some(out) = self.ebb_statement(s, issuer).await? {
-                return Ok(out);
-            }
-        }
-        // The statement as the deletion ledger records it (only a DELETE needs it).
-        let delete_text = match &stmt {
-            DfStatement::Statement(s) if matches!(**s, SqlStatement::Delete(_)) => s.to_string(),
-            _ => String::new(),
+        let request = |deadline_ms| ShardRequest {
+            id: new_request_id(),
+            deadline_ms,
+            issued_by: issuer.to_string(),
         };
         let kind = match &stmt {
-            DfStatement::Statement(s) if matches!(**s, SqlStatement::Insert(_)) => {
-                StatementKind::Insert
-            }
-            DfStatement::Statement(s) if matches!(**s, SqlStatement::Update(_)) => {
-                return Err(QueryError::Unsupported(
-                    "UPDATE; write the points again with new values (a later write of the same \
-                     series and time replaces its fields)"
-                        .into(),
-                ))
-            }
+            DfStatement::Statement(s) => match &**s {
+                SqlStatement::Insert(_) => StatementKind::Insert,
+                SqlStatement::Update(_) => {
+                    return Err(QueryError::Unsupported(
+                        "UPDATE; write the points again with new values (a later write of the \
+                         same series and time replaces its fields)"
+                            .into(),
+                    ))
+                }
+                SqlStatement::Delete(_) => {
+                    let op = self.delete_op(stmt).await?;
+                    return self.everywhere(&op, &request(None)).await;
+                }
+                SqlStatement::CreateView(cv) if cv.materialized => {
+                    return self.create_rollup(cv, &request(None)).await;
+                }
+                other => match ShardOp::from_ddl(other, &self.database)? {
+                    Some(op) => return self.everywhere(&op, &request(None)).await,
+                    None => StatementKind::Query,
+                },
+            },
             DfStatement::CreateExternalTable(_) | DfStatement::CopyTo(_) => {
                 return Err(QueryError::Unsupported("external tables and COPY".into()))
             }
             _ => StatementKind::Query,
         };
-        let state = self.ctx.state();
-        let plan = state.statement_to_plan(stmt).await?;
-        if let LogicalPlan::Dml(d) = &plan {
-            if d.op == WriteOp::Delete {
-                // Optimized first: types coerced, constants (and now()) folded, and the filter
-                // split between the scan (what pushdown takes) and a filter above it.
-                let optimized = state.optimize(&plan)?;
-                let LogicalPlan::Dml(d) = &optimized else {
-                    return Err(QueryError::Internal("DELETE plan lost its DML node".into()));
-                };
-                let shards: Arc<dyn Shards> = Arc::new(LocalShards::new(self.db.clone()));
-                let op = delete_op(shards, d, &self.database, delete_text).await?;
-                return self.apply(op, issuer).await;
-            }
-        }
+        let plan = self.plan(stmt).await?;
         if let LogicalPlan::Ddl(_) = &plan {
             return Err(QueryError::Unsupported(
                 "this DDL statement; EbbDB supports CREATE/ALTER/DROP TABLE and CREATE DATABASE"
@@ -248,7 +230,7 @@ impl SqlSession {
             ));
         }
         let (schema, stream) = match (&self.limits, &plan) {
-            (_, LogicalPlan::Statement(_) | LogicalPlan::Ddl(_)) | (None, _) => {
+            (_, LogicalPlan::Statement(_)) | (None, _) => {
                 let df = self.ctx.execute_logical_plan(plan).await?;
                 let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
                 (schema, df.execute_stream().await?)
@@ -258,36 +240,96 @@ impl SqlSession {
         Ok(QueryOutput { schema, stream, kind })
     }
 
-    /// EbbDB's own statements; `None` for the rest.
-    async fn ebb_statement(&self, s: &SqlStatement, issuer: &str) -> Result<Option<QueryOutput>> {
-        match ShardOp::from_ddl(s, &self.database)? {
-            Some(op) => self.apply(op, issuer).await.map(Some),
-            None => Ok(None),
-        }
+    /// The op of a `DELETE`, planned over the table as the shards that answer now define it: a
+    /// shard without a leader must not keep the DELETE from being recorded and applied
+    /// everywhere once it has one. (A column only such a shard has is unknown until it answers
+    /// again.)
+    async fn delete_op(&self, stmt: DfStatement) -> Result<ShardOp> {
+        // The statement as the deletion ledger records it.
+        let text = stmt.to_string();
+        let ctx = new_context(&self.database, false);
+        ctx.register_catalog(CATALOG, Arc::new(ChangeCatalog { shards: self.shards.clone() }));
+        let state = ctx.state();
+        // Optimized first: types coerced, constants (and now()) folded, and the filter split
+        // between the scan (what pushdown takes) and a filter above it.
+        let plan = state.optimize(&state.statement_to_plan(stmt).await?)?;
+        let LogicalPlan::Dml(d) = &plan else {
+            return Err(QueryError::Internal("DELETE plan lost its DML node".into()));
+        };
+        delete_op(self.shards.clone(), d, &self.database, text).await
     }
 
-    /// Applies `op` to the session's database (as the session's request, if it has one).
-    async fn apply(&self, op: ShardOp, issuer: &str) -> Result<QueryOutput> {
-        let (db, issuer, request) = (self.db.clone(), issuer.to_string(), self.request.clone());
-        let (op, id, done) = blocking(move || {
-            let (id, done) = super::shard::op::apply(&db, &op, &issuer, request.as_ref())?;
-            Ok((op, id, done))
-        })
-        .await?;
-        super::shard::op::answer(&op, id, &done)
+    /// `CREATE MATERIALIZED VIEW`: the rollup is kept on every shard its source is on, which
+    /// is every shard once the source is created where writes have not reached yet.
+    async fn create_rollup(
+        &self,
+        cv: &datafusion::sql::sqlparser::ast::CreateView,
+        request: &ShardRequest,
+    ) -> Result<QueryOutput> {
+        let spec = super::rollup::rollup_spec(cv, &self.database)?;
+        let (database, source) = (&spec.database, &spec.def.source);
+        let source = ShardTable::load(self.shards.clone(), database, source)
+            .await?
+            .ok_or_else(|| QueryError::UnknownTable(format!("{database}.{source}")))?;
+        let def = source.def();
+        let create = ShardOp::CreateTable(CreateSpec {
+            database: def.database.clone(),
+            name: def.name.clone(),
+            tags: def.tags.clone(),
+            fields: def.fields.clone(),
+            retention: Some(def.retention_ns.map(Duration::from_nanos)),
+            if_not_exists: true,
+        });
+        let prepare = ShardRequest { id: new_request_id(), ..request.clone() };
+        self.everywhere(&create, &prepare).await?;
+        self.everywhere(&ShardOp::CreateRollup(spec), request).await
+    }
+
+    /// Applies `op` on every shard as `request`.
+    async fn everywhere(&self, op: &ShardOp, request: &ShardRequest) -> Result<QueryOutput> {
+        run_everywhere(self.shards.as_ref(), &self.database, op, request).await
+    }
+
+    /// Runs an `ALTER CLUSTER` statement: one row naming the shard split and the new shard.
+    pub async fn alter_cluster(&self, stmt: ClusterStatement) -> Result<QueryOutput> {
+        match stmt {
+            ClusterStatement::SplitShard(shard) => {
+                let child = self.shards.split_shard(shard).await?;
+                let schema = Arc::new(Schema::new(vec![
+                    Field::new("shard", DataType::UInt64, false),
+                    Field::new("new_shard", DataType::UInt64, false),
+                ]));
+                let batch = RecordBatch::try_new(
+                    schema.clone(),
+                    vec![
+                        Arc::new(UInt64Array::from(vec![shard])),
+                        Arc::new(UInt64Array::from(vec![child])),
+                    ],
+                )
+                .map_err(|e| QueryError::Internal(e.to_string()))?;
+                Ok(rows_output(schema, batch, StatementKind::Query))
+            }
+        }
     }
 
     /// Runs a parsed `ERASE`.
     pub async fn erase(&self, stmt: EraseStatement) -> Result<QueryOutput> {
-        self.erase_by(stmt, self.issuer()).await
+        self.erase_by(stmt, "").await
     }
 
-    /// Runs a parsed `ERASE`, recorded as issued by `issuer`.
+    /// Runs a parsed `ERASE`, recorded as issued by `issuer`: one request id, deadline and
+    /// issuer on every shard.
     pub async fn erase_by(&self, stmt: EraseStatement, issuer: &str) -> Result<QueryOutput> {
-        // As the session's request, if it has one: `apply` answers a repeat from its record.
-        self.apply(ShardOp::erase(&stmt, &self.database), issuer).await
+        let now_ms = crate::now_ms();
+        let deadline_ms = stmt.deadline.map(|d| now_ms.saturating_add(d.as_millis() as u64));
+        let request =
+            ShardRequest { id: new_request_id(), deadline_ms, issued_by: issuer.to_string() };
+        self.everywhere(&ShardOp::erase(&stmt, &self.database), &request).await
     }
 }
+
+/// The name of the schema of table and column listings.
+const INFORMATION_SCHEMA: &str = "information_schema";
 
 /// A DataFusion context whose unqualified names resolve in schema `database` of the EbbDB
 /// catalog (which the caller registers). Built from one state made once per process (the
@@ -387,13 +429,4 @@ fn command(tag: &str) -> QueryOutput {
         stream: Box::pin(RecordBatchStreamAdapter::new(schema, futures::stream::empty())),
         kind: StatementKind::Command(tag.to_string()),
     }
-}
-
-/// Runs engine work off the async threads.
-pub(super) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T> + Send + 'static,
-) -> Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| QueryError::Internal(format!("task failed: {e}")))?
 }

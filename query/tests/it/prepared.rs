@@ -22,7 +22,7 @@ const BY_MINUTE: &str = "SELECT date_bin(interval '1 minute', time, to_timestamp
 fn open() -> (tempfile::TempDir, Arc<Database>, Session) {
     let dir = tempfile::tempdir().expect("dir");
     let db = Arc::new(Database::open(dir.path(), Options::default()).expect("open"));
-    let door = FrontDoor::new(Target::Local(db.clone())).expect("door");
+    let door = FrontDoor::new(Target::local(db.clone())).expect("door");
     let session = door.open(Principal::trusted(Protocol::Postgres, None), "m");
     (dir, db, session)
 }

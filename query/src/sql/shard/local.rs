@@ -4,16 +4,22 @@
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
+use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::DataFusionError;
 use datafusion::physical_plan::ExecutionPlan;
 
-use super::{Points, ScanRequest, Shards, TablePart, WriteRequest};
-use crate::db::Database;
+use super::{
+    EngineTable, Intent, Listing, Points, ScanRequest, ShardError, ShardId, ShardOp, ShardRequest,
+    Shards, TablePart, WriteRequest,
+};
+use crate::db::{Database, RequestOutcome};
+use crate::deletions::ReplicaDeletion;
 use crate::error::{QueryError, Result};
 use crate::model::hashspace::HashFilter;
 use crate::sql::pushdown::ScanFilter;
 use crate::sql::scan::{SeriesSpan, TableScan};
 use crate::sql::scan_exec::ScanExec;
+use crate::statements::StatementLog;
 use crate::WriteSummary;
 
 /// One local database as the only shard.
@@ -46,8 +52,70 @@ impl LocalShards {
     }
 }
 
+/// Runs engine work off the async threads.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| QueryError::Internal(format!("the shard's work stopped: {e}")))?
+}
+
 #[async_trait]
 impl Shards for LocalShards {
+    fn routing(&self) -> Vec<(ShardId, Option<HashFilter>)> {
+        vec![(Self::SHARD, self.hashes)]
+    }
+
+    fn statement_shards(&self) -> Vec<ShardId> {
+        vec![Self::SHARD]
+    }
+
+    async fn listing(&self) -> Result<Listing> {
+        let mut listing = Listing::new();
+        for d in self.db.catalog().databases() {
+            listing.entry(d).or_default();
+        }
+        for t in self.db.catalog().tables() {
+            listing.entry(t.database.clone()).or_default().insert(t.name.clone());
+        }
+        Ok(listing)
+    }
+
+    async fn apply(
+        &self,
+        _shard: ShardId,
+        op: &ShardOp,
+        request: &ShardRequest,
+    ) -> std::result::Result<RequestOutcome, ShardError> {
+        let (db, op, request) = (self.db.clone(), op.clone(), request.clone());
+        let done = blocking(move || super::op::apply(&db, &op, &request)).await?;
+        Ok(done)
+    }
+
+    async fn open_intent(&self, _intent: &Intent) -> Result<()> {
+        // Applied at once, by this process: nothing to take over.
+        Ok(())
+    }
+
+    async fn close_intent(&self, _id: u64) -> Result<()> {
+        Ok(())
+    }
+
+    async fn deletions(&self) -> Vec<ReplicaDeletion> {
+        crate::deletions::local_deletions(&self.db, Self::SHARD, 0)
+    }
+
+    async fn engine_rows(
+        &self,
+        _shard: ShardId,
+        table: EngineTable,
+    ) -> std::result::Result<RecordBatch, ShardError> {
+        Ok(crate::sql::system::engine_rows(&self.db, table)?)
+    }
+
+    fn statement_log(&self) -> Arc<StatementLog> {
+        self.db.statement_log().clone()
+    }
+
     async fn table(&self, database: &str, name: &str) -> Result<Vec<TablePart>> {
         Ok(self
             .db

@@ -1,28 +1,41 @@
 //! The shards a SQL session reads and writes, behind one trait: [`Shards`]. A single node is a
 //! cluster of one local shard ([`LocalShards`]); the server implements the trait over the
-//! shards of a cluster. Everything above it (the catalog, the table provider, `INSERT`) is one
-//! code path, and what crosses it is typed ([`request`]), never SQL text.
+//! shards of a cluster. Everything above it (the catalog, the table provider, `INSERT`,
+//! `DELETE`, `ERASE`, DDL and the system tables) is one code path, and what crosses it is typed
+//! ([`request`], [`ShardOp`]), never SQL text.
 
+pub mod everywhere;
 pub mod local;
 pub mod op;
 pub mod request;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
+use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::physical_plan::ExecutionPlan;
+use serde::{Deserialize, Serialize};
 
-use crate::error::Result;
+use crate::db::RequestOutcome;
+use crate::deletions::ReplicaDeletion;
+use crate::error::{QueryError, Result};
 use crate::model::hashspace::HashFilter;
 use crate::model::schema::TableDef;
+use crate::statements::{StatementLog, StatementRecord};
 use crate::WriteSummary;
 
+pub use everywhere::{Intent, ShardOutcome};
 pub use local::LocalShards;
 pub use op::ShardOp;
 pub use request::{Points, ScanRequest, TableRequest, TagFilter, WriteRequest};
 
 /// A shard's id (its Raft group in a cluster; [`LocalShards::SHARD`] on a single node).
 pub type ShardId = u64;
+
+/// Every database that has a table, with its tables, as the shards hold them.
+pub type Listing = BTreeMap<String, BTreeSet<String>>;
 
 /// One shard holding a table: its id, the series hashes a read of it is limited to (`None`:
 /// all it holds) and its definition of the table.
@@ -36,9 +49,128 @@ pub struct TablePart {
     pub def: Arc<TableDef>,
 }
 
+/// A `DELETE`, `ERASE` or DDL statement issued on every shard as one request: its id,
+/// deadline and issuer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardRequest {
+    /// The request id every shard records it under.
+    pub id: u64,
+    /// Its deadline (ms since the epoch), if the statement set one.
+    pub deadline_ms: Option<u64>,
+    /// Who issued it (see [`crate::front::Principal`]).
+    pub issued_by: String,
+}
+
+/// Why a shard could not answer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShardError {
+    /// The table (or database) does not exist on that shard.
+    #[error("{0}")]
+    NotFound(String),
+    /// The request is at fault.
+    #[error("{0}")]
+    Invalid(String),
+    /// The shard could not answer (no leader, unreachable).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl From<ShardError> for QueryError {
+    fn from(e: ShardError) -> Self {
+        match e {
+            ShardError::NotFound(m) | ShardError::Invalid(m) => QueryError::Invalid(m),
+            ShardError::Unavailable(m) => QueryError::Unavailable(m),
+        }
+    }
+}
+
+impl From<QueryError> for ShardError {
+    fn from(e: QueryError) -> Self {
+        match e {
+            e @ (QueryError::UnknownTable(_) | QueryError::UnknownDatabase(_)) => {
+                ShardError::NotFound(e.to_string())
+            }
+            e if e.is_client_error() => ShardError::Invalid(e.to_string()),
+            e => ShardError::Unavailable(e.to_string()),
+        }
+    }
+}
+
+/// A system table each shard answers of its own engine and catalog (with a leading `shard`
+/// column once gathered).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum EngineTable {
+    /// `system.compactions`: recent flushes, compactions and time-window executions.
+    Compactions,
+    /// `system.engine_deletes`: the engine's deletion ledger.
+    EngineDeletes,
+    /// `system.layout`: the KiWi+ delete-tile size per level.
+    Layout,
+    /// `system.tables`: the tables of the shard's catalog.
+    Tables,
+}
+
+/// One member node of a cluster (`system.nodes`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRow {
+    /// Its id.
+    pub id: u64,
+    /// `active`, `joining`, `decommissioning`...
+    pub state: String,
+    /// Its role in the metadata group: `leader`, `voter`, `learner` or `none`.
+    pub metadata_role: String,
+    /// Its cluster (gRPC), HTTP and PostgreSQL addresses.
+    pub grpc_addr: String,
+    /// Its HTTP address.
+    pub http_addr: String,
+    /// Its PostgreSQL address.
+    pub pg_addr: String,
+    /// Shard replicas placed on it.
+    pub replicas: u64,
+    /// Shards it leads.
+    pub leaders: u64,
+    /// Bytes its replicas hold, if it said.
+    pub bytes: Option<u64>,
+    /// Why it is not ready (empty: ready).
+    pub not_ready: Vec<String>,
+}
+
+/// One shard of a cluster (`system.shards`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardRow {
+    /// Its id.
+    pub shard: ShardId,
+    /// The nodes holding its replicas.
+    pub replicas: Vec<u64>,
+    /// Its leader, if it has one.
+    pub leader: Option<u64>,
+    /// The replicas it is moving to, if it is moving.
+    pub moving_to: Option<Vec<u64>>,
+    /// The root shard of its span of the series hash space.
+    pub root: u64,
+    /// The start of its span.
+    pub hash_lo: u64,
+    /// The end of its span (`None`: the end of the root's).
+    pub hash_end: Option<u64>,
+    /// Where it stands in a split, if it is in one.
+    pub split: Option<String>,
+}
+
 /// How a SQL session reaches the shards.
 #[async_trait]
 pub trait Shards: Send + Sync + std::fmt::Debug {
+    /// The shards queries read, each with the series hashes to limit it to (`None`: all it
+    /// holds), as of one moment: a shard that is splitting still holds the half it gives
+    /// away until the cluster routes to the new shard, and after that answers for its own
+    /// half only.
+    fn routing(&self) -> Vec<(ShardId, Option<HashFilter>)>;
+
+    /// The shards a `DELETE`, `ERASE` or DDL statement must reach: those queries read and
+    /// those being split off them (which hold a copy of their parent's rows).
+    fn statement_shards(&self) -> Vec<ShardId>;
+
     /// Table `name` of `database` on every shard queries read that holds it, as of one moment
     /// (empty if none does).
     async fn table(&self, database: &str, name: &str) -> Result<Vec<TablePart>>;
@@ -49,6 +181,9 @@ pub trait Shards: Send + Sync + std::fmt::Debug {
     async fn table_now(&self, database: &str, name: &str) -> Result<Vec<TablePart>> {
         self.table(database, name).await
     }
+
+    /// Every database and table the shards queries read hold, as of now.
+    async fn listing(&self) -> Result<Listing>;
 
     /// Plans `part`'s share of `scan` (in up to `partitions` partitions), producing the
     /// requested columns in order (the shard has each).
@@ -62,4 +197,70 @@ pub trait Shards: Send + Sync + std::fmt::Debug {
     /// Writes the points of `write`, each to the shard of its series: a bad point refuses
     /// them all.
     async fn write(&self, write: WriteRequest) -> Result<WriteSummary>;
+
+    /// Applies `op` on `shard` as `request` (one request of every shard): what it did there.
+    /// A shard answers a request it completed before from its record.
+    async fn apply(
+        &self,
+        shard: ShardId,
+        op: &ShardOp,
+        request: &ShardRequest,
+    ) -> std::result::Result<RequestOutcome, ShardError>;
+
+    /// Records `intent` before any shard applies it, so that it is driven to completion even
+    /// if its coordinator stops (a single node applies it at once: nothing to record).
+    async fn open_intent(&self, intent: &Intent) -> Result<()>;
+
+    /// Removes intent `id` once every shard has answered it.
+    async fn close_intent(&self, id: u64) -> Result<()>;
+
+    /// How long a statement applied on every shard waits for all of them before answering
+    /// that it is recorded and still running.
+    fn intent_patience(&self) -> Duration {
+        Duration::from_secs(30)
+    }
+
+    /// Splits shard `shard` in two by the hashes of its series (`ALTER CLUSTER SPLIT SHARD`):
+    /// records the split, which the cluster then carries out; returns the new shard's id.
+    async fn split_shard(&self, shard: ShardId) -> Result<ShardId> {
+        let _ = shard;
+        Err(QueryError::Unsupported(
+            "ALTER CLUSTER: this server runs as a single node, without shards".into(),
+        ))
+    }
+
+    /// Every delete request on every replica (`system.deletions`).
+    async fn deletions(&self) -> Vec<ReplicaDeletion>;
+
+    /// The rows of `table` on `shard`'s leader.
+    async fn engine_rows(
+        &self,
+        shard: ShardId,
+        table: EngineTable,
+    ) -> std::result::Result<RecordBatch, ShardError>;
+
+    /// The log this node's front door records its statements in.
+    fn statement_log(&self) -> Arc<StatementLog>;
+
+    /// The statements run lately, with the node that ran each (`None`: this one), oldest
+    /// first (`system.queries`).
+    async fn statements(&self) -> Vec<(Option<u64>, StatementRecord)> {
+        self.statement_log().recent().into_iter().map(|r| (None, r)).collect()
+    }
+
+    /// True where the shards are a cluster's, which describes its members
+    /// ([`Shards::nodes`], [`Shards::shards`]).
+    fn has_members(&self) -> bool {
+        false
+    }
+
+    /// The member nodes (`system.nodes`); `None` where there is no cluster.
+    async fn nodes(&self) -> Result<Option<Vec<NodeRow>>> {
+        Ok(None)
+    }
+
+    /// The shards (`system.shards`); `None` where there is no cluster.
+    async fn shards(&self) -> Result<Option<Vec<ShardRow>>> {
+        Ok(None)
+    }
 }

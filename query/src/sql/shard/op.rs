@@ -13,16 +13,17 @@ use datafusion::sql::sqlparser::ast::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::Shards;
-use crate::cluster::ShardRequest;
+use super::{ShardRequest, Shards};
 use crate::db::{Database, RequestOutcome, RequestSpec};
 use crate::error::{QueryError, Result};
 use crate::sql::ddl::{create_spec, retention_option, table_name, CreateSpec};
 use crate::sql::delete::{delete_parts, delete_targets, DeletePart};
 use crate::sql::erase::EraseStatement;
 use crate::sql::rollup::RollupSpec;
-use crate::sql::session::{command_output, QueryOutput, StatementKind};
+use crate::sql::session::{command_output, rows_output, QueryOutput, StatementKind};
 use crate::sql::ShardTable;
+use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
 /// A change every shard applies.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -246,27 +247,16 @@ pub async fn delete_op(
 pub fn answer(op: &ShardOp, id: u64, outcome: &RequestOutcome) -> Result<QueryOutput> {
     match op.kind() {
         StatementKind::Command(tag) => Ok(command_output(&tag)),
-        kind => crate::sql::requested::output(&kind, id, outcome),
+        kind => output(&kind, id, outcome),
     }
 }
 
-/// Applies `op` to `db`, issued by `issuer`; as `request` if a coordinator sent it to this
-/// shard as one request of every shard (a request this shard completed before is answered from
-/// its record, not run again). Returns the request's id and what it did. Blocks: run it off the
-/// async workers.
-pub fn apply(
-    db: &Database,
-    op: &ShardOp,
-    issuer: &str,
-    request: Option<&ShardRequest>,
-) -> Result<(u64, RequestOutcome)> {
-    let Some(r) = request else {
-        let spec = RequestSpec::new(spec_kind(op), op.text()).with_issuer(issuer);
-        let id = spec.id;
-        return apply_as(db, op, spec).map(|o| (id, o));
-    };
+/// Applies `op` to `db` as request `r`, one request of every shard (a request this shard
+/// completed before is answered from its record, not run again): what it did. Blocks: run it
+/// off the async workers.
+pub fn apply(db: &Database, op: &ShardOp, r: &ShardRequest) -> Result<RequestOutcome> {
     if let Some(done) = db.outcome(r.id)? {
-        return Ok((r.id, done));
+        return Ok(done);
     }
     let spec = RequestSpec::new(spec_kind(op), op.text())
         .with_issuer(&r.issued_by)
@@ -276,7 +266,7 @@ pub fn apply(
     match apply_as(db, op, spec) {
         // An earlier attempt completed it while this one was planned.
         Err(QueryError::Completed) => match db.outcome(r.id)? {
-            Some(done) => Ok((r.id, done)),
+            Some(done) => Ok(done),
             None => Err(QueryError::Internal(format!("request {} completed unrecorded", r.id))),
         },
         // Refused here (the table is not on this shard, say): recorded as having done
@@ -287,9 +277,9 @@ pub fn apply(
         }
         Ok(done) if op.idempotent() => {
             db.record_outcome(r.id, &done)?;
-            Ok((r.id, done))
+            Ok(done)
         }
-        other => other.map(|done| (r.id, done)),
+        other => other,
     }
 }
 
@@ -387,4 +377,48 @@ fn apply_as(db: &Database, op: &ShardOp, mut spec: RequestSpec) -> Result<Reques
             Ok(done)
         }
     }
+}
+
+/// The answer of a statement of `kind` that was request `id` and did `done`.
+fn output(kind: &StatementKind, id: u64, done: &RequestOutcome) -> Result<QueryOutput> {
+    match kind {
+        StatementKind::Delete => {
+            delete_output(done.rows, (done.deletes > 0).then_some(id), done.deletes)
+        }
+        StatementKind::Erase => erase_output(id, done),
+        StatementKind::Command(tag) => Ok(command_output(tag)),
+        other => Err(QueryError::Internal(format!("{other:?} is not a request"))),
+    }
+}
+
+fn col(v: u64) -> ArrayRef {
+    Arc::new(UInt64Array::from(vec![v]))
+}
+
+/// A `DELETE`'s answer: rows deleted, its id (if it wrote anything) and its engine deletes.
+pub fn delete_output(rows: u64, id: Option<u64>, deletes: u64) -> Result<QueryOutput> {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("rows_deleted", DataType::UInt64, false),
+        Field::new("delete_id", DataType::UInt64, true),
+        Field::new("deletes", DataType::UInt64, false),
+    ]));
+    let cols = vec![col(rows), Arc::new(UInt64Array::from(vec![id])) as ArrayRef, col(deletes)];
+    let batch = RecordBatch::try_new(schema.clone(), cols)
+        .map_err(|e| QueryError::Internal(e.to_string()))?;
+    Ok(rows_output(schema, batch, StatementKind::Delete))
+}
+
+/// An `ERASE`'s answer.
+pub fn erase_output(id: u64, done: &RequestOutcome) -> Result<QueryOutput> {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("rows_erased", DataType::UInt64, false),
+        Field::new("erasure_id", DataType::UInt64, false),
+        Field::new("series", DataType::UInt64, false),
+        Field::new("tables", DataType::UInt64, false),
+        Field::new("deletes", DataType::UInt64, false),
+    ]));
+    let cols = vec![col(done.rows), col(id), col(done.series), col(done.tables), col(done.deletes)];
+    let batch = RecordBatch::try_new(schema.clone(), cols)
+        .map_err(|e| QueryError::Internal(e.to_string()))?;
+    Ok(rows_output(schema, batch, StatementKind::Erase))
 }
