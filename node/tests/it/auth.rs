@@ -271,6 +271,26 @@ async fn cluster_users_are_made_on_one_node_and_honoured_on_all() {
             assert_eq!(s, 403, "{b}");
             assert_eq!(h.sql("SELECT 1").0, 401);
         }
+        // A cluster lists its tables as a single node does, to each user only what it may
+        // read; its shards' catalogs show in system.tables, one row set per shard.
+        let (s, b) = hs[1].post_with(
+            "/write?db=other",
+            b"secret,ssn=1 v=1 1700000000000000000",
+            &[("Authorization", &basic("admin", ADMIN_PW))],
+        );
+        assert_eq!(s, 204, "{b}");
+        let reader = As { http: &hs[0], auth: basic("reader", "r") };
+        for view in ["tables", "columns"] {
+            let sql = format!("SELECT DISTINCT table_schema FROM information_schema.{view}");
+            let listed = reader.ok(&sql);
+            assert!(listed.contains("public") && !listed.contains("other"), "{view}: {listed}");
+            assert!(admin(2).ok(&sql).contains("other"), "the admin sees every database");
+        }
+        let tables = admin(0).ok("SELECT shard, database, name FROM system.tables");
+        let tables: serde_json::Value = serde_json::from_str(&tables).expect("json");
+        let rows = tables.as_array().expect("rows");
+        assert!(rows.iter().any(|r| r["name"] == "secret" && r["shard"].is_u64()), "{tables}");
+        assert!(rows.iter().any(|r| r["name"] == "cpu"), "{tables}");
         // A cluster erasure names its issuer on every replica.
         admin(1).ok("ERASE WHERE host = 'b'");
         let rows = admin(2).ok("SELECT DISTINCT issued_by FROM system.deletions");
