@@ -41,9 +41,8 @@ use crate::access::{AccessError, AccessStore, PasswordCheck, Privilege, ScramVer
 use crate::db::Database;
 use crate::error::{QueryError, Result};
 use crate::lp::Precision;
-use crate::sql::alter_cluster::{is_alter_cluster, parse_alter_cluster};
-use crate::sql::erase::{is_erase, parse_erase};
 use crate::sql::shard::{LocalShards, Points, Shards, WriteRequest};
+use crate::sql::statement::{Class, Classified, Request};
 use crate::sql::{QueryOutput, SqlSession};
 use crate::statements::{Running, StatementLog};
 use crate::WriteSummary;
@@ -381,25 +380,6 @@ impl FrontDoor {
     }
 }
 
-/// True if `stmt` only reads (a query, `EXPLAIN`, `SHOW`).
-fn reads_only(stmt: &DfStatement) -> bool {
-    use datafusion::sql::sqlparser::ast::Statement as S;
-    match stmt {
-        DfStatement::Statement(s) => {
-            matches!(
-                **s,
-                S::Query(_)
-                    | S::ExplainTable { .. }
-                    | S::ShowTables { .. }
-                    | S::ShowColumns { .. }
-                    | S::ShowVariable { .. }
-            ) || matches!(&**s, S::Explain { analyze: false, .. })
-        }
-        DfStatement::Explain(e) => !e.options.analyze,
-        _ => false,
-    }
-}
-
 /// A SQL session opened at the front door, as one principal.
 #[derive(Clone)]
 pub struct Session {
@@ -526,41 +506,43 @@ impl Session {
             // Any client may create the first user of a server without users.
             return Ok(logged(self.door.run_access(&self.who, parse_access(sql)?).await?));
         }
-        if is_alter_cluster(sql) {
-            let stmt = parse_alter_cluster(sql)?;
-            self.door.authorize(&self.who, None, Privilege::Admin)?;
-            return Ok(logged(self.sql.alter_cluster(stmt).await?));
-        }
-        if is_erase(sql) {
-            let stmt = parse_erase(sql)?;
-            let db = stmt.database.clone().unwrap_or_else(|| self.database().to_string());
-            self.door.authorize(&self.who, Some(&db), Privilege::Delete)?;
-            let issuer = self.who.to_string();
-            return Ok(logged(self.sql.erase_by(stmt, &issuer).await?));
-        }
         if settings::is_reset(sql) {
             self.settings.lock().statement_timeout = None;
             let out = crate::sql::command_output("RESET");
             return Ok((VecDeque::from([Pending::Done(out)]), None));
         }
-        let statements = crate::sql::bounds::parse_checked(sql, bounds)?;
-        if let (1, Some(DfStatement::Statement(s))) = (statements.len(), statements.front()) {
-            if let Some(out) = self.run_parameterized(s, running).await? {
-                return Ok((VecDeque::from([Pending::Done(out)]), None));
+        let statements = match Request::read(sql, bounds, self.database())? {
+            Request::AlterCluster(stmt) => {
+                self.door.authorize(&self.who, None, Privilege::Admin)?;
+                return Ok(logged(self.sql.alter_cluster(stmt).await?));
+            }
+            Request::Erase(stmt) => {
+                let db = stmt.database.clone().unwrap_or_else(|| self.database().to_string());
+                self.door.authorize(&self.who, Some(&db), Privilege::Delete)?;
+                let issuer = self.who.to_string();
+                return Ok(logged(self.sql.erase_by(stmt, &issuer).await?));
+            }
+            Request::Statements(statements) => statements,
+        };
+        if let (1, Some(c)) = (statements.len(), statements.front()) {
+            if let (Class::Read, DfStatement::Statement(s)) = (&c.class, &c.statement) {
+                if let Some(out) = self.run_parameterized(s, running).await? {
+                    return Ok((VecDeque::from([Pending::Done(out)]), None));
+                }
             }
         }
         // Every statement is checked before any runs.
         let mut pending = VecDeque::with_capacity(statements.len());
-        for s in statements {
-            let setting = match &s {
+        for c in statements {
+            let setting = match &c.statement {
                 DfStatement::Statement(st) => settings::setting(st)?,
                 _ => None,
             };
             pending.push_back(match setting {
                 Some(setting) => Pending::Setting(setting),
                 None => {
-                    self.authorize(&s)?;
-                    Pending::Statement(s)
+                    self.authorize(&c.statement)?;
+                    Pending::Statement(c)
                 }
             });
         }
@@ -577,7 +559,7 @@ impl Session {
     /// Plans and starts one statement of a request on the statement threads.
     async fn run_one(
         &self,
-        s: DfStatement,
+        c: Classified,
         slot: Option<Arc<limits::Slot>>,
         issuer: String,
     ) -> Result<QueryOutput> {
@@ -587,8 +569,8 @@ impl Session {
             .door
             .queries
             .run(async move {
-                let reads = reads_only(&s);
-                let run = this.sql.execute_statement_by(s, &issuer);
+                let reads = c.class.reads_only();
+                let run = this.sql.run(c, &issuer);
                 // Each statement of the request is timed from its own start.
                 this.start(reads, held, run, log).await
             })
@@ -652,7 +634,7 @@ enum Pending {
     /// A session setting (`SET statement_timeout`).
     Setting(settings::SettingStatement),
     /// A statement to plan and run.
-    Statement(DfStatement),
+    Statement(Classified),
 }
 
 /// The statements of one request ([`Session::statements`]), run one at a time.

@@ -19,6 +19,7 @@ pub(crate) mod scan_exec;
 mod session;
 pub mod shard;
 pub mod sized;
+pub mod statement;
 pub mod system;
 pub(crate) mod table;
 

@@ -12,17 +12,18 @@ use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::SessionConfig;
-use datafusion::sql::parser::{DFParser, Statement as DfStatement};
+use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 
-use super::alter_cluster::{is_alter_cluster, parse_alter_cluster, ClusterStatement};
+use super::alter_cluster::ClusterStatement;
+use super::bounds::SqlBounds;
 use super::catalog::{ChangeCatalog, EbbCatalog};
 use super::ddl::CreateSpec;
-use super::erase::{is_erase, parse_erase, EraseStatement};
+use super::erase::EraseStatement;
 use super::shard::everywhere::run_everywhere;
 use super::shard::op::{delete_op, ShardOp};
 use super::shard::{LocalShards, ShardRequest, Shards};
+use super::statement::{Class, Classified, Request};
 use super::{ShardTable, CATALOG};
 use crate::access::AccessStore;
 use crate::db::{new_request_id, Database};
@@ -113,21 +114,20 @@ impl SqlSession {
         &self.ctx
     }
 
-    /// Runs every statement of `sql` in order; returns the output of each.
+    /// Runs every statement of `sql` in order (within the default [`SqlBounds`]); returns the
+    /// output of each.
     pub async fn execute_all(&self, sql: &str) -> Result<Vec<QueryOutput>> {
-        if is_erase(sql) {
-            return Ok(vec![self.erase(parse_erase(sql)?).await?]);
+        match Request::read(sql, &SqlBounds::default(), &self.database)? {
+            Request::Erase(stmt) => Ok(vec![self.erase(stmt).await?]),
+            Request::AlterCluster(stmt) => Ok(vec![self.alter_cluster(stmt).await?]),
+            Request::Statements(statements) => {
+                let mut out = Vec::with_capacity(statements.len());
+                for s in statements {
+                    out.push(self.run(s, "").await?);
+                }
+                Ok(out)
+            }
         }
-        if is_alter_cluster(sql) {
-            return Ok(vec![self.alter_cluster(parse_alter_cluster(sql)?).await?]);
-        }
-        let statements = DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {})
-            .map_err(|e| QueryError::invalid(format!("SQL syntax: {e}")))?;
-        let mut out = Vec::with_capacity(statements.len());
-        for s in statements {
-            out.push(self.execute_statement(s).await?);
-        }
-        Ok(out)
     }
 
     /// Runs `sql`, which must hold exactly one statement.
@@ -170,17 +170,18 @@ impl SqlSession {
     /// The change `sql` (one `DELETE`, `ERASE` or DDL statement) makes on every shard, as this
     /// session plans it; `None` for any other statement.
     pub async fn shard_op(&self, sql: &str) -> Result<Option<ShardOp>> {
-        if is_erase(sql) {
-            return Ok(Some(ShardOp::erase(&parse_erase(sql)?, &self.database)));
-        }
-        let mut stmts = DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {})
-            .map_err(|e| QueryError::invalid(format!("SQL syntax: {e}")))?;
-        let (Some(DfStatement::Statement(s)), true) = (stmts.pop_front(), stmts.is_empty()) else {
+        let mut statements = match Request::read(sql, &SqlBounds::default(), &self.database)? {
+            Request::Erase(stmt) => return Ok(Some(ShardOp::erase(&stmt, &self.database))),
+            Request::AlterCluster(_) => return Ok(None),
+            Request::Statements(s) => s,
+        };
+        let (Some(c), true) = (statements.pop_front(), statements.is_empty()) else {
             return Ok(None);
         };
-        match &*s {
-            SqlStatement::Delete(_) => self.delete_op(DfStatement::Statement(s)).await.map(Some),
-            other => ShardOp::from_ddl(other, &self.database),
+        match c.class {
+            Class::Delete => self.delete_op(c.statement).await.map(Some),
+            Class::Change(op) => Ok(Some(op)),
+            _ => Ok(None),
         }
     }
 
@@ -190,39 +191,32 @@ impl SqlSession {
         stmt: DfStatement,
         issuer: &str,
     ) -> Result<QueryOutput> {
-        let request = |deadline_ms| ShardRequest {
-            id: new_request_id(),
-            deadline_ms,
-            issued_by: issuer.to_string(),
-        };
-        let kind = match &stmt {
-            DfStatement::Statement(s) => match &**s {
-                SqlStatement::Insert(_) => StatementKind::Insert,
-                SqlStatement::Update(_) => {
-                    return Err(QueryError::Unsupported(
-                        "UPDATE; write the points again with new values (a later write of the \
-                         same series and time replaces its fields)"
-                            .into(),
-                    ))
-                }
-                SqlStatement::Delete(_) => {
-                    let op = self.delete_op(stmt).await?;
-                    return self.everywhere(&op, &request(None)).await;
-                }
-                SqlStatement::CreateView(cv) if cv.materialized => {
-                    return self.create_rollup(cv, &request(None)).await;
-                }
-                other => match ShardOp::from_ddl(other, &self.database)? {
-                    Some(op) => return self.everywhere(&op, &request(None)).await,
-                    None => StatementKind::Query,
-                },
-            },
-            DfStatement::CreateExternalTable(_) | DfStatement::CopyTo(_) => {
-                return Err(QueryError::Unsupported("external tables and COPY".into()))
+        self.run(Classified::new(stmt, &self.database)?, issuer).await
+    }
+
+    /// Runs one classified statement; the changes it makes are recorded as issued by `issuer`.
+    pub async fn run(&self, c: Classified, issuer: &str) -> Result<QueryOutput> {
+        let request =
+            ShardRequest { id: new_request_id(), deadline_ms: None, issued_by: issuer.to_string() };
+        let kind = match c.class {
+            Class::Delete => {
+                let op = self.delete_op(c.statement).await?;
+                return self.everywhere(&op, &request).await;
             }
+            Class::Rollup => {
+                let DfStatement::Statement(s) = &c.statement else {
+                    return Err(QueryError::Internal("a rollup that is not a view".into()));
+                };
+                let SqlStatement::CreateView(cv) = &**s else {
+                    return Err(QueryError::Internal("a rollup that is not a view".into()));
+                };
+                return self.create_rollup(cv, &request).await;
+            }
+            Class::Change(op) => return self.everywhere(&op, &request).await,
+            Class::Insert => StatementKind::Insert,
             _ => StatementKind::Query,
         };
-        let plan = self.plan(stmt).await?;
+        let plan = self.plan(c.statement).await?;
         if let LogicalPlan::Ddl(_) = &plan {
             return Err(QueryError::Unsupported(
                 "this DDL statement; EbbDB supports CREATE/ALTER/DROP TABLE and CREATE DATABASE"
