@@ -66,12 +66,16 @@ pub async fn step(meta: &Arc<Meta>) -> bool {
     false
 }
 
-/// On the metadata leader, with no replica move under way: asks one replica to take over a
-/// shard's leadership if the leaders are uneven; returns whether it asked (the election takes
-/// a moment, so the caller waits before asking again).
+/// On the metadata leader, with no replica move and no split under way: asks one replica to
+/// take over a shard's leadership if the leaders are uneven; returns whether it asked (the
+/// election takes a moment, so the caller waits before asking again). A split changes the
+/// shards whose leaders are balanced, and its steps (fork, switch, trims) each need the
+/// parent's leader: an election it did not need would only stall them, and every `DELETE` or
+/// `ERASE` waiting for the shard.
 pub async fn balance_leaders(meta: &Arc<Meta>) -> bool {
     let v = meta.view();
-    if !meta.is_leader() || v.shards.values().any(|s| s.target.is_some()) {
+    let busy = |s: &view::ShardInfo| s.target.is_some() || s.splitting() || s.untrimmed;
+    if !meta.is_leader() || v.shards.values().any(busy) {
         return false;
     }
     let v = &v;

@@ -542,7 +542,7 @@ impl Session {
                 Some(setting) => Pending::Setting(setting),
                 None => {
                     self.authorize(&c.statement)?;
-                    Pending::Statement(c)
+                    Pending::Statement(Box::new(c))
                 }
             });
         }
@@ -634,7 +634,7 @@ enum Pending {
     /// A session setting (`SET statement_timeout`).
     Setting(settings::SettingStatement),
     /// A statement to plan and run.
-    Statement(Classified),
+    Statement(Box<Classified>),
 }
 
 /// The statements of one request ([`Session::statements`]), run one at a time.
@@ -661,7 +661,7 @@ impl Statements {
                 Ok(settings::apply(setting, &mut self.session.settings.lock(), server))
             }
             Pending::Statement(s) => {
-                let out = self.session.run_one(s, self.slot.clone(), self.issuer.clone()).await;
+                let out = self.session.run_one(*s, self.slot.clone(), self.issuer.clone()).await;
                 if out.is_err() {
                     // What is left does not run.
                     self.pending.clear();

@@ -180,7 +180,7 @@ impl SqlSession {
         };
         match c.class {
             Class::Delete => self.delete_op(c.statement).await.map(Some),
-            Class::Change(op) => Ok(Some(op)),
+            Class::Change(op) => Ok(Some(*op)),
             _ => Ok(None),
         }
     }

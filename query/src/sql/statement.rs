@@ -49,7 +49,7 @@ pub enum Class {
     /// `CREATE MATERIALIZED VIEW`: a rollup every shard keeps.
     Rollup,
     /// Table or database DDL: the change every shard applies.
-    Change(ShardOp),
+    Change(Box<ShardOp>),
     /// Anything else DataFusion plans and runs (`EXPLAIN ANALYZE`, `SET` of its options...).
     Other,
 }
@@ -116,7 +116,7 @@ fn classify(statement: &DfStatement, database: &str) -> Result<Class> {
         }
         SqlStatement::CreateView(v) if v.materialized => Class::Rollup,
         other => match ShardOp::from_ddl(other, database)? {
-            Some(op) => Class::Change(op),
+            Some(op) => Class::Change(Box::new(op)),
             None => Class::Other,
         },
     })
