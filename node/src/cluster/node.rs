@@ -385,6 +385,7 @@ async fn reconcile_loop(meta: Arc<Meta>, mut auto: AutoSplit, stop: watch::Recei
     let mut changes = meta.subscribe();
     let mut leaders_checked = Instant::now();
     let mut splits = super::split::SplitClock::default();
+    let mut leader_tries = super::rebalance::LeaderTries::default();
     loop {
         if *stop.borrow() {
             return;
@@ -404,7 +405,7 @@ async fn reconcile_loop(meta: Arc<Meta>, mut auto: AutoSplit, stop: watch::Recei
         // Leaders are looked up on every node: not on every pass.
         if leaders_checked.elapsed() >= LEADER_CHECK {
             leaders_checked = Instant::now();
-            super::rebalance::balance_leaders(&meta).await;
+            super::rebalance::balance_leaders(&meta, &mut leader_tries).await;
         }
         tokio::select! {
             _ = changes.changed() => {}

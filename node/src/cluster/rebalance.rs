@@ -72,7 +72,7 @@ pub async fn step(meta: &Arc<Meta>) -> bool {
 /// shards whose leaders are balanced, and its steps (fork, switch, trims) each need the
 /// parent's leader: an election it did not need would only stall them, and every `DELETE` or
 /// `ERASE` waiting for the shard.
-pub async fn balance_leaders(meta: &Arc<Meta>) -> bool {
+pub async fn balance_leaders(meta: &Arc<Meta>, tries: &mut LeaderTries) -> bool {
     let v = meta.view();
     let busy = |s: &view::ShardInfo| s.target.is_some() || s.splitting() || s.untrimmed;
     if !meta.is_leader() || v.shards.values().any(busy) {
@@ -90,9 +90,13 @@ pub async fn balance_leaders(meta: &Arc<Meta>) -> bool {
             (s.id, s.replicas.iter().copied().filter(|n| ready.contains(n)).collect())
         })
         .collect();
-    let Some(&(shard, to)) = placement::leader_moves(&replicas, &leaders, &nodes).first() else {
+    let moves = placement::leader_moves(&replicas, &leaders, &nodes);
+    tries.keep(&moves);
+    let now = std::time::Instant::now();
+    let Some(&(shard, to)) = moves.iter().find(|(shard, _)| tries.may_ask(*shard, now)) else {
         return false;
     };
+    tries.asked(shard, now);
     let Some(addr) = v.nodes.get(&to).map(|n| n.grpc_addr.clone()) else { return false };
     let ask = async {
         let mut c = connect(meta.conns(), &addr).await?;
@@ -111,6 +115,38 @@ pub async fn balance_leaders(meta: &Arc<Meta>) -> bool {
             tracing::warn!(shard, to, "asking a replica to lead: no answer in time");
             false
         }
+    }
+}
+
+/// When each shard's leadership was last asked to move, and how long to wait before asking
+/// again. A replica that stood for election and lost (its log was behind the leader's under
+/// writes, say) still costs the shard an election, so each failed move of a shard doubles the
+/// wait before the next (from [`FIRST_RETRY`] up to [`LAST_RETRY`]); a shard whose leader is
+/// where the balance wants it is forgotten.
+#[derive(Debug, Default)]
+pub struct LeaderTries {
+    next: BTreeMap<u64, (std::time::Instant, std::time::Duration)>,
+}
+
+/// The wait after a shard's first move.
+const FIRST_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The longest wait between moves of one shard's leadership.
+const LAST_RETRY: std::time::Duration = std::time::Duration::from_secs(120);
+
+impl LeaderTries {
+    fn may_ask(&self, shard: u64, now: std::time::Instant) -> bool {
+        self.next.get(&shard).is_none_or(|(at, _)| now >= *at)
+    }
+
+    fn asked(&mut self, shard: u64, now: std::time::Instant) {
+        let wait = self.next.get(&shard).map_or(FIRST_RETRY, |(_, w)| (*w * 2).min(LAST_RETRY));
+        self.next.insert(shard, (now + wait, wait));
+    }
+
+    /// Forgets the shards not in `wanted` (their leaders are balanced).
+    fn keep(&mut self, wanted: &[(u64, u64)]) {
+        self.next.retain(|shard, _| wanted.iter().any(|(s, _)| s == shard));
     }
 }
 
@@ -176,4 +212,36 @@ async fn known_leaders(
         }
     }
     (leaders, caught_up)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_shard_whose_leader_will_not_move_is_asked_ever_less_often_and_forgotten_once_balanced() {
+        let mut tries = LeaderTries::default();
+        let t0 = Instant::now();
+        assert!(tries.may_ask(1, t0));
+        tries.asked(1, t0);
+        assert!(!tries.may_ask(1, t0 + Duration::from_secs(1)));
+        assert!(tries.may_ask(2, t0), "other shards are not held back");
+        assert!(tries.may_ask(1, t0 + FIRST_RETRY));
+        // Each failed move doubles the wait, up to the longest.
+        let mut at = t0 + FIRST_RETRY;
+        let mut waits = Vec::new();
+        for _ in 0..8 {
+            tries.asked(1, at);
+            let (next, wait) = tries.next[&1];
+            waits.push(wait.as_secs());
+            at = next;
+        }
+        assert_eq!(waits, [4, 8, 16, 32, 64, 120, 120, 120]);
+        // Balanced (no move wanted for it): the next imbalance starts from the first wait.
+        tries.keep(&[(2, 3)]);
+        assert!(tries.may_ask(1, at - Duration::from_secs(1)));
+        tries.asked(1, at);
+        assert_eq!(tries.next[&1].1, FIRST_RETRY);
+    }
 }
