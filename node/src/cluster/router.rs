@@ -404,6 +404,16 @@ impl Router {
     ) -> Result<WriteSummary, RouteError> {
         let precision = precision_of(req)?;
         if let Some(shard) = self.shards.get(req.shard).filter(|s| s.is_leader()) {
+            // The write is planned against the leader's catalog, which must hold every entry
+            // of the terms before this leader's: a new leader that has not applied them yet
+            // could give a new series an id one of them gave another series, or a second id
+            // to a series one of them created (two series for one key).
+            let m = shard.group.raft.metrics().borrow().clone();
+            if m.last_applied.map(|l| l.leader_id.term) != Some(m.current_term) {
+                super::shard_reads::read_barrier(&shard)
+                    .await
+                    .map_err(|s| RouteError::Unavailable(s.message().to_string()))?;
+            }
             let (db, name, points, now) =
                 (shard.db.clone(), req.database.clone(), req.points.clone(), req.now_ns);
             let (check_only, id) = (req.check_only, req.write_id);
