@@ -408,8 +408,13 @@ impl Router {
             // of the terms before this leader's: a new leader that has not applied them yet
             // could give a new series an id one of them gave another series, or a second id
             // to a series one of them created (two series for one key).
-            let m = shard.group.raft.metrics().borrow().clone();
-            if m.last_applied.map(|l| l.leader_id.term) != Some(m.current_term) {
+            // Read in place (the metrics are not cloned on every write).
+            let behind = {
+                let m = shard.group.raft.metrics();
+                let m = m.borrow();
+                m.last_applied.map(|l| l.leader_id.term) != Some(m.current_term)
+            };
+            if behind {
                 super::shard_reads::read_barrier(&shard)
                     .await
                     .map_err(|s| RouteError::Unavailable(s.message().to_string()))?;
