@@ -1,6 +1,6 @@
 //! A line-protocol request split between shards is all or nothing when any shard would refuse
-//! its part: the receiving node checks the request whole, and every shard checks its part,
-//! before any shard writes.
+//! its part: the receiving node checks the request whole, and against every shard's definition
+//! of the tables it writes there, before any shard writes.
 
 #![allow(clippy::unwrap_used)]
 
@@ -38,8 +38,8 @@ async fn a_request_one_shard_would_refuse_writes_nothing_anywhere() {
     let err = router.write_lines("db", body, p, 0).await.unwrap_err();
     assert!(err.to_string().contains("line 2"), "{err}");
 
-    // A request every shard accepts is written whole, twice (the second time its shape is
-    // known to pass).
+    // A request every shard accepts is written whole, twice (the second time checked against
+    // the definitions read for the first).
     let body: String = (0..40).map(|s| format!("cpu,host=h{s} v=3i 3\n")).collect();
     for t in [3, 4] {
         let body = body.replace(" 3\n", &format!(" {t}\n"));
@@ -48,6 +48,20 @@ async fn a_request_one_shard_would_refuse_writes_nothing_anywhere() {
     }
     let n = sql(&h, 1, "SELECT count(*) AS n FROM cpu").await;
     assert!(n.contains("| 81 |"), "{n}");
+
+    // A field one shard's write added after its definition was read (the node reads it again:
+    // the request writes a column the kept definition lacks).
+    router.write_lines("db", "cpu,host=h0 w=1i 5\n", p, 0).await.unwrap();
+    let body: String = (0..40).map(|s| format!("cpu,host=h{s} v=6i,w=0.5 6\n")).collect();
+    let err = router.write_lines("db", &body, p, 0).await.unwrap_err();
+    assert!(err.to_string().contains("\"w\" of table \"cpu\" is integer"), "{err}");
+    // A tag that is a field of the table, given in the last line only.
+    let mut body: String = (0..39).map(|s| format!("cpu,host=h{s} w=7i 7\n")).collect();
+    body.push_str("cpu,host=h39,v=x w=7i 7\n");
+    let err = router.write_lines("db", &body, p, 0).await.unwrap_err();
+    assert!(err.to_string().contains("line 40") && err.to_string().contains("not a tag"), "{err}");
+    let n = sql(&h, 1, "SELECT count(*) AS n FROM cpu").await;
+    assert!(n.contains("| 82 |"), "nothing of the refused requests was written: {n}");
     for i in h.nodes.keys().copied().collect::<Vec<_>>() {
         h.stop(i).await;
     }
