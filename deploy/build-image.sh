@@ -41,7 +41,9 @@ podman=(podman --storage-driver "${EBB_PODMAN_STORAGE:-vfs}")
 runtime=(--runtime "${EBB_PODMAN_RUNTIME:-runc}")
 
 step "building ebb (profile $profile)"
-cargo build --locked --profile "$profile" -p ebb-node
+# The whole workspace's features, as `cargo test --workspace` builds them: with `-p ebb-node`
+# alone cargo would resolve other dependency features and build DataFusion and the rest again.
+cargo build --locked --profile "$profile" --workspace --bin ebb
 case $profile in dev | test) dir=debug ;; *) dir=$profile ;; esac
 bin=$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/$dir/ebb
 
