@@ -240,8 +240,7 @@ impl ClusterNode {
         let shards = Arc::new(Shards::default());
         let router = Arc::new(
             Router::new(meta.clone(), shards.clone(), conns.clone(), groups.clone())
-                .with_intent_patience(cfg.intent_patience)
-                .with_write_limits(cfg.write_limits),
+                .with_intent_patience(cfg.intent_patience),
         );
         let cluster_svc =
             ClusterService::new(meta.clone(), shards.clone(), router.clone()).into_server();

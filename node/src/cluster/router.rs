@@ -12,7 +12,6 @@ use ebb_query::db::WriteSource;
 use ebb_query::lp::shape::Shape;
 use ebb_query::lp::wire::{PointsReader, PointsWriter};
 use ebb_query::lp::{Line, Lines, Precision};
-use ebb_query::sql::shard::ShardError;
 use ebb_query::{QueryError, WriteSummary};
 
 use ebb_raft::transport::{Connections, Groups};
@@ -97,20 +96,18 @@ struct Part {
     points: PointsWriter,
     /// The tables they write.
     tables: BTreeSet<String>,
+    /// The time of its oldest point (ns).
+    oldest_ns: i64,
 }
 
 /// A shard's part of a write, ready to send.
 struct Routed {
     /// Its points, encoded.
     points: Bytes,
-    /// The tables it writes.
-    tables: BTreeSet<String>,
-}
-
-/// A request split between shards, with the shape of the whole of it.
-struct Split {
-    parts: BTreeMap<u64, Routed>,
-    shape: Shape,
+    /// The time of its oldest point (ns).
+    oldest_ns: i64,
+    /// The shapes of the tables it writes ([`Shape::fingerprint`]).
+    prints: Vec<u64>,
 }
 
 /// Routes this node's writes to shard leaders.
@@ -126,10 +123,8 @@ pub struct Router {
     rotation: std::sync::atomic::AtomicUsize,
     /// The node's readiness, kept current by [`super::readiness`].
     health: Arc<crate::health::Health>,
-    /// Shards' definitions of the tables written lately (see [`super::write_check`]).
-    known: super::write_check::KnownTables,
-    /// What one write may add (as every shard of this node has it).
-    write_limits: ebb_query::WriteLimits,
+    /// Table shapes every shard accepted lately (see [`super::write_check`]).
+    checked: super::write_check::CheckedShapes,
     /// The statements this node's front door ran lately.
     statements: Arc<ebb_query::statements::StatementLog>,
 }
@@ -159,8 +154,7 @@ impl Router {
             groups,
             rotation: Default::default(),
             health: Default::default(),
-            known: Default::default(),
-            write_limits: Default::default(),
+            checked: Default::default(),
             statements: Default::default(),
             intent_patience: DEFAULT_INTENT_PATIENCE,
         }
@@ -170,12 +164,6 @@ impl Router {
     /// them before answering that it is recorded and still running.
     pub fn with_intent_patience(mut self, patience: Duration) -> Router {
         self.intent_patience = patience;
-        self
-    }
-
-    /// The router, checking writes against `limits` (what every shard of the node has).
-    pub fn with_write_limits(mut self, limits: ebb_query::WriteLimits) -> Router {
-        self.write_limits = limits;
         self
     }
 
@@ -234,9 +222,9 @@ impl Router {
     }
 
     /// Writes parsed points (numbered as their request numbers them): each shard's points go
-    /// to its leader, after the whole request was checked against every shard's definitions
-    /// of its tables (see [`super::write_check`]). Points a split moved meanwhile are routed
-    /// again with the new shard map.
+    /// to its leader, after every shard the request writes checked its part (unless it
+    /// accepted the same table shapes lately, see [`super::write_check`]). Points a split moved
+    /// meanwhile are routed again with the new shard map.
     pub async fn write_points<'a>(
         &self,
         db: &str,
@@ -246,7 +234,7 @@ impl Router {
     ) -> Result<WriteSummary, RouteError> {
         let deadline = Instant::now() + PROPOSE_TIMEOUT;
         let mut total = WriteSummary::default();
-        let mut routed = self.route(lines, precision, now_ns)?;
+        let mut routed = self.route(db, lines, precision, now_ns)?;
         loop {
             let mut changes = self.meta.subscribe();
             let (written, moved) = self.write_routed(db, routed, precision, now_ns).await?;
@@ -269,7 +257,7 @@ impl Router {
                     PointsReader::new(buf).map_err(|e| RouteError::Unavailable(e.to_string()))?;
                 again.extend(reader.map(|r| r.map_err(|e| RouteError::Unavailable(e.to_string()))));
             }
-            routed = self.route(again.into_iter(), precision, now_ns)?;
+            routed = self.route(db, again.into_iter(), precision, now_ns)?;
         }
     }
 
@@ -277,10 +265,11 @@ impl Router {
     /// field of two types, a name used as tag and field) as it goes.
     fn route<'a>(
         &self,
+        db: &str,
         lines: impl Iterator<Item = Result<(usize, Line<'a>), RouteError>>,
         precision: Precision,
         now_ns: i64,
-    ) -> Result<Split, RouteError> {
+    ) -> Result<BTreeMap<u64, Routed>, RouteError> {
         let map = self
             .meta
             .view()
@@ -291,66 +280,28 @@ impl Router {
         let mut shape = Shape::default();
         for item in lines {
             let (no, line) = item?;
-            let time = line.timestamp.map_or(Some(now_ns), |ts| precision.to_nanos(ts));
-            shape.add(no, &line, time).map_err(|e| RouteError::Rejected(e.to_string()))?;
+            shape.add(no, &line).map_err(|e| RouteError::Rejected(e.to_string()))?;
             let shard = map.shard_of(series_hash(&line.measurement, &line.tags));
             let part = parts.entry(shard).or_insert_with(|| Part {
                 points: PointsWriter::default(),
                 tables: BTreeSet::new(),
+                oldest_ns: i64::MAX,
             });
             part.points.push(no, &line);
             if !part.tables.contains(line.measurement.as_ref()) {
                 part.tables.insert(line.measurement.to_string());
             }
+            let t = line.timestamp.map_or(Some(now_ns), |ts| precision.to_nanos(ts));
+            part.oldest_ns = part.oldest_ns.min(t.unwrap_or(i64::MIN));
         }
-        let parts = parts
+        Ok(parts
             .into_iter()
             .map(|(shard, p)| {
+                let prints = p.tables.iter().filter_map(|t| shape.fingerprint(db, t)).collect();
                 let points = Bytes::from(p.points.finish());
-                (shard, Routed { points, tables: p.tables })
+                (shard, Routed { points, oldest_ns: p.oldest_ns, prints })
             })
-            .collect();
-        Ok(Split { parts, shape })
-    }
-
-    /// Checks a request split between shards against every shard's definitions of the tables
-    /// its part writes, as those shards' writes would (see [`super::write_check`]). A
-    /// definition not read within [`super::write_check::FRESH`], or without a column the
-    /// request writes, is read again, all of them at once.
-    async fn check_split(&self, db: &str, split: &Split, now_ns: i64) -> Result<(), RouteError> {
-        let wanted =
-            || split.parts.iter().flat_map(|(shard, p)| p.tables.iter().map(move |t| (*shard, t)));
-        let mut defs = Vec::new();
-        let mut stale = Vec::new();
-        for (shard, table) in wanted() {
-            match self.known.get(shard, db, table) {
-                Some(def) if split.shape.covered_by(&def) => defs.push(def),
-                _ => stale.push((shard, table)),
-            }
-        }
-        let reads = stale.iter().map(|(shard, table)| async move {
-            (*shard, *table, super::shard_client::table_def(self, *shard, db, table).await)
-        });
-        for (shard, table, def) in futures::future::join_all(reads).await {
-            match def {
-                Ok(Some(def)) => {
-                    let def = Arc::new(def);
-                    self.known.keep(shard, db, table, def.clone());
-                    defs.push(def);
-                }
-                // The write creates the table there.
-                Ok(None) | Err(ShardError::NotFound(_)) => {}
-                Err(ShardError::Invalid(why)) => return Err(RouteError::Rejected(why)),
-                Err(e) => return Err(RouteError::Unavailable(format!("shard {shard}: {e}"))),
-            }
-        }
-        for def in defs {
-            split
-                .shape
-                .check_against(&def, now_ns, &self.write_limits)
-                .map_err(|e| RouteError::Rejected(e.to_string()))?;
-        }
-        Ok(())
+            .collect())
     }
 
     /// One pass of [`Router::write_points`]: what was written, and the points of parts a
@@ -358,37 +309,63 @@ impl Router {
     async fn write_routed(
         &self,
         db: &str,
-        split: Split,
+        parts: BTreeMap<u64, Routed>,
         precision: Precision,
         now_ns: i64,
     ) -> Result<(WriteSummary, Vec<Bytes>), RouteError> {
-        if split.parts.len() > 1 {
-            // A refusal anywhere rejects the request whole, with nothing written.
-            self.check_split(db, &split, now_ns).await?;
+        // Each shard's part goes under an id of its own, so retries apply it once.
+        let request = |shard: u64, points: &Bytes, check_only: bool| WritePointsRequest {
+            shard,
+            database: db.to_string(),
+            points: points.clone(),
+            precision: wire_precision(precision).into(),
+            now_ns,
+            hops: MAX_HOPS,
+            check_only,
+            write_id: (!check_only).then(ebb_query::db::new_request_id),
+        };
+        if parts.len() > 1 {
+            // Every shard checks its part before any writes (unless it accepted the same
+            // shapes lately): a refusal rejects the request whole, with nothing written.
+            let stale: Vec<(u64, &Routed)> = parts
+                .iter()
+                .filter(|(s, p)| !self.checked.all_fresh(**s, &p.prints, p.oldest_ns))
+                .map(|(s, p)| (*s, p))
+                .collect();
+            let checks = stale
+                .iter()
+                .map(|(s, p)| async move { self.write_shard(&request(*s, &p.points, true)).await });
+            let mut moved = false;
+            for r in futures::future::join_all(checks).await {
+                match r {
+                    Err(RouteError::Moved) => moved = true,
+                    r => drop(r?),
+                }
+            }
+            if moved {
+                // Nothing is written yet: all of it is routed again.
+                return Ok((
+                    WriteSummary::default(),
+                    parts.into_values().map(|p| p.points).collect(),
+                ));
+            }
+            for (s, p) in &stale {
+                self.checked.remember(*s, &p.prints, p.oldest_ns);
+            }
         }
-        let writes = split.parts.iter().map(|(shard, p)| {
-            // Each shard's part goes under an id of its own, so retries apply it once.
-            let req = WritePointsRequest {
-                shard: *shard,
-                database: db.to_string(),
-                points: p.points.clone(),
-                precision: wire_precision(precision).into(),
-                now_ns,
-                hops: MAX_HOPS,
-                check_only: false,
-                write_id: Some(ebb_query::db::new_request_id()),
-            };
-            async move { (*shard, self.write_shard(&req).await, req.points, &p.tables) }
+        let writes = parts.iter().map(|(shard, p)| {
+            let req = request(*shard, &p.points, false);
+            async move { (*shard, self.write_shard(&req).await, req.points, &p.prints) }
         });
         let mut total = WriteSummary::default();
         let mut failed = None;
         let mut moved = Vec::new();
-        for (shard, r, points, tables) in futures::future::join_all(writes).await {
+        for (shard, r, points, prints) in futures::future::join_all(writes).await {
             match r {
                 Ok(s) => add(&mut total, &s),
                 Err(RouteError::Moved) => moved.push(points),
                 Err(e @ RouteError::Rejected(_)) => {
-                    self.known.forget(shard, db, tables.iter().map(String::as_str));
+                    self.checked.forget(shard, prints);
                     failed = Some(e);
                 }
                 Err(e) => failed = failed.or(Some(e)),
@@ -448,8 +425,6 @@ impl Router {
             let res = tokio::task::spawn_blocking(move || {
                 let points = WriteSource::Points(&points);
                 match (check_only, id) {
-                    // Asked only by nodes of the previous release, which checked every part
-                    // of a request on its shard before writing any.
                     (true, _) => {
                         db.check(&name, points, precision, now).map(|()| WriteSummary::default())
                     }

@@ -148,19 +148,6 @@ async fn try_table(
         .map_err(|e| ShardError::Unavailable(format!("{addr}: an undecodable table: {e}")))
 }
 
-/// Shard `shard`'s definition of table `name` of `database` (`None`: it has no such table),
-/// from its leader, retried through elections.
-pub(super) async fn table_def(
-    router: &Router,
-    shard: u64,
-    database: &str,
-    name: &str,
-) -> Result<Option<TableDef>, ShardError> {
-    let request = TableRequest { database: database.to_string(), name: name.to_string() };
-    let body = request::encode(&request);
-    retrying(shard, || try_table(router, shard, &body)).await
-}
-
 /// Starts scan `body` on shard `shard`'s leader: its batches once the first chunk arrived.
 async fn try_scan(
     router: &Router,

@@ -1,63 +1,57 @@
 //! A line-protocol request split between shards is checked whole before any shard writes its
-//! part, and each shard validates and commits its part in one call. The receiving node checks
-//! the request against itself (a field given two types, a name used as tag and field:
-//! [`ebb_query::lp::shape`]), then each table's shape against the definition of that table
-//! each shard it goes to has ([`ebb_query::lp::shape::Shape::check_against`]: tag and field
-//! names, field types, column limit, retention, rollups). The definitions come from the
-//! shards' leaders (the `Table` call) and are kept here for [`FRESH`], or until a shard
-//! refuses a part of a table; one that lacks a column the request writes (or a table the
-//! request creates) is read again first, since a shard's write adds columns. A stream of
-//! writes of the same shapes thus costs one call per shard, as a single shard's would. Only
-//! when every table passes do the shards write.
-//! A shard can still refuse its part then (a definition changed within [`FRESH`] by a
-//! concurrent request, a full disk, no leader within the write timeout): the README says what
-//! a client sees then.
+//! part. The receiving node checks the request against itself (a field given two types, a name
+//! used as tag and field: [`ebb_query::lp::shape`]); then, unless every table shape of the
+//! request's part for a shard passed on that shard recently (with lines no older), that shard
+//! checks its part against its schema and retention without writing (the `check_only` write). Only when all agree do the shards write. A shard
+//! can still fail after that (no leader within the write timeout, a full disk, a schema changed
+//! in between by a concurrent request): the README says what a client sees then.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ebb_query::model::schema::TableDef;
 use parking_lot::Mutex;
 
-/// How long a shard's definition of a table is trusted without asking again.
-pub const FRESH: Duration = Duration::from_secs(30);
+/// How long a table shape that every shard accepted is trusted without asking again.
+const FRESH: Duration = Duration::from_secs(30);
 
-/// Most definitions kept (more are forgotten all at once).
-const MAX_KEPT: usize = 65_536;
+/// Most shapes remembered (more are forgotten all at once).
+const MAX_SHAPES: usize = 65_536;
 
-/// Which table of which shard: `(shard, database, table)`.
-type Key = (u64, String, String);
-
-/// Shards' definitions of the tables written through this node lately, with when each was
-/// read.
+/// What each shard accepted lately: table shapes (fingerprints of
+/// [`ebb_query::lp::shape::Shape`]), the oldest time checked with each (retention refuses old
+/// lines), and when.
 #[derive(Debug, Default)]
-pub struct KnownTables {
-    kept: Mutex<HashMap<Key, (Instant, Arc<TableDef>)>>,
+pub struct CheckedShapes {
+    seen: Mutex<HashMap<(u64, u64), (Instant, i64)>>,
 }
 
-impl KnownTables {
-    /// `shard`'s definition of table `name` of `database` if read within [`FRESH`].
-    pub fn get(&self, shard: u64, database: &str, name: &str) -> Option<Arc<TableDef>> {
-        let kept = self.kept.lock();
-        let key = (shard, database.to_string(), name.to_string());
-        kept.get(&key).filter(|(at, _)| at.elapsed() < FRESH).map(|(_, def)| def.clone())
+impl CheckedShapes {
+    /// True if `shard` accepted every one of `prints` within [`FRESH`], with lines as old as
+    /// `oldest_ns` or older.
+    pub fn all_fresh(&self, shard: u64, prints: &[u64], oldest_ns: i64) -> bool {
+        let seen = self.seen.lock();
+        prints.iter().all(|p| {
+            seen.get(&(shard, *p)).is_some_and(|(t, o)| t.elapsed() < FRESH && *o <= oldest_ns)
+        })
     }
 
-    /// Keeps `shard`'s definition of table `name` of `database`, just read.
-    pub fn keep(&self, shard: u64, database: &str, name: &str, def: Arc<TableDef>) {
-        let mut kept = self.kept.lock();
-        if kept.len() >= MAX_KEPT {
-            kept.clear();
+    /// Notes that `shard` accepted `prints` with lines from `oldest_ns` on.
+    pub fn remember(&self, shard: u64, prints: &[u64], oldest_ns: i64) {
+        let mut seen = self.seen.lock();
+        if seen.len() + prints.len() > MAX_SHAPES {
+            seen.clear();
         }
-        kept.insert((shard, database.to_string(), name.to_string()), (Instant::now(), def));
+        let now = Instant::now();
+        for p in prints {
+            seen.insert((shard, *p), (now, oldest_ns));
+        }
     }
 
-    /// Forgets `shard`'s definitions of `names` (it refused a write to them).
-    pub fn forget<'a>(&self, shard: u64, database: &str, names: impl Iterator<Item = &'a str>) {
-        let mut kept = self.kept.lock();
-        for name in names {
-            kept.remove(&(shard, database.to_string(), name.to_string()));
+    /// Forgets what `shard` accepted of `prints` (it refused a write of them).
+    pub fn forget(&self, shard: u64, prints: &[u64]) {
+        let mut seen = self.seen.lock();
+        for p in prints {
+            seen.remove(&(shard, *p));
         }
     }
 }
@@ -67,26 +61,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn definitions_are_kept_per_shard_and_table_until_forgotten() {
-        let k = KnownTables::default();
-        assert_eq!(k.get(1, "db", "cpu"), None);
-        let def = Arc::new(TableDef {
-            id: 3,
-            database: "db".into(),
-            name: "cpu".into(),
-            tags: vec!["host".into()],
-            fields: Vec::new(),
-            retention_ns: None,
-            rollup: None,
-        });
-        let mem = Arc::new(TableDef { name: "mem".into(), ..(*def).clone() });
-        k.keep(1, "db", "cpu", def.clone());
-        k.keep(1, "db", "mem", mem.clone());
-        assert_eq!(k.get(1, "db", "cpu"), Some(def));
-        assert_eq!(k.get(2, "db", "cpu"), None, "another shard");
-        assert_eq!(k.get(1, "other", "cpu"), None, "another database");
-        k.forget(1, "db", ["cpu"].into_iter());
-        assert_eq!(k.get(1, "db", "cpu"), None);
-        assert_eq!(k.get(1, "db", "mem"), Some(mem));
+    fn shapes_are_trusted_per_shard_and_for_lines_no_older() {
+        let c = CheckedShapes::default();
+        assert!(!c.all_fresh(1, &[7], 100));
+        c.remember(1, &[7, 8], 100);
+        assert!(c.all_fresh(1, &[7, 8], 100) && c.all_fresh(1, &[7], 500));
+        assert!(!c.all_fresh(1, &[7], 99), "older lines than were checked");
+        assert!(!c.all_fresh(2, &[7], 100), "another shard");
+        assert!(!c.all_fresh(1, &[7, 9], 100));
+        c.forget(1, &[8]);
+        assert!(!c.all_fresh(1, &[8], 100) && c.all_fresh(1, &[7], 100));
     }
 }

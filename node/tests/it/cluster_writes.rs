@@ -1,6 +1,6 @@
 //! A line-protocol request split between shards is all or nothing when any shard would refuse
-//! its part: the receiving node checks the request whole, and against every shard's definition
-//! of the tables it writes there, before any shard writes.
+//! its part: the receiving node checks the request whole, and every shard checks its part,
+//! before any shard writes.
 
 #![allow(clippy::unwrap_used)]
 
@@ -38,8 +38,8 @@ async fn a_request_one_shard_would_refuse_writes_nothing_anywhere() {
     let err = router.write_lines("db", body, p, 0).await.unwrap_err();
     assert!(err.to_string().contains("line 2"), "{err}");
 
-    // A request every shard accepts is written whole, twice (the second time checked against
-    // the definitions read for the first).
+    // A request every shard accepts is written whole, twice (the second time its shape is
+    // known to pass).
     let body: String = (0..40).map(|s| format!("cpu,host=h{s} v=3i 3\n")).collect();
     for t in [3, 4] {
         let body = body.replace(" 3\n", &format!(" {t}\n"));
@@ -49,8 +49,7 @@ async fn a_request_one_shard_would_refuse_writes_nothing_anywhere() {
     let n = sql(&h, 1, "SELECT count(*) AS n FROM cpu").await;
     assert!(n.contains("| 81 |"), "{n}");
 
-    // A field one shard's write added after its definition was read (the node reads it again:
-    // the request writes a column the kept definition lacks).
+    // A field one shard's write added after the shape was accepted: a new shape, checked again.
     router.write_lines("db", "cpu,host=h0 w=1i 5\n", p, 0).await.unwrap();
     let body: String = (0..40).map(|s| format!("cpu,host=h{s} v=6i,w=0.5 6\n")).collect();
     let err = router.write_lines("db", &body, p, 0).await.unwrap_err();
@@ -62,6 +61,15 @@ async fn a_request_one_shard_would_refuse_writes_nothing_anywhere() {
     assert!(err.to_string().contains("line 40") && err.to_string().contains("not a tag"), "{err}");
     let n = sql(&h, 1, "SELECT count(*) AS n FROM cpu").await;
     assert!(n.contains("| 82 |"), "nothing of the refused requests was written: {n}");
+    // A line only its own shard refuses (`time` as a field), after lines for other shards.
+    let mut body: String = (0..39).map(|s| format!("disk,host=h{s} free=1i 8\n")).collect();
+    body.push_str("disk,host=h39 time=1i 8\n");
+    let err = router.write_lines("db", &body, p, 0).await.unwrap_err();
+    assert!(err.to_string().contains("line 40"), "{err}");
+    let n =
+        sql(&h, 1, "SELECT table_name FROM information_schema.tables WHERE table_name = 'disk'")
+            .await;
+    assert!(!n.contains("disk"), "no shard created the table: {n}");
     for i in h.nodes.keys().copied().collect::<Vec<_>>() {
         h.stop(i).await;
     }

@@ -1,16 +1,16 @@
-//! The shape of a line-protocol request: per table, its tag keys, its fields with their types
-//! and its oldest time. A node that splits a request between shards checks the shape whole
-//! before any shard writes its part: a field given two types, or a name used as both tag and
-//! field, rejects the request even when the conflicting lines go to different shards (each
-//! shard alone would accept its part); then [`Shape::check_against`] checks each table's shape
-//! against the definition every shard it goes to has of it, as a shard's write would.
+//! The shape of a line-protocol request: per table, its tag keys and its fields with their
+//! types. A node that splits a request between shards checks the shape whole before any shard
+//! writes its part: a field given two types, or a name used as both tag and field, rejects the
+//! request even when the conflicting lines go to different shards (each shard alone would
+//! accept its part).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
 
 use super::{FieldValue, Line, LineError};
-use crate::db::WriteLimits;
-use crate::error::{LimitError, QueryError};
-use crate::model::schema::{FieldType, TableDef};
+use crate::error::QueryError;
+use crate::model::schema::FieldType;
 
 /// The type a field value gives its column.
 pub fn field_type(v: &FieldValue<'_>) -> FieldType {
@@ -25,12 +25,9 @@ pub fn field_type(v: &FieldValue<'_>) -> FieldType {
 
 #[derive(Debug, Default)]
 struct TableShape {
-    /// Tag -> the first line that gave it.
-    tags: BTreeMap<String, usize>,
+    tags: BTreeSet<String>,
     /// Field -> its type and the first line that gave it.
     fields: BTreeMap<String, (FieldType, usize)>,
-    /// The oldest time of its lines (ns) and the line that has it.
-    oldest: Option<(i64, usize)>,
     /// The tag keys and typed field keys of the last line added, encoded: a line with the same
     /// ones adds nothing (most lines of a request share their table's keys).
     last: Vec<u8>,
@@ -45,25 +42,14 @@ pub struct Shape {
 }
 
 impl Shape {
-    /// Adds line `no`, of time `time_ns` (`None`: out of range, a shard refuses it), to the
-    /// shape; an error if it conflicts with an earlier line.
-    pub fn add(
-        &mut self,
-        no: usize,
-        line: &Line<'_>,
-        time_ns: Option<i64>,
-    ) -> Result<(), QueryError> {
+    /// Adds line `no` to the shape; an error if it conflicts with an earlier line.
+    pub fn add(&mut self, no: usize, line: &Line<'_>) -> Result<(), QueryError> {
         if !self.tables.contains_key(line.measurement.as_ref()) {
             self.tables.insert(line.measurement.to_string(), TableShape::default());
         }
         let Some(t) = self.tables.get_mut(line.measurement.as_ref()) else {
             return Ok(());
         };
-        if let Some(time) = time_ns {
-            if t.oldest.is_none_or(|(oldest, _)| time < oldest) {
-                t.oldest = Some((time, no));
-            }
-        }
         let mut keys = std::mem::take(&mut self.scratch);
         keys.clear();
         for (k, _) in &line.tags {
@@ -93,13 +79,13 @@ impl Shape {
                 let reason = format!("{k:?} is a field of {} in an earlier line", line.measurement);
                 return Err(LineError { line: no, reason }.into());
             }
-            if !t.tags.contains_key(k.as_ref()) {
-                t.tags.insert(k.to_string(), no);
+            if !t.tags.contains(k.as_ref()) {
+                t.tags.insert(k.to_string());
             }
         }
         for (k, v) in &line.fields {
             let ty = field_type(v);
-            if t.tags.contains_key(k.as_ref()) {
+            if t.tags.contains(k.as_ref()) {
                 let reason = format!("{k:?} is a tag of {} in an earlier line", line.measurement);
                 return Err(LineError { line: no, reason }.into());
             }
@@ -122,79 +108,20 @@ impl Shape {
         Ok(())
     }
 
-    /// True if `def` has every tag and field the request gives table `def.name` (by name).
-    pub fn covered_by(&self, def: &TableDef) -> bool {
-        self.tables.get(&def.name).is_none_or(|t| {
-            t.tags.keys().all(|k| def.tags.contains(k))
-                && t.fields.keys().all(|k| def.fields.iter().any(|(f, _)| f == k))
-        })
+    /// A fingerprint of each table's shape in database `db` (equal shapes, equal prints).
+    pub fn fingerprints(&self, db: &str) -> Vec<u64> {
+        self.tables.keys().filter_map(|name| self.fingerprint(db, name)).collect()
     }
 
-    /// Checks the shape of table `def.name` against `def` (a shard's definition of it) as
-    /// that shard's write would: a tag that is a field there or the other way round, a field of
-    /// another type, more columns than `limits` allow, a line older than its retention, a
-    /// rollup written to. Nothing if the request does not write the table.
-    pub fn check_against(
-        &self,
-        def: &TableDef,
-        now_ns: i64,
-        limits: &WriteLimits,
-    ) -> Result<(), QueryError> {
-        let Some(t) = self.tables.get(&def.name) else {
-            return Ok(());
-        };
-        let first = t.tags.values().chain(t.fields.values().map(|(_, no)| no)).min().copied();
-        if let Some(rollup) = &def.rollup {
-            let (name, source) = (&def.name, &rollup.source);
-            let reason = format!("{name} is a rollup of {source}, kept from it; write to {source}");
-            return Err(LineError { line: first.unwrap_or(1), reason }.into());
+    /// The fingerprint of table `name`'s shape in database `db`, if the request writes it.
+    pub fn fingerprint(&self, db: &str, name: &str) -> Option<u64> {
+        let t = self.tables.get(name)?;
+        let mut h = DefaultHasher::new();
+        (db, name, &t.tags).hash(&mut h);
+        for (f, (ty, _)) in &t.fields {
+            (f, ty.name()).hash(&mut h);
         }
-        if let (Some(r), Some((time, no))) = (def.retention_ns, t.oldest) {
-            let horizon = now_ns.saturating_sub(r.min(i64::MAX as u64) as i64);
-            if time < horizon {
-                return Err(QueryError::BeyondRetention(format!(
-                    "line {no}: time {time} is older than the retention horizon {horizon} of table {}",
-                    def.name
-                )));
-            }
-        }
-        let mut added = 0;
-        for (k, no) in &t.tags {
-            if def.fields.iter().any(|(f, _)| f == k) {
-                let reason = format!("{k:?} is a field of {}, not a tag", def.name);
-                return Err(LineError { line: *no, reason }.into());
-            }
-            added += usize::from(!def.tags.contains(k));
-        }
-        for (k, (ty, no)) in &t.fields {
-            if def.tags.contains(k) {
-                let reason = format!("{k:?} is a tag of {}, not a field", def.name);
-                return Err(LineError { line: *no, reason }.into());
-            }
-            match def.fields.iter().find(|(f, _)| f == k) {
-                Some((_, existing)) if existing != ty => {
-                    return Err(QueryError::TypeConflict {
-                        table: def.name.clone(),
-                        field: k.clone(),
-                        existing: existing.name(),
-                        given: ty.name(),
-                        line: Some(*no),
-                    })
-                }
-                Some(_) => {}
-                None => added += 1,
-            }
-        }
-        // `time` is one of the table's columns.
-        if added > 0 && def.tags.len() + def.fields.len() + 1 + added > limits.max_columns_per_table
-        {
-            return Err(QueryError::Limit(LimitError {
-                what: format!("line {}: table {:?}'s columns", first.unwrap_or(1), def.name),
-                limit: limits.max_columns_per_table,
-                setting: "max_columns_per_table",
-            }));
-        }
-        Ok(())
+        Some(h.finish())
     }
 }
 
@@ -207,7 +134,7 @@ mod tests {
         let mut s = Shape::default();
         for item in Lines::new(body) {
             let (no, line) = item?;
-            s.add(no, &line, line.timestamp)?;
+            s.add(no, &line)?;
         }
         Ok(s)
     }
@@ -228,48 +155,13 @@ mod tests {
         assert!(e.to_string().contains("tag"), "{e}");
     }
 
-    fn def(tags: &[&str], fields: &[(&str, FieldType)], retention_ns: Option<u64>) -> TableDef {
-        TableDef {
-            id: 1,
-            database: "db".into(),
-            name: "cpu".into(),
-            tags: tags.iter().map(|t| t.to_string()).collect(),
-            fields: fields.iter().map(|(f, ty)| (f.to_string(), *ty)).collect(),
-            retention_ns,
-            rollup: None,
-        }
-    }
-
     #[test]
-    fn shapes_are_checked_against_a_shards_table_as_its_write_would() {
-        let limits = WriteLimits::default();
-        let s = shape("cpu,host=a v=1 100\ncpu,host=b v=2,w=1i 50\nmem v=1 1\n").unwrap();
-        let fine = def(&["host"], &[("v", FieldType::Float)], None);
-        s.check_against(&fine, 1_000, &limits).unwrap();
-        let e = s.check_against(&def(&[], &[("v", FieldType::String)], None), 0, &limits);
-        assert!(matches!(e, Err(QueryError::TypeConflict { line: Some(1), .. })), "{e:?}");
-        let e = s.check_against(&def(&["w"], &[], None), 0, &limits).unwrap_err();
-        assert!(e.to_string().contains("line 2") && e.to_string().contains("tag of"), "{e}");
-        let e = s.check_against(&def(&[], &[("host", FieldType::Float)], None), 0, &limits);
-        assert!(e.unwrap_err().to_string().contains("field of cpu, not a tag"));
-        // The oldest line (line 2, time 50) against a retention of 900 at time 1000.
-        let e = s.check_against(&def(&[], &[], Some(900)), 1_000, &limits).unwrap_err();
-        assert!(matches!(e, QueryError::BeyondRetention(ref m) if m.starts_with("line 2:")), "{e}");
-        s.check_against(&def(&[], &[], Some(950)), 1_000, &limits).unwrap();
-        // host, v, w and time: four columns.
-        let four = WriteLimits { max_columns_per_table: 4, ..limits };
-        s.check_against(&def(&[], &[], None), 0, &four).unwrap();
-        let three = WriteLimits { max_columns_per_table: 3, ..limits };
-        let e = s.check_against(&def(&[], &[], None), 0, &three).unwrap_err();
-        assert!(matches!(e, QueryError::Limit(_)), "{e}");
-        assert!(s.covered_by(&def(
-            &["host"],
-            &[("v", FieldType::Float), ("w", FieldType::Float)],
-            None
-        )));
-        assert!(!s.covered_by(&fine), "no field w");
-        // A table the request does not write.
-        let other = TableDef { name: "disk".into(), ..def(&[], &[("v", FieldType::String)], None) };
-        s.check_against(&other, 0, &limits).unwrap();
+    fn fingerprints_follow_the_shape_not_the_values() {
+        let a = shape("cpu,host=a v=1 1\ncpu,host=b v=7 2\n").unwrap().fingerprints("db");
+        let b = shape("cpu,host=z v=3 9\n").unwrap().fingerprints("db");
+        let c = shape("cpu,host=z v=3i 9\n").unwrap().fingerprints("db");
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_ne!(a, shape("cpu,host=z v=3 9\n").unwrap().fingerprints("other"));
     }
 }
