@@ -7,6 +7,7 @@ use ebb_query::QueryError;
 
 /// What can go wrong starting or stopping the server, or in `ebb sql` / `ebb import`.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum NodeError {
     /// A setting (flag, environment variable or configuration file) is invalid.
     #[error("configuration: {0}")]
@@ -52,6 +53,9 @@ pub enum NodeError {
     /// A request to a server failed, or the server answered with an error.
     #[error("{0}")]
     Client(String),
+    /// `ebb import` could not send a batch, or the server refused it.
+    #[error(transparent)]
+    Import(#[from] crate::cli::import::ImportError),
 }
 
 impl From<String> for NodeError {

@@ -19,6 +19,6 @@ pub mod types;
 pub use error::{LogError, ReplicaError};
 pub use group::{open_group, run_group, start_group, GroupOptions, StartError};
 pub use log::{LogOptions, LogStore};
-pub use purge::{LogPurger, PurgeOutcome};
+pub use purge::{LogPurger, PurgeError, PurgeOutcome};
 pub use sm::{Applier, Replica, ShardSnapshot, ShardStateMachine};
 pub use types::{Command, NodeId, Response, TypeConfig, MAX_BATCH_BYTES};

@@ -13,9 +13,12 @@
 
 use std::time::{Duration, Instant};
 
+use openraft::error::Fatal;
 use parking_lot::Mutex;
 
+use crate::error::ReplicaError;
 use crate::transport::GroupHandle;
+use crate::types::NodeId;
 
 /// How long a step of a log compaction may take before the pass gives up (the next retries).
 const STEP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -37,6 +40,36 @@ pub enum PurgeOutcome {
     Compacted(u64),
 }
 
+/// Why a [`LogPurger::tick`] failed (the next tick tries again).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PurgeError {
+    /// The replica failed to tell or refresh what the log holds back.
+    #[error(transparent)]
+    Replica(#[from] ReplicaError),
+    /// The replica's engine failed to tell what waits for the log.
+    #[error(transparent)]
+    Storage(#[from] ebb_storage::Error),
+    /// Openraft refused to build a snapshot or purge the log (it has stopped).
+    #[error(transparent)]
+    Raft(Box<Fatal<NodeId>>),
+    /// The replica did not apply the whole log within the step timeout.
+    #[error("the replica did not apply its log in time")]
+    ApplyTimeout,
+    /// No snapshot covering the log was built within the step timeout.
+    #[error("no snapshot was built in time")]
+    SnapshotTimeout,
+    /// A blocking step panicked or was cancelled.
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+}
+
+impl From<Fatal<NodeId>> for PurgeError {
+    fn from(e: Fatal<NodeId>) -> Self {
+        PurgeError::Raft(Box::new(e))
+    }
+}
+
 /// Decides when a group's log is compacted for deletes, and does it. One per group.
 #[derive(Debug)]
 pub struct LogPurger {
@@ -53,15 +86,15 @@ impl LogPurger {
 
     /// Refreshes the replica's log watermark and, if a persisted delete waits only for the
     /// log or a snapshot, compacts the log. `now_ms` is the wall clock in ms.
-    pub async fn tick(&self, g: &GroupHandle, now_ms: u64) -> Result<PurgeOutcome, String> {
+    pub async fn tick(&self, g: &GroupHandle, now_ms: u64) -> Result<PurgeOutcome, PurgeError> {
         let deadline = {
             let g = g.clone();
             blocking(move || {
-                g.replica.refresh_log_clearance(g.log.first_stored()).map_err(|e| e.to_string())?;
+                g.replica.refresh_log_clearance(g.log.first_stored())?;
                 // A delete a snapshot being received (or a replaced engine still read) holds
                 // data of waits for that copy to go, whatever a compaction does.
                 let fixed = g.replica.fixed_copies_clearance();
-                g.replica.engine().awaiting_log(&fixed).map_err(|e| e.to_string())
+                Ok(g.replica.engine().awaiting_log(&fixed)?)
             })
             .await?
         };
@@ -77,14 +110,11 @@ impl LogPurger {
         *self.last.lock() = Some(Instant::now());
         let upto = self.compact(g).await?;
         let g = g.clone();
-        blocking(move || {
-            g.replica.refresh_log_clearance(g.log.first_stored()).map_err(|e| e.to_string())
-        })
-        .await?;
+        blocking(move || Ok(g.replica.refresh_log_clearance(g.log.first_stored())?)).await?;
         Ok(PurgeOutcome::Compacted(upto))
     }
 
-    async fn compact(&self, g: &GroupHandle) -> Result<u64, String> {
+    async fn compact(&self, g: &GroupHandle) -> Result<u64, PurgeError> {
         g.log.rotate();
         let Some(last) = g.log.last_index() else { return Ok(0) };
         wait(|| {
@@ -92,7 +122,7 @@ impl LogPurger {
             (applied >= last).then_some(())
         })
         .await
-        .ok_or("the replica did not apply its log in time")?;
+        .ok_or(PurgeError::ApplyTimeout)?;
         let built = |min: u64| {
             let d = g.replica.current_snapshot()?.0;
             let index = d.meta.last_log_id?.index;
@@ -105,7 +135,7 @@ impl LogPurger {
         let before = g.replica.current_snapshot().map(|(d, _)| d.meta.snapshot_id);
         let start = Instant::now();
         let index = loop {
-            g.raft.trigger().snapshot().await.map_err(|e| e.to_string())?;
+            g.raft.trigger().snapshot().await?;
             let found = wait_for(RETRIGGER, || {
                 let now = g.replica.current_snapshot().map(|(d, _)| d.meta.snapshot_id);
                 (now != before).then_some(())?;
@@ -116,11 +146,11 @@ impl LogPurger {
                 break index;
             }
             if start.elapsed() > STEP_TIMEOUT {
-                return Err("no snapshot was built in time".into());
+                return Err(PurgeError::SnapshotTimeout);
             }
         };
         g.replica.drop_older_snapshots(STALE_INCOMING);
-        g.raft.trigger().purge_log(index).await.map_err(|e| e.to_string())?;
+        g.raft.trigger().purge_log(index).await?;
         // Openraft purges once no replication to a follower still reads the entries; the next
         // tick sees what it did.
         wait_for(PURGE_WAIT, || (g.log.first_stored() > last).then_some(())).await;
@@ -148,7 +178,7 @@ async fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Optio
 }
 
 async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, String> + Send + 'static,
-) -> Result<T, String> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| e.to_string())?
+    f: impl FnOnce() -> Result<T, PurgeError> + Send + 'static,
+) -> Result<T, PurgeError> {
+    tokio::task::spawn_blocking(f).await?
 }

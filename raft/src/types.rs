@@ -81,26 +81,47 @@ impl Command {
     /// The encoded write batch the command carries, decompressed; `None` for a command that
     /// carries none. A block that does not expand to its stated length (or would expand beyond
     /// [`MAX_BATCH_BYTES`], or beyond what LZ4 can reach from its size) is an error.
-    pub fn batch_bytes(&self) -> Option<Result<std::borrow::Cow<'_, [u8]>, String>> {
+    pub fn batch_bytes(&self) -> Option<Result<std::borrow::Cow<'_, [u8]>, CompressedBatchError>> {
         match self {
             Command::Batch(raw) => Some(Ok(std::borrow::Cow::Borrowed(raw))),
             Command::Lz4Batch { raw_len, block } => {
                 let n = *raw_len as usize;
                 // LZ4 expands a block at most 255-fold.
                 if n > MAX_BATCH_BYTES || n > block.len().saturating_mul(255).saturating_add(16) {
-                    return Some(Err(format!("compressed batch claims {n} bytes")));
+                    return Some(Err(CompressedBatchError::TooLarge { claimed: n }));
                 }
                 Some(match lz4_flex::block::decompress(block, n) {
                     Ok(raw) if raw.len() == n => Ok(std::borrow::Cow::Owned(raw)),
-                    Ok(raw) => {
-                        Err(format!("compressed batch expands to {} of {n} bytes", raw.len()))
-                    }
-                    Err(e) => Err(format!("compressed batch: {e}")),
+                    Ok(raw) => Err(CompressedBatchError::Length { claimed: n, actual: raw.len() }),
+                    Err(source) => Err(CompressedBatchError::Lz4(source)),
                 })
             }
             Command::SetRetention { .. } | Command::Split { .. } => None,
         }
     }
+}
+
+/// Why a [`Command::Lz4Batch`] does not expand to the batch it claims to hold.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CompressedBatchError {
+    /// The stated length is beyond [`MAX_BATCH_BYTES`] or what LZ4 can reach from the block.
+    #[error("compressed batch claims {claimed} bytes")]
+    TooLarge {
+        /// The stated length.
+        claimed: usize,
+    },
+    /// The block expands to another length than the stated one.
+    #[error("compressed batch expands to {actual} of {claimed} bytes")]
+    Length {
+        /// The stated length.
+        claimed: usize,
+        /// What the block expands to.
+        actual: usize,
+    },
+    /// The block is not valid LZ4.
+    #[error("compressed batch: {0}")]
+    Lz4(#[source] lz4_flex::block::DecompressError),
 }
 
 /// The result of applying one log entry.

@@ -9,6 +9,30 @@ use indicatif::{ProgressBar, ProgressStyle};
 use super::url;
 use crate::error::Result;
 
+/// Why a batch of lines was not imported.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImportError {
+    /// The request did not reach the server, or its answer did not arrive.
+    #[error("cannot reach {base}: {source}")]
+    Unreachable {
+        /// The server's base URL.
+        base: String,
+        /// Why.
+        source: Box<ureq::Error>,
+    },
+    /// The server answered the batch with an error.
+    #[error("batch starting at line {first_line} rejected ({status}): {body}")]
+    Rejected {
+        /// The batch's first line in the file (1-based).
+        first_line: u64,
+        /// The answer's status.
+        status: ureq::http::StatusCode,
+        /// The answer's body (its error message).
+        body: String,
+    },
+}
+
 /// Imports `path` (line protocol; `-` for standard input) into database `db` at `base`,
 /// `batch` lines per request. Returns the lines sent.
 pub fn import(base: &str, db: &str, path: &str, precision: &str, batch: usize) -> Result<u64> {
@@ -32,18 +56,21 @@ pub fn import(base: &str, db: &str, path: &str, precision: &str, batch: usize) -
     let (mut lines, mut sent_lines, mut first_line) = (0u64, 0u64, 1u64);
     let mut body = String::new();
     let mut in_body = 0usize;
-    let send = |body: &str, first: u64| -> Result<(), String> {
+    let send = |body: &str, first: u64| -> Result<(), ImportError> {
         let mut resp = agent
             .post(&endpoint)
             .query("db", db)
             .query("precision", precision)
             .send(body)
-            .map_err(|e| format!("cannot reach {base}: {e}"))?;
+            .map_err(|e| ImportError::Unreachable {
+                base: base.to_string(),
+                source: Box::new(e),
+            })?;
         if resp.status().is_success() {
             return Ok(());
         }
         let text = resp.body_mut().read_to_string().unwrap_or_default();
-        Err(format!("batch starting at line {first} rejected ({}): {text}", resp.status()))
+        Err(ImportError::Rejected { first_line: first, status: resp.status(), body: text })
     };
     for line in reader.lines() {
         let line = line.map_err(|e| format!("reading {path}: {e}"))?;

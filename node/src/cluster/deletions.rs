@@ -26,6 +26,20 @@ pub fn local_rows(shards: &Shards, node: u64) -> Vec<ReplicaDeletion> {
     shards.all().iter().flat_map(|s| local_deletions(&s.db, s.id, node)).collect()
 }
 
+/// Why a replica's scan for a request failed.
+#[derive(Debug, thiserror::Error)]
+enum ScanError {
+    /// Its engine failed.
+    #[error(transparent)]
+    Engine(#[from] ebb_storage::Error),
+    /// Its Raft log failed.
+    #[error(transparent)]
+    Log(#[from] ebb_raft::LogError),
+    /// Its snapshots or other engine copies failed.
+    #[error(transparent)]
+    Replica(#[from] ebb_raft::ReplicaError),
+}
+
 /// Scans one replica for request `id`: its engine, its Raft log, its snapshots.
 pub fn audit_shard(shard: &Shard, id: u64, node: u64) -> ReplicaReport {
     let mut r = ReplicaReport::new(shard.id, node);
@@ -35,16 +49,16 @@ pub fn audit_shard(shard: &Shard, id: u64, node: u64) -> ReplicaReport {
     }
     r.holds_request = true;
     let engine = shard.db.engine();
-    let scans = (|| -> Result<Vec<_>, String> {
-        let c = engine.coverage(&ids).map_err(|e| e.to_string())?;
-        let mut all = engine.audit(&c).map_err(|e| e.to_string())?;
-        all.extend(shard.group.log.audit(&c).map_err(|e| e.to_string())?);
-        all.extend(shard.group.replica.audit_other_files(&c).map_err(|e| e.to_string())?);
+    let scans = (|| -> Result<Vec<_>, ScanError> {
+        let c = engine.coverage(&ids)?;
+        let mut all = engine.audit(&c)?;
+        all.extend(shard.group.log.audit(&c)?);
+        all.extend(shard.group.replica.audit_other_files(&c)?);
         Ok(all)
     })();
     match scans {
         Ok(s) => r.sources = s.into_iter().map(SourceReport::from).collect(),
-        Err(e) => r.error = Some(e),
+        Err(e) => r.error = Some(e.to_string()),
     }
     let engine_dir = engine.dir().file_name().map(|n| n.to_string_lossy().into_owned());
     let log_dir = shard.group.log.dir().file_name().map(|n| n.to_string_lossy().into_owned());
@@ -224,6 +238,20 @@ pub async fn gather(router: &Router) -> Vec<ReplicaDeletion> {
     rows
 }
 
+/// Why another node did not report its replicas' scans.
+#[derive(Debug, thiserror::Error)]
+enum Unscanned {
+    /// No channel to the node.
+    #[error(transparent)]
+    Channel(#[from] tonic::transport::Error),
+    /// The node answered with an error.
+    #[error("{}", .0.message())]
+    Refused(#[source] Box<tonic::Status>),
+    /// The node did not answer within [`ASK_TIMEOUT`].
+    #[error("no answer within {ASK_TIMEOUT:?}")]
+    Timeout,
+}
+
 /// Verifies request `id` on every replica in the cluster.
 pub async fn verify(router: &Router, id: u64) -> VerifyReport {
     let me = router.meta().node();
@@ -233,13 +261,13 @@ pub async fn verify(router: &Router, id: u64) -> VerifyReport {
     let nodes = other_holders(router);
     let calls = nodes.iter().map(|(n, addr)| async move {
         let answer = async {
-            let ch = router.conns().channel(addr).map_err(|e| e.to_string())?;
+            let ch = router.conns().channel(addr)?;
             let mut c = ClusterClient::new(ch).max_decoding_message_size(super::MAX_MESSAGE_BYTES);
             let r = c.audit(proto::AuditRequest { request_id: id });
             match tokio::time::timeout(ASK_TIMEOUT, r).await {
                 Ok(Ok(r)) => Ok(r.into_inner().replicas),
-                Ok(Err(e)) => Err(e.message().to_string()),
-                Err(_) => Err(format!("no answer within {ASK_TIMEOUT:?}")),
+                Ok(Err(e)) => Err(Unscanned::Refused(Box::new(e))),
+                Err(_) => Err(Unscanned::Timeout),
             }
         };
         (*n, answer.await)

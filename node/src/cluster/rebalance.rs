@@ -100,7 +100,7 @@ pub async fn balance_leaders(meta: &Arc<Meta>, tries: &mut LeaderTries) -> bool 
     let Some(addr) = v.nodes.get(&to).map(|n| n.grpc_addr.clone()) else { return false };
     let ask = async {
         let mut c = connect(meta.conns(), &addr).await?;
-        c.campaign(CampaignRequest { shard }).await.map_err(|e| e.message().to_string())
+        c.campaign(CampaignRequest { shard }).await
     };
     match tokio::time::timeout(ASK_TIMEOUT * 5, ask).await {
         Ok(Ok(_)) => {
@@ -108,7 +108,7 @@ pub async fn balance_leaders(meta: &Arc<Meta>, tries: &mut LeaderTries) -> bool 
             true
         }
         Ok(Err(e)) => {
-            tracing::warn!(shard, to, %e, "asking a replica to lead");
+            tracing::warn!(shard, to, e = %e.message(), "asking a replica to lead");
             false
         }
         Err(_) => {

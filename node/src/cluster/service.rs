@@ -63,11 +63,31 @@ const JOIN_ATTEMPT: Duration = Duration::from_secs(5);
 /// How long a node forwards a join to the metadata leader before answering that it cannot.
 const JOIN_FORWARD: Duration = Duration::from_secs(2);
 
+/// A node that could not be connected to.
+#[derive(Debug, thiserror::Error)]
+#[error("{addr}: {source}")]
+pub(super) struct ConnectError {
+    /// The node's cluster address.
+    pub addr: String,
+    /// Why.
+    pub source: tonic::transport::Error,
+}
+
+/// A node that cannot be connected to is unavailable.
+impl From<ConnectError> for Status {
+    fn from(e: ConnectError) -> Status {
+        Status::unavailable(e.to_string())
+    }
+}
+
 pub(super) async fn connect(
     conns: &Connections,
     addr: &str,
-) -> std::result::Result<ClusterClient<ClusterChannel>, String> {
-    let ch = conns.connect(addr, CALL_TIMEOUT).await.map_err(|e| format!("{addr}: {e}"))?;
+) -> std::result::Result<ClusterClient<ClusterChannel>, ConnectError> {
+    let ch = conns
+        .connect(addr, CALL_TIMEOUT)
+        .await
+        .map_err(|source| ConnectError { addr: addr.to_string(), source })?;
     Ok(ClusterClient::new(ch))
 }
 
@@ -116,7 +136,7 @@ impl ClusterService {
         let addr = self
             .shard_target(shard)
             .ok_or_else(|| Status::unavailable(format!("shard {shard} has no leader")))?;
-        let c = connect(self.router.conns(), &addr).await.map_err(Status::unavailable)?;
+        let c = connect(self.router.conns(), &addr).await?;
         Ok(c.max_decoding_message_size(super::MAX_MESSAGE_BYTES))
     }
 
@@ -237,8 +257,7 @@ impl Cluster for ClusterService {
                 // Bounded, so the joining node hears back (an answer tells it a cluster is
                 // here) well within its own attempt.
                 let forward = async {
-                    let mut leader =
-                        connect(self.router.conns(), &addr).await.map_err(Status::unavailable)?;
+                    let mut leader = connect(self.router.conns(), &addr).await?;
                     leader.join(r).await
                 };
                 match tokio::time::timeout(JOIN_FORWARD, forward).await {
@@ -415,8 +434,7 @@ impl Cluster for ClusterService {
                 .current_leader
                 .and_then(|l| m.membership_config.membership().get_node(&l).cloned())
                 .ok_or_else(|| Status::unavailable(format!("shard {} has no leader", r.shard)))?;
-            let mut c =
-                connect(self.router.conns(), &leader.addr).await.map_err(Status::unavailable)?;
+            let mut c = connect(self.router.conns(), &leader.addr).await?;
             return c.set_shard_members(r).await;
         }
         let membership = raft.metrics().borrow().membership_config.membership().clone();
@@ -482,7 +500,7 @@ pub async fn set_shard_members(
                 Ok(_) => return Ok(()),
                 Err(s) => last = s.message().to_string(),
             },
-            Err(e) => last = e,
+            Err(e) => last = e.to_string(),
         }
     }
     Err(NodeError::Cluster(format!("moving shard {shard}: {last}")))
@@ -494,7 +512,7 @@ pub async fn decommission(meta: &Meta, id: u64) -> std::result::Result<(), Statu
     match meta.decommission(id).await {
         Ok(()) => Ok(()),
         Err(MetaError::NotLeader(Some((_, addr)))) => {
-            let mut leader = connect(meta.conns(), &addr).await.map_err(Status::unavailable)?;
+            let mut leader = connect(meta.conns(), &addr).await?;
             leader.decommission(DecommissionRequest { node_id: id }).await.map(|_| ())
         }
         Err(MetaError::NotLeader(None)) => {

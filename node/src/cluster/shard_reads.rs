@@ -41,8 +41,7 @@ pub(super) async fn table(shard: &Shard, call: &ShardCall) -> Result<TableReply,
 pub(super) async fn scan(shard: &Shard, call: &ShardCall) -> Result<QueryStream, Status> {
     read_barrier(shard).await?;
     let r: ScanRequest = decode(call.version, &call.body).map_err(query_status)?;
-    let hashes = call.hashes.as_ref().map(super::split::from_proto).transpose();
-    let hashes = hashes.map_err(Status::invalid_argument)?;
+    let hashes = call.hashes.as_ref().map(super::split::from_proto).transpose()?;
     let def = shard.db.catalog().table(&r.database, &r.table).ok_or_else(|| {
         Status::not_found(format!(
             "table {}.{} is not on shard {}",

@@ -35,7 +35,7 @@ use super::meta::{Meta, MetaError};
 use super::proto::{
     ForkShardReply, ForkShardRequest, HashSpan, SplitShardRequest, TrimShardReply, TrimShardRequest,
 };
-use super::service::connect;
+use super::service::{connect, ConnectError};
 use super::shards::Shards;
 use super::view::{self, MetaView, ShardInfo, SplitFrom};
 
@@ -51,10 +51,23 @@ pub fn to_proto(h: &HashFilter) -> HashSpan {
     HashSpan { roots: h.roots, root: h.span.root, lo: h.span.lo, end: h.span.end }
 }
 
+/// A hash span from the wire that names no span of the hash space.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+#[error("bad hash span {0:?}")]
+pub struct BadSpan(pub HashSpan);
+
+/// A span from the wire is the caller's fault.
+impl From<BadSpan> for Status {
+    fn from(e: BadSpan) -> Status {
+        Status::invalid_argument(e.to_string())
+    }
+}
+
 /// A hash filter from the wire, checked.
-pub fn from_proto(p: &HashSpan) -> Result<HashFilter, String> {
+pub fn from_proto(p: &HashSpan) -> Result<HashFilter, BadSpan> {
     if p.roots == 0 || p.root >= p.roots || p.end.is_some_and(|e| e <= p.lo) {
-        return Err(format!("bad hash span {p:?}"));
+        return Err(BadSpan(*p));
     }
     Ok(HashFilter { roots: p.roots, span: Span { root: p.root, lo: p.lo, end: p.end } })
 }
@@ -108,7 +121,9 @@ pub async fn request(meta: &Meta, shard: u64) -> Result<u64, QueryError> {
     match plan(meta, shard).await {
         Ok(child) => Ok(child),
         Err(MetaError::NotLeader(Some((_, addr)))) => {
-            let mut c = connect(meta.conns(), &addr).await.map_err(QueryError::Unavailable)?;
+            let mut c = connect(meta.conns(), &addr)
+                .await
+                .map_err(|e| QueryError::Unavailable(e.to_string()))?;
             let call = c.split_shard(SplitShardRequest { shard });
             match tokio::time::timeout(STEP_TIMEOUT, call).await {
                 Ok(Ok(r)) => Ok(r.into_inner().child),
@@ -146,9 +161,8 @@ fn leading(shards: &Shards, shard: u64) -> Result<super::Shard, Status> {
 /// The `ForkShard` call: proposes the split entry on this node's leading replica.
 pub async fn serve_fork(shards: &Shards, r: ForkShardRequest) -> Result<ForkShardReply, Status> {
     let s = leading(shards, r.shard)?;
-    let span = |p: Option<HashSpan>| {
-        from_proto(&p.ok_or_else(|| Status::invalid_argument("a span is missing"))?)
-            .map_err(Status::invalid_argument)
+    let span = |p: Option<HashSpan>| -> Result<HashFilter, Status> {
+        Ok(from_proto(&p.ok_or_else(|| Status::invalid_argument("a span is missing"))?)?)
     };
     let (keep, give) = (span(r.keep)?, span(r.give)?);
     let db = s.db.clone();
@@ -172,27 +186,53 @@ pub async fn serve_trim(shards: &Shards, r: TrimShardRequest) -> Result<TrimShar
     Ok(TrimShardReply { series: out.series, ranges: out.ranges })
 }
 
+/// Why no node holding a shard answered a call (the last node's failure).
+#[derive(Debug, thiserror::Error)]
+enum NoAnswer {
+    /// No node holding the shard has an address.
+    #[error("shard {0} has no replicas")]
+    NoReplicas(u64),
+    /// The node could not be connected to.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// The node answered with an error (one that does not lead the shard, say).
+    #[error("{addr}: {}", status.message())]
+    Refused {
+        /// The node's address.
+        addr: String,
+        /// Its answer.
+        #[source]
+        status: Box<Status>,
+    },
+    /// The node did not answer within [`STEP_TIMEOUT`].
+    #[error("{addr}: no answer within {STEP_TIMEOUT:?}")]
+    Timeout {
+        /// The node's address.
+        addr: String,
+    },
+}
+
 /// Calls `call` on each node holding shard `shard` until one (its leader) answers.
-async fn on_leader<T, F, Fut>(meta: &Meta, v: &MetaView, shard: u64, call: F) -> Result<T, String>
+async fn on_leader<T, F, Fut>(meta: &Meta, v: &MetaView, shard: u64, call: F) -> Result<T, NoAnswer>
 where
     F: Fn(super::proto::cluster_client::ClusterClient<ebb_raft::transport::ClusterChannel>) -> Fut,
     Fut: std::future::Future<Output = Result<tonic::Response<T>, Status>>,
 {
     let holders = v.shards.get(&shard).map(|s| s.replicas.clone()).unwrap_or_default();
-    let mut last = format!("shard {shard} has no replicas");
+    let mut last = NoAnswer::NoReplicas(shard);
     for n in holders {
         let Some(addr) = v.nodes.get(&n).map(|n| n.grpc_addr.clone()) else { continue };
         let c = match connect(meta.conns(), &addr).await {
             Ok(c) => c,
             Err(e) => {
-                last = e;
+                last = e.into();
                 continue;
             }
         };
         match tokio::time::timeout(STEP_TIMEOUT, call(c)).await {
             Ok(Ok(r)) => return Ok(r.into_inner()),
-            Ok(Err(s)) => last = format!("{addr}: {}", s.message()),
-            Err(_) => last = format!("{addr}: no answer within {STEP_TIMEOUT:?}"),
+            Ok(Err(s)) => last = NoAnswer::Refused { addr, status: Box::new(s) },
+            Err(_) => last = NoAnswer::Timeout { addr },
         }
     }
     Err(last)

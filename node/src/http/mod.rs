@@ -372,7 +372,7 @@ async fn sql(State(state): State<AppState>, caller: Caller, body: UnreadBody) ->
     };
     let mut enc = stream::Encoder::new(streamed, last.schema.clone());
     let ctype = enc.content_type();
-    let head = (|| -> Result<Vec<u8>, String> {
+    let head = (|| -> Result<Vec<u8>, stream::EncodeError> {
         let mut out = enc.begin()?;
         if let Some(b) = &first {
             out.extend(enc.batch(b)?);
@@ -404,13 +404,12 @@ async fn sql(State(state): State<AppState>, caller: Caller, body: UnreadBody) ->
 fn text_table(
     schema: &datafusion::arrow::datatypes::SchemaRef,
     batches: &[RecordBatch],
-) -> Result<(String, Vec<u8>), String> {
+) -> Result<(String, Vec<u8>), datafusion::arrow::error::ArrowError> {
     use datafusion::arrow;
-    let err = |e: arrow::error::ArrowError| e.to_string();
     let t = if schema.fields().is_empty() {
         String::new()
     } else {
-        arrow::util::pretty::pretty_format_batches(batches).map_err(err)?.to_string()
+        arrow::util::pretty::pretty_format_batches(batches)?.to_string()
     };
     let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
     Ok((

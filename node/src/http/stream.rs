@@ -27,8 +27,16 @@ pub struct Encoder {
     ipc: Option<arrow::ipc::writer::StreamWriter<Vec<u8>>>,
 }
 
-fn err(e: arrow::error::ArrowError) -> String {
-    e.to_string()
+/// Why a piece of the body could not be encoded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EncodeError {
+    /// Arrow could not encode the batch (or the IPC stream's schema or end).
+    #[error(transparent)]
+    Arrow(#[from] arrow::error::ArrowError),
+    /// A batch or the end of an Arrow IPC body before [`Encoder::begin`].
+    #[error("the IPC stream was not begun")]
+    NotBegun,
 }
 
 impl Encoder {
@@ -47,13 +55,12 @@ impl Encoder {
     }
 
     /// What starts the body.
-    pub fn begin(&mut self) -> Result<Vec<u8>, String> {
+    pub fn begin(&mut self) -> Result<Vec<u8>, EncodeError> {
         match self.format {
             Streamed::Json => Ok(b"[".to_vec()),
             Streamed::Csv => Ok(Vec::new()),
             Streamed::Arrow => {
-                let mut w = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &self.schema)
-                    .map_err(err)?;
+                let mut w = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &self.schema)?;
                 let out = std::mem::take(w.get_mut());
                 self.ipc = Some(w);
                 Ok(out)
@@ -62,12 +69,12 @@ impl Encoder {
     }
 
     /// One batch's bytes.
-    pub fn batch(&mut self, b: &RecordBatch) -> Result<Vec<u8>, String> {
+    pub fn batch(&mut self, b: &RecordBatch) -> Result<Vec<u8>, EncodeError> {
         match self.format {
             Streamed::Json => {
                 let mut w = arrow::json::ArrayWriter::new(Vec::new());
-                w.write(b).map_err(err)?;
-                w.finish().map_err(err)?;
+                w.write(b)?;
+                w.finish()?;
                 let out = w.into_inner();
                 // `[{...},{...}]`: the rows between the brackets.
                 let inner =
@@ -87,26 +94,26 @@ impl Encoder {
                 let mut w = arrow::csv::WriterBuilder::new()
                     .with_header(!self.header_written)
                     .build(Vec::new());
-                w.write(b).map_err(err)?;
+                w.write(b)?;
                 self.header_written = true;
                 Ok(w.into_inner())
             }
             Streamed::Arrow => {
-                let w = self.ipc.as_mut().ok_or("the IPC stream was not begun")?;
-                w.write(b).map_err(err)?;
+                let w = self.ipc.as_mut().ok_or(EncodeError::NotBegun)?;
+                w.write(b)?;
                 Ok(std::mem::take(w.get_mut()))
             }
         }
     }
 
     /// What ends the body.
-    pub fn end(&mut self) -> Result<Vec<u8>, String> {
+    pub fn end(&mut self) -> Result<Vec<u8>, EncodeError> {
         match self.format {
             Streamed::Json => Ok(b"]\n".to_vec()),
             Streamed::Csv => Ok(Vec::new()),
             Streamed::Arrow => {
-                let mut w = self.ipc.take().ok_or("the IPC stream was not begun")?;
-                w.finish().map_err(err)?;
+                let mut w = self.ipc.take().ok_or(EncodeError::NotBegun)?;
+                w.finish()?;
                 Ok(std::mem::take(w.get_mut()))
             }
         }

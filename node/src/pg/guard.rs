@@ -48,6 +48,115 @@ const SSL_REQUEST: u32 = 80_877_103;
 const GSSENC_REQUEST: u32 = 80_877_104;
 const CANCEL_REQUEST: u32 = 80_877_102;
 
+/// Why a client's bytes are refused before they are read (the connection is closed, as
+/// PostgreSQL closes it on a protocol violation). Every refusal is of bounded size: it names
+/// lengths and counts, never the client's bytes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GuardError {
+    /// A startup packet (or an untyped request) longer than [`PRE_AUTH_MESSAGE`], or shorter
+    /// than its header.
+    #[error("a startup packet of {len} bytes (at most {PRE_AUTH_MESSAGE} are read)")]
+    StartupLength {
+        /// Its length as announced.
+        len: usize,
+    },
+    /// An SSL or GSSAPI encryption request of another length than 8.
+    #[error("an encryption request of {len} bytes (it has 8)")]
+    EncryptionRequest {
+        /// Its length as announced.
+        len: usize,
+    },
+    /// A typed message before authentication longer than [`PRE_AUTH_MESSAGE`] (or of a
+    /// negative length).
+    #[error("a message of {len} bytes before authentication (at most {PRE_AUTH_MESSAGE})")]
+    TooLongBeforeAuth {
+        /// Its length as announced.
+        len: i32,
+    },
+    /// A typed message after authentication longer than the server's `max_body_bytes` (or of
+    /// a negative length).
+    #[error("a message of {len} bytes (at most {limit}: max_body_bytes)")]
+    TooLong {
+        /// Its length as announced.
+        len: i32,
+        /// The limit.
+        limit: usize,
+    },
+    /// More than [`PRE_AUTH_BYTES`] bytes before authentication.
+    #[error("more than {PRE_AUTH_BYTES} bytes before authentication")]
+    TooMuchBeforeAuth,
+    /// A message shorter than its counts and lengths claim.
+    #[error("a message shorter than its contents")]
+    Truncated {
+        /// Bytes the next item needs.
+        want: usize,
+        /// Bytes left in the message.
+        have: usize,
+    },
+    /// A string that runs to the end of the message.
+    #[error("a string without its terminating zero byte")]
+    NotTerminated,
+    /// A negative count of items.
+    #[error("a negative count")]
+    NegativeCount(i16),
+    /// A format code other than 0 and 1.
+    #[error("a format code other than text (0) or binary (1)")]
+    FormatCode(i16),
+    /// A message longer than its contents.
+    #[error("a message longer than its contents")]
+    TrailingBytes {
+        /// Bytes left after the contents.
+        extra: usize,
+    },
+    /// A startup packet shorter than its length and protocol version.
+    #[error("a startup packet shorter than its header")]
+    StartupHeader {
+        /// Its length.
+        len: usize,
+    },
+    /// Startup parameters that run to the end of the packet.
+    #[error("startup parameters without the empty name that ends them")]
+    UnendedParameters,
+    /// Bytes after the empty name that ends the startup parameters.
+    #[error("bytes after the startup packet's parameters")]
+    AfterStartup {
+        /// How many.
+        extra: usize,
+    },
+    /// A Bind with several parameter formats, but not one per parameter.
+    #[error("{formats} parameter formats for {params} parameters")]
+    FormatsForParameters {
+        /// Parameter formats.
+        formats: usize,
+        /// Parameters.
+        params: usize,
+    },
+    /// A Bind parameter of a negative length other than -1 (NULL).
+    #[error("a parameter of length {0}")]
+    ParameterLength(i32),
+    /// A Describe or Close whose kind byte is neither `S` nor `P`.
+    #[error("Describe or Close of something neither a statement nor a portal")]
+    DescribeTarget(u8),
+    /// A SASLInitialResponse whose data length is not what is left of it.
+    #[error("SASL data of {len} bytes in {left} left")]
+    SaslLength {
+        /// The data length it announces.
+        len: i32,
+        /// Bytes left in the message.
+        left: usize,
+    },
+    /// A message type a client does not send (or the server does not serve).
+    #[error("an unknown message type {:?}", char::from(*.0))]
+    UnknownType(u8),
+}
+
+impl From<GuardError> for io::Error {
+    fn from(e: GuardError) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidData, e)
+    }
+}
+
 /// A connection's bytes, released one protocol message at a time within the limits.
 pub struct Guarded<S> {
     inner: S,
@@ -95,7 +204,6 @@ impl<S> Guarded<S> {
     /// The length of the message whose header starts `buf`, once the header is whole, and how
     /// it is checked whole before it is released; an error if the message may not be read.
     fn next_message(&mut self) -> io::Result<Option<(usize, Check)>> {
-        let refuse = |why: String| Err(io::Error::new(io::ErrorKind::InvalidData, why));
         if self.startup {
             if self.buf.len() < 8 {
                 return Ok(None);
@@ -104,15 +212,13 @@ impl<S> Guarded<S> {
             let code = u32::from_be_bytes([self.buf[4], self.buf[5], self.buf[6], self.buf[7]]);
             let len = len as usize;
             if !(8..=PRE_AUTH_MESSAGE).contains(&len) {
-                return refuse(format!(
-                    "a startup packet of {len} bytes (at most {PRE_AUTH_MESSAGE} are read)"
-                ));
+                return Err(GuardError::StartupLength { len }.into());
             }
             match code {
                 // pgwire takes these as their 8 bytes whatever the length says, and would
                 // decode the rest of a longer one as messages never checked here.
                 SSL_REQUEST | GSSENC_REQUEST if len != 8 => {
-                    return refuse(format!("an encryption request of {len} bytes (it has 8)"));
+                    return Err(GuardError::EncryptionRequest { len }.into());
                 }
                 // pgwire reads a cancel request by its length.
                 SSL_REQUEST | GSSENC_REQUEST | CANCEL_REQUEST => {}
@@ -134,10 +240,8 @@ impl<S> Guarded<S> {
                 let check = if self.buf[0] == b'd' { Check::Unchecked } else { Check::Typed };
                 Ok(Some((len + 1, check)))
             }
-            _ if !self.authenticated => refuse(format!(
-                "a message of {len} bytes before authentication (at most {PRE_AUTH_MESSAGE})"
-            )),
-            _ => refuse(format!("a message of {len} bytes (at most {limit}: max_body_bytes)")),
+            _ if !self.authenticated => Err(GuardError::TooLongBeforeAuth { len }.into()),
+            _ => Err(GuardError::TooLong { len, limit }.into()),
         }
     }
 }
@@ -146,51 +250,53 @@ impl<S> Guarded<S> {
 struct Body<'a>(&'a [u8]);
 
 impl<'a> Body<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], GuardError> {
         if self.0.len() < n {
-            return Err("a message shorter than its contents".into());
+            return Err(GuardError::Truncated { want: n, have: self.0.len() });
         }
         let (head, rest) = self.0.split_at(n);
         self.0 = rest;
         Ok(head)
     }
 
-    fn i16(&mut self) -> Result<i16, String> {
+    fn i16(&mut self) -> Result<i16, GuardError> {
         let b = self.take(2)?;
         Ok(i16::from_be_bytes([b[0], b[1]]))
     }
 
-    fn i32(&mut self) -> Result<i32, String> {
+    fn i32(&mut self) -> Result<i32, GuardError> {
         let b = self.take(4)?;
         Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
 
-    fn cstring(&mut self) -> Result<(), String> {
+    fn cstring(&mut self) -> Result<(), GuardError> {
         match self.0.iter().position(|&c| c == 0) {
             Some(n) => self.take(n + 1).map(|_| ()),
-            None => Err("a string without its terminating zero byte".into()),
+            None => Err(GuardError::NotTerminated),
         }
     }
 
     /// A count of items (never negative).
-    fn count(&mut self) -> Result<usize, String> {
-        usize::try_from(self.i16()?).map_err(|_| "a negative count".to_string())
+    fn count(&mut self) -> Result<usize, GuardError> {
+        let n = self.i16()?;
+        usize::try_from(n).map_err(|_| GuardError::NegativeCount(n))
     }
 
-    fn format_codes(&mut self) -> Result<usize, String> {
+    fn format_codes(&mut self) -> Result<usize, GuardError> {
         let n = self.count()?;
         for _ in 0..n {
-            if !matches!(self.i16()?, 0 | 1) {
-                return Err("a format code other than text (0) or binary (1)".into());
+            match self.i16()? {
+                0 | 1 => {}
+                code => return Err(GuardError::FormatCode(code)),
             }
         }
         Ok(n)
     }
 
-    fn end(&self) -> Result<(), String> {
-        match self.0.is_empty() {
-            true => Ok(()),
-            false => Err("a message longer than its contents".into()),
+    fn end(&self) -> Result<(), GuardError> {
+        match self.0.len() {
+            0 => Ok(()),
+            extra => Err(GuardError::TrailingBytes { extra }),
         }
     }
 }
@@ -211,12 +317,13 @@ enum Check {
 /// its parameters up to the empty name that ends them, which must end the packet. pgwire stops
 /// at the first empty name (or a name without its zero byte) and would decode what follows as
 /// messages never checked here.
-pub fn check_startup(msg: &[u8]) -> Result<(), String> {
-    let mut b = Body(msg.get(8..).ok_or("a startup packet shorter than its header")?);
+pub fn check_startup(msg: &[u8]) -> Result<(), GuardError> {
+    let params = msg.get(8..).ok_or(GuardError::StartupHeader { len: msg.len() })?;
+    let mut b = Body(params);
     loop {
         let name = b.0.iter().position(|&c| c == 0);
         let Some(n) = name else {
-            return Err("startup parameters without the empty name that ends them".into());
+            return Err(GuardError::UnendedParameters);
         };
         b.take(n + 1)?;
         if n == 0 {
@@ -224,13 +331,16 @@ pub fn check_startup(msg: &[u8]) -> Result<(), String> {
         }
         b.cstring()?;
     }
-    b.end().map_err(|_| "bytes after the startup packet's parameters".into())
+    match b.0.len() {
+        0 => Ok(()),
+        extra => Err(GuardError::AfterStartup { extra }),
+    }
 }
 
 /// Checks the structure of the whole typed message `msg` (its type byte, length and body)
 /// against the protocol; may rewrite an `Execute`'s row count (see the module documentation).
 /// `first_password`: a `p` message is the first before authentication (SASLInitialResponse).
-pub fn check_message(msg: &mut [u8], first_password: bool) -> Result<(), String> {
+pub fn check_message(msg: &mut [u8], first_password: bool) -> Result<(), GuardError> {
     let tag = msg[0];
     let mut b = Body(&msg[5..]);
     match tag {
@@ -239,7 +349,8 @@ pub fn check_message(msg: &mut [u8], first_password: bool) -> Result<(), String>
             b.cstring()?;
             b.cstring()?;
             // pgwire reads this count unsigned.
-            let n = u16::from_be_bytes(b.take(2)?.try_into().map_err(|_| "short")?);
+            let n = b.take(2)?;
+            let n = u16::from_be_bytes([n[0], n[1]]);
             b.take(usize::from(n) * 4)?;
         }
         // Bind: portal, statement, parameter formats, parameters, result formats.
@@ -249,7 +360,7 @@ pub fn check_message(msg: &mut [u8], first_password: bool) -> Result<(), String>
             let formats = b.format_codes()?;
             let params = b.count()?;
             if formats > 1 && formats != params {
-                return Err(format!("{formats} parameter formats for {params} parameters"));
+                return Err(GuardError::FormatsForParameters { formats, params });
             }
             for _ in 0..params {
                 match b.i32()? {
@@ -257,7 +368,7 @@ pub fn check_message(msg: &mut [u8], first_password: bool) -> Result<(), String>
                     n if n >= 0 => {
                         b.take(n as usize)?;
                     }
-                    n => return Err(format!("a parameter of length {n}")),
+                    n => return Err(GuardError::ParameterLength(n)),
                 }
             }
             b.format_codes()?;
@@ -277,10 +388,9 @@ pub fn check_message(msg: &mut [u8], first_password: bool) -> Result<(), String>
         }
         // Describe, Close: what ('S' or 'P'), its name.
         b'D' | b'C' => {
-            if !matches!(b.take(1)?[0], b'S' | b'P') {
-                return Err(
-                    "Describe or Close of something neither a statement nor a portal".into()
-                );
+            match b.take(1)?[0] {
+                b'S' | b'P' => {}
+                what => return Err(GuardError::DescribeTarget(what)),
             }
             b.cstring()?;
         }
@@ -296,7 +406,7 @@ pub fn check_message(msg: &mut [u8], first_password: bool) -> Result<(), String>
                 n if n >= 0 && n as usize == b.0.len() => {
                     b.take(n as usize)?;
                 }
-                n => return Err(format!("SASL data of {n} bytes in {} left", b.0.len())),
+                len => return Err(GuardError::SaslLength { len, left: b.0.len() }),
             }
         }
         // A later password message (SCRAM's SASLResponse) is its bytes.
@@ -304,9 +414,7 @@ pub fn check_message(msg: &mut [u8], first_password: bool) -> Result<(), String>
         // Query: one string, ending the message. pgwire reads up to the first zero byte and
         // leaves the rest, or all of a string without one, to be read as the next message.
         b'Q' => b.cstring()?,
-        other => {
-            return Err(format!("an unknown message type {:?}", char::from(other)));
-        }
+        other => return Err(GuardError::UnknownType(other)),
     }
     b.end()
 }
@@ -315,10 +423,7 @@ impl<S: AsyncRead + Unpin> Guarded<S> {
     /// Reads more of the socket into `buf`.
     fn fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if !self.authenticated && self.read_before_auth >= PRE_AUTH_BYTES {
-            return Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("more than {PRE_AUTH_BYTES} bytes before authentication"),
-            )));
+            return Poll::Ready(Err(GuardError::TooMuchBeforeAuth.into()));
         }
         let mut chunk = [0u8; READ_AHEAD];
         let mut rb = ReadBuf::new(&mut chunk);
@@ -369,7 +474,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
                             Check::Startup if whole => check_startup(&this.buf[..len]),
                             _ => Ok(()),
                         };
-                        checked.map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))?;
+                        checked?;
                         this.remaining = len;
                     }
                     None if this.eof => {

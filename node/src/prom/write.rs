@@ -69,7 +69,7 @@ impl Chunks<'_> {
                 Err(why) => {
                     // Counted once, at its first visit.
                     if self.at.1 == 0 {
-                        self.out.refuse(why);
+                        self.out.refuse(format!("series {}: {why}", describe(ts)));
                         self.out.refused_samples += ts.samples.len();
                     }
                     self.at = (self.at.0 + 1, 0);
@@ -139,46 +139,52 @@ impl Converted {
 /// A series' tags, in line-protocol form.
 type Tags<'a> = Vec<(Cow<'a, str>, Cow<'a, str>)>;
 
+/// Why a series cannot be stored.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum SeriesError {
+    /// A label without a name, or whose name another label of the series has.
+    #[error("an empty or repeated label name {0:?}")]
+    LabelName(String),
+    /// A label name or value with a line break.
+    #[error("a line break in a label, which line protocol cannot carry")]
+    LineBreak,
+    /// A label named like a column a sample is stored in ([`RESERVED_LABELS`]).
+    #[error("label {0:?} is a column name (time, value, stale); rename it with relabelling")]
+    Reserved(String),
+    /// A metric name a line-protocol reader would take for a comment.
+    #[error("a metric name cannot start with '#'")]
+    CommentName,
+    /// No `__name__` label, or an empty one.
+    #[error("no metric name (__name__)")]
+    NoName,
+}
+
 /// The metric name and tags of a series, or why it cannot be stored. Empty label values are
 /// left out: to Prometheus a label with an empty value is no label.
-fn series(ts: &TimeSeries) -> Result<(&str, Tags<'_>), String> {
+fn series(ts: &TimeSeries) -> Result<(&str, Tags<'_>), SeriesError> {
     let mut name = None;
     let mut tags = Vec::with_capacity(ts.labels.len());
     let mut seen = std::collections::HashSet::with_capacity(ts.labels.len());
     for l in &ts.labels {
         if l.name.is_empty() || !seen.insert(l.name.as_str()) {
-            return Err(format!(
-                "series {}: an empty or repeated label name {:?}",
-                describe(ts),
-                l.name
-            ));
+            return Err(SeriesError::LabelName(l.name.clone()));
         }
         if l.name.contains(['\n', '\r']) || l.value.contains(['\n', '\r']) {
-            return Err(format!(
-                "series {}: a line break in a label, which line protocol cannot carry",
-                describe(ts)
-            ));
+            return Err(SeriesError::LineBreak);
         }
         if l.name == "__name__" {
             name = Some(l.value.as_str());
         } else if l.value.is_empty() {
         } else if RESERVED_LABELS.contains(&l.name.as_str()) {
-            return Err(format!(
-                "series {}: label {:?} is a column name (time, value, stale); rename it with \
-                 relabelling",
-                describe(ts),
-                l.name
-            ));
+            return Err(SeriesError::Reserved(l.name.clone()));
         } else {
             tags.push((Cow::Borrowed(l.name.as_str()), Cow::Borrowed(l.value.as_str())));
         }
     }
     match name {
-        Some(n) if n.starts_with('#') => {
-            Err(format!("series {}: a metric name cannot start with '#'", describe(ts)))
-        }
+        Some(n) if n.starts_with('#') => Err(SeriesError::CommentName),
         Some(n) if !n.is_empty() => Ok((n, tags)),
-        _ => Err(format!("series {}: no metric name (__name__)", describe(ts))),
+        _ => Err(SeriesError::NoName),
     }
 }
 

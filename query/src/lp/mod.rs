@@ -22,7 +22,8 @@ pub mod shape;
 pub mod wire;
 mod writer;
 
-pub use parser::{parse_line, Lines};
+pub use parser::{parse_line, Lines, ParseError, ValueError};
+pub use writer::WriteError;
 
 use std::borrow::Cow;
 

@@ -6,6 +6,111 @@ use smallvec::SmallVec;
 
 use super::{FieldValue, Line, LineError};
 
+/// Why a line does not parse (the `reason` of its [`LineError`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ParseError {
+    /// The line starts with a separator.
+    #[error("missing measurement")]
+    MissingMeasurement,
+    /// A tag key without `=`.
+    #[error("tag {key:?} has no value")]
+    TagWithoutValue {
+        /// The tag key.
+        key: String,
+    },
+    /// A tag whose key is empty.
+    #[error("empty tag key")]
+    EmptyTagKey,
+    /// A tag whose value is empty.
+    #[error("tag {key:?} has an empty value")]
+    EmptyTagValue {
+        /// The tag key.
+        key: String,
+    },
+    /// The measurement and tags are not followed by a space.
+    #[error("expected a space and the field set")]
+    ExpectedFieldSet,
+    /// Nothing after the space that ends the tags.
+    #[error("missing field set")]
+    MissingFieldSet,
+    /// A field after a comma without a key.
+    #[error("empty field key")]
+    EmptyFieldKey,
+    /// A field key without `=`.
+    #[error("field {key:?} has no value")]
+    FieldWithoutValue {
+        /// The field key.
+        key: String,
+    },
+    /// A field value that does not parse.
+    #[error("field {key:?}: {error}")]
+    Field {
+        /// The field key.
+        key: String,
+        /// What is wrong with the value.
+        #[source]
+        error: ValueError,
+    },
+    /// A byte other than a space after the field set.
+    #[error("unexpected {found:?} after the field set")]
+    AfterFieldSet {
+        /// The byte (as a character).
+        found: char,
+    },
+    /// A timestamp that is not a signed 64-bit integer.
+    #[error("invalid timestamp {text:?}")]
+    InvalidTimestamp {
+        /// The timestamp as written.
+        text: String,
+        /// Why it does not parse.
+        #[source]
+        error: std::num::ParseIntError,
+    },
+}
+
+/// Why a field value does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ValueError {
+    /// Nothing after `=`.
+    #[error("missing value")]
+    Missing,
+    /// An `i`-suffixed value that is not a signed 64-bit integer.
+    #[error("invalid integer {text:?}")]
+    Integer {
+        /// The value as written.
+        text: String,
+        /// Why it does not parse.
+        #[source]
+        error: std::num::ParseIntError,
+    },
+    /// A `u`-suffixed value that is not an unsigned 64-bit integer.
+    #[error("invalid unsigned integer {text:?}")]
+    UInteger {
+        /// The value as written.
+        text: String,
+        /// Why it does not parse.
+        #[source]
+        error: std::num::ParseIntError,
+    },
+    /// A value that is neither a number nor a boolean, and not quoted.
+    #[error("invalid value {text:?} (strings need double quotes)")]
+    Unquoted {
+        /// The value as written.
+        text: String,
+    },
+    /// A value that starts as a number but is not a finite float.
+    #[error("invalid float {text:?}")]
+    Float {
+        /// The value as written.
+        text: String,
+    },
+    /// A string without its closing double quote.
+    #[error("unterminated string")]
+    UnterminatedString,
+}
+
 /// Iterator over the lines of a request body, each with its 1-based line number, skipping
 /// empty and comment lines.
 pub struct Lines<'a> {
@@ -43,39 +148,39 @@ impl<'a> Iterator for Lines<'a> {
             return Some(
                 parse_line(trimmed)
                     .map(|l| (no, l))
-                    .map_err(|reason| LineError { line: no, reason }),
+                    .map_err(|e| LineError { line: no, reason: e.to_string() }),
             );
         }
     }
 }
 
 /// Parses one line (without its line end).
-pub fn parse_line(line: &str) -> Result<Line<'_>, String> {
+pub fn parse_line(line: &str) -> Result<Line<'_>, ParseError> {
     let b = line.as_bytes();
     let mut pos = 0;
     let measurement = take_name(line, &mut pos, &MEASUREMENT_STOPS);
     if measurement.is_empty() {
-        return Err("missing measurement".into());
+        return Err(ParseError::MissingMeasurement);
     }
     let mut tags = SmallVec::new();
     while pos < b.len() && b[pos] == b',' {
         pos += 1;
         let key = take_name(line, &mut pos, &KEY_STOPS);
         if pos >= b.len() || b[pos] != b'=' {
-            return Err(format!("tag {key:?} has no value"));
+            return Err(ParseError::TagWithoutValue { key: key.into_owned() });
         }
         pos += 1;
         let value = take_name(line, &mut pos, &KEY_STOPS);
         if key.is_empty() {
-            return Err("empty tag key".into());
+            return Err(ParseError::EmptyTagKey);
         }
         if value.is_empty() {
-            return Err(format!("tag {key:?} has an empty value"));
+            return Err(ParseError::EmptyTagValue { key: key.into_owned() });
         }
         tags.push((key, value));
     }
     if pos >= b.len() || b[pos] != b' ' {
-        return Err("expected a space and the field set".into());
+        return Err(ParseError::ExpectedFieldSet);
     }
     while pos < b.len() && b[pos] == b' ' {
         pos += 1;
@@ -85,16 +190,19 @@ pub fn parse_line(line: &str) -> Result<Line<'_>, String> {
         let key = take_name(line, &mut pos, &KEY_STOPS);
         if key.is_empty() {
             return Err(if fields.is_empty() {
-                "missing field set".to_string()
+                ParseError::MissingFieldSet
             } else {
-                "empty field key".to_string()
+                ParseError::EmptyFieldKey
             });
         }
         if pos >= b.len() || b[pos] != b'=' {
-            return Err(format!("field {key:?} has no value"));
+            return Err(ParseError::FieldWithoutValue { key: key.into_owned() });
         }
         pos += 1;
-        let value = field_value(line, &mut pos).map_err(|e| format!("field {key:?}: {e}"))?;
+        let value = match field_value(line, &mut pos) {
+            Ok(v) => v,
+            Err(error) => return Err(ParseError::Field { key: key.into_owned(), error }),
+        };
         fields.push((key, value));
         if pos < b.len() && b[pos] == b',' {
             pos += 1;
@@ -104,13 +212,14 @@ pub fn parse_line(line: &str) -> Result<Line<'_>, String> {
     }
     let timestamp = if pos < b.len() {
         if b[pos] != b' ' {
-            return Err(format!("unexpected {:?} after the field set", char::from(b[pos])));
+            return Err(ParseError::AfterFieldSet { found: char::from(b[pos]) });
         }
         let ts = line[pos..].trim();
         if ts.is_empty() {
             None
         } else {
-            Some(ts.parse::<i64>().map_err(|_| format!("invalid timestamp {ts:?}"))?)
+            let invalid = |error| ParseError::InvalidTimestamp { text: ts.to_string(), error };
+            Some(ts.parse::<i64>().map_err(invalid)?)
         }
     } else {
         None
@@ -180,10 +289,10 @@ fn take_name<'a>(line: &'a str, pos: &mut usize, stops: &StopSet) -> Cow<'a, str
     Cow::Owned(out)
 }
 
-fn field_value<'a>(line: &'a str, pos: &mut usize) -> Result<FieldValue<'a>, String> {
+fn field_value<'a>(line: &'a str, pos: &mut usize) -> Result<FieldValue<'a>, ValueError> {
     let b = line.as_bytes();
     if *pos >= b.len() {
-        return Err("missing value".into());
+        return Err(ValueError::Missing);
     }
     if b[*pos] == b'"' {
         return string_value(line, pos);
@@ -194,7 +303,7 @@ fn field_value<'a>(line: &'a str, pos: &mut usize) -> Result<FieldValue<'a>, Str
     }
     let raw = &line[start..*pos];
     if raw.is_empty() {
-        return Err("missing value".into());
+        return Err(ValueError::Missing);
     }
     match raw {
         "t" | "T" | "true" | "True" | "TRUE" => return Ok(FieldValue::Boolean(true)),
@@ -205,25 +314,25 @@ fn field_value<'a>(line: &'a str, pos: &mut usize) -> Result<FieldValue<'a>, Str
         return n
             .parse::<i64>()
             .map(FieldValue::Integer)
-            .map_err(|_| format!("invalid integer {raw:?}"));
+            .map_err(|error| ValueError::Integer { text: raw.to_string(), error });
     }
     if let Some(n) = raw.strip_suffix('u') {
         return n
             .parse::<u64>()
             .map(FieldValue::UInteger)
-            .map_err(|_| format!("invalid unsigned integer {raw:?}"));
+            .map_err(|error| ValueError::UInteger { text: raw.to_string(), error });
     }
     let first = raw.as_bytes()[0];
     if !(first.is_ascii_digit() || first == b'-' || first == b'+' || first == b'.') {
-        return Err(format!("invalid value {raw:?} (strings need double quotes)"));
+        return Err(ValueError::Unquoted { text: raw.to_string() });
     }
     match raw.parse::<f64>() {
         Ok(v) if v.is_finite() => Ok(FieldValue::Float(v)),
-        _ => Err(format!("invalid float {raw:?}")),
+        _ => Err(ValueError::Float { text: raw.to_string() }),
     }
 }
 
-fn string_value<'a>(line: &'a str, pos: &mut usize) -> Result<FieldValue<'a>, String> {
+fn string_value<'a>(line: &'a str, pos: &mut usize) -> Result<FieldValue<'a>, ValueError> {
     let b = line.as_bytes();
     let start = *pos + 1;
     let mut i = start;
@@ -254,7 +363,7 @@ fn string_value<'a>(line: &'a str, pos: &mut usize) -> Result<FieldValue<'a>, St
             _ => i += 1,
         }
     }
-    Err("unterminated string".into())
+    Err(ValueError::UnterminatedString)
 }
 
 #[cfg(test)]
@@ -318,7 +427,7 @@ mod tests {
             ("cpu v=nan", "double quotes"),
             ("cpu v=1e999", "invalid float"),
         ] {
-            let e = parse_line(bad).expect_err(bad);
+            let e = parse_line(bad).expect_err(bad).to_string();
             assert!(e.contains(why), "{bad:?}: {e:?} lacks {why:?}");
         }
     }

@@ -15,11 +15,37 @@ fn escaped(out: &mut String, s: &str, stops: &[char]) {
     }
 }
 
-fn no_line_breaks(what: &str, s: &str) -> Result<(), String> {
+/// Why a line cannot be written as line protocol.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WriteError {
+    /// A name or string value with a line break.
+    #[error("{what} {text:?} contains a line break, which line protocol cannot carry")]
+    LineBreak {
+        /// What holds it: `measurement`, `tag`, `tag value`, `field` or `string value`.
+        what: &'static str,
+        /// The name or value.
+        text: String,
+    },
+    /// An empty measurement, or one a reader would take for a comment (`#`).
+    #[error("measurement {0:?} cannot be written as line protocol")]
+    Measurement(String),
+    /// A line without fields.
+    #[error("a line needs at least one field")]
+    NoFields,
+    /// A float field that is NaN or infinite.
+    #[error("field {key:?}: {value} cannot be written as line protocol")]
+    NonFinite {
+        /// The field key.
+        key: String,
+        /// The value.
+        value: f64,
+    },
+}
+
+fn no_line_breaks(what: &'static str, s: &str) -> Result<(), WriteError> {
     if s.contains(['\n', '\r']) {
-        return Err(format!(
-            "{what} {s:?} contains a line break, which line protocol cannot carry"
-        ));
+        return Err(WriteError::LineBreak { what, text: s.to_string() });
     }
     Ok(())
 }
@@ -28,7 +54,7 @@ impl Line<'_> {
     /// Appends the line and a newline to `out` (the timestamp as it is, in the precision the
     /// reader is told). Fails, appending nothing, for what line protocol cannot carry: line
     /// breaks, a measurement starting with `#`, a non-finite float, a line without fields.
-    pub fn write_to(&self, out: &mut String) -> Result<(), String> {
+    pub fn write_to(&self, out: &mut String) -> Result<(), WriteError> {
         let start = out.len();
         let res = self.write_unchecked(out);
         if res.is_err() {
@@ -37,14 +63,14 @@ impl Line<'_> {
         res
     }
 
-    fn write_unchecked(&self, out: &mut String) -> Result<(), String> {
+    fn write_unchecked(&self, out: &mut String) -> Result<(), WriteError> {
         let m = self.measurement.as_ref();
         no_line_breaks("measurement", m)?;
         if m.is_empty() || m.starts_with('#') {
-            return Err(format!("measurement {m:?} cannot be written as line protocol"));
+            return Err(WriteError::Measurement(m.to_string()));
         }
         if self.fields.is_empty() {
-            return Err("a line needs at least one field".into());
+            return Err(WriteError::NoFields);
         }
         escaped(out, m, &[',', ' ']);
         for (k, v) in &self.tags {
@@ -65,7 +91,7 @@ impl Line<'_> {
                     let _ = write!(out, "{f:?}");
                 }
                 FieldValue::Float(f) => {
-                    return Err(format!("field {k:?}: {f} cannot be written as line protocol"))
+                    return Err(WriteError::NonFinite { key: k.to_string(), value: *f })
                 }
                 FieldValue::Integer(n) => {
                     let _ = write!(out, "{n}i");

@@ -19,7 +19,7 @@ use parking_lot::{Mutex, RwLock};
 use super::applied::{self, Membership, MAX_BATCH_OPS, RESERVED_PREFIX};
 use super::snapshot::{sync_dir, write_atomic, Descriptor, Meta, ShardSnapshot};
 use crate::error::ReplicaError;
-use crate::types::{Command, NodeId, Response, TypeConfig};
+use crate::types::{Command, CompressedBatchError, NodeId, Response, TypeConfig};
 
 /// Applies a replica's committed write batches: the one path that writes a change to the engine
 /// and installs what it changes in state derived from the engine (a catalog), alike on every
@@ -197,10 +197,15 @@ impl Replica {
                     WriteBatch::new()
                 }
                 EntryPayload::Normal(cmd @ (Command::Batch(_) | Command::Lz4Batch { .. })) => {
-                    match cmd.batch_bytes().unwrap_or(Err(String::new())).and_then(decode_batch) {
+                    let decoded = match cmd.batch_bytes() {
+                        Some(Ok(bytes)) => decode_batch(bytes),
+                        Some(Err(e)) => Err(e.into()),
+                        None => Err(Refused::Malformed), // both commands carry a batch
+                    };
+                    match decoded {
                         Ok(b) => b,
                         Err(why) => {
-                            reply.error = Some(why);
+                            reply.error = Some(why.to_string());
                             WriteBatch::new()
                         }
                     }
@@ -210,7 +215,7 @@ impl Replica {
                         .and_then(|b| Ok((b, decode_batch(child_batch.into())?)));
                     match decoded {
                         Err(why) => {
-                            reply.error = Some(why);
+                            reply.error = Some(why.to_string());
                             WriteBatch::new()
                         }
                         Ok(_) if engine.get(&super::split::split_key(child), None)?.is_some() => {
@@ -453,11 +458,31 @@ fn retire(engine: Arc<Engine>, dir: PathBuf) {
     }
 }
 
+/// Why a replicated batch is applied as a no-op (every replica refuses it alike).
+#[derive(Debug, thiserror::Error)]
+enum Refused {
+    /// A compressed batch that does not expand.
+    #[error(transparent)]
+    Compressed(#[from] CompressedBatchError),
+    /// Bytes that do not decode as a write batch.
+    #[error("malformed write batch")]
+    Malformed,
+    /// More operations than a batch may hold.
+    #[error("write batch of {ops} operations exceeds {MAX_BATCH_OPS}")]
+    TooManyOps {
+        /// Operations in the batch.
+        ops: usize,
+    },
+    /// An operation on the keys the replica keeps its replication state under.
+    #[error("write batch touches the reserved replication keys")]
+    Reserved,
+}
+
 /// Decodes a replicated batch and checks it may be applied.
-fn decode_batch(bytes: std::borrow::Cow<'_, [u8]>) -> Result<WriteBatch, String> {
-    let b = WriteBatch::from_bytes(&bytes).ok_or("malformed write batch")?;
+fn decode_batch(bytes: std::borrow::Cow<'_, [u8]>) -> Result<WriteBatch, Refused> {
+    let b = WriteBatch::from_bytes(&bytes).ok_or(Refused::Malformed)?;
     if b.len() > MAX_BATCH_OPS {
-        return Err(format!("write batch of {} operations exceeds {MAX_BATCH_OPS}", b.len()));
+        return Err(Refused::TooManyOps { ops: b.len() });
     }
     let reserved = |k: &[u8]| k.starts_with(RESERVED_PREFIX);
     let touches = b.ops().iter().any(|op| match op {
@@ -467,7 +492,7 @@ fn decode_batch(bytes: std::borrow::Cow<'_, [u8]>) -> Result<WriteBatch, String>
         }
     });
     if touches {
-        return Err("write batch touches the reserved replication keys".into());
+        return Err(Refused::Reserved);
     }
     Ok(b)
 }

@@ -116,16 +116,41 @@ impl RaftService {
             .await
     }
 
-    fn route(&self, group: u64, target: NodeId) -> Result<GroupHandle, String> {
-        if target != self.node {
-            return Err(format!("message for node {target} reached node {}", self.node));
+    fn route(&self, group: u64, target: NodeId) -> Result<GroupHandle, Undeliverable> {
+        let node = self.node;
+        if target != node {
+            return Err(Undeliverable::WrongNode { target, node });
         }
-        self.groups.get(group).ok_or_else(|| format!("group {group} is not on node {}", self.node))
+        self.groups.get(group).ok_or(Undeliverable::NoGroup { group, node })
     }
 }
 
-fn undeliverable(why: String) -> Response<RaftReply> {
-    Response::new(RaftReply { payload: Default::default(), error: why })
+/// Why a message is not handed to a group's Raft (the sender is answered with why).
+#[derive(Debug, thiserror::Error)]
+enum Undeliverable {
+    /// The message names another node than this one.
+    #[error("message for node {target} reached node {node}")]
+    WrongNode {
+        /// The node it is for.
+        target: NodeId,
+        /// This node.
+        node: NodeId,
+    },
+    /// This node does not host the group.
+    #[error("group {group} is not on node {node}")]
+    NoGroup {
+        /// The group.
+        group: u64,
+        /// This node.
+        node: NodeId,
+    },
+    /// The snapshot sent was not received whole and valid.
+    #[error("snapshot refused: {0}")]
+    Snapshot(#[source] super::stream::ReceiveError),
+}
+
+fn undeliverable(why: Undeliverable) -> Response<RaftReply> {
+    Response::new(RaftReply { payload: Default::default(), error: why.to_string() })
 }
 
 fn reply<T: serde::Serialize>(v: &T) -> Result<Response<RaftReply>, Status> {
@@ -176,7 +201,7 @@ impl RaftRpc for RaftService {
         };
         let received = match super::stream::receive(&g.replica, header, stream).await {
             Ok(r) => r,
-            Err(why) => return Ok(undeliverable(format!("snapshot refused: {why}"))),
+            Err(why) => return Ok(undeliverable(Undeliverable::Snapshot(why))),
         };
         self.groups.snapshots_received.add(received.descriptor.total_bytes());
         tracing::info!(

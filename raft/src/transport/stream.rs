@@ -16,9 +16,81 @@ use tokio_stream::wrappers::ReceiverStream;
 use super::proto::snapshot_chunk::Kind;
 use super::proto::{FileChunk, SnapshotChunk, SnapshotHeader};
 use super::{encode, SNAPSHOT_CHUNK_BYTES};
+use crate::error::ReplicaError;
 use crate::sm::snapshot::{write_atomic, Descriptor, DESCRIPTOR};
 use crate::sm::{Replica, ShardSnapshot};
 use crate::types::{NodeId, TypeConfig};
+
+/// Why a snapshot could not be sent.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SendError {
+    /// The snapshot's descriptor could not be read or encoded.
+    #[error(transparent)]
+    Replica(#[from] ReplicaError),
+    /// The vote could not be encoded.
+    #[error(transparent)]
+    Encoding(#[from] postcard::Error),
+    /// Reading the descriptor panicked or was cancelled.
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// Why a snapshot stream was refused.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ReceiveError {
+    /// The header's vote does not decode.
+    #[error(transparent)]
+    Vote(#[from] postcard::Error),
+    /// The descriptor is invalid, the files fail validation, or the replica could not make
+    /// room for them.
+    #[error(transparent)]
+    Replica(#[from] ReplicaError),
+    /// The sender's call failed.
+    #[error(transparent)]
+    Call(Box<tonic::Status>),
+    /// Writing a received file failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// A received file could not be created.
+    #[error("{}: {source}", path.display())]
+    Create {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A header after the first chunk.
+    #[error("a second snapshot header")]
+    SecondHeader,
+    /// Data for a file before the last one, or for no file of the descriptor.
+    #[error("file {0} out of order")]
+    FileOutOfOrder(usize),
+    /// A file of the descriptor that is not empty, skipped.
+    #[error("no data received for {0}")]
+    NoData(String),
+    /// A chunk that does not continue its file.
+    #[error("chunk at {offset} of file {file}, expected {expected}")]
+    Gap {
+        /// Where the chunk starts.
+        offset: u64,
+        /// The file's index in the descriptor.
+        file: usize,
+        /// The bytes of the file received so far.
+        expected: u64,
+    },
+    /// The stream ended before a file that is not empty.
+    #[error("stream ended before {0}")]
+    EndedBefore(String),
+    /// Validating the files panicked or was cancelled.
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+}
+
+impl From<tonic::Status> for ReceiveError {
+    fn from(s: tonic::Status) -> Self {
+        ReceiveError::Call(Box::new(s))
+    }
+}
 
 /// The chunks of `snapshot` for `target`, read by a background task as the stream is consumed,
 /// and the bytes of its files.
@@ -28,18 +100,11 @@ pub(crate) async fn send(
     vote: &Vote<NodeId>,
     snapshot: &Snapshot<TypeConfig>,
     pacer: std::sync::Arc<super::Pacer>,
-) -> Result<(ReceiverStream<SnapshotChunk>, u64), String> {
+) -> Result<(ReceiverStream<SnapshotChunk>, u64), SendError> {
     let snap = (*snapshot.snapshot).clone();
-    let d = tokio::task::spawn_blocking(move || snap.descriptor())
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
-    let header = SnapshotHeader {
-        group,
-        target,
-        vote: encode(vote).map_err(|e| e.to_string())?,
-        descriptor: d.encode().map_err(|e| e.to_string())?.into(),
-    };
+    let d = tokio::task::spawn_blocking(move || snap.descriptor()).await??;
+    let header =
+        SnapshotHeader { group, target, vote: encode(vote)?, descriptor: d.encode()?.into() };
     let bytes = d.total_bytes();
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     let dir = snapshot.snapshot.dir().to_path_buf();
@@ -123,20 +188,20 @@ pub(crate) async fn receive<S>(
     replica: &Replica,
     header: SnapshotHeader,
     mut stream: S,
-) -> Result<Received, String>
+) -> Result<Received, ReceiveError>
 where
     S: Stream<Item = Result<SnapshotChunk, tonic::Status>> + Unpin,
 {
-    let vote: Vote<NodeId> = postcard::from_bytes(&header.vote).map_err(|e| e.to_string())?;
-    let d = Descriptor::decode(&header.descriptor, replica.root()).map_err(|e| e.to_string())?;
-    let dir = replica.incoming_dir(&d.meta.snapshot_id).map_err(|e| e.to_string())?;
+    let vote: Vote<NodeId> = postcard::from_bytes(&header.vote)?;
+    let d = Descriptor::decode(&header.descriptor, replica.root())?;
+    let dir = replica.incoming_dir(&d.meta.snapshot_id)?;
     let partial = Partial { dir, kept: false };
     let dir = partial.dir.as_path();
     let mut current: Option<(usize, tokio::fs::File, u64)> = None;
     let mut next_file = 0usize;
-    while let Some(chunk) = stream.next().await.transpose().map_err(|e| e.to_string())? {
+    while let Some(chunk) = stream.next().await.transpose()? {
         let Some(Kind::Data(c)) = chunk.kind else {
-            return Err("a second snapshot header".into());
+            return Err(ReceiveError::SecondHeader);
         };
         let idx = c.file as usize;
         let open_new = match &current {
@@ -145,14 +210,14 @@ where
         };
         if open_new {
             if let Some((_, f, _)) = current.take() {
-                f.sync_all().await.map_err(|e| e.to_string())?;
+                f.sync_all().await?;
             }
             if idx < next_file || idx >= d.files.len() {
-                return Err(format!("file {idx} out of order"));
+                return Err(ReceiveError::FileOutOfOrder(idx));
             }
             for skipped in &d.files[next_file..idx] {
                 if skipped.len != 0 {
-                    return Err(format!("no data received for {}", skipped.name));
+                    return Err(ReceiveError::NoData(skipped.name.clone()));
                 }
                 create(&dir.join(&skipped.name)).await?;
             }
@@ -162,34 +227,34 @@ where
         }
         let Some((_, f, written)) = current.as_mut() else { continue };
         if c.offset != *written {
-            return Err(format!("chunk at {} of file {idx}, expected {written}", c.offset));
+            return Err(ReceiveError::Gap { offset: c.offset, file: idx, expected: *written });
         }
-        f.write_all(&c.data).await.map_err(|e| e.to_string())?;
+        f.write_all(&c.data).await?;
         *written += c.data.len() as u64;
     }
     if let Some((_, f, _)) = current.take() {
-        f.sync_all().await.map_err(|e| e.to_string())?;
+        f.sync_all().await?;
     }
     for rest in &d.files[next_file..] {
         if rest.len != 0 {
-            return Err(format!("stream ended before {}", rest.name));
+            return Err(ReceiveError::EndedBefore(rest.name.clone()));
         }
         create(&dir.join(&rest.name)).await?;
     }
-    let encoded = d.encode().map_err(|e| e.to_string())?;
+    let encoded = d.encode()?;
     let check = ShardSnapshot::at(dir.to_path_buf());
     tokio::task::spawn_blocking(move || {
         write_atomic(&check.dir().join(DESCRIPTOR), &encoded)?;
         check.validate()
     })
-    .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| e.to_string())?;
+    .await??;
     Ok(Received { vote, descriptor: d, snapshot: ShardSnapshot::at(partial.keep()) })
 }
 
-async fn create(path: &PathBuf) -> Result<tokio::fs::File, String> {
-    tokio::fs::File::create(path).await.map_err(|e| format!("{}: {e}", path.display()))
+async fn create(path: &PathBuf) -> Result<tokio::fs::File, ReceiveError> {
+    tokio::fs::File::create(path)
+        .await
+        .map_err(|source| ReceiveError::Create { path: path.clone(), source })
 }
 
 #[cfg(test)]

@@ -235,7 +235,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     let mut version =
         Version::new(opts.num_levels, rd_levels, GlobalSpec::of(&opts)).apply(&edit, &opened);
     version.check_invariants().map_err(|why| {
-        Error::corruption(dir.join(crate::fs::manifest_name(recovered.number)), 0, why)
+        Error::corruption(dir.join(crate::fs::manifest_name(recovered.number)), 0, why.to_string())
     })?;
 
     let mut ledger = Ledger::open(dir, &listing.ledgers, alloc())?;

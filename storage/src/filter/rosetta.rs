@@ -20,13 +20,12 @@ use bytes::Bytes;
 use super::alloc::allocate;
 use super::global::one_head;
 use super::RangeFilterSpec;
+use crate::coding::u64_at;
 
 /// Filter version: 2 uses cache-line blocked Bloom filters. Version 1 filters (plain Bloom
 /// filters, never in a release) are ignored: their files answer "maybe".
 const VERSION: u8 = 2;
 const HEADER_LEN: usize = 8;
-/// `decode`'s error for a filter of an older version (the table is read without it).
-pub(crate) const OLD_VERSION: &str = "range filter of an older version";
 const FLAG_FOREIGN_ANY: u8 = 1;
 const TAG_HEAD: u64 = 0x9e37_79b9_7f4a_7c15;
 const TAG_FOREIGN: u64 = 0xc2b2_ae3d_27d4_eb4f;
@@ -229,35 +228,64 @@ pub(crate) struct Rosetta {
     levels: Vec<Level>,
 }
 
+/// Why a filter block does not decode as a [`Rosetta`] filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum DecodeError {
+    /// The block does not start with a range filter's header.
+    #[error("not a range filter")]
+    NotAFilter,
+    /// A filter of an older version: the table is read without it.
+    #[error("range filter of an older version")]
+    OldVersion,
+    /// A version this build does not know.
+    #[error("range filter version {0} unknown")]
+    UnknownVersion(u8),
+    /// The key length, shift or number of levels is out of range.
+    #[error("range filter header out of range")]
+    HeaderOutOfRange,
+    /// The block ends inside a level's header.
+    #[error("range filter truncated")]
+    Truncated,
+    /// A level's size does not fit in memory.
+    #[error("range filter level too large")]
+    LevelTooLarge,
+    /// A level's size or number of probes is invalid.
+    #[error("range filter level malformed")]
+    LevelMalformed,
+    /// A level's bits reach past the block.
+    #[error("range filter level out of bounds")]
+    LevelOutOfBounds,
+}
+
 impl Rosetta {
     /// Decodes and bounds-checks a filter.
-    pub fn decode(data: Bytes) -> Result<Rosetta, String> {
+    pub fn decode(data: Bytes) -> Result<Rosetta, DecodeError> {
         if data.len() < HEADER_LEN || data[0] != b'R' {
-            return Err("not a range filter".into());
+            return Err(DecodeError::NotAFilter);
         }
         if data[1] == 1 {
-            return Err(OLD_VERSION.into());
+            return Err(DecodeError::OldVersion);
         }
         if data[1] != VERSION {
-            return Err(format!("range filter version {} unknown", data[1]));
+            return Err(DecodeError::UnknownVersion(data[1]));
         }
         let key_len = usize::from(u16::from_le_bytes([data[2], data[3]]));
         let (shift, heights, flags) = (u32::from(data[4]), u32::from(data[5]), data[6]);
         if key_len < 8 || shift >= 64 || heights > 65 {
-            return Err("range filter header out of range".into());
+            return Err(DecodeError::HeaderOutOfRange);
         }
         let mut at = HEADER_LEN;
-        let mut level = || -> Result<Level, String> {
-            let head = data.get(at..at + 9).ok_or("range filter truncated")?;
-            let bits = u64::from_le_bytes(head[..8].try_into().map_err(|_| "truncated")?);
+        let mut level = || -> Result<Level, DecodeError> {
+            let head = data.get(at..at + 9).ok_or(DecodeError::Truncated)?;
+            let bits = u64_at(head, 0).ok_or(DecodeError::Truncated)?;
             let k = u32::from(head[8]);
-            let bytes = usize::try_from(bits / 8).map_err(|_| "range filter level too large")?;
+            let bytes = usize::try_from(bits / 8).map_err(|_| DecodeError::LevelTooLarge)?;
             if bits % BLOCK_BITS != 0 || (bits > 0 && !(1..=30).contains(&k)) {
-                return Err("range filter level malformed".into());
+                return Err(DecodeError::LevelMalformed);
             }
             let off = at + 9;
             if off.checked_add(bytes).is_none_or(|end| end > data.len()) {
-                return Err("range filter level out of bounds".into());
+                return Err(DecodeError::LevelOutOfBounds);
             }
             at = off + bytes;
             Ok(Level { off, bits, k })

@@ -19,7 +19,7 @@ use crate::cache::PageCache;
 use crate::coding::{u32_at, u64_at};
 use crate::error::IoContext;
 use crate::filter::global::{CellCollector, Cells, GlobalSpec};
-use crate::filter::rosetta::{Rosetta, OLD_VERSION};
+use crate::filter::rosetta::{DecodeError, Rosetta};
 use crate::gloran::piece::{before_end, find, Piece, SeqList};
 use crate::{Error, Result};
 
@@ -137,7 +137,7 @@ impl Table {
                 let bytes = filters.slice(off..off + len); // bounds checked by `validate_index`
                 match Rosetta::decode(bytes) {
                     Ok(f) => Some(f),
-                    Err(why) if why == OLD_VERSION => None,
+                    Err(DecodeError::OldVersion) => None,
                     Err(why) => return Err(corrupt(blocks[0].0, &format!("range filter: {why}"))),
                 }
             }
@@ -381,13 +381,19 @@ impl Table {
     }
 }
 
-/// Structural checks of a decoded index block, so later lookups cannot index out of bounds.
+/// Structural checks of a decoded index block, so later lookups cannot index out of bounds. A
+/// failed check is a corruption of `path` at `index_off`, the index block's offset.
 fn validate_index(
     ix: &IndexBlock,
     data_end: u64,
     blocks: &[(u64, u32)],
     filters_len: usize,
-) -> Result<(), String> {
+    path: &Path,
+    index_off: u64,
+) -> Result<()> {
+    let bad = |why: std::fmt::Arguments<'_>| {
+        Err(Error::corruption(path, index_off, format!("index block: {why}")))
+    };
     // Pages are contiguous when written; a page drop leaves holes and appends rewritten pages
     // after the filter block, so only bounds and disjointness (from each other and from the
     // filter and index blocks) are checked.
@@ -395,44 +401,44 @@ fn validate_index(
     spans.extend(blocks.iter().map(|&(o, l)| (o, o + u64::from(l))));
     for (i, p) in ix.pages.iter().enumerate() {
         let end = p.offset.checked_add(p.len as u64).filter(|&e| e <= data_end);
-        let Some(end) = end else { return Err(format!("page {i} out of bounds")) };
+        let Some(end) = end else { return bad(format_args!("page {i} out of bounds")) };
         spans.push((p.offset, end));
         if p.filter_offset as usize + p.filter_len as usize > filters_len {
-            return Err(format!("page {i} filter out of bounds"));
+            return bad(format_args!("page {i} filter out of bounds"));
         }
         if p.min_key > p.max_key || p.min_dkey > p.max_dkey {
-            return Err(format!("page {i} has inverted bounds"));
+            return bad(format_args!("page {i} has inverted bounds"));
         }
         if p.summary.as_ref().is_some_and(|s| s.min_seq > s.max_seq) {
-            return Err(format!("page {i} summary has inverted sequence numbers"));
+            return bad(format_args!("page {i} summary has inverted sequence numbers"));
         }
     }
     spans.sort_unstable();
     if spans.windows(2).any(|w| w[0].1 > w[1].0) {
-        return Err("pages overlap".into());
+        return bad(format_args!("pages overlap"));
     }
     let mut next_page = 0u32;
     for (i, t) in ix.tiles.iter().enumerate() {
         if t.first_page != next_page || t.pages == 0 {
-            return Err(format!("tile {i} page range not contiguous"));
+            return bad(format_args!("tile {i} page range not contiguous"));
         }
         next_page = t.first_page + t.pages;
         if next_page as usize > ix.pages.len() || t.first_key > t.last_key {
-            return Err(format!("tile {i} out of bounds"));
+            return bad(format_args!("tile {i} out of bounds"));
         }
         if t.filter_offset as usize + t.filter_len as usize > filters_len {
-            return Err(format!("tile {i} filter out of bounds"));
+            return bad(format_args!("tile {i} filter out of bounds"));
         }
         if i > 0 && ix.tiles[i - 1].last_key >= t.first_key {
-            return Err(format!("tile {i} overlaps its predecessor"));
+            return bad(format_args!("tile {i} overlaps its predecessor"));
         }
     }
     if next_page as usize != ix.pages.len() {
-        return Err("pages not covered by tiles".into());
+        return bad(format_args!("pages not covered by tiles"));
     }
     if let Some((off, len)) = ix.range_filter {
         if off as usize + len as usize > filters_len {
-            return Err("range filter out of bounds".into());
+            return bad(format_args!("range filter out of bounds"));
         }
     }
     Ok(())
@@ -490,7 +496,6 @@ fn read_layout(file: &File, path: &Path, size: u64) -> Result<Layout> {
         _ => postcard::from_bytes(&raw_index).map_err(undecodable)?,
     };
     let blocks = [(filter_off, filter_len), (index_off, index_len)];
-    validate_index(&index, foot_at, &blocks, filters.len())
-        .map_err(|why| corrupt(index_off, &format!("index block: {why}")))?;
+    validate_index(&index, foot_at, &blocks, filters.len(), path, index_off)?;
     Ok((index, filters, blocks))
 }

@@ -127,24 +127,45 @@ impl Version {
         g.apply(&removed, &added)
     }
 
-    /// Checks level invariants: sorted levels do not overlap. Returns a description of a violation.
-    pub fn check_invariants(&self) -> Result<(), String> {
+    /// Checks level invariants: sorted levels do not overlap, and deeper range-index levels
+    /// hold one tree each.
+    pub fn check_invariants(&self) -> Result<(), Violation> {
         for (i, trees) in self.rd_levels.iter().enumerate().skip(1) {
             if trees.len() > 1 {
-                return Err(format!("range-index level {i} holds {} trees", trees.len()));
+                return Err(Violation::RangeLevelTrees { level: i, trees: trees.len() });
             }
         }
         for (i, files) in self.levels.iter().enumerate().skip(1) {
             for w in files.windows(2) {
                 if !w[0].meta().ends_before(w[1].meta().smallest()) {
-                    return Err(format!(
-                        "level {i}: files {} and {} overlap",
-                        w[0].id(),
-                        w[1].id()
-                    ));
+                    let (first, second) = (w[0].id(), w[1].id());
+                    return Err(Violation::Overlap { level: i, first, second });
                 }
             }
         }
         Ok(())
     }
+}
+
+/// A level invariant a [`Version`] breaks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Violation {
+    /// A range-index level below the first holds more than one tree.
+    #[error("range-index level {level} holds {trees} trees")]
+    RangeLevelTrees {
+        /// The level.
+        level: usize,
+        /// Trees it holds.
+        trees: usize,
+    },
+    /// Two neighbouring files of a sorted level overlap.
+    #[error("level {level}: files {first} and {second} overlap")]
+    Overlap {
+        /// The level.
+        level: usize,
+        /// The id of the first file.
+        first: u64,
+        /// The id of the file after it.
+        second: u64,
+    },
 }

@@ -102,13 +102,14 @@ pub enum ShardOutcome {
 }
 
 /// Runs `intent` on every shard in parallel, retrying a shard that cannot answer until
-/// `patience` has passed. Returns each shard's outcome, or the shards still unanswered.
+/// `patience` has passed. Returns each shard's outcome, or the shards still unanswered (with
+/// why each last could not answer).
 pub async fn drive(
     shards: &dyn Shards,
     intent: &Intent,
     op: &ShardOp,
     patience: Duration,
-) -> std::result::Result<Vec<(ShardId, ShardOutcome)>, Vec<(ShardId, String)>> {
+) -> std::result::Result<Vec<(ShardId, ShardOutcome)>, Vec<(ShardId, ShardError)>> {
     let until = Instant::now() + patience;
     let ids = shards.statement_shards();
     let runs = ids.iter().map(|&s| drive_shard(shards, intent, op, s, until));
@@ -128,14 +129,15 @@ pub async fn drive(
     }
 }
 
-/// Runs `intent` on `shard` until it answers or `until` passes (then the last reason).
+/// Runs `intent` on `shard` until it answers or `until` passes (then the last reason, a
+/// [`ShardError::Unavailable`]).
 async fn drive_shard(
     client: &dyn Shards,
     intent: &Intent,
     op: &ShardOp,
     shard: ShardId,
     until: Instant,
-) -> std::result::Result<ShardOutcome, String> {
+) -> std::result::Result<ShardOutcome, ShardError> {
     let request = intent.request();
     let mut pause = Duration::from_millis(50);
     loop {
@@ -149,7 +151,7 @@ async fn drive_shard(
             Ok(batches) => return Ok(ShardOutcome::Done(batches)),
             Err(ShardError::NotFound(m)) => return Ok(ShardOutcome::Absent(m)),
             Err(ShardError::Invalid(m)) => return Ok(ShardOutcome::Refused(m)),
-            Err(ShardError::Unavailable(m)) => m,
+            Err(why @ ShardError::Unavailable(_)) => why,
         };
         if Instant::now() + pause >= until {
             return Err(why);

@@ -65,7 +65,7 @@ impl DrTree {
         let raw = decode_block(buf).map_err(|why| corrupt(index_off, why))?;
         let index: DrIndex = postcard::from_bytes(&raw)
             .map_err(|e| corrupt(index_off, &format!("index undecodable: {e}")))?;
-        validate(&index, index_off).map_err(|why| corrupt(index_off, &why))?;
+        validate(&index, index_off, &path)?;
         if index.props != meta.props {
             return Err(corrupt(index_off, "properties differ from the manifest"));
         }
@@ -219,35 +219,39 @@ impl Drop for DrTree {
     }
 }
 
-fn validate(ix: &DrIndex, data_end: u64) -> Result<(), String> {
-    let leaves = ix.levels.first().ok_or("no leaf level")?;
+/// Structural checks of a decoded index: a failed one is a corruption of `path` at
+/// `data_end`, the index block's offset.
+fn validate(ix: &DrIndex, data_end: u64, path: &Path) -> Result<()> {
+    let bad =
+        |why: std::fmt::Arguments<'_>| Err(Error::corruption(path, data_end, why.to_string()));
+    let Some(leaves) = ix.levels.first() else { return bad(format_args!("no leaf level")) };
     let mut next = 0u64;
     for (i, e) in leaves.iter().enumerate() {
         if e.child != next || e.len == 0 {
-            return Err(format!("leaf {i} not contiguous"));
+            return bad(format_args!("leaf {i} not contiguous"));
         }
         next += e.len as u64;
     }
     if next != data_end || leaves.is_empty() {
-        return Err("leaves do not end at the index block".into());
+        return bad(format_args!("leaves do not end at the index block"));
     }
     for l in 1..ix.levels.len() {
         let (below, level) = (&ix.levels[l - 1], &ix.levels[l]);
         let mut child = 0u64;
         for e in level {
             if e.child != child || e.len == 0 {
-                return Err(format!("level {l} children not contiguous"));
+                return bad(format_args!("level {l} children not contiguous"));
             }
             child += e.len as u64;
         }
         if child as usize != below.len() {
-            return Err(format!("level {l} does not cover the level below"));
+            return bad(format_args!("level {l} does not cover the level below"));
         }
     }
     for level in &ix.levels {
         for w in level.windows(2) {
             if w[0].hi.is_empty() || w[0].hi > w[1].lo {
-                return Err("sibling extents overlap".into());
+                return bad(format_args!("sibling extents overlap"));
             }
         }
     }
