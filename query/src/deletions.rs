@@ -118,11 +118,9 @@ pub fn local_deletions(db: &Database, shard: u64, node: u64) -> Vec<ReplicaDelet
             kind: r.request.kind,
             target: r.request.text,
             issued_by: r.request.issued_by,
-            rows: (r.request.rows != ebb_storage::DeleteRequest::ROWS_NOT_COUNTED)
-                .then_some(r.request.rows),
+            rows: r.request.rows,
             issued_at_ms: r.issued_at_ms,
-            deadline_ms: (r.deadline_ms != ebb_storage::ledger::NO_DEADLINE)
-                .then_some(r.deadline_ms),
+            deadline_ms: r.deadline_ms.ms(),
             shard,
             node,
             applied_at_ms: Some(r.applied_at_ms),

@@ -101,7 +101,7 @@ impl LogPurger {
         tracing::debug!(?deadline, now_ms, "deletes awaiting the log");
         let Some(deadline) = deadline else { return Ok(PurgeOutcome::Idle) };
         // Once per interval; as the deadline nears, up to every quarter of the time left.
-        let left = Duration::from_millis(deadline.saturating_sub(now_ms));
+        let left = deadline.left(now_ms);
         let gap = self.interval.min((left / 4).max(Duration::from_secs(1)));
         if self.last.lock().is_some_and(|t| t.elapsed() < gap) {
             tracing::debug!(?gap, "log compaction waits");

@@ -372,7 +372,7 @@ mod tests {
                 id: 77,
                 kind: "erase".into(),
                 text: "user = 'x'".into(),
-                rows: 3,
+                rows: Some(3),
                 deadline_ms: Some(1_700_000_100_000),
                 issued_by: "alice via postgres from 10.0.0.7:51234".into(),
             });
@@ -407,7 +407,7 @@ mod tests {
         put_bytes(&mut buf, &postcard::to_allocvec(&legacy).unwrap());
         let (_, d) = WriteBatch::decode(&buf).unwrap();
         let r = d.request().unwrap();
-        assert_eq!((r.id, r.rows, r.issued_by.as_str()), (5, 2, ""));
+        assert_eq!((r.id, r.rows, r.issued_by.as_str()), (5, Some(2), ""));
         assert_eq!(r.text, "host = 'a'");
     }
 

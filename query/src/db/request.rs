@@ -65,7 +65,7 @@ impl RequestSpec {
 
     /// What a batch of it that hid `rows` rows carries; `None`: rows not counted.
     pub fn request(&self, rows: impl Into<Option<u64>>) -> DeleteRequest {
-        let rows = rows.into().unwrap_or(DeleteRequest::ROWS_NOT_COUNTED);
+        let rows = rows.into();
         DeleteRequest {
             id: self.id,
             kind: self.kind.clone(),

@@ -354,7 +354,7 @@ fn engine_deletes(db: &Database) -> Vec<ArrayRef> {
         table.push(t);
         target.push(tg);
         issued.push(ms_to_ns(d.issued_at_ms));
-        deadline.push((d.deadline_ms != u64::MAX).then(|| ms_to_ns(d.deadline_ms)));
+        deadline.push(d.deadline_ms.ms().map(ms_to_ns));
         applied.push(ms_to_ns(d.applied_at_ms));
         persisted.push(d.persisted_at_ms.map(ms_to_ns));
         status.push(match d.status(now_ms) {

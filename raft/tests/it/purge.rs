@@ -52,7 +52,7 @@ async fn a_delete_leaves_engine_log_and_snapshots_of_every_replica_by_its_deadli
         id: 42,
         kind: "erase".into(),
         text: "writer 1, rows 0..1000".into(),
-        rows: 1000,
+        rows: Some(1000),
         deadline_ms: Some(deadline),
         issued_by: String::new(),
     });
@@ -63,7 +63,7 @@ async fn a_delete_leaves_engine_log_and_snapshots_of_every_replica_by_its_deadli
         assert_eq!(in_log, 1000, "node {}: the log holds every deleted value", n.id);
         let r = n.group.replica.engine().delete_requests();
         assert_eq!(r.len(), 1);
-        assert_eq!((r[0].request.id, r[0].deadline_ms, r[0].pending), (42, deadline, 1));
+        assert_eq!((r[0].request.id, r[0].deadline_ms.ms(), r[0].pending), (42, Some(deadline), 1));
     }
     // Writes go on; every replica's purger ticks.
     let purgers: Vec<LogPurger> = (0..3).map(|_| LogPurger::new(Duration::from_secs(30))).collect();
@@ -125,7 +125,7 @@ async fn a_new_replica_keeps_the_deadline_of_a_pending_delete() {
             id: 77,
             kind: "delete".into(),
             text: "rows 0..100".into(),
-            rows: 100,
+            rows: Some(100),
             deadline_ms: Some(deadline),
             issued_by: String::new(),
         });
@@ -163,7 +163,7 @@ async fn a_new_replica_keeps_the_deadline_of_a_pending_delete() {
         assert_eq!(installed, by_snapshot, "caught up by snapshot iff the log was purged");
         let r = c.nodes[&3].group.replica.engine().delete_requests();
         let r = r.iter().find(|r| r.request.id == 77).expect("the request reached the new replica");
-        assert_eq!((r.issued_at_ms, r.deadline_ms), (issued, deadline), "{by_snapshot}");
+        assert_eq!((r.issued_at_ms, r.deadline_ms.ms()), (issued, Some(deadline)), "{by_snapshot}");
         assert_eq!(r.persisted_at_ms, None, "still pending");
         c.assert_replicas_identical();
         c.shutdown().await;
@@ -191,7 +191,7 @@ async fn a_snapshot_being_received_holds_deletes_back_without_compactions() {
         id: 7,
         kind: "delete".into(),
         text: "rows 0..500".into(),
-        rows: 500,
+        rows: Some(500),
         deadline_ms: Some(deadline),
         issued_by: String::new(),
     });

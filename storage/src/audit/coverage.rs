@@ -120,7 +120,7 @@ mod tests {
             id,
             kind,
             issued_at_ms: 0,
-            deadline_ms: u64::MAX,
+            deadline_ms: crate::ledger::Deadline::Never,
             applied_at_ms: 0,
             persisted_at_ms: None,
         }

@@ -88,7 +88,7 @@ impl Engine {
     /// deletes `fixed` clears (`fixed`: what the copies a purge of the log does not replace
     /// are clear of; `None`: none such). The caller purges its log (and replaces its
     /// snapshots) when this is near: a delete `fixed` does not clear would wait all the same.
-    pub fn awaiting_log(&self, fixed: &LogClearance) -> Result<Option<u64>> {
+    pub fn awaiting_log(&self, fixed: &LogClearance) -> Result<Option<crate::ledger::Deadline>> {
         let inner = &self.inner;
         if !inner.opts.external_log {
             return Ok(None);

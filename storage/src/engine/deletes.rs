@@ -16,7 +16,7 @@ use crate::batch::WriteBatch;
 use crate::compaction::policy::CompactionTask;
 use crate::fade::policy::{pick_expired, FadeInput, PendingRange};
 use crate::fade::{Deadlines, DeleteStamp};
-use crate::ledger::{Deletion, DeletionKind, RequestStatus};
+use crate::ledger::{Deadline, Deletion, DeletionKind, RequestStatus};
 use crate::sst::{FileMeta, Table};
 use crate::{RangeDeleteMode, Result};
 
@@ -89,9 +89,9 @@ impl Engine {
 
 /// The due base of a delete issued at `issued_ms` and due at `deadline_ms` (see
 /// [`DeleteStamp`]).
-pub(super) fn due_base(deadlines: Option<Deadlines>, issued_ms: u64, deadline_ms: u64) -> u64 {
-    match deadlines {
-        Some(d) if deadline_ms != u64::MAX => deadline_ms.saturating_sub(d.total_ms),
+pub(super) fn due_base(deadlines: Option<Deadlines>, issued_ms: u64, deadline_ms: Deadline) -> u64 {
+    match (deadlines, deadline_ms) {
+        (Some(d), Deadline::At(ms)) => ms.saturating_sub(d.total_ms),
         _ => issued_ms,
     }
 }
@@ -102,10 +102,10 @@ pub(super) fn batch_deadline(
     deadlines: Option<Deadlines>,
     batch: &WriteBatch,
     issued_ms: u64,
-) -> u64 {
-    let default = deadlines.map_or(u64::MAX, |d| d.final_due(issued_ms));
+) -> Deadline {
+    let default = deadlines.map_or(Deadline::Never, |d| Deadline::At(d.final_due(issued_ms)));
     match batch.request().and_then(|r| r.deadline_ms) {
-        Some(r) => r.min(default),
+        Some(r) => Deadline::At(r).min(default),
         None => default,
     }
 }
@@ -123,7 +123,7 @@ impl Inner {
     }
 
     /// The due base of a delete issued at `issued_ms` and due at `deadline_ms`.
-    fn due_base(&self, issued_ms: u64, deadline_ms: u64) -> u64 {
+    fn due_base(&self, issued_ms: u64, deadline_ms: Deadline) -> u64 {
         due_base(self.deadlines(), issued_ms, deadline_ms)
     }
 
@@ -298,7 +298,7 @@ impl Inner {
                         tracing::debug!(
                             dir = %self.dir.display(),
                             id = d.id,
-                            deadline_ms = d.deadline_ms,
+                            deadline_ms = ?d.deadline_ms.ms(),
                             ?in_mem,
                             ?in_files,
                             oldest_snapshot = ?self.snapshots.seqs().first(),
@@ -333,7 +333,7 @@ impl Inner {
                         tracing::debug!(
                             dir = %self.dir.display(),
                             id = d.id,
-                            deadline_ms = d.deadline_ms,
+                            deadline_ms = ?d.deadline_ms.ms(),
                             ?in_files,
                             "expedited point delete still held"
                         );

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub use record::{Deletion, DeletionKind, DeletionStatus};
+pub use record::{Deadline, Deletion, DeletionKind, DeletionStatus};
 pub(crate) use request::DeleteRequestV1;
 pub use request::{DeleteRequest, RequestRecord, RequestStatus};
 
@@ -29,10 +29,6 @@ use crate::batch::{BatchOp, WriteBatch};
 use crate::error::IoContext;
 use crate::log::{read_records, RecordWriter};
 use crate::{Error, Result};
-
-/// The deadline the ledger records for a delete without one (no deadline configured, none
-/// asked for).
-pub const NO_DEADLINE: u64 = u64::MAX;
 
 /// How long the ledger keeps persisted records ([`Ledger::prune`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +73,7 @@ pub(crate) struct Ledger {
     /// Pending point and range deletes (persisted by the watermark).
     pending: BTreeSet<u64>,
     /// Pending range deletes by (deadline, id), for FADE's earliest-deadline-first picks.
-    pending_ranges_by_due: BTreeSet<(u64, u64)>,
+    pending_ranges_by_due: BTreeSet<(Deadline, u64)>,
     /// Pending point and range deletes of requests with a deadline of their own: they may be
     /// due before older deletes, so they are checked one by one rather than by the watermark.
     expedited: BTreeSet<u64>,
@@ -245,7 +241,7 @@ impl Ledger {
         batch: &WriteBatch,
         seq: u64,
         issued_ms: u64,
-        deadline_ms: u64,
+        deadline_ms: Deadline,
         now_ms: u64,
     ) -> bool {
         if !batch.has_deletes() {
@@ -314,8 +310,8 @@ impl Ledger {
                 if pending > 0 { None } else { Some(persisted.unwrap_or(r.applied_at_ms)) };
             match out.last_mut() {
                 Some(s) if s.request.id == *id => {
-                    // Saturates: an uncounted batch leaves the request uncounted.
-                    s.request.rows = s.request.rows.saturating_add(r.request.rows);
+                    // An uncounted batch leaves the request uncounted.
+                    s.request.rows = s.request.rows.zip(r.request.rows).map(|(a, b)| a + b);
                     s.issued_at_ms = s.issued_at_ms.min(r.issued_at_ms);
                     s.applied_at_ms = s.applied_at_ms.max(r.applied_at_ms);
                     s.deadline_ms = s.deadline_ms.min(r.deadline_ms);
@@ -345,7 +341,7 @@ impl Ledger {
     /// Pending range deletes whose deadline is at or before `due_by`, earliest deadline first.
     pub fn pending_ranges_due_by(&self, due_by: u64) -> impl Iterator<Item = &Deletion> + '_ {
         self.pending_ranges_by_due
-            .range(..=(due_by, u64::MAX))
+            .range(..=(Deadline::At(due_by), u64::MAX))
             .filter_map(|(_, id)| self.records.get(id))
     }
 
@@ -533,7 +529,7 @@ mod tests {
             id,
             kind: DeletionKind::Point { key: format!("k{id}").into_bytes() },
             issued_at_ms: at,
-            deadline_ms: at + 100,
+            deadline_ms: Deadline::At(at + 100),
             applied_at_ms: at,
             persisted_at_ms: None,
         }
@@ -597,7 +593,7 @@ mod tests {
                     id: 100 + id,
                     kind: "delete".into(),
                     text: String::new(),
-                    rows: 1,
+                    rows: Some(1),
                     deadline_ms: None,
                     issued_by: String::new(),
                 },
@@ -605,7 +601,7 @@ mod tests {
                 end_seq: id + 1,
                 issued_at_ms: id * 10,
                 applied_at_ms: id * 10,
-                deadline_ms: NO_DEADLINE,
+                deadline_ms: Deadline::Never,
             });
             // Persisted one by one, in order; the last stays pending.
             if id < 10 {

@@ -1,6 +1,60 @@
 //! One entry of the deletion ledger.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// When a delete's covered data must be physically gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Deadline {
+    /// By this time (ms since the Unix epoch).
+    At(u64),
+    /// None (no delete deadline configured, none asked for): later than any time.
+    Never,
+}
+
+impl Deadline {
+    /// The time, if there is one (ms).
+    pub fn ms(self) -> Option<u64> {
+        match self {
+            Deadline::At(ms) => Some(ms),
+            Deadline::Never => None,
+        }
+    }
+
+    /// True if data gone at `at_ms` was gone by the deadline.
+    pub fn met_by(self, at_ms: u64) -> bool {
+        self.ms().is_none_or(|d| at_ms <= d)
+    }
+
+    /// True if the deadline is over at `now_ms`.
+    pub fn passed(self, now_ms: u64) -> bool {
+        self.ms().is_some_and(|d| now_ms > d)
+    }
+
+    /// The time left at `now_ms` (`Duration::MAX` without a deadline, zero once passed).
+    pub fn left(self, now_ms: u64) -> std::time::Duration {
+        match self {
+            Deadline::At(d) => std::time::Duration::from_millis(d.saturating_sub(now_ms)),
+            Deadline::Never => std::time::Duration::MAX,
+        }
+    }
+}
+
+/// Stored as ledgers, WAL segments and Raft logs have always held it: a u64 of milliseconds,
+/// `u64::MAX` for [`Deadline::Never`].
+impl Serialize for Deadline {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(self.ms().unwrap_or(u64::MAX))
+    }
+}
+
+impl<'de> Deserialize<'de> for Deadline {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(match u64::deserialize(d)? {
+            u64::MAX => Deadline::Never,
+            ms => Deadline::At(ms),
+        })
+    }
+}
 
 /// What a delete removes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,9 +113,9 @@ pub struct Deletion {
     pub kind: DeletionKind,
     /// When it was issued (ms since the Unix epoch).
     pub issued_at_ms: u64,
-    /// When its covered data must be physically gone: `issued_at_ms` plus the delete deadline
-    /// (`u64::MAX` without one).
-    pub deadline_ms: u64,
+    /// When its covered data must be physically gone: `issued_at_ms` plus the delete deadline,
+    /// or the request's own if earlier.
+    pub deadline_ms: Deadline,
     /// When the engine applied it, after which reads no longer return covered data.
     pub applied_at_ms: u64,
     /// When the manifest commit happened after which no live file, memtable or WAL held covered
@@ -73,9 +127,9 @@ impl Deletion {
     /// Status as of `now_ms`.
     pub fn status(&self, now_ms: u64) -> DeletionStatus {
         match self.persisted_at_ms {
-            Some(t) if t <= self.deadline_ms => DeletionStatus::Persisted,
+            Some(t) if self.deadline_ms.met_by(t) => DeletionStatus::Persisted,
             Some(_) => DeletionStatus::Late,
-            None if now_ms > self.deadline_ms => DeletionStatus::Late,
+            None if self.deadline_ms.passed(now_ms) => DeletionStatus::Late,
             None => DeletionStatus::Pending,
         }
     }
@@ -96,7 +150,7 @@ mod tests {
             id: 7,
             kind: DeletionKind::Point { key: b"k".to_vec() },
             issued_at_ms: 1_000,
-            deadline_ms: 2_000,
+            deadline_ms: Deadline::At(2_000),
             applied_at_ms: 1_000,
             persisted_at_ms: None,
         };
@@ -106,5 +160,18 @@ mod tests {
         assert_eq!(d.status(9_999), DeletionStatus::Persisted);
         d.persisted_at_ms = Some(2_001);
         assert_eq!(d.status(2_001), DeletionStatus::Late);
+        d.deadline_ms = Deadline::Never;
+        assert_eq!(d.status(u64::MAX), DeletionStatus::Persisted);
+    }
+
+    #[test]
+    fn deadlines_are_stored_as_before_and_never_comes_last() {
+        for (d, stored) in [(Deadline::At(2_000), 2_000u64), (Deadline::Never, u64::MAX)] {
+            let bytes = postcard::to_allocvec(&d).unwrap();
+            assert_eq!(bytes, postcard::to_allocvec(&stored).unwrap());
+            assert_eq!(postcard::from_bytes::<Deadline>(&bytes).unwrap(), d);
+        }
+        assert!(Deadline::At(u64::MAX - 1) < Deadline::Never);
+        assert!(Deadline::At(1) < Deadline::At(2));
     }
 }

@@ -15,9 +15,10 @@ pub struct DeleteRequest {
     pub kind: String,
     /// What it deletes, as the user stated it (a predicate, a statement).
     pub text: String,
-    /// Rows the batch's deletes hid when it was issued; [`DeleteRequest::ROWS_NOT_COUNTED`]
-    /// if they were not counted (a table drop, a retention purge).
-    pub rows: u64,
+    /// Rows the batch's deletes hid when it was issued (`None`: not counted, as for a table
+    /// drop or a retention purge).
+    #[serde(with = "max_is_none")]
+    pub rows: Option<u64>,
     /// When the deleted data must be physically gone (ms since the Unix epoch); `None`: the
     /// engine's `delete_deadline` after issue. A later deadline than that is capped to it.
     pub deadline_ms: Option<u64>,
@@ -43,7 +44,7 @@ impl From<DeleteRequestV1> for DeleteRequest {
             id: r.id,
             kind: r.kind,
             text: r.text,
-            rows: r.rows,
+            rows: (r.rows != u64::MAX).then_some(r.rows),
             deadline_ms: r.deadline_ms,
             issued_by: String::new(),
         }
@@ -58,7 +59,7 @@ pub(crate) struct RequestRecordV1 {
     pub end_seq: u64,
     pub issued_at_ms: u64,
     pub applied_at_ms: u64,
-    pub deadline_ms: u64,
+    pub deadline_ms: super::Deadline,
 }
 
 impl From<RequestRecordV1> for RequestRecord {
@@ -74,10 +75,19 @@ impl From<RequestRecordV1> for RequestRecord {
     }
 }
 
-impl DeleteRequest {
-    /// `rows` of a request whose rows were not counted. A request with any batch not counted
-    /// is not counted as a whole.
-    pub const ROWS_NOT_COUNTED: u64 = u64::MAX;
+/// An `Option<u64>` stored as a u64, `u64::MAX` for `None`: how WAL segments, Raft logs and
+/// ledgers have always held it.
+mod max_is_none {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(v.unwrap_or(u64::MAX))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        let v = u64::deserialize(d)?;
+        Ok((v != u64::MAX).then_some(v))
+    }
 }
 
 /// One batch of a request as the ledger records it.
@@ -93,8 +103,8 @@ pub struct RequestRecord {
     pub issued_at_ms: u64,
     /// When this engine applied it (ms).
     pub applied_at_ms: u64,
-    /// Its deadline (ms; `u64::MAX`: none).
-    pub deadline_ms: u64,
+    /// Its deadline.
+    pub deadline_ms: super::Deadline,
 }
 
 /// Where one request stands in one engine: its batches together.
@@ -107,8 +117,8 @@ pub struct RequestStatus {
     /// When the engine applied its last batch (ms), after which reads no longer return data
     /// it deletes.
     pub applied_at_ms: u64,
-    /// Its deadline (ms; `u64::MAX`: none).
-    pub deadline_ms: u64,
+    /// Its deadline.
+    pub deadline_ms: super::Deadline,
     /// Engine deletes (ledger entries) it consists of.
     pub deletes: u64,
     /// Of those, how many are not yet persisted.

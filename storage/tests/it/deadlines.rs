@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed step should fail the test
 
+use ebb_storage::ledger::Deadline;
 use std::time::Duration;
 
 use ebb_storage::{DeletionKind, DeletionStatus, Engine, ManualClock, RangeDeleteMode};
@@ -24,7 +25,7 @@ fn ledger_records_deletes_across_restart_and_crash() {
         assert_eq!(all.iter().map(|d| d.id).collect::<Vec<_>>(), vec![2, 3]);
         assert_eq!(all[0].kind, DeletionKind::Point { key: k(1) });
         assert_eq!(all[0].issued_at_ms, START_MS);
-        assert_eq!(all[0].deadline_ms, START_MS + 60_000);
+        assert_eq!(all[0].deadline_ms, Deadline::At(START_MS + 60_000));
         assert_eq!(all[1].kind, DeletionKind::Range { lo: k(10), hi: k(20) });
         assert_eq!(all[1].issued_at_ms, START_MS + 5_000);
     };

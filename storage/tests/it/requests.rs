@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed step should fail the test
 
+use ebb_storage::ledger::Deadline;
 use std::time::Duration;
 
 use crate::common::{series_key as k, small_on_clock, START_MS};
@@ -24,7 +25,7 @@ fn request(id: u64, deadline_ms: Option<u64>) -> DeleteRequest {
         id,
         kind: "erase".into(),
         text: format!("request {id}"),
-        rows: 10,
+        rows: Some(10),
         deadline_ms,
         issued_by: format!("tester {id}"),
     }
@@ -56,14 +57,14 @@ fn a_short_request_deadline_is_met_while_default_deletes_wait() {
     let fast = seq;
     e.write(&b, fast).unwrap();
     let fast_del = e.deletion(fast).unwrap();
-    assert_eq!(fast_del.deadline_ms, START_MS + HOUR_MS);
-    assert_eq!(e.deletion(slow).unwrap().deadline_ms, START_MS + 24 * HOUR_MS);
+    assert_eq!(fast_del.deadline_ms, Deadline::At(START_MS + HOUR_MS));
+    assert_eq!(e.deletion(slow).unwrap().deadline_ms, Deadline::At(START_MS + 24 * HOUR_MS));
     // A deadline later than the engine's is capped to it.
     let mut b = WriteBatch::new();
     b.delete(k(350)).set_request(request(8, Some(START_MS + 100 * HOUR_MS)));
     seq += 1;
     e.write(&b, seq).unwrap();
-    assert_eq!(e.deletion(seq).unwrap().deadline_ms, START_MS + 24 * HOUR_MS);
+    assert_eq!(e.deletion(seq).unwrap().deadline_ms, Deadline::At(START_MS + 24 * HOUR_MS));
     // Two hours of unrelated writes on a clock stepping a minute at a time.
     for step in 0..120 {
         clock.advance(60_000);
@@ -149,8 +150,8 @@ fn requests_survive_replay_and_checkpoints_and_batches_combine() {
         let reqs = e.delete_requests();
         assert_eq!(reqs.len(), 1);
         let r = &reqs[0];
-        assert_eq!((r.request.id, r.request.rows, r.deletes, r.pending), (9, 20, 4, 4));
-        assert_eq!((r.issued_at_ms, r.deadline_ms), (START_MS, START_MS + 5_000));
+        assert_eq!((r.request.id, r.request.rows, r.deletes, r.pending), (9, Some(20), 4, 4));
+        assert_eq!((r.issued_at_ms, r.deadline_ms), (START_MS, Deadline::At(START_MS + 5_000)));
         assert_eq!(r.request.text, "request 9");
     };
     check(&e);
