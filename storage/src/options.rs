@@ -215,8 +215,9 @@ pub struct Options {
     pub fail_points: FailPoints,
 }
 
-/// How range deletes are stored. Fixed when the engine is created.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// How range deletes are stored. Fixed when the engine is created, and recorded in its
+/// manifest (encoded by variant index: the order of the variants is part of the format).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum RangeDeleteMode {
     /// GLORAN: one global index of key x sequence rectangles (the default).
     #[default]
@@ -225,6 +226,15 @@ pub enum RangeDeleteMode {
     /// tombstones in memtables and in a block of every SST, checked on every lookup and carried
     /// down by compaction until the bottommost level.
     Tombstones,
+}
+
+impl std::fmt::Display for RangeDeleteMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RangeDeleteMode::Gloran => "GLORAN",
+            RangeDeleteMode::Tombstones => "tombstone",
+        })
+    }
 }
 
 /// How the KiWi+ delete-tile size h of each level is chosen.

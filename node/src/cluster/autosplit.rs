@@ -80,7 +80,7 @@ impl AutoSplit {
         let now = Instant::now();
         let mut loads = Vec::new();
         for (n, reports) in replies {
-            for l in reports.iter().filter(|l| l.leader == n) {
+            for l in reports.iter().filter(|l| l.leader == Some(n)) {
                 self.note(l.shard, n, l.rows_written, now);
                 let Some(s) = v.shards.get(&l.shard) else { continue };
                 loads.push(ShardLoad {

@@ -190,8 +190,9 @@ async fn known_leaders(
     let mut best: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
     for (_, shards) in &replies {
         for l in shards {
-            if l.leader != 0 && best.get(&l.shard).is_none_or(|(term, _)| l.term > *term) {
-                best.insert(l.shard, (l.term, l.leader));
+            let Some(leader) = l.leader else { continue };
+            if best.get(&l.shard).is_none_or(|(term, _)| l.term > *term) {
+                best.insert(l.shard, (l.term, leader));
             }
         }
     }

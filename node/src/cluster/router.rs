@@ -482,14 +482,15 @@ impl Router {
     /// nobody could tell within a second are left out.
     pub async fn leaders(&self) -> BTreeMap<u64, u64> {
         let mut best: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
-        let mut note = |shard: u64, leader: u64, term: u64| {
-            if leader != 0 && best.get(&shard).is_none_or(|(_, t)| term > *t) {
+        let mut note = |shard: u64, leader: Option<u64>, term: u64| {
+            let Some(leader) = leader else { return };
+            if best.get(&shard).is_none_or(|(_, t)| term > *t) {
                 best.insert(shard, (leader, term));
             }
         };
         for s in self.shards.all() {
             let m = s.group.raft.metrics().borrow().clone();
-            note(s.id, m.current_leader.unwrap_or(0), m.current_term);
+            note(s.id, m.current_leader, m.current_term);
         }
         let v = self.meta.view();
         let held = self.shards.ids();

@@ -353,7 +353,7 @@ impl Cluster for ClusterService {
                 let m = s.group.raft.metrics().borrow().clone();
                 ShardLeader {
                     shard: s.id,
-                    leader: m.current_leader.unwrap_or(0),
+                    leader: m.current_leader,
                     term: m.current_term,
                     last_log_index: m.last_log_index.unwrap_or(0),
                     applied_index: m.last_applied.map_or(0, |l| l.index),

@@ -276,6 +276,51 @@ async fn read_all(h: &AsyncMutex<Harness>, run: &Run) {
     }
 }
 
+/// Every table and series of a replica's catalog: (database, table, table id, series id, tags).
+type SeriesSet = std::collections::BTreeSet<(String, String, u32, u64, Vec<(usize, String)>)>;
+
+fn series_of(db: &ebb_query::Database) -> SeriesSet {
+    let catalog = db.catalog();
+    let mut out = SeriesSet::new();
+    for def in catalog.tables() {
+        catalog.with_series(def.id, |idx| {
+            for (id, tags) in idx.iter() {
+                let tags = tags.iter().map(|(i, v)| (i, v.to_string())).collect();
+                out.insert((def.database.clone(), def.name.clone(), def.id, id, tags));
+            }
+        });
+    }
+    out
+}
+
+/// Every replica of a shard holds the same series under the same ids (a replica that gave a
+/// key a second id, or an id to another key, would read or delete the wrong rows). Followers
+/// may still be applying the last entries: asked again for up to a minute.
+async fn replicas_agree_on_series(h: &AsyncMutex<Harness>) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut by_shard: std::collections::BTreeMap<u64, Vec<(u64, SeriesSet)>> =
+            Default::default();
+        for (node, n) in &h.lock().await.nodes {
+            for s in n.shards.all() {
+                by_shard.entry(s.id).or_default().push((*node, series_of(&s.db)));
+            }
+        }
+        let differ = by_shard.iter().find(|(_, r)| r.iter().any(|(_, set)| *set != r[0].1));
+        let Some((shard, replicas)) = differ else {
+            let series: usize = by_shard.values().map(|r| r[0].1.len()).sum();
+            eprintln!("nemesis: the replicas of {} shards hold the same {series} series", by_shard.len());
+            assert!(by_shard.values().all(|r| r.len() >= 2), "a shard with one replica");
+            return;
+        };
+        if Instant::now() > deadline {
+            let sets: Vec<_> = replicas.iter().map(|(n, s)| format!("node {n}: {s:?}")).collect();
+            panic!("the replicas of shard {shard} hold different series:\n{}", sets.join("\n"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn histories_under_partitions_restarts_and_lost_messages_are_linearizable() {
     let c = campaign(12);
@@ -374,6 +419,7 @@ async fn histories_under_partitions_restarts_and_lost_messages_are_linearizable(
         g.start(i, &[]).await;
     }
     read_all(&h, &run).await;
+    replicas_agree_on_series(&h).await;
 
     let history = run.history.lock().clone();
     let total: usize = history.values().map(Vec::len).sum();

@@ -72,7 +72,7 @@ impl Engine {
                 let sv = inner.current();
                 let mut open: HashMap<u64, Arc<Table>> =
                     sv.version.all_tables().map(|t| (t.id(), t.clone())).collect();
-                for t in inner.retired.lock().iter().filter_map(std::sync::Weak::upgrade) {
+                for t in inner.files.retired.lock().iter().filter_map(std::sync::Weak::upgrade) {
                     open.entry(t.id()).or_insert(t);
                 }
                 match open.get(&id) {

@@ -14,7 +14,7 @@ impl Engine {
     /// hold (never issued here, or forgotten after persistence: see `ledger_retention` and
     /// `ledger_max_persisted`).
     pub fn coverage(&self, ids: &[u64]) -> Result<Coverage> {
-        let ledger = self.inner.ledger.lock();
+        let ledger = self.inner.deletes.ledger.lock();
         let mut deletes = Vec::with_capacity(ids.len());
         for id in ids {
             let d = ledger
@@ -48,7 +48,7 @@ impl Engine {
             out.push(scan);
         }
         let retired: Vec<Arc<Table>> =
-            inner.retired.lock().iter().filter_map(Weak::upgrade).collect();
+            inner.files.retired.lock().iter().filter_map(Weak::upgrade).collect();
         let live = sv.version.all_tables().map(|t| ("sst", t));
         for (kind, t) in live.chain(retired.iter().map(|t| ("sst (obsolete, still open)", t))) {
             let name = crate::sst::file_name(t.id());

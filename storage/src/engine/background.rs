@@ -4,8 +4,61 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use parking_lot::{Condvar, Mutex};
+
+use super::history::CompactionRecord;
 use super::Inner;
 use crate::Result;
+
+/// The engine's background work: what its threads are asked to do, the condition they wait
+/// on, the locks that serialise flushes and compactions, and the compactions done lately.
+#[derive(Debug)]
+pub(super) struct Background {
+    pub(super) state: Mutex<BgState>,
+    pub(super) cv: Condvar,
+    /// One compaction (or time-window execution) at a time.
+    pub(super) compaction: Mutex<()>,
+    /// One flush at a time.
+    pub(super) flush: Mutex<()>,
+    pub(super) history: Mutex<std::collections::VecDeque<CompactionRecord>>,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct BgState {
+    pub(super) shutdown: bool,
+    pub(super) compaction_requested: bool,
+}
+
+impl Background {
+    pub(super) fn new() -> Background {
+        Background {
+            state: Mutex::new(BgState { shutdown: false, compaction_requested: true }),
+            cv: Condvar::new(),
+            compaction: Mutex::new(()),
+            flush: Mutex::new(()),
+            history: super::history::new_history(),
+        }
+    }
+
+    /// Wakes the threads (asking for a compaction round if `compaction`).
+    pub(super) fn wake(&self, compaction: bool) {
+        let mut bg = self.state.lock();
+        if compaction {
+            bg.compaction_requested = true;
+        }
+        self.cv.notify_all();
+    }
+
+    /// Tells the threads to stop.
+    pub(super) fn shut_down(&self) {
+        self.state.lock().shutdown = true;
+        self.cv.notify_all();
+    }
+
+    pub(super) fn is_shut_down(&self) -> bool {
+        self.state.lock().shutdown
+    }
+}
 
 /// Starts the flush and compaction threads.
 pub(super) fn spawn(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
@@ -25,9 +78,9 @@ pub(super) fn spawn(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
 fn wal_sync_loop(inner: &Inner, every: Duration) {
     loop {
         {
-            let mut bg = inner.bg.lock();
+            let mut bg = inner.background.state.lock();
             if !bg.shutdown {
-                inner.bg_cv.wait_for(&mut bg, every);
+                inner.background.cv.wait_for(&mut bg, every);
             }
             if bg.shutdown {
                 return;
@@ -61,12 +114,12 @@ fn tick(inner: &Inner) -> Duration {
 fn flush_loop(inner: &Inner) {
     loop {
         {
-            let mut bg = inner.bg.lock();
+            let mut bg = inner.background.state.lock();
             if bg.shutdown {
                 return;
             }
             if inner.current().imms.is_empty() {
-                inner.bg_cv.wait_for(&mut bg, tick(inner));
+                inner.background.cv.wait_for(&mut bg, tick(inner));
             }
             if bg.shutdown {
                 return;
@@ -100,18 +153,18 @@ fn flush_loop(inner: &Inner) {
 
 /// Waits a second (or until shutdown) before retrying work a full disk stopped.
 fn backoff(inner: &Inner) {
-    let mut bg = inner.bg.lock();
+    let mut bg = inner.background.state.lock();
     if !bg.shutdown {
-        inner.bg_cv.wait_for(&mut bg, Duration::from_secs(1));
+        inner.background.cv.wait_for(&mut bg, Duration::from_secs(1));
     }
 }
 
 fn compaction_loop(inner: &Inner) {
     loop {
         {
-            let mut bg = inner.bg.lock();
+            let mut bg = inner.background.state.lock();
             while !bg.shutdown && !bg.compaction_requested {
-                inner.bg_cv.wait(&mut bg);
+                inner.background.cv.wait(&mut bg);
             }
             if bg.shutdown {
                 return;
@@ -119,7 +172,7 @@ fn compaction_loop(inner: &Inner) {
             bg.compaction_requested = false;
         }
         loop {
-            if inner.is_poisoned() || inner.bg.lock().shutdown {
+            if inner.is_poisoned() || inner.background.is_shut_down() {
                 break;
             }
             match inner.compact_once() {

@@ -41,7 +41,7 @@ impl Inner {
         let number = edit.next_file_id.unwrap_or(1);
         Manifest::create(&tmp, number, &edit, Default::default())?;
         // The deletion ledger, so issue times (and deadlines) survive the copy.
-        self.ledger.lock().write_copy(&tmp, number)?;
+        self.deletes.ledger.lock().write_copy(&tmp, number)?;
         sync_dir(&tmp)?;
         std::fs::rename(&tmp, target).at(target)?;
         if let Some(parent) = target.parent() {

@@ -32,7 +32,7 @@ impl LogClearance {
 
 impl Inner {
     pub(super) fn log_clearance(&self) -> Arc<LogClearance> {
-        self.log_clearance.read().clone()
+        self.deletes.log_clearance.read().clone()
     }
 }
 
@@ -44,7 +44,8 @@ impl Engine {
         if !self.inner.opts.external_log {
             return Ok(());
         }
-        let before = std::mem::replace(&mut *self.inner.log_clearance.write(), Arc::new(c.clone()));
+        let before =
+            std::mem::replace(&mut *self.inner.deletes.log_clearance.write(), Arc::new(c.clone()));
         if c.below > before.below || c.also.iter().any(|id| !before.is_clear(*id)) {
             self.inner.advance_ledger()?;
         }
@@ -57,7 +58,7 @@ impl Engine {
         if !self.inner.opts.external_log {
             return;
         }
-        let mut cur = self.inner.log_clearance.write();
+        let mut cur = self.inner.deletes.log_clearance.write();
         let below = cur.below.min(c.below);
         let also = cur
             .also
@@ -95,8 +96,9 @@ impl Engine {
         }
         let clear = inner.log_clearance();
         let engine = self.engine_clearance()?;
-        let executed: Vec<u64> = inner.window_state.lock().executed.iter().copied().collect();
-        let ledger = inner.ledger.lock();
+        let executed: Vec<u64> =
+            inner.deletes.window_state.lock().executed.iter().copied().collect();
+        let ledger = inner.deletes.ledger.lock();
         let held = ledger
             .pending()
             .take_while(|d| d.id < engine.below)

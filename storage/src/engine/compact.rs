@@ -9,11 +9,9 @@ use crate::compaction::executor::{write_tables, CoveringFn, OutputSpec};
 use crate::compaction::policy::{self, CompactionReason, CompactionTask};
 use crate::compaction::retention::Retention;
 use crate::failpoint::points;
-use crate::gloran::piece::combine;
 use crate::iter::{EntryCursor, LevelCursor, MergeCursor};
 use crate::sst::{Table, TableCursor};
 use crate::version::{Opened, Version, VersionEdit};
-use crate::RangeDeleteMode;
 use crate::{Error, Result};
 
 impl Inner {
@@ -22,7 +20,7 @@ impl Inner {
         if self.execute_windows()? {
             return Ok(true);
         }
-        let _serial = self.compaction_lock.lock();
+        let _serial = self.background.compaction.lock();
         if self.compact_index_once()? {
             return Ok(true);
         }
@@ -46,7 +44,7 @@ impl Inner {
     }
 
     pub(super) fn compact_range(&self, lo: Option<&[u8]>, hi: Option<&[u8]>) -> Result<()> {
-        let _serial = self.compaction_lock.lock();
+        let _serial = self.background.compaction.lock();
         let v = self.current().version.clone();
         let deepest = (1..v.levels.len())
             .rev()
@@ -181,34 +179,20 @@ impl Inner {
         let mut merged = MergeCursor::new(children);
         merged.seek(&[])?;
         let next_id = || self.alloc_file_id();
-        let (upto, rd_applied) = self.range_view_bounds();
-        let (generation, view) = self.read_view();
-        let windows = self.windows();
-        let rules = self.rules();
         // Tombstone mode: the inputs' tombstones apply to the inputs' entries and move down with
         // them; at the bottommost level those every reader sees are dropped (fully applied).
-        let tombstone_mode = self.opts.range_delete_mode == RangeDeleteMode::Tombstones;
-        let input_tombstones = if tombstone_mode {
-            merged_inputs(&inputs.iter().chain(&overlapping).collect::<Vec<_>>())
-        } else {
-            Vec::new()
-        };
-        let local = tombstone_mode.then_some(input_tombstones.as_slice());
-        let covering_fn = |key: &[u8], min_seq: u64| {
-            self.output_covering((generation, &view), local, &windows, (key, min_seq, upto))
-        };
+        let deletes = self
+            .delete_view(|| merged_inputs(&inputs.iter().chain(&overlapping).collect::<Vec<_>>()));
+        let covering_fn = |key: &[u8], min_seq: u64| deletes.covering(self, key, min_seq);
         let covering: &CoveringFn<'_> = &covering_fn;
-        let snaps = self.snapshots.seqs();
-        let gc = if task.bottommost { snaps.first().copied().unwrap_or(u64::MAX) } else { 0 };
-        let tombstones = if tombstone_mode {
-            combine(&[&input_tombstones], Some(&snaps), gc)
-        } else {
-            Vec::new()
+        let gc = match task.bottommost {
+            true => deletes.oldest_snapshot().unwrap_or(u64::MAX),
+            false => 0,
         };
         let spec = OutputSpec {
             ranges: Some(covering),
-            rd_applied,
-            tombstones,
+            rd_applied: deletes.rd_applied(),
+            tombstones: deletes.tombstones(gc),
             dir: &self.dir,
             opts: &self.opts,
             cache: &self.cache,
@@ -225,7 +209,7 @@ impl Inner {
                     m.props.oldest_delete.map(|s| (m.smallest().to_vec(), m.largest().to_vec(), s))
                 })
                 .collect(),
-            expired: Some(&|key: &[u8]| self.expired(&rules, key)),
+            expired: Some(&|key: &[u8]| deletes.expired(self, key)),
             bottommost: task.bottommost,
             next_id: &next_id,
             fail: Some(&self.opts.fail_points),

@@ -10,15 +10,88 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
+use parking_lot::{Mutex, RwLock};
+
 use super::clearance::LogClearance;
+use super::retention::Rule;
+use super::windows::WindowState;
 use super::{Engine, Inner};
 use crate::batch::WriteBatch;
 use crate::compaction::policy::CompactionTask;
 use crate::fade::policy::{pick_expired, FadeInput, PendingRange};
 use crate::fade::{Deadlines, DeleteStamp};
+use crate::gloran::eve::Eve;
+use crate::kiwi::TimeWindow;
+use crate::ledger::Ledger;
 use crate::ledger::{Deadline, Deletion, DeletionKind, RequestStatus};
 use crate::sst::{FileMeta, Table};
-use crate::{RangeDeleteMode, Result};
+use crate::Result;
+
+/// What the engine keeps about deletes, each with its own lock.
+#[derive(Debug)]
+pub(super) struct Deletes {
+    /// How range deletes are kept.
+    pub(super) ranges: RangeDeletes,
+    /// The deletion ledger.
+    pub(super) ledger: Mutex<Ledger>,
+    /// What the caller's log no longer holds (`Options::external_log`; everything without one).
+    pub(super) log_clearance: RwLock<Arc<LogClearance>>,
+    /// Active time-window deletes.
+    pub(super) windows: RwLock<Arc<Vec<TimeWindow>>>,
+    /// Their execution and punch jobs.
+    pub(super) window_state: Mutex<WindowState>,
+    /// Retention rules (a copy of the manifest's, for readers and writers).
+    pub(super) rules: RwLock<Arc<Vec<Rule>>>,
+}
+
+impl Deletes {
+    /// The delete state of an engine opened with `ledger`, `eve` and retention `rules`.
+    pub(super) fn new(
+        ledger: Ledger,
+        ranges: RangeDeletes,
+        rules: Vec<Rule>,
+        external_log: bool,
+    ) -> Deletes {
+        Deletes {
+            ranges,
+            windows: RwLock::new(Arc::new(super::windows::pending_windows(&ledger))),
+            window_state: Mutex::new(WindowState::default()),
+            ledger: Mutex::new(ledger),
+            // Without a log of its own the caller holds nothing the engine must wait for.
+            log_clearance: RwLock::new(Arc::new(LogClearance::below(match external_log {
+                true => 0,
+                false => u64::MAX,
+            }))),
+            rules: RwLock::new(Arc::new(rules)),
+        }
+    }
+}
+
+/// How the engine keeps range deletes, chosen once at open from
+/// [`crate::Options::range_delete_mode`] (which must be the mode the manifest records).
+#[derive(Debug)]
+pub(super) enum RangeDeletes {
+    /// GLORAN: rectangles in each memtable's buffer and in the global index of the version,
+    /// with the entry validity estimator over every live one.
+    Gloran { eve: RwLock<Eve> },
+    /// Fragmented tombstones in each memtable and in a block of every SST.
+    Tombstones,
+}
+
+impl RangeDeletes {
+    /// The estimator over the live range deletes (GLORAN).
+    pub(super) fn eve(&self) -> Option<&RwLock<Eve>> {
+        match self {
+            RangeDeletes::Gloran { eve } => Some(eve),
+            RangeDeletes::Tombstones => None,
+        }
+    }
+
+    /// True in tombstone mode: each file carries the tombstones that apply to it.
+    pub(super) fn in_files(&self) -> bool {
+        matches!(self, RangeDeletes::Tombstones)
+    }
+}
 
 /// An entry a delete covers that is still stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,12 +120,12 @@ pub struct DeletionCheck {
 impl Engine {
     /// Every delete the ledger holds, oldest first.
     pub fn deletions(&self) -> Vec<Deletion> {
-        self.inner.ledger.lock().list()
+        self.inner.deletes.ledger.lock().list()
     }
 
     /// One delete of the ledger.
     pub fn deletion(&self, id: u64) -> Option<Deletion> {
-        self.inner.ledger.lock().get(id).cloned()
+        self.inner.deletes.ledger.lock().get(id).cloned()
     }
 
     /// The persistence watermark: every point and range delete with a lower id (sequence number)
@@ -63,7 +136,7 @@ impl Engine {
 
     /// Every delete request the ledger holds, with where its deletes stand.
     pub fn delete_requests(&self) -> Vec<RequestStatus> {
-        self.inner.ledger.lock().requests()
+        self.inner.deletes.ledger.lock().requests()
     }
 
     /// Scans every memtable, live SST and WAL segment for values delete `id` covers (entries
@@ -118,7 +191,12 @@ impl Inner {
     /// The stamp of delete `seq`: its due base (deadline minus `D_th`, which is its issue time
     /// under the default deadline; see [`DeleteStamp`]); now if unknown.
     pub(crate) fn delete_stamp(&self, seq: u64) -> DeleteStamp {
-        let ms = self.ledger.lock().get(seq).map(|d| self.due_base(d.issued_at_ms, d.deadline_ms));
+        let ms = self
+            .deletes
+            .ledger
+            .lock()
+            .get(seq)
+            .map(|d| self.due_base(d.issued_at_ms, d.deadline_ms));
         DeleteStamp { seq, ms: ms.unwrap_or_else(|| self.opts.clock.now_ms()) }
     }
 
@@ -137,7 +215,8 @@ impl Inner {
     ) -> Option<u64> {
         let deadline = batch_deadline(self.deadlines(), batch, issued_ms);
         let now = self.opts.clock.now_ms();
-        self.ledger
+        self.deletes
+            .ledger
             .lock()
             .issue_batch(batch, seq, issued_ms, deadline, now)
             .then(|| self.due_base(issued_ms, deadline))
@@ -146,10 +225,11 @@ impl Inner {
     /// Pending range deletes (GLORAN mode; in tombstone mode their fragments carry stamps)
     /// whose deadline is at or before `deadline_by` (ms), earliest deadline first.
     fn pending_ranges(&self, deadline_by: u64) -> Vec<PendingRange> {
-        if self.opts.range_delete_mode != RangeDeleteMode::Gloran {
+        if self.deletes.ranges.in_files() {
             return Vec::new();
         }
-        self.ledger
+        self.deletes
+            .ledger
             .lock()
             .pending_ranges_due_by(deadline_by)
             .filter_map(|d| match &d.kind {
@@ -183,7 +263,7 @@ impl Inner {
     /// Remembers an obsolete table until its last reader lets go (it still holds data).
     pub(super) fn retire(&self, t: &Arc<Table>) {
         t.mark_obsolete();
-        let mut retired = self.retired.lock();
+        let mut retired = self.files.retired.lock();
         retired.retain(|w| w.strong_count() > 0);
         retired.push(Arc::downgrade(t));
     }
@@ -193,7 +273,7 @@ impl Inner {
         let sv = self.current();
         let mut w = self.visible_seq.load(Ordering::Acquire).saturating_add(1);
         let retired: Vec<Arc<Table>> =
-            self.retired.lock().iter().filter_map(Weak::upgrade).collect();
+            self.files.retired.lock().iter().filter_map(Weak::upgrade).collect();
         let files: Vec<&FileMeta> =
             sv.version.all_tables().chain(&retired).map(|t| t.meta()).collect();
         let mems: Vec<_> = std::iter::once(&sv.mem).chain(&sv.imms).collect();
@@ -207,10 +287,10 @@ impl Inner {
                 w = w.min(st.seq);
             }
         }
-        if self.opts.range_delete_mode == RangeDeleteMode::Gloran {
+        if !self.deletes.ranges.in_files() {
             // The oldest pending range delete something may still hold data of (usually the
             // first one looked at).
-            let ledger = self.ledger.lock();
+            let ledger = self.deletes.ledger.lock();
             for d in ledger.pending() {
                 if d.id >= w {
                     break;
@@ -235,7 +315,7 @@ impl Inner {
         let early = self.cleared_expedited(w, Some(&clear)).map_err(|e| self.abort_step(e))?;
         let now = self.opts.clock.now_ms();
         let keep = self.opts.ledger_keep();
-        let mut ledger = self.ledger.lock();
+        let mut ledger = self.deletes.ledger.lock();
         let res = (|| {
             for &id in &early {
                 ledger.persist_one(id, now);
@@ -261,7 +341,7 @@ impl Inner {
         clear: Option<&LogClearance>,
     ) -> Result<Vec<u64>> {
         let candidates: Vec<Deletion> = {
-            let ledger = self.ledger.lock();
+            let ledger = self.deletes.ledger.lock();
             ledger
                 .expedited()
                 .filter(|d| d.id >= w && clear.is_none_or(|c| c.is_clear(d.id)))
@@ -273,10 +353,10 @@ impl Inner {
         }
         let sv = self.current();
         let retired: Vec<Arc<Table>> =
-            self.retired.lock().iter().filter_map(Weak::upgrade).collect();
+            self.files.retired.lock().iter().filter_map(Weak::upgrade).collect();
         let tables: Vec<&Arc<Table>> = sv.version.all_tables().chain(&retired).collect();
         let mems: Vec<_> = std::iter::once(&sv.mem).chain(&sv.imms).collect();
-        let gloran = self.opts.range_delete_mode == RangeDeleteMode::Gloran;
+        let gloran = !self.deletes.ranges.in_files();
         let mut out = Vec::new();
         for d in candidates {
             let clear = match &d.kind {

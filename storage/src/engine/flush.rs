@@ -6,17 +6,15 @@ use super::Inner;
 use crate::compaction::executor::{write_tables, CoveringFn, OutputSpec};
 use crate::compaction::retention::Retention;
 use crate::failpoint::points;
-use crate::gloran::piece::combine;
 use crate::iter::EntryCursor;
 use crate::memtable::MemCursor;
 use crate::version::{Opened, VersionEdit};
-use crate::RangeDeleteMode;
 use crate::Result;
 
 impl Inner {
     /// Flushes the oldest sealed memtable. Returns `false` if there was none.
     pub(super) fn flush_oldest(&self) -> Result<bool> {
-        let _serial = self.flush_lock.lock();
+        let _serial = self.background.flush.lock();
         let started = std::time::Instant::now();
         let sv = self.current();
         let Some(mem) = sv.imms.last().cloned() else { return Ok(false) };
@@ -28,23 +26,10 @@ impl Inner {
         let mut cursor = MemCursor::new(mem.clone());
         cursor.seek(&[])?;
         let next_id = || self.alloc_file_id();
-        let (upto, rd_applied) = self.range_view_bounds();
-        let (generation, view) = self.read_view();
-        let windows = self.windows();
-        let rules = self.rules();
         // Tombstone mode: the memtable's own tombstones apply to its entries and go into the SST.
-        let tombstone_mode = self.opts.range_delete_mode == RangeDeleteMode::Tombstones;
-        let own = if tombstone_mode { mem.ranges.pieces() } else { Vec::new() };
-        let local = tombstone_mode.then_some(own.as_slice());
-        let covering_fn = |key: &[u8], min_seq: u64| {
-            self.output_covering((generation, &view), local, &windows, (key, min_seq, upto))
-        };
+        let deletes = self.delete_view(|| mem.ranges.pieces());
+        let covering_fn = |key: &[u8], min_seq: u64| deletes.covering(self, key, min_seq);
         let covering: &CoveringFn<'_> = &covering_fn;
-        let tombstones = if tombstone_mode {
-            combine(&[&own], Some(&self.snapshots.seqs()), 0)
-        } else {
-            Vec::new()
-        };
         let spec = OutputSpec {
             dir: &self.dir,
             opts: &self.opts,
@@ -54,11 +39,11 @@ impl Inner {
             target_file_size: u64::MAX,
             retention: Retention::new(self.snapshots.seqs(), false),
             ranges: Some(covering),
-            rd_applied,
-            tombstones,
+            rd_applied: deletes.rd_applied(),
+            tombstones: deletes.tombstones(0),
             stamp: &|seq| self.delete_stamp(seq),
             inherited: Vec::new(),
-            expired: Some(&|key: &[u8]| self.expired(&rules, key)),
+            expired: Some(&|key: &[u8]| deletes.expired(self, key)),
             bottommost: false,
             next_id: &next_id,
             fail: None,
@@ -74,7 +59,7 @@ impl Inner {
         // A crash here leaves an SST the manifest never names: recovery deletes it.
         self.opts.fail_points.check(points::FLUSH_BEFORE_COMMIT).map_err(|e| self.poison(e))?;
         // The memtable's deletes are recorded durably before its WAL goes.
-        if let Err(e) = self.ledger.lock().sync() {
+        if let Err(e) = self.deletes.ledger.lock().sync() {
             if let Some(t) = &tree {
                 let _ = std::fs::remove_file(t.path());
             }

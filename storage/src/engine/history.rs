@@ -40,7 +40,7 @@ impl Engine {
     /// Recent flushes, compactions and time-window executions, oldest first (up to
     /// 1,024).
     pub fn compaction_history(&self) -> Vec<CompactionRecord> {
-        self.inner.history.lock().iter().cloned().collect()
+        self.inner.background.history.lock().iter().cloned().collect()
     }
 }
 
@@ -49,7 +49,7 @@ impl Inner {
     pub(super) fn record_history(&self, started: Instant, mut r: CompactionRecord) {
         r.finished_at_ms = self.opts.clock.now_ms();
         r.duration_ms = started.elapsed().as_millis() as u64;
-        let mut h = self.history.lock();
+        let mut h = self.background.history.lock();
         if h.len() == HISTORY_LEN {
             h.pop_front();
         }

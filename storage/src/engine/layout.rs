@@ -86,7 +86,7 @@ impl Inner {
     /// had, or the configured default before any.
     pub(crate) fn range_filter_spec(&self) -> Option<RangeFilterSpec> {
         let f = self.opts.range_filter.as_ref()?;
-        let range = self.layout.counters.typical_span().unwrap_or(f.default_range);
+        let range = self.tuning.layout.counters.typical_span().unwrap_or(f.default_range);
         Some(RangeFilterSpec::for_range(f, range))
     }
 
@@ -98,7 +98,7 @@ impl Inner {
 
     /// The current layout, retuned first if an epoch ended.
     pub(super) fn layout(&self) -> Layout {
-        let state = &self.layout;
+        let state = &self.tuning.layout;
         let current = state.counters.peek();
         let tuning = match &self.opts.tiles {
             TileLayout::Fixed(h) => {
@@ -113,7 +113,7 @@ impl Inner {
             TileLayout::Tuned(t) => t,
         };
         let now = self.opts.clock.now_ms();
-        let retention = !self.rules.read().is_empty();
+        let retention = !self.deletes.rules.read().is_empty();
         let mut t = state.tuned.lock();
         let epoch_ms = tuning.epoch.as_millis() as u64;
         let ended = now.saturating_sub(t.epoch_started_ms) / epoch_ms.max(1);

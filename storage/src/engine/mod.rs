@@ -6,8 +6,10 @@ mod background;
 mod checkpoint;
 mod clearance;
 mod compact;
+mod delete_view;
 mod deletes;
 mod flush;
+mod health;
 mod history;
 mod layout;
 mod open;
@@ -27,7 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Mutex, RwLock};
 
 pub use clearance::LogClearance;
 pub use deletes::{DeletionCheck, RemainingEntry};
@@ -38,7 +40,6 @@ pub use stats::{EngineStats, LevelStats};
 pub use write::Staged;
 
 use crate::cache::PageCache;
-use crate::gloran::eve::Eve;
 use crate::memtable::Memtable;
 use crate::snapshot::{Snapshot, SnapshotList};
 use crate::version::{Manifest, Opened, Version, VersionEdit};
@@ -71,12 +72,6 @@ struct MetaState {
     retention: std::collections::BTreeMap<Vec<u8>, u64>,
 }
 
-#[derive(Debug, Default)]
-struct BgState {
-    shutdown: bool,
-    compaction_requested: bool,
-}
-
 /// Counters for observability.
 #[derive(Debug, Default)]
 struct Counters {
@@ -102,6 +97,12 @@ struct Counters {
     global_filter_skips: AtomicU64,
 }
 
+///
+/// Its state is in parts that each own their locks: what readers see (`sv`, one snapshot swapped
+/// under one lock), the write path (`writer`, `wal_synced`), the manifest (`meta`), and then
+/// [`Files`], [`deletes::Deletes`], [`background::Background`], [`health::Health`] and
+/// [`Tuning`]. A lock of one part is never taken while holding another's, except `meta`, which
+/// commits a version and installs it in `sv`.
 pub(crate) struct Inner {
     dir: PathBuf,
     opts: Options,
@@ -111,40 +112,34 @@ pub(crate) struct Inner {
     /// How far the WAL is known fsynced; held while a group commit's fsync runs.
     wal_synced: Mutex<crate::wal::WalPos>,
     meta: Mutex<MetaState>,
-    next_file_id: AtomicU64,
     visible_seq: AtomicU64,
     snapshots: Arc<SnapshotList>,
-    /// The entry validity estimator over every live range delete.
-    eve: RwLock<Eve>,
-    poisoned: AtomicBool,
-    poison_reason: Mutex<Option<String>>,
-    /// The last flush or compaction failed on a full disk (see `Inner::abort_step`).
-    disk_full: Mutex<Option<String>>,
-    bg: Mutex<BgState>,
-    bg_cv: Condvar,
-    compaction_lock: Mutex<()>,
-    flush_lock: Mutex<()>,
     counters: Counters,
-    /// The deletion ledger.
-    ledger: Mutex<crate::ledger::Ledger>,
-    /// What the caller's log no longer holds (`Options::external_log`; everything without one).
-    log_clearance: RwLock<Arc<clearance::LogClearance>>,
+    files: Files,
+    deletes: deletes::Deletes,
+    background: background::Background,
+    health: health::Health,
+    tuning: Tuning,
+    _lock_file: File,
+}
+
+/// File numbers, and files no version holds any more.
+#[derive(Debug)]
+struct Files {
+    next_id: AtomicU64,
     /// Obsolete tables, until their last reader drops them (they still hold data).
     retired: Mutex<Vec<std::sync::Weak<crate::sst::Table>>>,
-    history: Mutex<std::collections::VecDeque<history::CompactionRecord>>,
-    /// Active time-window deletes.
-    windows: RwLock<Arc<Vec<crate::kiwi::TimeWindow>>>,
-    /// Their execution and punch jobs.
-    window_state: Mutex<windows::WindowState>,
-    /// Retention rules (a copy of the manifest's, for readers and writers).
-    rules: RwLock<Arc<Vec<retention::Rule>>>,
+}
+
+/// What the engine learns from its workload.
+#[derive(Debug)]
+struct Tuning {
     /// Operations counted for the KiWi+ layout, and the layout they give.
     layout: layout::LayoutState,
     /// Ranges recent scans merged (RangeReduce).
     reduce_hints: reduce::Hints,
     /// Memtable bytes last reported to `Options::write_budget`.
     budget_held: AtomicUsize,
-    _lock_file: File,
 }
 
 /// An LSM storage engine instance over one directory.
@@ -198,10 +193,7 @@ impl Engine {
 
     /// Why the engine refuses writes until it is reopened (a failed fsync), if it does.
     pub fn poisoned(&self) -> Option<String> {
-        if !self.inner.is_poisoned() {
-            return None;
-        }
-        Some(self.inner.poison_reason.lock().clone().unwrap_or_default())
+        self.inner.health.poison_reason()
     }
 
     /// Highest sequence number applied (visible to reads).
@@ -271,9 +263,7 @@ impl Engine {
             self.flush()?;
         }
         {
-            let mut bg = self.inner.bg.lock();
-            bg.shutdown = true;
-            self.inner.bg_cv.notify_all();
+            self.inner.background.shut_down();
         }
         for t in self.threads.lock().drain(..) {
             let _ = t.join();
@@ -282,7 +272,7 @@ impl Engine {
             if let Some(wal) = &self.inner.writer.lock().wal {
                 wal.sync()?;
             }
-            if let Some(reason) = self.inner.poison_reason.lock().clone() {
+            if let Some(reason) = self.inner.health.poison_reason() {
                 return Err(Error::Poisoned(reason));
             }
         }
@@ -294,7 +284,7 @@ impl Drop for Inner {
     /// Returns the engine's share of the write budget.
     fn drop(&mut self) {
         if let Some(b) = &self.opts.write_budget {
-            b.moved(*self.budget_held.get_mut(), 0);
+            b.moved(*self.tuning.budget_held.get_mut(), 0);
             b.opened(false);
         }
     }
@@ -318,29 +308,28 @@ impl Inner {
         if let Some(b) = &self.opts.write_budget {
             let now = sv.mem.approximate_bytes()
                 + sv.imms.iter().map(|m| m.approximate_bytes()).sum::<usize>();
-            b.moved(self.budget_held.swap(now, Ordering::Relaxed), now);
+            b.moved(self.tuning.budget_held.swap(now, Ordering::Relaxed), now);
         }
     }
 
     fn alloc_file_id(&self) -> u64 {
-        self.next_file_id.fetch_add(1, Ordering::Relaxed)
+        self.files.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
     fn is_poisoned(&self) -> bool {
-        self.poisoned.load(Ordering::Acquire)
+        self.health.is_poisoned()
     }
 
     fn check_not_poisoned(&self) -> Result<()> {
-        if self.is_poisoned() {
-            let reason = self.poison_reason.lock().clone().unwrap_or_default();
-            return Err(Error::Poisoned(reason));
+        match self.health.poison_reason() {
+            Some(reason) => Err(Error::Poisoned(reason)),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     fn check_writable(&self) -> Result<()> {
         self.check_not_poisoned()?;
-        if self.bg.lock().shutdown {
+        if self.background.is_shut_down() {
             return Err(Error::Closed);
         }
         Ok(())
@@ -349,10 +338,8 @@ impl Inner {
     /// Records a failed durability operation: the engine refuses writes until reopened.
     fn poison(&self, e: Error) -> Error {
         tracing::error!(error = %e, dir = %self.dir.display(), "engine poisoned");
-        self.poison_reason.lock().get_or_insert_with(|| e.to_string());
-        self.poisoned.store(true, Ordering::Release);
-        let _bg = self.bg.lock();
-        self.bg_cv.notify_all();
+        self.health.poison(&e);
+        self.background.wake(false);
         e
     }
 
@@ -364,22 +351,18 @@ impl Inner {
             return self.poison(e);
         }
         tracing::warn!(error = %e, dir = %self.dir.display(), "disk full: flush or compaction postponed");
-        *self.disk_full.lock() = Some(e.to_string());
+        self.health.set_disk_full(Some(e.to_string()));
         e
     }
 
     /// Why the last flush or compaction failed for lack of space, if it did (and nothing has
     /// been committed since).
     pub(crate) fn disk_full(&self) -> Option<String> {
-        self.disk_full.lock().clone()
+        self.health.disk_full()
     }
 
     fn notify_bg(&self, compaction: bool) {
-        let mut bg = self.bg.lock();
-        if compaction {
-            bg.compaction_requested = true;
-        }
-        self.bg_cv.notify_all();
+        self.background.wake(compaction);
     }
 
     /// Commits `edit` to the manifest and installs the resulting version. `flushed` is the memtable
@@ -393,7 +376,7 @@ impl Inner {
         let mut meta = self.meta.lock();
         // After a failed commit the manifest tail is unknown: nothing may be appended behind it.
         self.check_not_poisoned()?;
-        edit.next_file_id = Some(self.next_file_id.load(Ordering::Relaxed));
+        edit.next_file_id = Some(self.files.next_id.load(Ordering::Relaxed));
         // The manifest names new files only once their directory entries are durable.
         if !edit.added.is_empty() || !edit.rd_added.is_empty() {
             if let Err(e) = crate::fs::sync_dir(&self.dir) {
@@ -406,7 +389,7 @@ impl Inner {
             }
             return Err(self.poison(e));
         }
-        *self.disk_full.lock() = None;
+        self.health.set_disk_full(None);
         if let Some(s) = edit.persisted_seq {
             meta.persisted_seq = meta.persisted_seq.max(s);
         }
@@ -457,14 +440,11 @@ impl Inner {
             deleted: Vec::new(),
             rd_added,
             rd_deleted: Vec::new(),
-            next_file_id: Some(self.next_file_id.load(Ordering::Relaxed)),
+            next_file_id: Some(self.files.next_id.load(Ordering::Relaxed)),
             persisted_seq: Some(meta.persisted_seq),
             log_number: Some(meta.log_number),
             retention: meta.retention.iter().map(|(p, ms)| (p.clone(), Some(*ms))).collect(),
-            range_delete_mode: Some(match self.opts.range_delete_mode {
-                crate::RangeDeleteMode::Gloran => 0,
-                crate::RangeDeleteMode::Tombstones => 1,
-            }),
+            range_delete_mode: Some(self.opts.range_delete_mode),
         }
     }
 

@@ -8,13 +8,15 @@
 use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Mutex, RwLock};
 
-use super::clearance::LogClearance;
-use super::{BgState, Counters, Inner, MetaState, SuperVersion, WriterState};
+use super::background::Background;
+use super::deletes::{Deletes, RangeDeletes};
+use super::health::Health;
+use super::{Counters, Files, Inner, MetaState, SuperVersion, Tuning, WriterState};
 use crate::batch::{BatchOp, EntryKind};
 use crate::cache::PageCache;
 use crate::compaction::executor::{write_tables, OutputSpec};
@@ -185,12 +187,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     }
 
     // The mode is recorded in the manifest; older directories are judged by their files.
-    let mode_code = |m: RangeDeleteMode| match m {
-        RangeDeleteMode::Gloran => 0u8,
-        RangeDeleteMode::Tombstones => 1,
-    };
-    if recovered.range_delete_mode.is_some_and(|m| m != mode_code(opts.range_delete_mode)) {
-        let created = if recovered.range_delete_mode == Some(0) { "GLORAN" } else { "tombstone" };
+    if let Some(created) = recovered.range_delete_mode.filter(|m| *m != opts.range_delete_mode) {
         return Err(Error::InvalidArgument(format!(
             "the engine was created in {created} range-delete mode"
         )));
@@ -212,7 +209,7 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
     let cache = Arc::new(PageCache::new(opts.page_cache_bytes));
     let mut opened = Opened::default();
     let mut edit = recovered.snapshot_edit();
-    edit.range_delete_mode = Some(mode_code(opts.range_delete_mode));
+    edit.range_delete_mode = Some(opts.range_delete_mode);
     let level_err = |id: &u64, level: &u32, max: usize| {
         Error::InvalidArgument(format!(
             "file {id} is at level {level} but only {max} are configured"
@@ -385,38 +382,32 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         sv: RwLock::new(Arc::new(sv)),
         writer: Mutex::new(WriterState { wal, last_seq }),
         wal_synced: Mutex::new(Default::default()),
-        rules: RwLock::new(Arc::new(super::retention::rules_of(&recovered.retention))),
         meta: Mutex::new(MetaState {
             manifest,
             persisted_seq,
             log_number,
             retention: recovered.retention.clone(),
         }),
-        next_file_id,
         visible_seq: AtomicU64::new(last_seq),
         snapshots: Arc::new(SnapshotList::default()),
-        eve: RwLock::new(eve),
-        poisoned: AtomicBool::new(false),
-        poison_reason: Mutex::new(None),
-        disk_full: Mutex::new(None),
-        bg: Mutex::new(BgState { shutdown: false, compaction_requested: true }),
-        bg_cv: Condvar::new(),
-        compaction_lock: Mutex::new(()),
-        flush_lock: Mutex::new(()),
         counters: Counters::default(),
-        layout: super::layout::LayoutState::new(opts.clock.now_ms()),
-        reduce_hints: Default::default(),
-        budget_held: Default::default(),
-        windows: RwLock::new(Arc::new(super::windows::pending_windows(&ledger))),
-        window_state: Mutex::new(Default::default()),
-        ledger: Mutex::new(ledger),
-        log_clearance: RwLock::new(Arc::new(LogClearance::below(if opts.external_log {
-            0
-        } else {
-            u64::MAX
-        }))),
-        retired: Mutex::new(Vec::new()),
-        history: super::history::new_history(),
+        files: Files { next_id: next_file_id, retired: Mutex::new(Vec::new()) },
+        deletes: Deletes::new(
+            ledger,
+            match opts.range_delete_mode {
+                RangeDeleteMode::Gloran => RangeDeletes::Gloran { eve: RwLock::new(eve) },
+                RangeDeleteMode::Tombstones => RangeDeletes::Tombstones,
+            },
+            super::retention::rules_of(&recovered.retention),
+            opts.external_log,
+        ),
+        background: Background::new(),
+        health: Health::default(),
+        tuning: Tuning {
+            layout: super::layout::LayoutState::new(opts.clock.now_ms()),
+            reduce_hints: Default::default(),
+            budget_held: Default::default(),
+        },
         opts,
         _lock_file: lock_file,
     })

@@ -22,19 +22,20 @@ use crate::gloran::piece::{combine, Piece, SeqList};
 use crate::gloran::Probe;
 use crate::memtable::Memtable;
 use crate::version::{Opened, VersionEdit};
-use crate::{RangeDeleteMode, Result};
+use crate::Result;
 
 impl Inner {
     /// The EVE generation and the current state, read in that order. A reader must pass both to
     /// [`Inner::range_deleted`]: if EVE has garbage-collected since, the state may predate the
     /// compactions that made it safe, and EVE is bypassed.
     pub(crate) fn read_view(&self) -> (u64, Arc<SuperVersion>) {
-        let generation = self.eve.read().generation();
+        let generation = self.deletes.ranges.eve().map_or(0, |eve| eve.read().generation());
         (generation, self.current())
     }
 
     fn eve_says_live(&self, generation: u64, key: &[u8], seq: u64) -> bool {
-        let eve = self.eve.read();
+        let Some(eve) = self.deletes.ranges.eve() else { return false };
+        let eve = eve.read();
         eve.generation() == generation && !eve.may_be_deleted(key, seq)
     }
 
@@ -46,7 +47,7 @@ impl Inner {
         seq: u64,
         t: u64,
     ) -> Result<bool> {
-        if self.opts.range_delete_mode == RangeDeleteMode::Tombstones {
+        if self.deletes.ranges.in_files() {
             return Ok(super::tombstones::tombstone_deleted(sv, key, seq, t));
         }
         self.counters.range_checks.fetch_add(1, Ordering::Relaxed);
@@ -160,7 +161,7 @@ impl Inner {
 
     /// The range buffer of a memtable being flushed, collapsed to the live snapshots.
     pub(crate) fn flush_ranges(&self, mem: &Memtable) -> Result<Option<Arc<DrTree>>> {
-        if self.opts.range_delete_mode == RangeDeleteMode::Tombstones {
+        if self.deletes.ranges.in_files() {
             return Ok(None); // the tombstones go into the flushed SST
         }
         let pieces = mem.ranges.pieces();
@@ -224,7 +225,9 @@ impl Inner {
         for t in &inputs {
             t.mark_obsolete();
         }
-        self.eve.write().gc(gc);
+        if let Some(eve) = self.deletes.ranges.eve() {
+            eve.write().gc(gc);
+        }
         Ok(())
     }
 }

@@ -13,7 +13,7 @@ use crate::iter::{EngineIter, EntryCursor, LevelCursor, MergeCursor};
 use crate::memtable::MemCursor;
 use crate::snapshot::Snapshot;
 use crate::sst::{bloom, Prune, TableCursor};
-use crate::{RangeDeleteMode, Result};
+use crate::Result;
 
 fn visible(kind: EntryKind, value: Bytes) -> Option<Bytes> {
     match kind {
@@ -30,7 +30,7 @@ impl Engine {
     /// The value of `key` as of `snapshot` (latest if `None`).
     pub fn get(&self, key: &[u8], snapshot: Option<&Snapshot>) -> Result<Option<Bytes>> {
         let found = self.get_uncounted(key, snapshot)?;
-        self.inner.layout.counters.lookup(found.is_some());
+        self.inner.tuning.layout.counters.lookup(found.is_some());
         Ok(found)
     }
 
@@ -47,7 +47,7 @@ impl Engine {
         let hidden = |found: u64| {
             !windows.is_empty() && Inner::window_hides(&windows, dkey, key, found, seq)
         };
-        if self.inner.opts.range_delete_mode == RangeDeleteMode::Tombstones {
+        if self.inner.deletes.ranges.in_files() {
             return Ok(get_with_tombstones(&sv, key, dkey, seq)?
                 .filter(|(s, _)| !hidden(*s))
                 .map(|v| v.1));
@@ -112,7 +112,7 @@ impl Engine {
             Bound::Included(k) | Bound::Excluded(k) => Some(k.as_slice()),
             Bound::Unbounded => None,
         };
-        let short = self.inner.layout.counters.scan(lo, hi);
+        let short = self.inner.tuning.layout.counters.scan(lo, hi);
         if let (false, Some(l), Some(h)) = (short, lo, hi) {
             self.inner.hint_range(l, h);
         }
@@ -193,7 +193,7 @@ impl Engine {
         }
         // Range deletes at or below the snapshot are all in `sv` already (a write is visible
         // only after it reached the memtable), so an empty index stays empty for this scan.
-        let no_ranges = self.inner.opts.range_delete_mode == RangeDeleteMode::Gloran
+        let no_ranges = !self.inner.deletes.ranges.in_files()
             && sv.mem.ranges.is_empty()
             && sv.imms.iter().all(|m| m.ranges.is_empty())
             && sv.version.all_trees().next().is_none();

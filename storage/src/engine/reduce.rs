@@ -54,7 +54,7 @@ impl Inner {
     /// Records that a scan over `[lo, hi]` merged every level (RangeReduce on).
     pub(super) fn hint_range(&self, lo: &[u8], hi: &[u8]) {
         if self.opts.range_reduce.is_some() {
-            self.reduce_hints.push(lo, hi);
+            self.tuning.reduce_hints.push(lo, hi);
             self.notify_bg(true);
         }
     }
@@ -63,7 +63,7 @@ impl Inner {
     /// (ranges that do not are forgotten).
     pub(super) fn reduce_task(&self, v: &Version) -> Option<CompactionTask> {
         let ratio = self.opts.range_reduce?;
-        while let Some((lo, hi)) = self.reduce_hints.pop() {
+        while let Some((lo, hi)) = self.tuning.reduce_hints.pop() {
             let (l, h) = (Some(lo.as_slice()), Some(hi.as_slice()));
             let est: Vec<u64> = v
                 .levels

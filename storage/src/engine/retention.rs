@@ -50,7 +50,7 @@ impl Engine {
         let prefix: Bytes = prefix.into();
         let inner = &self.inner;
         inner.check_writable()?;
-        let nested = inner.rules.read().iter().any(|r| {
+        let nested = inner.deletes.rules.read().iter().any(|r| {
             r.prefix != prefix.as_ref()
                 && (r.prefix.starts_with(&prefix) || prefix.starts_with(&r.prefix))
         });
@@ -66,15 +66,14 @@ impl Engine {
         let edit = VersionEdit { retention: vec![(prefix.to_vec(), ms)], ..Default::default() };
         inner.commit(edit, &Default::default(), None)?;
         let rules = rules_of(&inner.meta.lock().retention);
-        *inner.rules.write() = Arc::new(rules);
+        *inner.deletes.rules.write() = Arc::new(rules);
         Ok(())
     }
 
     /// The retention rules: key prefix and retention.
     pub fn retention_rules(&self) -> Vec<(Vec<u8>, Duration)> {
         self.inner
-            .rules
-            .read()
+            .rules()
             .iter()
             .map(|r| (r.prefix.clone(), Duration::from_millis(r.retention_ms)))
             .collect()
@@ -96,7 +95,7 @@ impl Engine {
     /// a caller that sequences writes itself, as a replicated shard does.
     pub fn expired_batch(&self, now_ms: u64) -> WriteBatch {
         let mut batch = WriteBatch::new();
-        for r in self.inner.rules.read().iter() {
+        for r in self.inner.deletes.rules.read().iter() {
             let horizon = self.inner.horizon(r, now_ms);
             batch.delete_time_range(0, horizon, r.prefix.clone(), prefix_end(&r.prefix));
         }
@@ -120,7 +119,7 @@ impl Inner {
 
     /// The current rules (a reader keeps the list it started with).
     pub(crate) fn rules(&self) -> Arc<Vec<Rule>> {
-        self.rules.read().clone()
+        self.deletes.rules.read().clone()
     }
 
     /// True if `key` has expired under `rules` now.

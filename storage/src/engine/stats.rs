@@ -101,8 +101,12 @@ impl Inner {
         let sv = self.current();
         let c = &self.counters;
         let grf = &sv.version.grf;
+        let (eve_bytes, eve_estimators) = self.deletes.ranges.eve().map_or((0, 0), |e| {
+            let e = e.read();
+            (e.memory_bytes() as u64, e.len())
+        });
         let (deletion_records, deletion_records_dropped_early) = {
-            let l = self.ledger.lock();
+            let l = self.deletes.ledger.lock();
             (l.len() as u64, l.dropped_early())
         };
         EngineStats {
@@ -124,8 +128,8 @@ impl Inner {
                 .map(|l| (l.len(), l.iter().map(|t| t.meta().props.pieces).sum()))
                 .collect(),
             range_index_bytes: sv.version.all_trees().map(|t| t.meta().size).sum(),
-            eve_bytes: self.eve.read().memory_bytes() as u64,
-            eve_estimators: self.eve.read().len(),
+            eve_bytes,
+            eve_estimators,
             memtable_bytes: sv.mem.approximate_bytes(),
             table_memory_bytes: sv
                 .version

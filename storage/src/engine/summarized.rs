@@ -10,7 +10,7 @@ use crate::kiwi::TimeWindow;
 use crate::snapshot::Snapshot;
 use crate::sst::summary::PageSummary;
 use crate::sst::{PageMeta, PageOffer, PageTaker, SummarizedPage, Table};
-use crate::{RangeDeleteMode, Result};
+use crate::Result;
 
 impl Engine {
     /// Like [`Engine::scan_time`] (or [`Engine::scan`] without a delete-key window `time`),
@@ -82,7 +82,7 @@ impl PageUse {
 
     /// No delete, time window or retention rule can hide an entry of the page.
     fn undeleted(&self, table: &Table, pm: &PageMeta, s: &PageSummary) -> bool {
-        if self.inner.opts.range_delete_mode == RangeDeleteMode::Tombstones {
+        if self.inner.deletes.ranges.in_files() {
             return false;
         }
         // Range deletes up to `rd_applied` dropped what they covered when the file was written;

@@ -59,12 +59,12 @@ impl Engine {
 impl Inner {
     /// The active windows (a reader keeps the list it started with).
     pub(crate) fn windows(&self) -> Arc<Vec<TimeWindow>> {
-        self.windows.read().clone()
+        self.deletes.windows.read().clone()
     }
 
     /// Makes a window active (before its sequence number becomes visible).
     pub(super) fn add_window(&self, w: TimeWindow) {
-        let mut ws = self.windows.write();
+        let mut ws = self.deletes.windows.write();
         if ws.iter().any(|x| x.seq == w.seq) {
             return;
         }
@@ -118,10 +118,10 @@ impl Inner {
         }
         // Serialised with flushes and compactions: one that started before a window was added
         // (and so does not drop what it covers) commits its outputs before the window executes.
-        let _serial = self.compaction_lock.lock();
-        let _flush = self.flush_lock.lock();
+        let _serial = self.background.compaction.lock();
+        let _flush = self.background.flush.lock();
         let todo: Vec<TimeWindow> = {
-            let state = self.window_state.lock();
+            let state = self.deletes.window_state.lock();
             // The visible sequence number first: a snapshot taken after this read is at or above
             // it, so it is newer than every window considered here. Read the other way round, a
             // snapshot taken in between could be missed and its rows dropped under it.
@@ -189,7 +189,7 @@ impl Inner {
             ..Default::default()
         };
         self.record_history(started, record);
-        let mut state = self.window_state.lock();
+        let mut state = self.deletes.window_state.lock();
         for old in &replaced {
             let Some(new) = opened.tables.get(&old.id()) else { continue };
             let entry = state.superseded.entry(old.id()).or_default();
@@ -217,7 +217,7 @@ impl Inner {
     /// older entries, and no obsolete file still open.
     pub(super) fn advance_windows(&self) -> Result<()> {
         let ready: Vec<PunchJob> = {
-            let mut state = self.window_state.lock();
+            let mut state = self.deletes.window_state.lock();
             if state.executed.is_empty() && state.punches.is_empty() {
                 return Ok(());
             }
@@ -231,8 +231,8 @@ impl Inner {
             punch(&job.path, &job.regions)?;
         }
         let sv = self.current();
-        let retired_open = self.retired.lock().iter().any(|w| w.strong_count() > 0);
-        let mut state = self.window_state.lock();
+        let retired_open = self.files.retired.lock().iter().any(|w| w.strong_count() > 0);
+        let mut state = self.deletes.window_state.lock();
         let blocked: BTreeSet<u64> =
             state.punches.iter().flat_map(|j| j.windows.iter().copied()).collect();
         let done: Vec<u64> = state
@@ -248,7 +248,7 @@ impl Inner {
         }
         let now = self.opts.clock.now_ms();
         {
-            let mut ledger = self.ledger.lock();
+            let mut ledger = self.deletes.ledger.lock();
             for &s in &done {
                 ledger.persist_one(s, now);
             }
@@ -258,7 +258,7 @@ impl Inner {
             state.executed.remove(s);
         }
         drop(state);
-        let mut ws = self.windows.write();
+        let mut ws = self.deletes.windows.write();
         let list: Vec<TimeWindow> = ws.iter().filter(|w| !done.contains(&w.seq)).cloned().collect();
         *ws = Arc::new(list);
         Ok(())

@@ -124,13 +124,13 @@ impl Inner {
                 BatchOp::DeleteRange { lo, hi } => {
                     // Published to the buffer and EVE before the sequence number becomes visible.
                     mem.insert_range(lo.clone(), hi.clone(), s);
-                    if self.opts.range_delete_mode == crate::RangeDeleteMode::Gloran {
-                        self.eve.write().insert(lo, hi, s);
+                    if let Some(eve) = self.deletes.ranges.eve() {
+                        eve.write().insert(lo, hi, s);
                     }
                 }
                 BatchOp::DeleteTimeRange { t_lo, t_hi, lo, hi } => {
                     mem.record_delete(s);
-                    self.layout.counters.window_delete();
+                    self.tuning.layout.counters.window_delete();
                     self.add_window(crate::kiwi::TimeWindow {
                         seq: s,
                         t_lo: *t_lo,
@@ -220,11 +220,11 @@ impl Inner {
                 }
             }
             self.notify_bg(true);
-            let mut bg = self.bg.lock();
+            let mut bg = self.background.state.lock();
             if bg.shutdown {
                 return Err(Error::Closed);
             }
-            self.bg_cv.wait_for(&mut bg, Duration::from_millis(50));
+            self.background.cv.wait_for(&mut bg, Duration::from_millis(50));
         }
     }
 

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::gloran::DrMeta;
 use crate::sst::FileMeta;
+use crate::RangeDeleteMode;
 
 /// One manifest record. The first record of a manifest lists every live file.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,8 +25,8 @@ pub struct VersionEdit {
     pub log_number: Option<u64>,
     /// Retention rules set (`Some(ms)`) or removed (`None`), per key prefix.
     pub retention: Vec<(Vec<u8>, Option<u64>)>,
-    /// The range-delete mode the engine was created with (0 GLORAN, 1 tombstones).
-    pub range_delete_mode: Option<u8>,
+    /// The range-delete mode the engine was created with.
+    pub range_delete_mode: Option<RangeDeleteMode>,
 }
 
 impl VersionEdit {
@@ -38,5 +39,50 @@ impl VersionEdit {
     /// Decodes a manifest payload.
     pub(crate) fn decode(buf: &[u8]) -> Option<Self> {
         postcard::from_bytes(buf).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Manifests written when the mode was recorded as a byte (0 GLORAN, 1 tombstones) read as
+    /// the same modes, and are written the same way.
+    #[test]
+    fn range_delete_mode_keeps_its_encoding() {
+        #[derive(Serialize)]
+        struct Old {
+            added: Vec<(u32, FileMeta)>,
+            deleted: Vec<(u32, u64)>,
+            rd_added: Vec<(u32, DrMeta)>,
+            rd_deleted: Vec<(u32, u64)>,
+            next_file_id: Option<u64>,
+            persisted_seq: Option<u64>,
+            log_number: Option<u64>,
+            retention: Vec<(Vec<u8>, Option<u64>)>,
+            range_delete_mode: Option<u8>,
+        }
+        let modes = [
+            (None, None),
+            (Some(0), Some(RangeDeleteMode::Gloran)),
+            (Some(1), Some(RangeDeleteMode::Tombstones)),
+        ];
+        for (code, mode) in modes {
+            let old = Old {
+                added: Vec::new(),
+                deleted: vec![(1, 7)],
+                rd_added: Vec::new(),
+                rd_deleted: Vec::new(),
+                next_file_id: Some(9),
+                persisted_seq: Some(3),
+                log_number: None,
+                retention: vec![(b"t".to_vec(), Some(5))],
+                range_delete_mode: code,
+            };
+            let bytes = postcard::to_stdvec(&old).expect("encode");
+            let edit = VersionEdit::decode(&bytes).expect("decodes");
+            assert_eq!(edit.range_delete_mode, mode);
+            assert_eq!(edit.encode(), bytes, "{mode:?}");
+        }
     }
 }

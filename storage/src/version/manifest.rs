@@ -26,7 +26,7 @@ pub(crate) struct RecoveredManifest {
     pub persisted_seq: u64,
     pub log_number: u64,
     pub retention: BTreeMap<Vec<u8>, u64>,
-    pub range_delete_mode: Option<u8>,
+    pub range_delete_mode: Option<crate::RangeDeleteMode>,
 }
 
 impl RecoveredManifest {
