@@ -299,7 +299,7 @@ fn series_of(db: &ebb_query::Database) -> SeriesSet {
 async fn replicas_agree_on_series(h: &AsyncMutex<Harness>) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let mut by_shard: std::collections::BTreeMap<u64, Vec<(u64, SeriesSet)>> =
+        let mut by_shard: std::collections::BTreeMap<u64, Vec<(usize, SeriesSet)>> =
             Default::default();
         for (node, n) in &h.lock().await.nodes {
             for s in n.shards.all() {
@@ -309,7 +309,10 @@ async fn replicas_agree_on_series(h: &AsyncMutex<Harness>) {
         let differ = by_shard.iter().find(|(_, r)| r.iter().any(|(_, set)| *set != r[0].1));
         let Some((shard, replicas)) = differ else {
             let series: usize = by_shard.values().map(|r| r[0].1.len()).sum();
-            eprintln!("nemesis: the replicas of {} shards hold the same {series} series", by_shard.len());
+            eprintln!(
+                "nemesis: the replicas of {} shards hold the same {series} series",
+                by_shard.len()
+            );
             assert!(by_shard.values().all(|r| r.len() >= 2), "a shard with one replica");
             return;
         };
