@@ -37,6 +37,9 @@ pub enum QueryError {
     /// The database does not exist.
     #[error("database {0} does not exist")]
     UnknownDatabase(String),
+    /// SQL text that does not tokenize or parse; the parser's error is the source.
+    #[error("SQL syntax: {0}")]
+    Syntax(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// Bad SQL, bad arguments or an invalid name.
     #[error("{0}")]
     Invalid(String),
@@ -119,6 +122,11 @@ const CLIENT_FAULTS: &[&str] =
     &["Placeholder", "Types don't match", "Scalar subquery returned more than one row"];
 
 impl QueryError {
+    /// A [`QueryError::Syntax`] from the tokenizer's or the parser's error.
+    pub fn syntax(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        QueryError::Syntax(Box::new(e))
+    }
+
     /// An [`QueryError::Invalid`] from anything printable.
     pub fn invalid(msg: impl Into<String>) -> Self {
         QueryError::Invalid(msg.into())
@@ -146,6 +154,7 @@ impl QueryError {
             | QueryError::TypeConflict { .. }
             | QueryError::UnknownTable(_)
             | QueryError::UnknownDatabase(_)
+            | QueryError::Syntax(_)
             | QueryError::Invalid(_)
             | QueryError::Unsupported(_)
             | QueryError::Limit(_)

@@ -524,66 +524,82 @@ fn query_error(err: &QueryError) -> PgWireError {
     user_error(code, err.to_string())
 }
 
-/// The SQLSTATE for a failure.
+/// The SQLSTATE for a failure, by its kind. Only DataFusion's planner errors, which come as
+/// bare text, are told apart by their wording.
 fn sqlstate(err: &QueryError) -> &'static str {
     match err {
-        QueryError::Access(AccessError::Unauthenticated(_)) => return "28P01",
-        QueryError::Access(AccessError::Forbidden(_)) => return "42501",
-        QueryError::Unsupported(_) => return "0A000",
+        QueryError::Access(AccessError::Unauthenticated(_)) => "28P01",
+        QueryError::Access(AccessError::Forbidden(_)) => "42501",
+        QueryError::Syntax(_) => "42601",
+        QueryError::Unsupported(_) => "0A000",
         // As PostgreSQL: stack depth limit exceeded, too many columns, program limit exceeded.
-        QueryError::Limit(l) => {
-            return match l.setting {
-                "max_expression_depth" => "54001",
-                "max_columns_per_table" => "54011",
-                _ => "54000",
-            }
-        }
-        QueryError::UnknownTable(_) => return "42P01",
-        QueryError::UnknownDatabase(_) => return "3D000",
-        QueryError::TypeConflict { .. } => return "42804",
-        QueryError::Line(_) => return "22P02",
-        QueryError::BeyondRetention(_) => return "22008",
-        QueryError::Corrupt(_) => return "XX001",
-        e if e.is_disk_full() => return "53100",
-        QueryError::Internal(_) => return "XX000",
+        QueryError::Limit(l) => match l.setting {
+            "max_expression_depth" => "54001",
+            "max_columns_per_table" => "54011",
+            _ => "54000",
+        },
+        QueryError::UnknownTable(_) => "42P01",
+        QueryError::UnknownDatabase(_) => "3D000",
+        QueryError::TypeConflict { .. } => "42804",
+        QueryError::Line(_) => "22P02",
+        QueryError::BeyondRetention(_) => "22008",
+        QueryError::Corrupt(_) => "XX001",
+        e if e.is_disk_full() => "53100",
+        QueryError::Internal(_) => "XX000",
         // Try again: no leader or quorum just now.
         QueryError::NotLeader(_) | QueryError::Replication(_) | QueryError::Unavailable(_) => {
-            return "57P03"
+            "57P03"
         }
-        QueryError::Storage(_) => return if err.is_client_error() { "22023" } else { "XX000" },
-        QueryError::DataFusion(d)
-            if matches!(d.find_root(), DataFusionError::ResourcesExhausted(_)) =>
-        {
-            // Canceled by statement_timeout, or over its memory.
-            return if d.to_string().contains("statement_timeout") { "57014" } else { "53200" };
-        }
-        _ => {}
+        QueryError::Storage(_) if err.is_client_error() => "22023",
+        QueryError::DataFusion(d) => datafusion_sqlstate(d, err.is_client_error()),
+        e if e.is_client_error() => "42000",
+        _ => "XX000",
     }
-    let message = err.to_string().to_ascii_lowercase();
-    let has = |needle: &str| message.contains(needle);
-    if has("sql syntax") || has("parsererror") || has("syntax error") {
-        "42601"
-    } else if has("no field named") || (has("column") && has("not found")) {
-        "42703"
-    } else if has("does not exist") || has("not found") {
-        "42P01"
-    } else if has("invalid function") {
-        "42883"
-    } else if has("not implemented") || has("not supported") || has("unsupported") {
-        "0A000"
-    } else if has("returned more than one row") {
+}
+
+/// The SQLSTATE of a DataFusion error, `client` if the statement caused it.
+fn datafusion_sqlstate(d: &DataFusionError, client: bool) -> &'static str {
+    use datafusion::arrow::error::ArrowError as A;
+    use datafusion::common::SchemaError as S;
+    match d.find_root() {
+        // Canceled by statement_timeout, or over its memory.
+        DataFusionError::ResourcesExhausted(m) if m.contains("(statement_timeout)") => "57014",
+        DataFusionError::ResourcesExhausted(_) => "53200",
+        DataFusionError::SQL(..) => "42601",
+        DataFusionError::SchemaError(e, _) => match **e {
+            S::FieldNotFound { .. } => "42703",
+            S::AmbiguousReference { .. } => "42702",
+            S::DuplicateQualifiedField { .. } | S::DuplicateUnqualifiedField { .. } => "42701",
+        },
+        DataFusionError::NotImplemented(_) => "0A000",
+        DataFusionError::ArrowError(a, _) => match **a {
+            A::DivideByZero => "22012",
+            A::ArithmeticOverflow(_) => "22003",
+            A::CastError(_) | A::ParseError(_) => "22P02",
+            _ if client => "22023",
+            _ => "XX000",
+        },
         // A scalar subquery of several rows: PostgreSQL's cardinality_violation.
-        "21000"
-    } else if has("divide by zero") || has("division by zero") {
-        "22012"
-    } else if has("overflow") {
-        "22003"
-    } else if has("cast error") || has("cannot cast") || has("parse error") {
-        "22P02"
-    } else if err.is_client_error() {
-        "42000"
-    } else {
-        "XX000"
+        DataFusionError::Execution(m) if m.starts_with("Scalar subquery returned more") => "21000",
+        DataFusionError::Plan(m) => {
+            let m = m.to_ascii_lowercase();
+            let has = |needle: &str| m.contains(needle);
+            if has("no field named") || (has("column") && has("not found")) {
+                "42703"
+            } else if has("table") && (has("not found") || has("does not exist")) {
+                "42P01"
+            } else if has("invalid function") {
+                "42883"
+            } else if has("divide by zero") || has("division by zero") {
+                "22012"
+            } else if has("cannot cast") {
+                "22P02"
+            } else {
+                "42000"
+            }
+        }
+        _ if client => "42000",
+        _ => "XX000",
     }
 }
 
@@ -620,7 +636,19 @@ mod tests {
 
     #[test]
     fn maps_errors_to_sqlstates() {
-        assert_eq!(sqlstate(&QueryError::invalid("SQL syntax: Expected ...")), "42601");
+        let syntax = DataFusionError::SQL(
+            Box::new(datafusion::sql::sqlparser::parser::ParserError::ParserError("x".into())),
+            None,
+        );
+        assert_eq!(sqlstate(&QueryError::syntax(syntax)), "42601");
+        let column = datafusion::common::SchemaError::FieldNotFound {
+            field: Box::new(datafusion::common::Column::from_name("x")),
+            valid_fields: Vec::new(),
+        };
+        let column = DataFusionError::SchemaError(Box::new(column), Box::new(None));
+        assert_eq!(sqlstate(&QueryError::DataFusion(column)), "42703");
+        let zero = datafusion::arrow::error::ArrowError::DivideByZero;
+        assert_eq!(sqlstate(&QueryError::DataFusion(zero.into())), "22012");
         assert_eq!(sqlstate(&QueryError::UnknownTable("t".into())), "42P01");
         assert_eq!(sqlstate(&QueryError::Unsupported("UPDATE".into())), "0A000");
         assert_eq!(sqlstate(&QueryError::Internal("boom".into())), "XX000");

@@ -7,8 +7,10 @@
 //! (operations whose outcome is unknown may or may not have happened) must be linearizable
 //! ([`crate::linearizable`]); in particular no deleted value is ever read again.
 //!
-//! The campaign runs for 20 s; `EBB_NEMESIS_SECS` makes it longer and `EBB_NEMESIS_SEED` picks
-//! the random choices.
+//! The campaign is bounded by its number of faults (12; `EBB_NEMESIS_FAULTS`), with time only
+//! as an upper limit (`EBB_NEMESIS_SECS`, 300 s); it prints its seed, and `EBB_NEMESIS_SEED`
+//! replays the random choices. At the end every replica of a shard must hold the same series
+//! under the same ids.
 
 #![allow(clippy::unwrap_used)]
 

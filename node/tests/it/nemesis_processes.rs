@@ -5,8 +5,9 @@
 //! operations must be linearizable ([`crate::linearizable`]): nothing acknowledged is lost and
 //! no deleted value is read again.
 //!
-//! It runs for 20 s; `EBB_NEMESIS_SECS` makes it longer and `EBB_NEMESIS_SEED` picks the random
-//! choices.
+//! The campaign is bounded by its number of faults (5; `EBB_NEMESIS_FAULTS`), with time only
+//! as an upper limit (`EBB_NEMESIS_SECS`, 300 s); it prints its seed, and `EBB_NEMESIS_SEED`
+//! replays the random choices.
 
 #![allow(clippy::unwrap_used)]
 

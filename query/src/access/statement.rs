@@ -122,9 +122,8 @@ struct Tokens {
 
 impl Tokens {
     fn new(sql: &str) -> Result<Tokens> {
-        let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
-            .tokenize()
-            .map_err(|e| QueryError::invalid(format!("SQL syntax: {e}")))?;
+        let tokens =
+            Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().map_err(QueryError::syntax)?;
         let tokens: Vec<Token> =
             tokens.into_iter().filter(|t| !matches!(t, Token::Whitespace(_))).collect();
         Ok(Tokens { tokens: tokens.into_iter().peekable() })

@@ -78,8 +78,8 @@ pub fn parse(sql: &str, bounds: &SqlBounds) -> Result<VecDeque<DfStatement>> {
 
 /// [`parse`] of text that already passed [`check_text`].
 pub fn parse_checked(sql: &str, bounds: &SqlBounds) -> Result<VecDeque<DfStatement>> {
-    let statements = DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {})
-        .map_err(|e| QueryError::invalid(format!("SQL syntax: {e}")))?;
+    let statements =
+        DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {}).map_err(QueryError::syntax)?;
     for s in &statements {
         check_relations(s, bounds.max_relations)?;
     }
@@ -95,9 +95,8 @@ pub fn check_text(sql: &str, bounds: &SqlBounds) -> Result<()> {
             "max_sql_bytes",
         ));
     }
-    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
-        .tokenize()
-        .map_err(|e| QueryError::invalid(format!("SQL syntax: {e}")))?;
+    let tokens =
+        Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().map_err(QueryError::syntax)?;
     // Per open parenthesis or CASE (the statement itself at the bottom): operators chained
     // into the current item, items so far, and whether it is a CASE (whose WHEN, THEN and
     // ELSE parts are separate expressions, as a list's items are: a CASE of many arms is flat).

@@ -87,9 +87,8 @@ fn keyword(t: &mut impl Iterator<Item = Token>, k: Keyword, what: &str) -> Resul
 
 /// Parses an `ERASE` statement (one, optionally ending in `;`).
 pub fn parse_erase(sql: &str) -> Result<EraseStatement> {
-    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
-        .tokenize()
-        .map_err(|e| QueryError::invalid(format!("SQL syntax: {e}")))?;
+    let tokens =
+        Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().map_err(QueryError::syntax)?;
     let mut t = tokens.into_iter().filter(|t| !matches!(t, Token::Whitespace(_))).peekable();
     match t.next() {
         Some(Token::Word(w)) if w.value.eq_ignore_ascii_case("erase") => {}
