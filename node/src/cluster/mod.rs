@@ -13,6 +13,7 @@ mod node;
 pub mod placement;
 pub mod readiness;
 mod rebalance;
+mod refusal;
 mod replication;
 pub mod router;
 mod service;

@@ -47,8 +47,9 @@ pub fn wire_precision(p: Precision) -> super::proto::Precision {
 /// The precision a write carries (refused if this build does not know it).
 pub fn precision_of(req: &WritePointsRequest) -> Result<Precision, RouteError> {
     use super::proto::Precision as W;
-    let wire = W::try_from(req.precision)
-        .map_err(|_| RouteError::Rejected(format!("unknown precision {}", req.precision)))?;
+    let wire = W::try_from(req.precision).map_err(|_| {
+        RouteError::Rejected(QueryError::Invalid(format!("unknown precision {}", req.precision)))
+    })?;
     Ok(match wire {
         W::Nanoseconds => Precision::Nanoseconds,
         W::Microseconds => Precision::Microseconds,
@@ -63,8 +64,8 @@ pub fn precision_of(req: &WritePointsRequest) -> Result<Precision, RouteError> {
 #[derive(Debug, thiserror::Error)]
 pub enum RouteError {
     /// The request is at fault (bad line, schema conflict); nothing of it was written.
-    #[error("{0}")]
-    Rejected(String),
+    #[error(transparent)]
+    Rejected(QueryError),
     /// A shard could not commit its part in time (no leader, no quorum, unreachable). Parts
     /// for other shards may have been written.
     #[error("{0}")]
@@ -82,7 +83,7 @@ pub enum RouteError {
 impl From<RouteError> for QueryError {
     fn from(e: RouteError) -> QueryError {
         match e {
-            RouteError::Rejected(m) => QueryError::Invalid(m),
+            RouteError::Rejected(e) => e,
             RouteError::Unavailable(m) => QueryError::Unavailable(m),
             RouteError::DiskFull(m) => QueryError::DiskFull(m),
             e @ RouteError::Moved => QueryError::Unavailable(e.to_string()),
@@ -217,7 +218,7 @@ impl Router {
         precision: Precision,
         now_ns: i64,
     ) -> Result<WriteSummary, RouteError> {
-        let lines = Lines::new(body).map(|r| r.map_err(|e| RouteError::Rejected(e.to_string())));
+        let lines = Lines::new(body).map(|r| r.map_err(|e| RouteError::Rejected(e.into())));
         self.write_points(db, lines, precision, now_ns).await
     }
 
@@ -280,7 +281,7 @@ impl Router {
         let mut shape = Shape::default();
         for item in lines {
             let (no, line) = item?;
-            shape.add(no, &line).map_err(|e| RouteError::Rejected(e.to_string()))?;
+            shape.add(no, &line).map_err(RouteError::Rejected)?;
             let shard = map.shard_of(series_hash(&line.measurement, &line.tags));
             let part = parts.entry(shard).or_insert_with(|| Part {
                 points: PointsWriter::default(),
@@ -440,7 +441,7 @@ impl Router {
                 }
                 QueryError::NotHeld { .. } => RouteError::Moved,
                 e if e.is_disk_full() => RouteError::DiskFull(e.to_string()),
-                e if e.is_client_error() => RouteError::Rejected(e.to_string()),
+                e if e.is_client_error() => RouteError::Rejected(e),
                 e => RouteError::Unavailable(e.to_string()),
             });
         }
@@ -467,7 +468,7 @@ impl Router {
             })?
             .into_inner();
         if let Some(why) = r.rejected {
-            return Err(RouteError::Rejected(why));
+            return Err(RouteError::Rejected(super::refusal::from_wire(r.refusal, why)));
         }
         Ok(WriteSummary {
             lines: r.lines as usize,

@@ -408,10 +408,13 @@ impl Cluster for ClusterService {
                 tables_created: s.tables_created as u64,
                 series_created: s.series_created as u64,
                 rejected: None,
+                refusal: None,
             })),
-            Err(RouteError::Rejected(why)) => {
-                Ok(Response::new(WritePointsReply { rejected: Some(why), ..Default::default() }))
-            }
+            Err(RouteError::Rejected(e)) => Ok(Response::new(WritePointsReply {
+                rejected: Some(e.to_string()),
+                refusal: Some(super::refusal::to_wire(&e)),
+                ..Default::default()
+            })),
             Err(RouteError::Unavailable(why)) => Err(Status::unavailable(why)),
             Err(RouteError::DiskFull(why)) => Err(Status::resource_exhausted(why)),
             Err(e @ RouteError::Moved) => Err(Status::aborted(e.to_string())),

@@ -34,6 +34,12 @@ pub struct WriteLimits {
     pub max_series_per_request: usize,
 }
 
+impl WriteLimits {
+    /// The settings of the limits, as their refusals name them.
+    pub const SETTINGS: [&'static str; 3] =
+        ["max_tags_per_line", "max_columns_per_table", "max_series_per_request"];
+}
+
 impl Default for WriteLimits {
     fn default() -> Self {
         WriteLimits {
