@@ -18,7 +18,7 @@
 
 mod admin;
 pub mod authorize;
-pub mod limits;
+pub use crate::sql::limits;
 mod prepared;
 mod principal;
 pub mod runtime;

@@ -8,6 +8,7 @@ pub mod coop;
 pub mod ddl;
 pub mod delete;
 pub mod erase;
+pub mod limits;
 mod newest;
 pub mod parameters;
 mod partial;

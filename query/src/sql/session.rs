@@ -28,7 +28,7 @@ use super::{ShardTable, CATALOG};
 use crate::access::AccessStore;
 use crate::db::{new_request_id, Database};
 use crate::error::{QueryError, Result};
-use crate::front::limits::Limits;
+use crate::sql::limits::Limits;
 use datafusion::execution::runtime_env::RuntimeEnv;
 
 /// The result of one statement: its rows (as a stream) and a command tag such as `SELECT 3`,
@@ -376,7 +376,7 @@ pub(crate) async fn optimized_stream(
     let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
     let physical = state.query_planner().create_physical_plan(plan, state).await?;
     let task = datafusion::execution::TaskContext::from(state)
-        .with_runtime(crate::front::limits::statement_runtime(server, limits));
+        .with_runtime(crate::sql::limits::statement_runtime(server, limits));
     let stream = datafusion::physical_plan::execute_stream(physical, Arc::new(task))?;
     Ok((schema, stream))
 }
