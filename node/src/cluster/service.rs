@@ -111,8 +111,8 @@ pub(super) fn query_status(e: ebb_query::QueryError) -> Status {
 pub(super) fn shard_status(e: ebb_query::sql::shard::ShardError) -> Status {
     use ebb_query::sql::shard::ShardError;
     match e {
-        ShardError::NotFound(m) => Status::not_found(m),
-        ShardError::Invalid(m) => Status::invalid_argument(m),
+        ShardError::NotFound(e) => Status::not_found(e.to_string()),
+        ShardError::Invalid(e) => Status::invalid_argument(e.to_string()),
         e => Status::unavailable(e.to_string()),
     }
 }

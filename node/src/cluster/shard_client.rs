@@ -57,11 +57,11 @@ fn batches(stream: tonic::Streaming<super::proto::QueryChunk>) -> Batches {
     stream
         .filter_map(|chunk| async move {
             match chunk {
-                Err(s) => Some(Err(ShardError::Unavailable(s.message().to_string()))),
+                Err(s) => Some(Err(ShardError::unavailable(s.message()))),
                 Ok(c) => match ipc::decode(&c.ipc) {
                     Ok((_, Some(b))) => Some(Ok(b)),
                     Ok((_, None)) => None,
-                    Err(e) => Some(Err(ShardError::Unavailable(e.to_string()))),
+                    Err(e) => Some(Err(ShardError::unavailable(e.to_string()))),
                 },
             }
         })
@@ -95,7 +95,7 @@ async fn answer<T>(
     tokio::time::timeout(QUERY_START_TIMEOUT, call)
         .await
         .map_err(|_| {
-            ShardError::Unavailable(format!("{addr}: no answer within {QUERY_START_TIMEOUT:?}"))
+            ShardError::unavailable(format!("{addr}: no answer within {QUERY_START_TIMEOUT:?}"))
         })?
         .map(tonic::Response::into_inner)
         .map_err(|s| shard_error(addr, s))
@@ -104,9 +104,11 @@ async fn answer<T>(
 /// `s` (a shard's answer) as a shard error.
 fn shard_error(addr: &str, s: tonic::Status) -> ShardError {
     match s.code() {
-        tonic::Code::NotFound => ShardError::NotFound(s.message().to_string()),
-        tonic::Code::InvalidArgument => ShardError::Invalid(s.message().to_string()),
-        _ => ShardError::Unavailable(format!("{addr}: {}", s.message())),
+        tonic::Code::NotFound => ShardError::NotFound(QueryError::Invalid(s.message().into())),
+        tonic::Code::InvalidArgument => {
+            ShardError::Invalid(QueryError::Invalid(s.message().into()))
+        }
+        _ => ShardError::unavailable(format!("{addr}: {}", s.message())),
     }
 }
 
@@ -115,7 +117,7 @@ fn leader_client(
     router: &Router,
     shard: u64,
 ) -> Result<(ClusterClient<ebb_raft::transport::ClusterChannel>, String), ShardError> {
-    let unavailable = |e: String| ShardError::Unavailable(e);
+    let unavailable = ShardError::unavailable;
     let addr = router.leader_addr(shard).map_err(|e| unavailable(e.to_string()))?;
     let ch = router.conns().channel(&addr).map_err(|e| unavailable(format!("{addr}: {e}")))?;
     let client = ClusterClient::new(ch).max_decoding_message_size(super::MAX_MESSAGE_BYTES);
@@ -145,7 +147,7 @@ async fn try_table(
         .def
         .map(|d| serde_json::from_slice(&d))
         .transpose()
-        .map_err(|e| ShardError::Unavailable(format!("{addr}: an undecodable table: {e}")))
+        .map_err(|e| ShardError::unavailable(format!("{addr}: an undecodable table: {e}")))
 }
 
 /// Starts scan `body` on shard `shard`'s leader: its batches once the first chunk arrived.
@@ -155,7 +157,7 @@ async fn try_scan(
     hashes: Option<HashFilter>,
     body: &[u8],
 ) -> Result<Batches, ShardError> {
-    let unavailable = |e: String| ShardError::Unavailable(e);
+    let unavailable = ShardError::unavailable;
     let (mut client, addr) = leader_client(router, shard)?;
     let call = client.scan(shard_call(shard, hashes, body.to_vec()));
     let mut stream = tokio::time::timeout(QUERY_START_TIMEOUT, call)
@@ -292,7 +294,7 @@ impl ebb_query::sql::shard::Shards for Router {
         match ipc::decode(&chunk.ipc) {
             Ok((_, Some(b))) => Ok(b),
             Ok((schema, None)) => Ok(RecordBatch::new_empty(schema)),
-            Err(e) => Err(ShardError::Unavailable(format!("shard {shard}: {e}"))),
+            Err(e) => Err(ShardError::unavailable(format!("shard {shard}: {e}"))),
         }
     }
 
@@ -338,7 +340,7 @@ impl ebb_query::sql::shard::Shards for Router {
             async move {
                 let answer = tokio::time::timeout(TABLE_NOW_TIMEOUT, try_table(self, shard, body))
                     .await
-                    .unwrap_or_else(|_| Err(ShardError::Unavailable("no answer".into())));
+                    .unwrap_or_else(|_| Err(ShardError::unavailable("no answer")));
                 (shard, hashes, answer)
             }
         });
@@ -348,7 +350,7 @@ impl ebb_query::sql::shard::Shards for Router {
             match answer {
                 Ok(Some(def)) => parts.push(TablePart { shard, hashes, def: Arc::new(def) }),
                 Ok(None) | Err(ShardError::NotFound(_)) => {}
-                Err(ShardError::Invalid(why)) => return Err(QueryError::Invalid(why)),
+                Err(ShardError::Invalid(why)) => return Err(why),
                 Err(e) => unavailable.push(format!("shard {shard}: {e}")),
             }
         }

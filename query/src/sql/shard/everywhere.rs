@@ -96,9 +96,9 @@ pub enum ShardOutcome {
     /// It ran (or had run) the statement: its answer.
     Done(Vec<RecordBatch>),
     /// The table or database is not on that shard (why): nothing to do there.
-    Absent(String),
+    Absent(QueryError),
     /// The shard refused the statement (the same on every attempt).
-    Refused(String),
+    Refused(QueryError),
 }
 
 /// Runs `intent` on every shard in parallel, retrying a shard that cannot answer until
@@ -144,8 +144,8 @@ async fn drive_shard(
         let attempt = async {
             let done = client.apply(shard, op, &request).await?;
             let out = crate::sql::shard::op::answer(op, request.id, &done)
-                .map_err(|e| ShardError::Invalid(e.to_string()))?;
-            out.stream.try_collect::<Vec<_>>().await.map_err(|e| ShardError::Invalid(e.to_string()))
+                .map_err(ShardError::Invalid)?;
+            out.stream.try_collect::<Vec<_>>().await.map_err(|e| ShardError::Invalid(e.into()))
         };
         let why = match attempt.await {
             Ok(batches) => return Ok(ShardOutcome::Done(batches)),
@@ -216,10 +216,10 @@ pub async fn run_everywhere(
         }
     }
     if let Some(why) = refused {
-        return Err(QueryError::Invalid(why));
+        return Err(why);
     }
     if !reached {
-        let why = absent.unwrap_or_else(|| "no shard answered".into());
+        let why = absent.map_or_else(|| "no shard answered".into(), |e| e.to_string());
         return Err(QueryError::invalid(format!("{why} (on no shard): {}", intent.sql)));
     }
     let schema = match out.first() {

@@ -61,26 +61,33 @@ pub struct ShardRequest {
     pub issued_by: String,
 }
 
-/// Why a shard could not answer.
+/// Why a shard could not answer: the shard's error (as its leader's node rebuilt it, if the
+/// shard is on another node), classed by what the caller does with it.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ShardError {
     /// The table (or database) does not exist on that shard.
-    #[error("{0}")]
-    NotFound(String),
+    #[error(transparent)]
+    NotFound(QueryError),
     /// The request is at fault.
-    #[error("{0}")]
-    Invalid(String),
-    /// The shard could not answer (no leader, unreachable).
-    #[error("{0}")]
-    Unavailable(String),
+    #[error(transparent)]
+    Invalid(QueryError),
+    /// The shard could not answer (no leader, unreachable, a failure there): worth retrying.
+    #[error(transparent)]
+    Unavailable(QueryError),
+}
+
+impl ShardError {
+    /// The shard could not answer, for the reason given.
+    pub fn unavailable(why: impl Into<String>) -> Self {
+        ShardError::Unavailable(QueryError::Unavailable(why.into()))
+    }
 }
 
 impl From<ShardError> for QueryError {
     fn from(e: ShardError) -> Self {
         match e {
-            ShardError::NotFound(m) | ShardError::Invalid(m) => QueryError::Invalid(m),
-            ShardError::Unavailable(m) => QueryError::Unavailable(m),
+            ShardError::NotFound(e) | ShardError::Invalid(e) | ShardError::Unavailable(e) => e,
         }
     }
 }
@@ -89,10 +96,10 @@ impl From<QueryError> for ShardError {
     fn from(e: QueryError) -> Self {
         match e {
             e @ (QueryError::UnknownTable(_) | QueryError::UnknownDatabase(_)) => {
-                ShardError::NotFound(e.to_string())
+                ShardError::NotFound(e)
             }
-            e if e.is_client_error() => ShardError::Invalid(e.to_string()),
-            e => ShardError::Unavailable(e.to_string()),
+            e if e.is_client_error() => ShardError::Invalid(e),
+            e => ShardError::Unavailable(e),
         }
     }
 }
