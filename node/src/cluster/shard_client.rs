@@ -196,7 +196,9 @@ impl PartitionStream for RemoteScan {
         let (router, shard, hashes, body) =
             (self.router.clone(), self.shard, self.hashes, self.body.clone());
         let (schema, rows_only) = (self.schema.clone(), self.rows_only);
-        let external = |e: ShardError| DataFusionError::External(Box::new(e));
+        // The shard's own error, so `QueryError::cause` finds it (an unavailable shard answers
+        // as unavailable).
+        let external = |e: ShardError| DataFusionError::External(Box::new(QueryError::from(e)));
         let stream = futures::stream::once(async move {
             match retrying(shard, || try_scan(&router, shard, hashes, &body)).await {
                 Ok(batches) => batches
@@ -351,7 +353,7 @@ impl ebb_query::sql::shard::Shards for Router {
                 Ok(Some(def)) => parts.push(TablePart { shard, hashes, def: Arc::new(def) }),
                 Ok(None) | Err(ShardError::NotFound(_)) => {}
                 Err(ShardError::Invalid(why)) => return Err(why),
-                Err(e) => unavailable.push(format!("shard {shard}: {e}")),
+                Err(e) => unavailable.push(format!("shard {shard}: {}", e.reason())),
             }
         }
         if parts.is_empty() && !unavailable.is_empty() {

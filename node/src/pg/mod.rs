@@ -524,9 +524,10 @@ fn query_error(err: &QueryError) -> PgWireError {
     user_error(code, err.to_string())
 }
 
-/// The SQLSTATE for a failure, by its kind. Only DataFusion's planner errors, which come as
-/// bare text, are told apart by their wording.
+/// The SQLSTATE for a failure, by its kind. Errors that are bare text (DataFusion's planner and
+/// execution messages, [`QueryError::Invalid`]) are told apart by their wording.
 fn sqlstate(err: &QueryError) -> &'static str {
+    let client = err.is_client_error();
     match err {
         QueryError::Access(AccessError::Unauthenticated(_)) => "28P01",
         QueryError::Access(AccessError::Forbidden(_)) => "42501",
@@ -550,14 +551,14 @@ fn sqlstate(err: &QueryError) -> &'static str {
         QueryError::NotLeader(_) | QueryError::Replication(_) | QueryError::Unavailable(_) => {
             "57P03"
         }
-        QueryError::Storage(_) if err.is_client_error() => "22023",
-        QueryError::DataFusion(d) => datafusion_sqlstate(d, err.is_client_error()),
-        e if e.is_client_error() => "42000",
-        _ => "XX000",
+        QueryError::Storage(_) if client => "22023",
+        QueryError::DataFusion(d) => datafusion_sqlstate(d, client),
+        e => by_wording(&e.to_string(), client),
     }
 }
 
-/// The SQLSTATE of a DataFusion error, `client` if the statement caused it.
+/// The SQLSTATE of a DataFusion error, `client` if the statement caused it: by the error's
+/// variant, and by its wording where it is bare text.
 fn datafusion_sqlstate(d: &DataFusionError, client: bool) -> &'static str {
     use datafusion::arrow::error::ArrowError as A;
     use datafusion::common::SchemaError as S;
@@ -579,27 +580,37 @@ fn datafusion_sqlstate(d: &DataFusionError, client: bool) -> &'static str {
             _ if client => "22023",
             _ => "XX000",
         },
+        root => by_wording(&root.to_string(), client),
+    }
+}
+
+/// The SQLSTATE of an error that is only text, by its wording.
+fn by_wording(message: &str, client: bool) -> &'static str {
+    let message = message.to_ascii_lowercase();
+    let has = |needle: &str| message.contains(needle);
+    if has("sql syntax") || has("parsererror") || has("syntax error") {
+        "42601"
+    } else if has("no field named") || (has("column") && has("not found")) {
+        "42703"
+    } else if has("does not exist") || has("not found") {
+        "42P01"
+    } else if has("invalid function") {
+        "42883"
+    } else if has("not implemented") || has("not supported") || has("unsupported") {
+        "0A000"
+    } else if has("returned more than one row") {
         // A scalar subquery of several rows: PostgreSQL's cardinality_violation.
-        DataFusionError::Execution(m) if m.starts_with("Scalar subquery returned more") => "21000",
-        DataFusionError::Plan(m) => {
-            let m = m.to_ascii_lowercase();
-            let has = |needle: &str| m.contains(needle);
-            if has("no field named") || (has("column") && has("not found")) {
-                "42703"
-            } else if has("table") && (has("not found") || has("does not exist")) {
-                "42P01"
-            } else if has("invalid function") {
-                "42883"
-            } else if has("divide by zero") || has("division by zero") {
-                "22012"
-            } else if has("cannot cast") {
-                "22P02"
-            } else {
-                "42000"
-            }
-        }
-        _ if client => "42000",
-        _ => "XX000",
+        "21000"
+    } else if has("divide by zero") || has("division by zero") {
+        "22012"
+    } else if has("overflow") {
+        "22003"
+    } else if has("cast error") || has("cannot cast") || has("parse error") {
+        "22P02"
+    } else if client {
+        "42000"
+    } else {
+        "XX000"
     }
 }
 
@@ -649,6 +660,13 @@ mod tests {
         assert_eq!(sqlstate(&QueryError::DataFusion(column)), "42703");
         let zero = datafusion::arrow::error::ArrowError::DivideByZero;
         assert_eq!(sqlstate(&QueryError::DataFusion(zero.into())), "22012");
+        // Bare text is told apart by its wording.
+        let absent = QueryError::invalid("table t does not exist (on no shard): DROP TABLE t");
+        assert_eq!(sqlstate(&absent), "42P01");
+        let plan = DataFusionError::Plan("Savepoints not supported".into());
+        assert_eq!(sqlstate(&QueryError::DataFusion(plan)), "0A000");
+        let exec = DataFusionError::Execution("Overflow happened on FACTORIAL(100)".into());
+        assert_eq!(sqlstate(&QueryError::DataFusion(exec)), "22003");
         assert_eq!(sqlstate(&QueryError::UnknownTable("t".into())), "42P01");
         assert_eq!(sqlstate(&QueryError::Unsupported("UPDATE".into())), "0A000");
         assert_eq!(sqlstate(&QueryError::Internal("boom".into())), "XX000");

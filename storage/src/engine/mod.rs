@@ -97,12 +97,14 @@ struct Counters {
     global_filter_skips: AtomicU64,
 }
 
+/// The engine's state, shared by its handle and its background threads.
 ///
-/// Its state is in parts that each own their locks: what readers see (`sv`, one snapshot swapped
+/// It is in parts that each own their locks: what readers see (`sv`, one snapshot swapped
 /// under one lock), the write path (`writer`, `wal_synced`), the manifest (`meta`), and then
 /// [`Files`], [`deletes::Deletes`], [`background::Background`], [`health::Health`] and
-/// [`Tuning`]. A lock of one part is never taken while holding another's, except `meta`, which
-/// commits a version and installs it in `sv`.
+/// [`Tuning`]. Locks nest in one direction only: a flush or compaction holds its
+/// `background` lock while it takes the deletes' and files' locks and `meta`; `meta` is held
+/// while a version is committed and installed in `sv`.
 pub(crate) struct Inner {
     dir: PathBuf,
     opts: Options,

@@ -185,7 +185,7 @@ pub async fn run_everywhere(
         Ok(a) => a,
         Err(open) => {
             let open: Vec<String> =
-                open.iter().map(|(s, why)| format!("shard {s}: {why}")).collect();
+                open.iter().map(|(s, why)| format!("shard {s}: {}", why.reason())).collect();
             return Err(QueryError::Unavailable(format!(
                 "request {} is recorded and runs on every shard until done (see \
                  system.deletions); not answered yet: {}",

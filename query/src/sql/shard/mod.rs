@@ -82,6 +82,15 @@ impl ShardError {
     pub fn unavailable(why: impl Into<String>) -> Self {
         ShardError::Unavailable(QueryError::Unavailable(why.into()))
     }
+
+    /// Why, for a message that says the shard was unavailable itself (without the error's own
+    /// `unavailable:` prefix).
+    pub fn reason(&self) -> String {
+        match self {
+            ShardError::Unavailable(QueryError::Unavailable(why)) => why.clone(),
+            e => e.to_string(),
+        }
+    }
 }
 
 impl From<ShardError> for QueryError {
