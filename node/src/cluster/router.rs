@@ -111,6 +111,14 @@ struct Routed {
     prints: Vec<u64>,
 }
 
+/// Where a call on a shard runs ([`Router::shard_route`]).
+pub enum ShardRoute {
+    /// On this node's replica, which leads the shard.
+    Here(super::Shard),
+    /// On the node at this gRPC address.
+    There(String),
+}
+
 /// Routes this node's writes to shard leaders.
 #[derive(Debug)]
 pub struct Router {
@@ -404,51 +412,10 @@ impl Router {
         req: &WritePointsRequest,
     ) -> Result<WriteSummary, RouteError> {
         let precision = precision_of(req)?;
-        if let Some(shard) = self.shards.get(req.shard).filter(|s| s.is_leader()) {
-            // The write is planned against the leader's catalog, which must hold every entry
-            // of the terms before this leader's: a new leader that has not applied them yet
-            // could give a new series an id one of them gave another series, or a second id
-            // to a series one of them created (two series for one key).
-            // Read in place (the metrics are not cloned on every write).
-            let behind = {
-                let m = shard.group.raft.metrics();
-                let m = m.borrow();
-                m.last_applied.map(|l| l.leader_id.term) != Some(m.current_term)
-            };
-            if behind {
-                super::shard_reads::read_barrier(&shard)
-                    .await
-                    .map_err(|s| RouteError::Unavailable(s.message().to_string()))?;
-            }
-            let (db, name, points, now) =
-                (shard.db.clone(), req.database.clone(), req.points.clone(), req.now_ns);
-            let (check_only, id) = (req.check_only, req.write_id);
-            let res = tokio::task::spawn_blocking(move || {
-                let points = WriteSource::Points(&points);
-                match (check_only, id) {
-                    (true, _) => {
-                        db.check(&name, points, precision, now).map(|()| WriteSummary::default())
-                    }
-                    (false, Some(id)) => db.write_once(&name, points, precision, now, id),
-                    (false, None) => Err(QueryError::Invalid("a shard write without an id".into())),
-                }
-            })
-            .await
-            .map_err(|e| RouteError::Unavailable(e.to_string()))?;
-            return res.map_err(|e| match e {
-                QueryError::NotLeader(_) | QueryError::Replication(_) => {
-                    RouteError::Unavailable(e.to_string())
-                }
-                QueryError::NotHeld { .. } => RouteError::Moved,
-                e if e.is_disk_full() => RouteError::DiskFull(e.to_string()),
-                e if e.is_client_error() => RouteError::Rejected(e),
-                e => RouteError::Unavailable(e.to_string()),
-            });
-        }
-        if req.hops == 0 {
-            return Err(RouteError::Unavailable("too many forwards looking for the leader".into()));
-        }
-        let addr = self.leader_addr(req.shard)?;
+        let addr = match self.shard_route(req.shard, req.hops).await? {
+            ShardRoute::Here(shard) => return write_on_leader(&shard, req, precision).await,
+            ShardRoute::There(addr) => addr,
+        };
         let ch = self
             .conns
             .connect(&addr, ATTEMPT_TIMEOUT)
@@ -523,6 +490,44 @@ impl Router {
 
     /// Where to send a shard's write: its leader if this node knows it, else a node holding
     /// a replica (which forwards it on).
+    /// Where a call on `shard` that may still be forwarded `hops` times runs: here if this
+    /// node leads the shard, else at its leader as this node knows it. A node holding a
+    /// replica that knows of no leader (an election is under way) waits for one, up to three
+    /// election timeouts, rather than passing the call to another replica that knows no
+    /// more and would pass it back.
+    pub async fn shard_route(&self, shard: u64, hops: u32) -> Result<ShardRoute, RouteError> {
+        if let Some(s) = self.shards.get(shard) {
+            if s.is_leader() {
+                return Ok(ShardRoute::Here(s));
+            }
+            let raft = &s.group.raft;
+            let patience = Duration::from_millis(raft.config().election_timeout_max * 3);
+            let m = raft
+                .wait(Some(patience))
+                .metrics(
+                    |m| m.state.is_leader() || m.current_leader.is_some_and(|l| l != m.id),
+                    "a known shard leader",
+                )
+                .await
+                .map_err(|_| {
+                    RouteError::Unavailable(format!(
+                        "shard {shard} has elected no leader within {patience:?}"
+                    ))
+                })?;
+            if m.state.is_leader() {
+                return Ok(ShardRoute::Here(s));
+            }
+        }
+        if hops == 0 {
+            return Err(RouteError::Unavailable(format!(
+                "too many forwards looking for the leader of shard {shard}"
+            )));
+        }
+        self.leader_addr(shard).map(ShardRoute::There)
+    }
+
+    /// The address of shard `shard`'s leader as this node knows it, else of one of its
+    /// replicas (in turn).
     pub fn leader_addr(&self, shard: u64) -> Result<String, RouteError> {
         if let Some(s) = self.shards.get(shard) {
             let m = s.group.raft.metrics().borrow().clone();
@@ -552,6 +557,51 @@ impl Router {
         let turn = self.rotation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(holders[turn % holders.len()].clone())
     }
+}
+
+/// Writes (or checks) `req` on `shard`, which this node leads.
+async fn write_on_leader(
+    shard: &super::Shard,
+    req: &WritePointsRequest,
+    precision: Precision,
+) -> Result<WriteSummary, RouteError> {
+    // The write is planned against the leader's catalog, which must hold every entry
+    // of the terms before this leader's: a new leader that has not applied them yet
+    // could give a new series an id one of them gave another series, or a second id
+    // to a series one of them created (two series for one key).
+    // Read in place (the metrics are not cloned on every write).
+    let behind = {
+        let m = shard.group.raft.metrics();
+        let m = m.borrow();
+        m.last_applied.map(|l| l.leader_id.term) != Some(m.current_term)
+    };
+    if behind {
+        super::shard_reads::read_barrier(shard)
+            .await
+            .map_err(|s| RouteError::Unavailable(s.message().to_string()))?;
+    }
+    let (db, name, points, now) =
+        (shard.db.clone(), req.database.clone(), req.points.clone(), req.now_ns);
+    let (check_only, id) = (req.check_only, req.write_id);
+    let res = tokio::task::spawn_blocking(move || {
+        let points = WriteSource::Points(&points);
+        match (check_only, id) {
+            (true, _) => db.check(&name, points, precision, now).map(|()| WriteSummary::default()),
+            (false, Some(id)) => db.write_once(&name, points, precision, now, id),
+            (false, None) => Err(QueryError::Invalid("a shard write without an id".into())),
+        }
+    })
+    .await
+    .map_err(|e| RouteError::Unavailable(e.to_string()))?;
+    res.map_err(|e| match e {
+        QueryError::NotLeader(_) | QueryError::Replication(_) => {
+            RouteError::Unavailable(e.to_string())
+        }
+        QueryError::NotHeld { .. } => RouteError::Moved,
+        e if e.is_disk_full() => RouteError::DiskFull(e.to_string()),
+        e if e.is_client_error() => RouteError::Rejected(e),
+        e => RouteError::Unavailable(e.to_string()),
+    })
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use super::proto::{
     ForkShardReply, ForkShardRequest, ShardCall, SplitShardReply, SplitShardRequest, TableReply,
     TrimShardReply, TrimShardRequest,
 };
-use super::router::{RouteError, Router};
+use super::router::{RouteError, Router, ShardRoute};
 use super::shards::Shards;
 use super::view::MetaView;
 use crate::error::{NodeError, Result};
@@ -118,51 +118,24 @@ pub(super) fn shard_status(e: ebb_query::sql::shard::ShardError) -> Status {
 }
 
 impl ClusterService {
-    /// This node's replica of `shard`, if it leads the shard's group.
-    fn leading(&self, shard: u64) -> Option<super::Shard> {
-        self.shards.get(shard).filter(|s| s.is_leader())
-    }
-
-    /// A client of the node to forward a call on `shard` to (its leader as known here), if
-    /// the call may be forwarded `hops` more times.
-    async fn forward(
-        &self,
-        shard: u64,
-        hops: u32,
-    ) -> std::result::Result<ClusterClient<ClusterChannel>, Status> {
-        if hops == 0 {
-            return Err(Status::unavailable("too many forwards looking for the shard leader"));
-        }
-        let addr = self
-            .shard_target(shard)
-            .ok_or_else(|| Status::unavailable(format!("shard {shard} has no leader")))?;
-        let c = connect(self.router.conns(), &addr).await?;
-        Ok(c.max_decoding_message_size(super::MAX_MESSAGE_BYTES))
-    }
-
-    /// Where to send a request for `shard` this node cannot serve: its leader if known here,
-    /// else another node holding it.
-    fn shard_target(&self, shard: u64) -> Option<String> {
-        if let Some(s) = self.shards.get(shard) {
-            let m = s.group.raft.metrics().borrow().clone();
-            if let Some(n) = m
-                .current_leader
-                .and_then(|l| m.membership_config.membership().get_node(&l).cloned())
-            {
-                if m.current_leader != Some(m.id) {
-                    return Some(n.addr);
-                }
+    /// Where a call on `shard` runs: this node's replica if it leads the shard, else a client
+    /// of the node to forward it to (see [`Router::shard_route`]).
+    async fn route(&self, shard: u64, hops: u32) -> std::result::Result<Route, Status> {
+        match self.router.shard_route(shard, hops).await {
+            Ok(ShardRoute::Here(s)) => Ok(Route::Here(s)),
+            Ok(ShardRoute::There(addr)) => {
+                let c = connect(self.router.conns(), &addr).await?;
+                Ok(Route::There(c.max_decoding_message_size(super::MAX_MESSAGE_BYTES)))
             }
+            Err(e) => Err(Status::unavailable(e.to_string())),
         }
-        let v = self.meta.view();
-        let me = self.meta.raft().metrics().borrow().id;
-        let info = v.shards.get(&shard)?;
-        info.replicas
-            .iter()
-            .filter(|n| **n != me)
-            .find_map(|n| v.nodes.get(n))
-            .map(|n| n.grpc_addr.clone())
     }
+}
+
+/// Where a shard call runs ([`ClusterService::route`]).
+enum Route {
+    Here(super::Shard),
+    There(ClusterClient<ClusterChannel>),
 }
 
 #[tonic::async_trait]
@@ -174,9 +147,11 @@ impl Cluster for ClusterService {
         req: Request<ShardCall>,
     ) -> std::result::Result<Response<TableReply>, Status> {
         let call = req.into_inner();
-        let Some(shard) = self.leading(call.shard) else {
-            let mut c = self.forward(call.shard, call.hops).await?;
-            return c.table(ShardCall { hops: call.hops - 1, ..call }).await;
+        let shard = match self.route(call.shard, call.hops).await? {
+            Route::Here(shard) => shard,
+            Route::There(mut c) => {
+                return c.table(ShardCall { hops: call.hops - 1, ..call }).await;
+            }
         };
         Ok(Response::new(super::shard_reads::table(&shard, &call).await?))
     }
@@ -186,10 +161,12 @@ impl Cluster for ClusterService {
         req: Request<ShardCall>,
     ) -> std::result::Result<Response<QueryStream>, Status> {
         let call = req.into_inner();
-        let Some(shard) = self.leading(call.shard) else {
-            let mut c = self.forward(call.shard, call.hops).await?;
-            let stream = c.scan(ShardCall { hops: call.hops - 1, ..call }).await?.into_inner();
-            return Ok(Response::new(Box::pin(stream)));
+        let shard = match self.route(call.shard, call.hops).await? {
+            Route::Here(shard) => shard,
+            Route::There(mut c) => {
+                let stream = c.scan(ShardCall { hops: call.hops - 1, ..call }).await?.into_inner();
+                return Ok(Response::new(Box::pin(stream)));
+            }
         };
         Ok(Response::new(super::shard_reads::scan(&shard, &call).await?))
     }
@@ -199,9 +176,11 @@ impl Cluster for ClusterService {
         req: Request<ShardCall>,
     ) -> std::result::Result<Response<ApplyReply>, Status> {
         let call = req.into_inner();
-        let Some(shard) = self.leading(call.shard) else {
-            let mut c = self.forward(call.shard, call.hops).await?;
-            return c.apply(ShardCall { hops: call.hops - 1, ..call }).await;
+        let shard = match self.route(call.shard, call.hops).await? {
+            Route::Here(shard) => shard,
+            Route::There(mut c) => {
+                return c.apply(ShardCall { hops: call.hops - 1, ..call }).await;
+            }
         };
         Ok(Response::new(super::shard_reads::apply(&shard, &call).await?))
     }
@@ -211,9 +190,11 @@ impl Cluster for ClusterService {
         req: Request<ShardCall>,
     ) -> std::result::Result<Response<ListingReply>, Status> {
         let call = req.into_inner();
-        let Some(shard) = self.leading(call.shard) else {
-            let mut c = self.forward(call.shard, call.hops).await?;
-            return c.listing(ShardCall { hops: call.hops - 1, ..call }).await;
+        let shard = match self.route(call.shard, call.hops).await? {
+            Route::Here(shard) => shard,
+            Route::There(mut c) => {
+                return c.listing(ShardCall { hops: call.hops - 1, ..call }).await;
+            }
         };
         Ok(Response::new(super::shard_reads::listing(&shard).await?))
     }
@@ -223,9 +204,11 @@ impl Cluster for ClusterService {
         req: Request<ShardCall>,
     ) -> std::result::Result<Response<QueryChunk>, Status> {
         let call = req.into_inner();
-        let Some(shard) = self.leading(call.shard) else {
-            let mut c = self.forward(call.shard, call.hops).await?;
-            return c.engine_rows(ShardCall { hops: call.hops - 1, ..call }).await;
+        let shard = match self.route(call.shard, call.hops).await? {
+            Route::Here(shard) => shard,
+            Route::There(mut c) => {
+                return c.engine_rows(ShardCall { hops: call.hops - 1, ..call }).await;
+            }
         };
         Ok(Response::new(super::shard_reads::engine_rows(&shard, &call).await?))
     }

@@ -39,6 +39,7 @@ const TEST_LIMIT: Duration = Duration::from_secs(900);
 
 impl Harness {
     pub fn new() -> Harness {
+        crate::common::logs();
         Harness {
             dir: tempfile::tempdir().unwrap(),
             faults: Arc::new(Faults::new()),

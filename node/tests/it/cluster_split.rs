@@ -67,11 +67,6 @@ fn per_user(h: &Http) -> BTreeMap<String, u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_split_under_writes_deletes_and_an_erasure_loses_and_resurrects_nothing() {
-    if let Ok(filter) = std::env::var("EBB_TEST_LOG") {
-        // The nodes' logs, for a run that went wrong.
-        let filter = tracing_subscriber::EnvFilter::new(filter);
-        let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
-    }
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().expect("tempdir")).collect();
     let servers = start_cluster(&dirs, config).await;
     let hs: Vec<Http> = servers.iter().map(|s| Http::new(s.http_addr)).collect();

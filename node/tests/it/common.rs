@@ -24,12 +24,22 @@ pub fn loopback(dir: &Path) -> Config {
     }
 }
 
+/// Sends the nodes' logs to stderr when `EBB_TEST_LOG` holds a filter (`info,openraft=warn`,
+/// say): for a run that went wrong. Once per test binary; later calls do nothing.
+pub fn logs() {
+    if let Ok(filter) = std::env::var("EBB_TEST_LOG") {
+        let filter = tracing_subscriber::EnvFilter::new(filter);
+        let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
+    }
+}
+
 /// Starts one server per directory in cluster mode: the first creates the cluster, the others
 /// join it through the first. `config` gives each one's configuration.
 pub async fn start_cluster(
     dirs: &[tempfile::TempDir],
     config: impl Fn(&Path) -> Config,
 ) -> Vec<Server> {
+    logs();
     let (first, rest) = dirs.split_first().expect("at least one node");
     let first = Server::start(&Config { cluster: true, ..config(first.path()) })
         .await

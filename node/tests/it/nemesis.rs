@@ -331,11 +331,6 @@ async fn histories_under_partitions_restarts_and_lost_messages_are_linearizable(
     let c = campaign(12);
     let seed = c.seed;
     eprintln!("nemesis: {} faults within {:?}, EBB_NEMESIS_SEED={seed}", c.faults, c.limit);
-    if let Ok(filter) = std::env::var("EBB_TEST_LOG") {
-        // The nodes' logs, for a campaign that went wrong.
-        let filter = tracing_subscriber::EnvFilter::new(filter);
-        let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
-    }
     let mut h = Harness::new();
     h.settings = Settings { shards: 2, replication: 3 };
     h.intent_patience = Duration::from_secs(5);
