@@ -78,10 +78,12 @@ pub fn synced_file(file: &File) {
     let link = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
     let Ok(target) = std::fs::read_link(&link) else { return };
     let Some(w) = watch_of(&target) else { return };
+    // Read under the lock, so a content read before another thread's later fsync of the same
+    // file never replaces that fsync's record.
+    let mut st = w.state.lock();
     let read = (|| {
         Ok::<_, std::io::Error>((file.metadata()?, std::fs::read(&link)?, File::open(&link)?))
     })();
-    let mut st = w.state.lock();
     match read {
         Ok((md, content, handle)) => {
             st.files.insert(md.ino(), (handle, content));
@@ -99,11 +101,14 @@ pub fn synced_dir(dir: &Path) {
     }
     let Ok(dir) = dir.canonicalize() else { return };
     let Some(w) = watch_of(&dir) else { return };
-    // Other threads may create and delete entries meanwhile (flushes, compactions): `list`
-    // leaves out what vanishes under it, and a failure is kept for `PowerCut::cut` to report
-    // (a silently missed fsync would lose the entries it made durable).
-    let listed = list(&dir).and_then(|l| Ok((l, std::fs::metadata(&dir).at(&dir)?.ino())));
+    // The listing is taken under the lock, so records land in the order they were listed: a
+    // listing taken before another thread's later fsync (of a new WAL's entry, say) can never
+    // replace that fsync's record, as no real fsync undoes a later one. Other threads may still
+    // create and delete entries meanwhile (flushes, compactions): `list` leaves out what
+    // vanishes under it, and a failure is kept for `PowerCut::cut` to report (a silently
+    // missed fsync would lose the entries it made durable).
     let mut st = w.state.lock();
+    let listed = list(&dir).and_then(|l| Ok((l, std::fs::metadata(&dir).at(&dir)?.ino())));
     let (mut listing, dir_ino) = match listed {
         Ok(l) => l,
         Err(e) => {
