@@ -56,6 +56,15 @@ pub enum NodeError {
     /// `ebb import` could not send a batch, or the server refused it.
     #[error(transparent)]
     Import(#[from] crate::cli::import::ImportError),
+    /// A backup or restore failed.
+    #[error(transparent)]
+    Backup(Box<ebb_backup::BackupError>),
+}
+
+impl From<ebb_backup::BackupError> for NodeError {
+    fn from(e: ebb_backup::BackupError) -> Self {
+        NodeError::Backup(Box::new(e))
+    }
 }
 
 impl From<String> for NodeError {

@@ -17,6 +17,7 @@
 //! or, on a cluster, the [`cluster::Router`] (this crate's `ebb_query::sql::shard::Shards`).
 
 pub mod audit;
+pub mod backup;
 pub mod body;
 pub mod cli;
 pub mod cluster;

@@ -96,6 +96,10 @@ enum Command {
         /// [default: 64MiB; env EBB_MOVE_RATE].
         #[arg(long)]
         move_rate: Option<String>,
+        /// Bytes a second a backup transfers at, e.g. 100MiB or none [default: none; env
+        /// EBB_BACKUP_RATE].
+        #[arg(long)]
+        backup_rate: Option<String>,
         /// Memtable memory all shard replicas of a cluster node share, e.g. 512MiB or none
         /// [default: 512MiB; env EBB_MEMTABLE_BUDGET].
         #[arg(long)]
@@ -205,6 +209,28 @@ enum Command {
         #[command(subcommand)]
         command: NodeCommand,
     },
+    /// Backups: `create` one on a server (needs ADMIN), `list`, `verify` and `prune` the sets
+    /// at a destination (a directory or s3://bucket/prefix).
+    Backup {
+        #[command(subcommand)]
+        command: BackupCommand,
+    },
+    /// Builds a new data directory from a backup set (offline; start a server on it after).
+    /// Every object is checked; nothing is left in DIR unless all of the set arrived whole.
+    Restore {
+        /// The destination holding the set (a directory or s3://bucket/prefix?...).
+        #[arg(long)]
+        from: String,
+        /// The set's id [default: the newest].
+        #[arg(long)]
+        backup: Option<String>,
+        /// The new data directory (must not exist, or be empty).
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// Bytes a second to read at, e.g. 100MiB [default: unlimited].
+        #[arg(long)]
+        rate: Option<String>,
+    },
     /// Imports a line-protocol file (`-` for standard input) into a server.
     Import {
         /// The file.
@@ -256,6 +282,55 @@ enum AuditCommand {
         /// Server HTTP URL.
         #[arg(long, default_value = "http://127.0.0.1:7080", env = "EBB_URL")]
         url: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum BackupCommand {
+    /// Backs up the server (every shard, consistent as of now; only files the destination
+    /// lacks are copied), printing progress. Runs `BACKUP TO` (needs ADMIN).
+    Create {
+        /// The destination: a directory the server can write, or s3://bucket/prefix with
+        /// ?endpoint=, region=, allow_http=true, credentials=/path (keys come from the
+        /// server's environment or that file, never the URI).
+        #[arg(long)]
+        to: String,
+        /// Print no progress.
+        #[arg(long)]
+        quiet: bool,
+        /// Server HTTP URL.
+        #[arg(long, default_value = "http://127.0.0.1:7080", env = "EBB_URL")]
+        url: String,
+    },
+    /// Lists backups: the server's (`system.backups`), or with --at the sets at a destination.
+    List {
+        /// A destination to list instead of asking the server.
+        #[arg(long)]
+        at: Option<String>,
+        /// Server HTTP URL.
+        #[arg(long, default_value = "http://127.0.0.1:7080", env = "EBB_URL")]
+        url: String,
+    },
+    /// Reads every object of a set and checks every checksum; exits non-zero on a missing or
+    /// damaged object, naming it.
+    Verify {
+        /// The set's id.
+        id: String,
+        /// The destination.
+        #[arg(long)]
+        at: String,
+        /// Bytes a second to read at, e.g. 100MiB [default: unlimited].
+        #[arg(long)]
+        rate: Option<String>,
+    },
+    /// Keeps the newest N sets and removes the others and every object no kept set uses.
+    Prune {
+        /// How many sets to keep.
+        #[arg(long)]
+        keep: usize,
+        /// The destination.
+        #[arg(long)]
+        at: String,
     },
 }
 
@@ -341,6 +416,7 @@ fn main() -> ExitCode {
             split_shard_bytes,
             split_shard_rows,
             move_rate,
+            backup_rate,
             memtable_budget,
             node_name,
             init_node,
@@ -380,6 +456,7 @@ fn main() -> ExitCode {
                 split_shard_bytes,
                 split_shard_rows,
                 move_rate,
+                backup_rate,
                 memtable_budget,
                 node_name,
                 init_node,
@@ -449,6 +526,21 @@ fn main() -> ExitCode {
                     Ok(())
                 }
             })
+        }
+        Command::Backup { command } => return backup_command(command),
+        Command::Restore { from, backup, data_dir, rate } => {
+            let rate = match parse_rate(rate.as_deref()) {
+                Ok(r) => r,
+                Err(e) => return fail(e),
+            };
+            block_on(ebb_node::cli::backup::restore(
+                &from,
+                backup.as_deref(),
+                &data_dir,
+                rate,
+                false,
+            ))
+            .map(|out| print!("{out}"))
         }
         Command::Import { file, url, db, precision, batch } => {
             ebb_node::cli::import::import(&url, &db, &file, &precision, batch.max(1)).map(|_| ())
@@ -545,6 +637,58 @@ fn check(file: Option<PathBuf>, flags: Overrides) -> Result<(), NodeError> {
     };
     println!("  cluster TLS: {cluster}");
     Ok(())
+}
+
+/// Runs `f` on a small runtime (the CLI's object-store calls are async).
+fn block_on<T>(f: impl std::future::Future<Output = Result<T, NodeError>>) -> Result<T, NodeError> {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?.block_on(f)
+}
+
+/// A `--rate` as bytes a second.
+fn parse_rate(rate: Option<&str>) -> Result<Option<u64>, NodeError> {
+    rate.map(|r| ebb_node::config::bytes("--rate", r).map(|n| n as u64)).transpose()
+}
+
+fn fail(e: NodeError) -> ExitCode {
+    eprintln!("ebb: {e}");
+    ExitCode::FAILURE
+}
+
+fn backup_command(command: BackupCommand) -> ExitCode {
+    use ebb_node::cli::backup;
+    let result = match command {
+        BackupCommand::Create { to, quiet, url } => {
+            backup::create(&url, &to, quiet).map(|out| print!("{out}"))
+        }
+        BackupCommand::List { at: Some(at), .. } => {
+            block_on(backup::list_at(&at)).map(|o| print!("{o}"))
+        }
+        BackupCommand::List { at: None, url } => ebb_node::cli::sql::run_one(
+            &url,
+            "public",
+            "SELECT * FROM system.backups ORDER BY started",
+            ebb_node::cli::sql::OutputFormat::Table,
+        )
+        .map(|o| print!("{o}")),
+        BackupCommand::Verify { id, at, rate } => {
+            let verified = parse_rate(rate.as_deref())
+                .and_then(|rate| block_on(backup::verify(&at, &id, rate)));
+            match verified {
+                Ok((out, pass)) => {
+                    print!("{out}");
+                    return if pass { ExitCode::SUCCESS } else { ExitCode::from(2) };
+                }
+                Err(e) => Err(e),
+            }
+        }
+        BackupCommand::Prune { keep, at } => {
+            block_on(backup::prune(&at, keep)).map(|o| print!("{o}"))
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e),
+    }
 }
 
 fn run_server(file: Option<PathBuf>, flags: Overrides) -> Result<(), NodeError> {

@@ -88,7 +88,14 @@ impl Server {
         let reserve = config.disk_reserve.for_dir(&config.data_dir);
         db.set_disk_reserve(reserve.clone());
         let db = Arc::new(db);
-        let door = FrontDoor::with_limits(Target::local(db.clone()), config.limits)
+        let backups = Arc::new(crate::backup::BackupService::new(
+            Arc::new(crate::backup::local::LocalParts::new(db.clone())),
+            &config.data_dir,
+            config.scaling.backup_rate,
+        ));
+        let shards = ebb_query::sql::shard::LocalShards::new(db.clone()).with_backups(backups);
+        let target = Target { shards: Arc::new(shards), access: db.clone() };
+        let door = FrontDoor::with_limits(target, config.limits)
             .map_err(|e| NodeError::Config(format!("query runtime: {e}")))?;
         crate::security::bootstrap(&door, config).await?;
         let tls = Tls::load(config)?;

@@ -132,7 +132,8 @@ pub fn local_deletions(db: &Database, shard: u64, node: u64) -> Vec<ReplicaDelet
         .collect()
 }
 
-fn ts(name: &str, nullable: bool) -> Field {
+/// A nanosecond timestamp column.
+pub(crate) fn ts_field(name: &str, nullable: bool) -> Field {
     Field::new(name, DataType::Timestamp(TimeUnit::Nanosecond, None), nullable)
 }
 
@@ -144,12 +145,12 @@ pub fn schema() -> SchemaRef {
         Field::new("target", DataType::Utf8, false),
         Field::new("issued_by", DataType::Utf8, true),
         Field::new("rows", DataType::UInt64, true),
-        ts("issued_at", false),
-        ts("deadline", true),
+        ts_field("issued_at", false),
+        ts_field("deadline", true),
         Field::new("shard", DataType::UInt64, false),
         Field::new("node", DataType::UInt64, false),
-        ts("applied_at", true),
-        ts("persisted_at", true),
+        ts_field("applied_at", true),
+        ts_field("persisted_at", true),
         Field::new("deletes", DataType::UInt64, false),
         Field::new("replica_status", DataType::Utf8, false),
         Field::new("status", DataType::Utf8, false),

@@ -90,6 +90,9 @@ pub enum QueryError {
     /// Points another node sent are damaged or of an encoding this build does not read.
     #[error("points from another node: {0}")]
     Points(#[from] crate::lp::wire::PointsError),
+    /// A backup, or reading one, failed ([`crate::backups`]).
+    #[error(transparent)]
+    Backup(Box<ebb_backup::BackupError>),
     /// A bug or an unexpected state.
     #[error("internal error: {0}")]
     Internal(String),
@@ -107,6 +110,12 @@ pub struct LimitError {
     pub limit: usize,
     /// The setting that sets it.
     pub setting: &'static str,
+}
+
+impl From<ebb_backup::BackupError> for QueryError {
+    fn from(e: ebb_backup::BackupError) -> Self {
+        QueryError::Backup(Box::new(e))
+    }
 }
 
 impl From<ebb_storage::disk::BelowReserve> for QueryError {
@@ -194,6 +203,10 @@ impl QueryError {
                 }
                 _ => false,
             },
+            QueryError::Backup(e) => {
+                use ebb_backup::BackupError as B;
+                matches!(**e, B::Uri { .. } | B::NoSuchSet(_) | B::Empty | B::TargetExists(_))
+            }
             QueryError::Corrupt(_)
             | QueryError::Points(_)
             | QueryError::Internal(_)

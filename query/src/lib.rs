@@ -24,6 +24,7 @@
 //!   every statement it runs in a [`statements::StatementLog`] (`system.queries`).
 
 pub mod access;
+pub mod backups;
 pub mod db;
 pub mod deletions;
 pub mod error;

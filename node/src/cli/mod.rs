@@ -3,6 +3,7 @@
 //! `https://` server against `EBB_CA_CERT` (a PEM file) when set, else the public roots.
 
 pub mod audit;
+pub mod backup;
 pub mod import;
 pub mod sql;
 

@@ -26,6 +26,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("EBB_SPLIT_SHARD_ROWS", "split_shard_rows"),
     ("EBB_MOVE_RATE", "move_rate"),
     ("EBB_MEMTABLE_BUDGET", "memtable_budget"),
+    ("EBB_BACKUP_RATE", "backup_rate"),
     ("EBB_NODE_NAME", "node_name"),
     ("EBB_INIT_NODE", "init_node"),
     ("EBB_DEFAULT_RETENTION", "default_retention"),

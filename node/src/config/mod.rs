@@ -25,6 +25,7 @@
 //! split_shard_bytes = "16GiB"    # a shard larger than this splits ("none": never for size)
 //! split_shard_rows = 200000      # ... or one writing more rows a second, for a minute
 //! move_rate = "64MiB"            # bytes a second a node sends moving replicas at
+//! backup_rate = "100MiB"         # bytes a second a backup transfers at (default: "none")
 //! memtable_budget = "512MiB"     # memtable memory all of a node's shard replicas share
 //! node_name = "ebb-0"            # this node's name (a pod's name; default: none)
 //! init_node = "ebb-0"            # the node that creates the cluster if no `join` seed answers
@@ -67,7 +68,8 @@ use serde::Deserialize;
 
 use crate::error::Result;
 use crate::tls::{CertFiles, ClusterFiles};
-use parse::{bad, boolean, bytes};
+pub use parse::bytes;
+use parse::{bad, boolean};
 
 /// The default of [`Config::raft_heartbeat`].
 /// (A shorter one fails over sooner; each heartbeat costs every shard's leader an RPC per
@@ -296,6 +298,8 @@ pub struct Overrides {
     pub move_rate: Option<String>,
     /// See [`scaling::Scaling::memtable_budget`] (`"512MiB"`, or `"none"`).
     pub memtable_budget: Option<String>,
+    /// See [`scaling::Scaling::backup_rate`] (`"100MiB"` a second, or `"none"`).
+    pub backup_rate: Option<String>,
     /// See [`Config::node_name`].
     pub node_name: Option<String>,
     /// See [`Config::init_node`].
@@ -427,6 +431,7 @@ impl Overrides {
                 "EBB_SPLIT_SHARD_ROWS" => o.split_shard_rows = Some(v),
                 "EBB_MOVE_RATE" => o.move_rate = Some(v),
                 "EBB_MEMTABLE_BUDGET" => o.memtable_budget = Some(v),
+                "EBB_BACKUP_RATE" => o.backup_rate = Some(v),
                 "EBB_RAFT_HEARTBEAT" => o.raft_heartbeat = Some(v),
                 "EBB_RAFT_SNAPSHOT_EVERY" => {
                     o.raft_snapshot_every =

@@ -3,7 +3,7 @@
 use crate::error::{NodeError, Result};
 
 /// Bytes from `"1GiB"`, `"512MiB"`, `"64KiB"` or a plain number.
-pub(super) fn bytes(what: &str, s: &str) -> Result<usize> {
+pub fn bytes(what: &str, s: &str) -> Result<usize> {
     let s = s.trim();
     let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
         Some(i) => (&s[..i], s[i..].trim()),

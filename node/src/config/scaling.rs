@@ -1,10 +1,12 @@
-//! How a cluster grows: when shards split by themselves, and how fast replicas move.
+//! How a cluster grows: when shards split by themselves, how fast replicas move, and how fast
+//! backups transfer.
 //!
 //! ```toml
 //! split_shard_bytes = "16GiB"     # a shard larger than this splits ("none": never for size)
 //! split_shard_rows = 200000       # ... or one taking more rows a second, for a minute
 //! move_rate = "64MiB"             # bytes a second a node sends replicas at ("none": unlimited)
 //! memtable_budget = "512MiB"      # memtable memory a node's shard replicas share ("none")
+//! backup_rate = "none"            # bytes a second a backup transfers at ("none": unlimited)
 //! ```
 
 use super::{bad, bytes, Overrides};
@@ -24,6 +26,9 @@ pub struct Scaling {
     /// past it, a replica written to flushes its memtable early, so a node's memory does not
     /// grow with the shards it holds.
     pub memtable_budget: Option<u64>,
+    /// Bytes a second a backup, restore or verify transfers at (read and written together),
+    /// unless the command gives its own rate.
+    pub backup_rate: Option<u64>,
 }
 
 impl Default for Scaling {
@@ -33,6 +38,7 @@ impl Default for Scaling {
             split_rows_per_sec: Some(200_000),
             move_rate: Some(64 << 20),
             memtable_budget: Some(512 << 20),
+            backup_rate: None,
         }
     }
 }
@@ -59,6 +65,10 @@ pub(super) fn apply(o: &Overrides, c: &mut Scaling) -> Result<()> {
         let size = |v: &str| bytes("move_rate", v).map(|n| n as u64);
         c.move_rate = limit("move_rate", v, size)?;
     }
+    if let Some(v) = &o.backup_rate {
+        let size = |v: &str| bytes("backup_rate", v).map(|n| n as u64);
+        c.backup_rate = limit("backup_rate", v, size)?;
+    }
     if let Some(v) = &o.memtable_budget {
         let size = |v: &str| bytes("memtable_budget", v).map(|n| n as u64);
         c.memtable_budget = limit("memtable_budget", v, size)?;
@@ -78,6 +88,7 @@ mod tests {
             split_shard_rows: Some("none".into()),
             move_rate: Some("10MiB".into()),
             memtable_budget: Some("none".into()),
+            backup_rate: Some("100MiB".into()),
             ..Default::default()
         };
         apply(&o, &mut c).unwrap();
@@ -88,6 +99,7 @@ mod tests {
                 split_rows_per_sec: None,
                 move_rate: Some(10 << 20),
                 memtable_budget: None,
+                backup_rate: Some(100 << 20),
             }
         );
         for bad in [
@@ -95,6 +107,7 @@ mod tests {
             Overrides { split_shard_rows: Some("-5".into()), ..Default::default() },
             Overrides { move_rate: Some("1XB".into()), ..Default::default() },
             Overrides { memtable_budget: Some("half".into()), ..Default::default() },
+            Overrides { backup_rate: Some("fast".into()), ..Default::default() },
         ] {
             assert!(apply(&bad, &mut Scaling::default()).is_err(), "{bad:?}");
         }

@@ -110,6 +110,15 @@ fn query_error(e: &QueryError) -> Response {
     let status = match e {
         QueryError::Access(a) => return access_error(a),
         QueryError::UnknownTable(_) | QueryError::UnknownDatabase(_) => StatusCode::NOT_FOUND,
+        QueryError::Backup(b) => match **b {
+            ebb_backup::BackupError::NoSuchSet(_) | ebb_backup::BackupError::Empty => {
+                StatusCode::NOT_FOUND
+            }
+            // The destination's store did not answer as it should.
+            ebb_backup::BackupError::Store { .. } => StatusCode::BAD_GATEWAY,
+            _ if e.is_client_error() => StatusCode::BAD_REQUEST,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        },
         QueryError::Unavailable(_) | QueryError::NotLeader(_) | QueryError::Replication(_) => {
             StatusCode::SERVICE_UNAVAILABLE
         }

@@ -545,6 +545,7 @@ fn sqlstate(err: &QueryError) -> &'static str {
         QueryError::Line(_) => "22P02",
         QueryError::BeyondRetention(_) => "22008",
         QueryError::Corrupt(_) => "XX001",
+        QueryError::Backup(b) => backup_sqlstate(b),
         e if e.is_disk_full() => "53100",
         QueryError::Internal(_) => "XX000",
         // Try again: no leader or quorum just now.
@@ -554,6 +555,21 @@ fn sqlstate(err: &QueryError) -> &'static str {
         QueryError::Storage(_) if client => "22023",
         QueryError::DataFusion(d) => datafusion_sqlstate(d, client),
         e => by_wording(&e.to_string(), client),
+    }
+}
+
+/// The SQLSTATE of a backup's failure.
+fn backup_sqlstate(e: &ebb_backup::BackupError) -> &'static str {
+    use ebb_backup::BackupError as B;
+    match e {
+        // Invalid parameter value, as PostgreSQL's for a bad option.
+        B::Uri { .. } | B::TargetExists(_) => "22023",
+        // Undefined object.
+        B::NoSuchSet(_) | B::Empty => "42704",
+        // Data corrupted.
+        B::Missing { .. } | B::Damaged { .. } | B::Manifest { .. } => "XX001",
+        // An I/O error: the destination or a local file.
+        _ => "58030",
     }
 }
 

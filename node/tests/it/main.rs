@@ -5,6 +5,7 @@
 
 mod audit;
 mod auth;
+mod backup;
 mod cluster;
 mod cluster_balance;
 mod cluster_ddl;

@@ -89,7 +89,7 @@ pub fn is_access_statement(sql: &str) -> bool {
 
 /// `sql` fit for a log: a user management statement's string literals (passwords) masked.
 pub fn redact(sql: &str) -> String {
-    if !is_access_statement(sql) {
+    if !is_access_statement(sql) && !crate::backups::is_backup(sql) {
         return sql.to_string();
     }
     match Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() {

@@ -516,6 +516,11 @@ impl Session {
                 self.door.authorize(&self.who, None, Privilege::Admin)?;
                 return Ok(logged(self.sql.alter_cluster(stmt).await?));
             }
+            Request::Backup(request) => {
+                self.door.authorize(&self.who, None, Privilege::Admin)?;
+                let issuer = self.who.to_string();
+                return Ok(logged(self.sql.backup(request, &issuer).await?));
+            }
             Request::Erase(stmt) => {
                 let db = stmt.database.clone().unwrap_or_else(|| self.database().to_string());
                 self.door.authorize(&self.who, Some(&db), Privilege::Delete)?;

@@ -120,6 +120,7 @@ impl SqlSession {
         match Request::read(sql, &SqlBounds::default(), &self.database)? {
             Request::Erase(stmt) => Ok(vec![self.erase(stmt).await?]),
             Request::AlterCluster(stmt) => Ok(vec![self.alter_cluster(stmt).await?]),
+            Request::Backup(request) => Ok(vec![self.backup(request, "").await?]),
             Request::Statements(statements) => {
                 let mut out = Vec::with_capacity(statements.len());
                 for s in statements {
@@ -172,7 +173,7 @@ impl SqlSession {
     pub async fn shard_op(&self, sql: &str) -> Result<Option<ShardOp>> {
         let mut statements = match Request::read(sql, &SqlBounds::default(), &self.database)? {
             Request::Erase(stmt) => return Ok(Some(ShardOp::erase(&stmt, &self.database))),
-            Request::AlterCluster(_) => return Ok(None),
+            Request::AlterCluster(_) | Request::Backup(_) => return Ok(None),
             Request::Statements(s) => s,
         };
         let (Some(c), true) = (statements.pop_front(), statements.is_empty()) else {
@@ -304,6 +305,21 @@ impl SqlSession {
                 Ok(rows_output(schema, batch, StatementKind::Query))
             }
         }
+    }
+
+    /// Runs `BACKUP TO`, issued by `issuer`: the set it wrote.
+    pub async fn backup(
+        &self,
+        request: crate::backups::BackupRequest,
+        issuer: &str,
+    ) -> Result<QueryOutput> {
+        let backups = self
+            .shards
+            .backups()
+            .ok_or_else(|| QueryError::Unsupported("this server takes no backups".into()))?;
+        let row = backups.backup(request, issuer).await?;
+        let batch = crate::backups::batch(&[row])?;
+        Ok(rows_output(batch.schema(), batch, StatementKind::Query))
     }
 
     /// Runs a parsed `ERASE`.

@@ -23,6 +23,8 @@ pub enum Request {
     Erase(EraseStatement),
     /// `ALTER CLUSTER ...`: the whole request.
     AlterCluster(ClusterStatement),
+    /// `BACKUP TO '<uri>'`: the whole request.
+    Backup(crate::backups::BackupRequest),
     /// SQL statements, each with its class, in order.
     Statements(VecDeque<Classified>),
 }
@@ -70,6 +72,9 @@ impl Request {
         }
         if is_alter_cluster(sql) {
             return Ok(Request::AlterCluster(parse_alter_cluster(sql)?));
+        }
+        if crate::backups::is_backup(sql) {
+            return Ok(Request::Backup(crate::backups::parse_backup(sql)?));
         }
         let statements = super::bounds::parse_checked(sql, bounds)?;
         let classified = statements

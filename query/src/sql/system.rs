@@ -1,5 +1,7 @@
 //! The `system` schema, single node and cluster alike, over the session's [`Shards`]:
 //!
+//! - `system.backups`: the backups the server took or takes, and the sets at every destination
+//!   it backed up to ([`crate::backups`]).
 //! - `system.deletions`: every delete request (`DELETE`, `ERASE`, `DROP TABLE`, retention
 //!   purge) on every replica, its deadline, and when it was applied and persisted
 //!   ([`crate::deletions`]).
@@ -21,7 +23,7 @@ use async_trait::async_trait;
 use datafusion::arrow::array::{
     ArrayRef, BooleanArray, RecordBatch, StringArray, TimestampNanosecondArray, UInt64Array,
 };
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{SchemaProvider, Session, TableProvider};
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::error::{DataFusionError, Result as DfResult};
@@ -32,20 +34,17 @@ use ebb_storage::{DeletionKind, DeletionStatus};
 use super::shard::{EngineTable, NodeRow, ShardRow, Shards};
 use crate::access::{access_table, AccessStore, ACCESS_TABLES};
 use crate::db::Database;
-use crate::deletions::ms_to_ns;
+use crate::deletions::{ms_to_ns, ts_field};
 use crate::error::{QueryError, Result};
 use crate::model::keys::{parse_row_key, u64_to_time, CATALOG_TABLE};
 
 /// Name of the system schema.
 pub const SYSTEM_SCHEMA: &str = "system";
 
-fn ts(name: &str, nullable: bool) -> Field {
-    Field::new(name, DataType::Timestamp(TimeUnit::Nanosecond, None), nullable)
-}
-
 /// A system table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
+    Backups,
     Deletions,
     Engine(EngineTable),
     Queries,
@@ -54,7 +53,8 @@ enum Kind {
 }
 
 impl Kind {
-    const ALL: [(&'static str, Kind); 8] = [
+    const ALL: [(&'static str, Kind); 9] = [
+        ("backups", Kind::Backups),
         ("compactions", Kind::Engine(EngineTable::Compactions)),
         ("deletions", Kind::Deletions),
         ("engine_deletes", Kind::Engine(EngineTable::EngineDeletes)),
@@ -76,6 +76,7 @@ impl Kind {
 
     fn schema(self) -> SchemaRef {
         match self {
+            Kind::Backups => crate::backups::schema(),
             Kind::Deletions => crate::deletions::schema(),
             Kind::Queries => crate::statements::schema(),
             Kind::Engine(t) => {
@@ -167,6 +168,10 @@ impl SystemTable {
     async fn batch(&self) -> Result<RecordBatch> {
         let shards = self.shards.as_ref();
         match self.kind {
+            Kind::Backups => match shards.backups() {
+                Some(b) => crate::backups::batch(&b.list().await?),
+                None => crate::backups::batch(&[]),
+            },
             Kind::Deletions => crate::deletions::batch(&shards.deletions().await, crate::now_ms()),
             Kind::Queries => crate::statements::batch(&shards.statements().await),
             Kind::Engine(t) => per_shard(shards, t, &self.schema).await,
@@ -242,10 +247,10 @@ fn engine_fields(table: EngineTable) -> Vec<Field> {
             Field::new("kind", DataType::Utf8, false),
             Field::new("table_name", DataType::Utf8, true),
             Field::new("target", DataType::Utf8, false),
-            ts("issued_at", false),
-            ts("deadline", true),
-            ts("applied_at", false),
-            ts("persisted_at", true),
+            ts_field("issued_at", false),
+            ts_field("deadline", true),
+            ts_field("applied_at", false),
+            ts_field("persisted_at", true),
             Field::new("status", DataType::Utf8, false),
         ],
         EngineTable::Tables => vec![
@@ -461,7 +466,7 @@ fn compactions(db: &Database) -> Vec<ArrayRef> {
 /// The columns of `system.compactions`.
 pub fn compaction_fields() -> Vec<Field> {
     vec![
-        ts("finished_at", false),
+        ts_field("finished_at", false),
         Field::new("kind", DataType::Utf8, false),
         Field::new("reason", DataType::Utf8, false),
         Field::new("level", DataType::UInt64, false),

@@ -28,6 +28,8 @@ pub struct LocalShards {
     db: Arc<Database>,
     /// The series hashes reads are limited to, if any (see [`LocalShards::with_hashes`]).
     hashes: Option<HashFilter>,
+    /// The server's backups of this shard, if it takes any.
+    backups: Option<Arc<dyn crate::backups::Backups>>,
 }
 
 impl LocalShards {
@@ -36,7 +38,7 @@ impl LocalShards {
 
     /// `db` as the only shard.
     pub fn new(db: Arc<Database>) -> LocalShards {
-        LocalShards { db, hashes: None }
+        LocalShards { db, hashes: None, backups: None }
     }
 
     /// The same shard, whose reads see only the series whose hash `hashes` holds: what a
@@ -44,6 +46,11 @@ impl LocalShards {
     /// halves).
     pub fn with_hashes(self, hashes: Option<HashFilter>) -> LocalShards {
         LocalShards { hashes, ..self }
+    }
+
+    /// The same shard, backed up by `backups`.
+    pub fn with_backups(self, backups: Arc<dyn crate::backups::Backups>) -> LocalShards {
+        LocalShards { backups: Some(backups), ..self }
     }
 
     /// The database.
@@ -67,6 +74,10 @@ impl Shards for LocalShards {
 
     fn statement_shards(&self) -> Vec<ShardId> {
         vec![Self::SHARD]
+    }
+
+    fn backups(&self) -> Option<Arc<dyn crate::backups::Backups>> {
+        self.backups.clone()
     }
 
     async fn listing(&self) -> Result<Listing> {

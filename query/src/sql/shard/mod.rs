@@ -264,6 +264,11 @@ pub trait Shards: Send + Sync + std::fmt::Debug {
         self.statement_log().recent().into_iter().map(|r| (None, r)).collect()
     }
 
+    /// The server's backups of these shards (`BACKUP TO`, `system.backups`), if it takes any.
+    fn backups(&self) -> Option<Arc<dyn crate::backups::Backups>> {
+        None
+    }
+
     /// True where the shards are a cluster's, which describes its members
     /// ([`Shards::nodes`], [`Shards::shards`]).
     fn has_members(&self) -> bool {

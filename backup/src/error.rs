@@ -1,0 +1,106 @@
+//! What can go wrong with a backup, typed so callers map it once (to HTTP, SQLSTATE, an exit
+//! code).
+
+use std::path::PathBuf;
+
+/// A backup error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackupError {
+    /// The destination URI is not one EbbDB can use (the URI shown is redacted).
+    #[error("backup destination {uri}: {why}")]
+    Uri {
+        /// The URI, without credentials.
+        uri: String,
+        /// Why it was refused.
+        why: String,
+    },
+    /// The object store refused or failed an operation.
+    #[error("backup store: {what}: {source}")]
+    Store {
+        /// What was being done (an object's name, say).
+        what: String,
+        /// The store's error.
+        #[source]
+        source: object_store::Error,
+    },
+    /// A local file could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An object a set needs is not in the store.
+    #[error("backup {set}: object {object} ({file}) is missing")]
+    Missing {
+        /// The set.
+        set: String,
+        /// The file of the set the object holds.
+        file: String,
+        /// The object's name in the store.
+        object: String,
+    },
+    /// An object's content does not match its checksum or length.
+    #[error("backup {set}: object {object} ({file}) is damaged: {why}")]
+    Damaged {
+        /// The set.
+        set: String,
+        /// The file of the set the object holds.
+        file: String,
+        /// The object's name in the store.
+        object: String,
+        /// What does not match.
+        why: String,
+    },
+    /// A set's manifest could not be read (damaged, partial, or of a format this build does not
+    /// know).
+    #[error("backup {set}: manifest {object}: {why}")]
+    Manifest {
+        /// The set.
+        set: String,
+        /// The manifest's name in the store.
+        object: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// No set of that id is at the destination.
+    #[error("no backup {0} at this destination")]
+    NoSuchSet(String),
+    /// The destination holds no backup set.
+    #[error("the destination holds no backup set")]
+    Empty,
+    /// What a backup copies could not be read (a shard's part could not be taken).
+    #[error("taking a part: {0}")]
+    Source(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The restore target is not empty.
+    #[error("{}: the restore target already exists; give a new directory", .0.display())]
+    TargetExists(PathBuf),
+}
+
+/// A result with a [`BackupError`].
+pub type Result<T> = std::result::Result<T, BackupError>;
+
+/// Attaches a path to an I/O error.
+pub(crate) trait AtPath<T> {
+    fn at(self, path: &std::path::Path) -> Result<T>;
+}
+
+impl<T> AtPath<T> for std::result::Result<T, std::io::Error> {
+    fn at(self, path: &std::path::Path) -> Result<T> {
+        self.map_err(|source| BackupError::Io { path: path.to_path_buf(), source })
+    }
+}
+
+/// Attaches what was being done to a store error.
+pub(crate) trait InStore<T> {
+    fn doing(self, what: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T> InStore<T> for std::result::Result<T, object_store::Error> {
+    fn doing(self, what: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|source| BackupError::Store { what: what(), source })
+    }
+}

@@ -1,0 +1,467 @@
+//! The backup store: content-addressed objects and set manifests at a [`Destination`].
+//!
+//! Layout:
+//!
+//! ```text
+//! EBB-BACKUP                      "ebbdb backup format 1": what this destination is
+//! objects/<ab>/<blake3 hex>       immutable file contents, named by their hash
+//! sets/<id>/<generation:08>.set   set manifests (see crate::set)
+//! ```
+//!
+//! An object is uploaded only if no object of its hash is stored, so a file already backed up
+//! (an SST file is immutable; replicas and later sets share it) is never copied again.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::path::Path as Key;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::error::{AtPath, BackupError, InStore, Result};
+use crate::progress::Progress;
+use crate::set::{self, BackupSet, FileEntry, ObjectRef};
+use crate::throttle::Throttle;
+use crate::uri::Destination;
+
+/// The marker naming a destination as EbbDB's, and its layout's format.
+const MARKER: &str = "EBB-BACKUP";
+const MARKER_TEXT: &str = "ebbdb backup format 1\n";
+
+/// Reads and writes files in chunks of this size.
+const CHUNK: usize = 4 << 20;
+
+/// Files above this go up in parts.
+const MULTIPART_ABOVE: u64 = 16 << 20;
+
+/// A destination's backup sets and objects.
+#[derive(Debug)]
+pub struct BackupStore {
+    dest: Destination,
+    store: Arc<dyn ObjectStore>,
+    throttle: Throttle,
+}
+
+/// How long a lease protects the objects written since it began: a backup or purge taking
+/// longer than this is not expected, and a lease this old is one a dead server left.
+pub const LEASE_STALE_MS: u64 = 7 * 24 * 3600 * 1000;
+
+/// A running backup's mark at the destination ([`BackupStore::lease`]).
+#[derive(Debug)]
+pub struct Lease {
+    key: Key,
+}
+
+/// A set as listed: its manifest, or why it cannot be read.
+#[derive(Debug)]
+pub struct Listed {
+    /// The set's id.
+    pub id: String,
+    /// Its newest manifest, or the error reading it.
+    pub set: Result<BackupSet>,
+}
+
+impl BackupStore {
+    /// The store at `dest` for a new backup (a directory is created; the marker written).
+    pub async fn create(dest: &Destination, throttle: Throttle) -> Result<BackupStore> {
+        let store = dest.open(true)?;
+        let s = BackupStore { dest: dest.clone(), store, throttle };
+        let marker = Key::from(MARKER);
+        match s.store.get(&marker).await {
+            Ok(_) => s.check_marker().await?,
+            Err(object_store::Error::NotFound { .. }) => {
+                let body = PutPayload::from_static(MARKER_TEXT.as_bytes());
+                s.store.put(&marker, body).await.doing(|| format!("writing {MARKER}"))?;
+            }
+            Err(source) => {
+                return Err(BackupError::Store { what: format!("reading {MARKER}"), source })
+            }
+        }
+        Ok(s)
+    }
+
+    /// The store at `dest`, which must already hold backups.
+    pub async fn open(dest: &Destination, throttle: Throttle) -> Result<BackupStore> {
+        let store = dest.open(false)?;
+        let s = BackupStore { dest: dest.clone(), store, throttle };
+        s.check_marker().await?;
+        Ok(s)
+    }
+
+    /// The destination.
+    pub fn destination(&self) -> &Destination {
+        &self.dest
+    }
+
+    async fn check_marker(&self) -> Result<()> {
+        let marker = Key::from(MARKER);
+        let got = match self.store.get(&marker).await {
+            Ok(g) => g.bytes().await.doing(|| format!("reading {MARKER}"))?,
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(BackupError::Uri {
+                    uri: self.dest.to_string(),
+                    why: "holds no EbbDB backups".into(),
+                })
+            }
+            Err(source) => {
+                return Err(BackupError::Store { what: format!("reading {MARKER}"), source })
+            }
+        };
+        if got.as_ref() != MARKER_TEXT.as_bytes() {
+            return Err(BackupError::Uri {
+                uri: self.dest.to_string(),
+                why: format!(
+                    "its {MARKER} says {:?}; this build reads {:?}",
+                    String::from_utf8_lossy(&got).trim(),
+                    MARKER_TEXT.trim()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The hashes of every stored object.
+    pub async fn object_hashes(&self) -> Result<HashSet<String>> {
+        let prefix = Key::from("objects");
+        let metas: Vec<_> = self
+            .store
+            .list(Some(&prefix))
+            .try_collect()
+            .await
+            .doing(|| "listing objects".to_string())?;
+        Ok(metas.into_iter().filter_map(|m| m.location.filename().map(str::to_string)).collect())
+    }
+
+    /// Every stored object: its hash, size and when it was written.
+    pub async fn objects(&self) -> Result<Vec<(String, u64, std::time::SystemTime)>> {
+        let prefix = Key::from("objects");
+        let metas: Vec<_> = self
+            .store
+            .list(Some(&prefix))
+            .try_collect()
+            .await
+            .doing(|| "listing objects".to_string())?;
+        Ok(metas
+            .into_iter()
+            .filter_map(|m| {
+                let hash = m.location.filename()?.to_string();
+                Some((hash, m.size, m.last_modified.into()))
+            })
+            .collect())
+    }
+
+    /// Uploads the file at `path` as `object` (its hash and length, computed by the caller).
+    pub async fn put_file(&self, path: &Path, object: &ObjectRef) -> Result<()> {
+        let key = object.key();
+        let mut file = tokio::fs::File::open(path).await.at(path)?;
+        let what = || format!("uploading {} as {key}", path.display());
+        if object.len <= MULTIPART_ABOVE {
+            let mut buf = Vec::with_capacity(object.len as usize);
+            file.read_to_end(&mut buf).await.at(path)?;
+            self.check_read(path, object, &buf)?;
+            self.throttle.take(buf.len() as u64).await;
+            self.store.put(&key, PutPayload::from(buf)).await.doing(what)?;
+            return Ok(());
+        }
+        let upload = self.store.put_multipart(&key).await.doing(what)?;
+        let mut w = WriteMultipart::new_with_chunk_size(upload, CHUNK);
+        let mut hasher = blake3::Hasher::new();
+        let mut len = 0u64;
+        loop {
+            let mut buf = vec![0u8; CHUNK];
+            let n = read_full(&mut file, &mut buf).await.at(path)?;
+            if n == 0 {
+                break;
+            }
+            buf.truncate(n);
+            hasher.update(&buf);
+            len += n as u64;
+            self.throttle.take(n as u64).await;
+            if let Err(source) = w.wait_for_capacity(4).await {
+                return Err(BackupError::Store { what: what(), source });
+            }
+            w.put(Bytes::from(buf));
+        }
+        if len != object.len || hasher.finalize().to_hex().as_str() != object.hash {
+            let _ = w.abort().await;
+            return Err(changed(path));
+        }
+        w.finish().await.doing(what)?;
+        Ok(())
+    }
+
+    fn check_read(&self, path: &Path, object: &ObjectRef, buf: &[u8]) -> Result<()> {
+        if buf.len() as u64 != object.len || blake3::hash(buf).to_hex().as_str() != object.hash {
+            return Err(changed(path));
+        }
+        Ok(())
+    }
+
+    /// Reads object `object` (file `file` of set `set`, for errors), checking its length and
+    /// hash as it streams; each chunk goes to `sink`.
+    pub async fn read_object<F>(
+        &self,
+        set: &str,
+        file: &str,
+        object: &ObjectRef,
+        mut sink: F,
+    ) -> Result<()>
+    where
+        F: AsyncFnMut(Bytes) -> Result<()>,
+    {
+        let key = object.key();
+        let missing = || BackupError::Missing {
+            set: set.to_string(),
+            file: file.to_string(),
+            object: key.to_string(),
+        };
+        let damaged = |why: String| BackupError::Damaged {
+            set: set.to_string(),
+            file: file.to_string(),
+            object: key.to_string(),
+            why,
+        };
+        let got = match self.store.get(&key).await {
+            Ok(g) => g,
+            Err(object_store::Error::NotFound { .. }) => return Err(missing()),
+            Err(source) => {
+                return Err(BackupError::Store { what: format!("reading {key}"), source })
+            }
+        };
+        let mut stream = got.into_stream();
+        let mut hasher = blake3::Hasher::new();
+        let mut len = 0u64;
+        while let Some(chunk) = stream.try_next().await.doing(|| format!("reading {key}"))? {
+            self.throttle.take(chunk.len() as u64).await;
+            len += chunk.len() as u64;
+            if len > object.len {
+                return Err(damaged(format!("longer than its {} bytes", object.len)));
+            }
+            hasher.update(&chunk);
+            sink(chunk).await?;
+        }
+        if len != object.len {
+            return Err(damaged(format!("{len} bytes where the set says {}", object.len)));
+        }
+        if hasher.finalize().to_hex().as_str() != object.hash {
+            return Err(damaged("its content does not match its checksum".into()));
+        }
+        Ok(())
+    }
+
+    /// Writes file `entry` of set `set` to `path` (a new file), checked against its hash.
+    pub async fn get_file(&self, set: &str, entry: &FileEntry, path: &Path) -> Result<()> {
+        let mut out = tokio::fs::File::create_new(path).await.at(path)?;
+        self.read_object(set, &entry.name, &entry.object, async |chunk: Bytes| {
+            out.write_all(&chunk).await.at(path)
+        })
+        .await?;
+        out.sync_all().await.at(path)?;
+        Ok(())
+    }
+
+    /// Writes `set`'s manifest (its generation's).
+    pub async fn put_set(&self, set: &BackupSet) -> Result<()> {
+        let key = set.manifest_key();
+        self.store
+            .put(&key, PutPayload::from(set.encode()))
+            .await
+            .doing(|| format!("writing {key}"))?;
+        Ok(())
+    }
+
+    /// The generations of each set's manifests, by set id.
+    async fn manifests(&self) -> Result<BTreeMap<String, Vec<u64>>> {
+        let prefix = Key::from("sets");
+        let metas: Vec<_> = self
+            .store
+            .list(Some(&prefix))
+            .try_collect()
+            .await
+            .doing(|| "listing sets".to_string())?;
+        let mut sets: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        for m in metas {
+            if let Some((id, generation)) = set::parse_manifest_key(m.location.as_ref()) {
+                sets.entry(id).or_default().push(generation);
+            }
+        }
+        for g in sets.values_mut() {
+            g.sort_unstable();
+        }
+        Ok(sets)
+    }
+
+    /// Every set, oldest first, each its newest manifest or why that cannot be read.
+    pub async fn list(&self) -> Result<Vec<Listed>> {
+        let mut out = Vec::new();
+        for (id, generations) in self.manifests().await? {
+            let newest = generations.last().copied().unwrap_or(1);
+            let set = self.read_manifest(&id, newest).await;
+            out.push(Listed { id, set });
+        }
+        Ok(out)
+    }
+
+    /// Set `id`'s newest manifest.
+    pub async fn set(&self, id: &str) -> Result<BackupSet> {
+        let sets = self.manifests().await?;
+        let generations = sets.get(id).ok_or_else(|| BackupError::NoSuchSet(id.to_string()))?;
+        let newest = generations.last().copied().unwrap_or(1);
+        self.read_manifest(id, newest).await
+    }
+
+    /// The newest set that can be read (the default for a restore).
+    pub async fn newest(&self) -> Result<BackupSet> {
+        let listed = self.list().await?;
+        let last = listed.into_iter().next_back().ok_or(BackupError::Empty)?;
+        last.set
+    }
+
+    async fn read_manifest(&self, id: &str, generation: u64) -> Result<BackupSet> {
+        let key = set::manifest_key(id, generation);
+        let bytes = self
+            .store
+            .get(&key)
+            .await
+            .doing(|| format!("reading {key}"))?
+            .bytes()
+            .await
+            .doing(|| format!("reading {key}"))?;
+        BackupSet::decode(&bytes, key.as_ref())
+    }
+
+    /// Removes every manifest of set `id` (its objects stay until a prune finds them unused).
+    pub async fn remove_set(&self, id: &str) -> Result<()> {
+        let generations = self.manifests().await?.remove(id).unwrap_or_default();
+        // Newest first, so a set cut short by a failure here is never an older generation
+        // whose objects a purge already removed.
+        for g in generations.into_iter().rev() {
+            let key = set::manifest_key(id, g);
+            self.store.delete(&key).await.doing(|| format!("removing {key}"))?;
+        }
+        Ok(())
+    }
+
+    /// Removes older generations of `set`'s manifest (once a newer one is written).
+    pub async fn remove_older_generations(&self, set: &BackupSet) -> Result<()> {
+        let generations = self.manifests().await?.remove(&set.id).unwrap_or_default();
+        for g in generations.into_iter().filter(|g| *g < set.generation) {
+            let key = set::manifest_key(&set.id, g);
+            self.store.delete(&key).await.doing(|| format!("removing {key}"))?;
+        }
+        Ok(())
+    }
+
+    /// Marks a backup (or a purge) writing objects no manifest names yet, from `started_ms`:
+    /// [`crate::prune`] keeps every object written since the oldest lease began. Released
+    /// with [`BackupStore::release`]; a lease left by a server that died is ignored after
+    /// [`LEASE_STALE_MS`].
+    pub async fn lease(&self, id: &str, started_ms: u64) -> Result<Lease> {
+        let key = Key::from(format!("running/{id}"));
+        let body = PutPayload::from(started_ms.to_string().into_bytes());
+        self.store.put(&key, body).await.doing(|| format!("writing {key}"))?;
+        Ok(Lease { key })
+    }
+
+    /// The lease backup `id` holds (to release one a dead server left).
+    pub fn lease_of(&self, id: &str) -> Lease {
+        Lease { key: Key::from(format!("running/{id}")) }
+    }
+
+    /// Ends `lease`.
+    pub async fn release(&self, lease: &Lease) {
+        if let Err(e) = self.store.delete(&lease.key).await {
+            tracing::warn!(lease = %lease.key, error = %e, "releasing a backup lease");
+        }
+    }
+
+    /// When the oldest live lease began (ms since the epoch), if any; `now_ms` tells stale
+    /// ones.
+    pub async fn oldest_lease(&self, now_ms: u64) -> Result<Option<u64>> {
+        let prefix = Key::from("running");
+        let metas: Vec<_> = self
+            .store
+            .list(Some(&prefix))
+            .try_collect()
+            .await
+            .doing(|| "listing leases".to_string())?;
+        let mut oldest: Option<u64> = None;
+        for m in metas {
+            let Ok(got) = self.store.get(&m.location).await else { continue };
+            let Ok(body) = got.bytes().await else { continue };
+            let Some(started) = std::str::from_utf8(&body).ok().and_then(|t| t.trim().parse().ok())
+            else {
+                continue;
+            };
+            if now_ms.saturating_sub(started) < LEASE_STALE_MS {
+                oldest = Some(oldest.map_or(started, |o: u64| o.min(started)));
+            }
+        }
+        Ok(oldest)
+    }
+
+    /// Removes the object of hash `hash`.
+    pub async fn remove_object(&self, hash: &str) -> Result<()> {
+        let key = set::object_key(hash);
+        match self.store.delete(&key).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(source) => Err(BackupError::Store { what: format!("removing {key}"), source }),
+        }
+    }
+
+    /// Counts progress for tests and callers that read objects whole.
+    pub async fn read_to_vec(&self, set: &str, entry: &FileEntry) -> Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(entry.object.len as usize);
+        self.read_object(set, &entry.name, &entry.object, async |chunk: Bytes| {
+            out.extend_from_slice(&chunk);
+            Ok(())
+        })
+        .await?;
+        Ok(out)
+    }
+
+    /// Checks every object of `set`, reporting each missing or damaged one (not just the
+    /// first), and counting into `progress`.
+    pub async fn verify(&self, set: &BackupSet, progress: &Progress) -> Result<Vec<BackupError>> {
+        progress.add_total(set.files() as u64, set.bytes());
+        let mut problems = Vec::new();
+        for part in &set.parts {
+            for f in &part.files {
+                let r = self.read_object(&set.id, &f.name, &f.object, async |_| Ok(())).await;
+                match r {
+                    Ok(()) => {}
+                    Err(e @ (BackupError::Missing { .. } | BackupError::Damaged { .. })) => {
+                        problems.push(e)
+                    }
+                    Err(e) => return Err(e),
+                }
+                progress.file_done(f.object.len, false);
+            }
+        }
+        Ok(problems)
+    }
+}
+
+/// A file that changed while it was read (an engine file never should).
+fn changed(path: &Path) -> BackupError {
+    BackupError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::other("the file changed while it was backed up"),
+    }
+}
+
+/// Reads until `buf` is full or the file ends; the bytes read.
+async fn read_full(file: &mut tokio::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        let got = file.read(&mut buf[n..]).await?;
+        if got == 0 {
+            break;
+        }
+        n += got;
+    }
+    Ok(n)
+}

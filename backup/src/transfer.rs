@@ -1,0 +1,199 @@
+//! Moving parts between a local directory and the store: [`upload_part`] backs up a checkpoint
+//! directory (copying only objects the store lacks), [`download_part`] brings one back
+//! (checking every object).
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncReadExt;
+
+use crate::error::{AtPath, BackupError, Result};
+use crate::progress::Progress;
+use crate::set::{FileEntry, LogPosition, ObjectRef, Part};
+use crate::store::BackupStore;
+
+/// Hashes of files already read, by file identity, so an unchanged file (an SST file never
+/// changes) is not read again to learn its hash. Kept in a file between backups.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct HashCache {
+    known: HashMap<String, String>,
+    #[serde(skip)]
+    seen: HashSet<String>,
+}
+
+impl HashCache {
+    /// The cache saved at `path` (empty if there is none or it cannot be read).
+    pub fn load(path: &Path) -> HashCache {
+        std::fs::read(path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<HashCache>(&b).ok())
+            .unwrap_or_default()
+    }
+
+    /// Saves the entries used since it was loaded (others are of files gone since).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let kept: HashMap<&String, &String> =
+            self.known.iter().filter(|(k, _)| self.seen.contains(*k)).collect();
+        let tmp = path.with_extension("tmp");
+        let body = serde_json::to_vec(&serde_json::json!({ "known": kept })).unwrap_or_default();
+        std::fs::write(&tmp, body).at(&tmp)?;
+        std::fs::rename(&tmp, path).at(path)?;
+        Ok(())
+    }
+
+    /// The identity of the file `meta` describes: device, inode, length and change time, so
+    /// a file replaced or rewritten in place gets a new one.
+    fn identity(meta: &std::fs::Metadata) -> String {
+        use std::os::unix::fs::MetadataExt;
+        format!(
+            "{}:{}:{}:{}.{}",
+            meta.dev(),
+            meta.ino(),
+            meta.len(),
+            meta.ctime(),
+            meta.ctime_nsec()
+        )
+    }
+
+    /// The hash of the file at `path`, read only if its identity is new.
+    async fn hash(&mut self, path: &Path) -> Result<ObjectRef> {
+        let meta = tokio::fs::metadata(path).await.at(path)?;
+        let id = Self::identity(&meta);
+        self.seen.insert(id.clone());
+        if let Some(hash) = self.known.get(&id) {
+            return Ok(ObjectRef { hash: hash.clone(), len: meta.len() });
+        }
+        let object = hash_file(path).await?;
+        self.known.insert(id, object.hash.clone());
+        Ok(object)
+    }
+}
+
+/// The hash and length of the file at `path`.
+pub async fn hash_file(path: &Path) -> Result<ObjectRef> {
+    let mut f = tokio::fs::File::open(path).await.at(path)?;
+    let mut hasher = blake3::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut len = 0u64;
+    loop {
+        let n = f.read(&mut buf).await.at(path)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        len += n as u64;
+    }
+    Ok(ObjectRef { hash: hasher.finalize().to_hex().to_string(), len })
+}
+
+/// The regular files directly in `dir`, by name.
+pub fn files_in(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).at(dir)? {
+        let e = e.at(dir)?;
+        if e.file_type().at(&e.path())?.is_file() {
+            if let Some(name) = e.file_name().to_str() {
+                out.push((name.to_string(), e.path()));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// What a part's upload needs besides its directory.
+#[derive(Debug)]
+pub struct PartSource<'a> {
+    /// The shard (0 on a single node).
+    pub shard: u64,
+    /// The checkpoint directory (its files are immutable while the upload runs).
+    pub dir: &'a Path,
+    /// The engine sequence number it holds everything up to.
+    pub seq: u64,
+    /// Its last Raft log entry, for a shard replica.
+    pub applied: Option<LogPosition>,
+}
+
+/// Backs up `src` into `store`: each file's object is uploaded unless `stored` (the store's
+/// objects, kept current here) already has it. Returns the part for the set's manifest.
+pub async fn upload_part(
+    store: &BackupStore,
+    src: PartSource<'_>,
+    stored: &mut HashSet<String>,
+    cache: &mut HashCache,
+    progress: &Progress,
+) -> Result<Part> {
+    let files = files_in(src.dir)?;
+    let mut sizes = 0u64;
+    for (_, path) in &files {
+        sizes += std::fs::metadata(path).at(path)?.len();
+    }
+    progress.add_total(files.len() as u64, sizes);
+    let mut entries = Vec::with_capacity(files.len());
+    for (name, path) in files {
+        let object = cache.hash(&path).await?;
+        let copy = !stored.contains(&object.hash);
+        if copy {
+            store.put_file(&path, &object).await?;
+            stored.insert(object.hash.clone());
+        }
+        progress.file_done(object.len, copy);
+        entries.push(FileEntry { name, object });
+    }
+    Ok(Part { shard: src.shard, seq: src.seq, applied: src.applied, files: entries })
+}
+
+/// Writes `part` of set `set` into the new directory `dir`, checking every object; on any
+/// error nothing is left at `dir` (the files go to a sibling temporary directory first).
+pub async fn download_part(
+    store: &BackupStore,
+    set: &str,
+    part: &Part,
+    dir: &Path,
+    progress: &Progress,
+) -> Result<()> {
+    if dir.exists() {
+        return Err(BackupError::TargetExists(dir.to_path_buf()));
+    }
+    let tmp = sibling(dir, "restore-tmp");
+    let _ = tokio::fs::remove_dir_all(&tmp).await;
+    tokio::fs::create_dir_all(&tmp).await.at(&tmp)?;
+    progress.add_total(part.files.len() as u64, part.bytes());
+    let fetched = async {
+        for f in &part.files {
+            if f.name.contains('/') || f.name.starts_with('.') {
+                return Err(BackupError::Damaged {
+                    set: set.to_string(),
+                    file: f.name.clone(),
+                    object: f.object.key().to_string(),
+                    why: "the set names a file outside its part".into(),
+                });
+            }
+            store.get_file(set, f, &tmp.join(&f.name)).await?;
+            progress.file_done(f.object.len, true);
+        }
+        Ok(())
+    };
+    if let Err(e) = fetched.await {
+        let _ = tokio::fs::remove_dir_all(&tmp).await;
+        return Err(e);
+    }
+    sync_dir(&tmp)?;
+    tokio::fs::rename(&tmp, dir).await.at(dir)?;
+    if let Some(parent) = dir.parent() {
+        sync_dir(parent)?;
+    }
+    Ok(())
+}
+
+/// `dir` with `.suffix` after its name.
+pub fn sibling(dir: &Path, suffix: &str) -> PathBuf {
+    let mut name = dir.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{suffix}"));
+    dir.with_file_name(name)
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir).and_then(|f| f.sync_all()).at(dir)
+}

@@ -1,0 +1,61 @@
+//! A single node's part: a checkpoint of its one engine (shard 0).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use ebb_backup::transfer::{upload_part, PartSource};
+use ebb_backup::{BackupError, Part, SetKind};
+use ebb_query::db::Database;
+use ebb_query::QueryError;
+
+use super::{Job, PartTaker};
+
+/// The one shard of a single node.
+#[derive(Debug)]
+pub struct LocalParts {
+    db: Arc<Database>,
+}
+
+impl LocalParts {
+    /// Parts of `db`.
+    pub fn new(db: Arc<Database>) -> LocalParts {
+        LocalParts { db }
+    }
+}
+
+#[async_trait]
+impl PartTaker for LocalParts {
+    fn kind(&self) -> SetKind {
+        SetKind::Node
+    }
+
+    async fn shards(&self) -> Result<Vec<u64>, QueryError> {
+        Ok(vec![0])
+    }
+
+    async fn take(&self, shard: u64, job: &mut Job) -> Result<Part, BackupError> {
+        take_checkpoint(&self.db, shard, job).await
+    }
+}
+
+/// Checkpoints `db` (everything it acknowledged so far, memtables flushed first) into the
+/// job's staging directory, uploads it as shard `shard`'s part, and removes the checkpoint.
+pub async fn take_checkpoint(
+    db: &Arc<Database>,
+    shard: u64,
+    job: &mut Job,
+) -> Result<Part, BackupError> {
+    let dir = job.staging.join(format!("{}-{shard}", job.set_id));
+    let io = |source| BackupError::Io { path: dir.clone(), source };
+    tokio::fs::create_dir_all(&job.staging).await.map_err(io)?;
+    let engine = db.engine();
+    let target = dir.clone();
+    let seq = tokio::task::spawn_blocking(move || engine.checkpoint(&target))
+        .await
+        .map_err(|e| BackupError::Source(Box::new(e)))?
+        .map_err(|e| BackupError::Source(Box::new(e)))?;
+    let src = PartSource { shard, dir: &dir, seq, applied: None };
+    let part = upload_part(&job.store, src, &mut job.stored, &mut job.cache, &job.progress).await;
+    let _ = tokio::fs::remove_dir_all(&dir).await;
+    part
+}
