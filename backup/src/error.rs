@@ -75,9 +75,26 @@ pub enum BackupError {
     /// What a backup copies could not be read (a shard's part could not be taken).
     #[error("taking a part: {0}")]
     Source(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// Another backup, prune or purge holds the destination in a way this one cannot share
+    /// (see [`crate::lock`]); try again once it finished.
+    #[error("the backup destination is busy: {0}")]
+    Busy(String),
     /// The restore target is not empty.
     #[error("{}: the restore target already exists; give a new directory", .0.display())]
     TargetExists(PathBuf),
+}
+
+impl BackupError {
+    /// True if a local file could not be written for lack of space.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            BackupError::Io { source, .. } => {
+                source.kind() == std::io::ErrorKind::StorageFull
+                    || source.raw_os_error() == Some(28)
+            }
+            _ => false,
+        }
+    }
 }
 
 /// A result with a [`BackupError`].

@@ -13,6 +13,8 @@
 //! the throttle and pruning.
 
 pub mod error;
+pub mod journal;
+pub mod lock;
 pub mod progress;
 pub mod prune;
 pub mod set;
@@ -22,8 +24,10 @@ pub mod transfer;
 pub mod uri;
 
 pub use error::{BackupError, Result};
+pub use journal::JournalEntry;
+pub use lock::{Lock, LockKind};
 pub use progress::{Progress, ProgressSnapshot};
-pub use set::{BackupSet, FileEntry, LogPosition, ObjectRef, Part, SetKind};
+pub use set::{BackupSet, FileEntry, LogPosition, ObjectRef, Part, Purged, SetKind};
 pub use store::BackupStore;
 pub use throttle::Throttle;
 pub use uri::Destination;

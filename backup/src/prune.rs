@@ -1,13 +1,10 @@
 //! Pruning: removing old sets, then every object no remaining set references.
 
 use std::collections::HashSet;
-use std::time::SystemTime;
 
 use crate::error::{BackupError, Result};
+use crate::lock::{Lock, LockKind};
 use crate::store::BackupStore;
-
-/// How far the store's clock (which dates objects) may be behind the one that dates leases.
-const CLOCK_SKEW_MS: u64 = 3600 * 1000;
 
 /// What a prune removed.
 #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
@@ -21,44 +18,38 @@ pub struct PruneReport {
 }
 
 /// Keeps the newest `keep` sets and removes the others, then removes every object no kept set
-/// references and that was written before `busy_since` and before the oldest lease (a backup
-/// still uploading, whose objects no manifest names yet). Refuses to remove objects while a
-/// kept set's manifest cannot be read (its objects are unknown).
-pub async fn prune(
-    store: &BackupStore,
-    keep: usize,
-    busy_since: Option<SystemTime>,
-) -> Result<PruneReport> {
-    let now = SystemTime::now();
-    let now_ms = now.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis() as u64;
-    let leased = store
-        .oldest_lease(now_ms)
-        .await?
-        // The store's clock may be behind the server's.
-        .map(|ms| {
-            SystemTime::UNIX_EPOCH
-                + std::time::Duration::from_millis(ms.saturating_sub(CLOCK_SKEW_MS))
-        });
-    let busy_since = match (busy_since, leased) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
+/// references. Holds the destination's exclusive lock throughout, so it answers
+/// [`BackupError::Busy`] while a backup runs (whose objects no manifest names yet). Refuses to
+/// remove objects while a kept set's manifest cannot be read (its objects are unknown).
+pub async fn prune(store: &BackupStore, keep: usize) -> Result<PruneReport> {
+    let holder = format!("prune-{}", std::process::id());
+    let lock = store.lock(LockKind::Exclusive, &holder).await?;
+    let pruned = prune_locked(store, keep, &lock).await;
+    store.unlock(&lock).await;
+    pruned
+}
+
+async fn prune_locked(store: &BackupStore, keep: usize, lock: &Lock) -> Result<PruneReport> {
     let listed = store.list().await?;
     let drop_n = listed.len().saturating_sub(keep);
     let mut report = PruneReport::default();
     for l in &listed[..drop_n] {
+        store.keep(lock).await?;
         store.remove_set(&l.id).await?;
         report.sets_removed.push(l.id.clone());
     }
-    let (removed, bytes) = sweep(store, busy_since).await?;
+    let (removed, bytes) = sweep(store, lock).await?;
     report.objects_removed = removed;
     report.bytes_freed = bytes;
     Ok(report)
 }
 
-/// Removes every object no set references and that was written before `busy_since`: the
-/// objects removed and their bytes.
-pub async fn sweep(store: &BackupStore, busy_since: Option<SystemTime>) -> Result<(u64, u64)> {
+/// Removes every object no set references, under `lock` (exclusive): the objects removed and
+/// their bytes.
+pub async fn sweep(store: &BackupStore, lock: &Lock) -> Result<(u64, u64)> {
+    if lock.kind() != LockKind::Exclusive {
+        return Err(BackupError::Busy("removing objects needs the exclusive lock".into()));
+    }
     let mut referenced = HashSet::new();
     for l in store.list().await? {
         match l.set {
@@ -73,10 +64,11 @@ pub async fn sweep(store: &BackupStore, busy_since: Option<SystemTime>) -> Resul
         }
     }
     let (mut removed, mut bytes) = (0, 0);
-    for (hash, size, written) in store.objects().await? {
-        if referenced.contains(&hash) || busy_since.is_some_and(|b| written >= b) {
+    for (hash, size) in store.object_sizes().await? {
+        if referenced.contains(&hash) {
             continue;
         }
+        store.keep(lock).await?;
         store.remove_object(&hash).await?;
         removed += 1;
         bytes += size;

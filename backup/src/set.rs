@@ -116,6 +116,29 @@ pub struct BackupSet {
     pub server_version: String,
     /// Its parts, by shard.
     pub parts: Vec<Part>,
+    /// The delete requests applied to it after it was taken (by purges; see
+    /// [`crate::journal`]).
+    #[serde(default)]
+    pub purged: Vec<Purged>,
+}
+
+/// A delete request a purge applied to a set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Purged {
+    /// The request id.
+    pub id: u64,
+    /// When the set's generation holding it was written (ms since the epoch): from then on no
+    /// object of the set holds what it deleted.
+    pub at_ms: u64,
+    /// Its deadline (ms since the epoch), if it had one.
+    pub deadline_ms: Option<u64>,
+}
+
+impl BackupSet {
+    /// True if a purge applied request `id` to the set.
+    pub fn purged(&self, id: u64) -> bool {
+        self.purged.iter().any(|p| p.id == id)
+    }
 }
 
 impl BackupSet {
@@ -142,11 +165,7 @@ impl BackupSet {
     /// The manifest's bytes.
     pub fn encode(&self) -> Vec<u8> {
         // A struct of strings and numbers always serializes.
-        let mut body = serde_json::to_vec_pretty(self).unwrap_or_default();
-        body.push(b'\n');
-        let sum = blake3::hash(&body);
-        body.extend_from_slice(format!("blake3:{}\n", sum.to_hex()).as_bytes());
-        body
+        seal(serde_json::to_vec_pretty(self).unwrap_or_default())
     }
 
     /// Reads manifest `bytes`, stored as `object` (for errors).
@@ -157,14 +176,7 @@ impl BackupSet {
             object: object.to_string(),
             why,
         };
-        let text = std::str::from_utf8(bytes).map_err(|_| bad("not text".into()))?;
-        let trimmed = text.strip_suffix('\n').ok_or_else(|| bad("cut short".into()))?;
-        let at = trimmed.rfind('\n').ok_or_else(|| bad("cut short".into()))?;
-        let (body, line) = (&text[..at + 1], &trimmed[at + 1..]);
-        let want = line.strip_prefix("blake3:").ok_or_else(|| bad("no checksum line".into()))?;
-        if blake3::hash(body.as_bytes()).to_hex().as_str() != want {
-            return Err(bad("its checksum does not match".into()));
-        }
+        let body = unseal(bytes).map_err(bad)?;
         let format: FormatOnly =
             serde_json::from_str(body).map_err(|e| bad(format!("unreadable: {e}")))?;
         if format.format != FORMAT {
@@ -180,6 +192,27 @@ impl BackupSet {
         }
         Ok(s)
     }
+}
+
+/// `body` (JSON) followed by a line `blake3:<hex>` over it.
+pub(crate) fn seal(mut body: Vec<u8>) -> Vec<u8> {
+    body.push(b'\n');
+    let sum = blake3::hash(&body);
+    body.extend_from_slice(format!("blake3:{}\n", sum.to_hex()).as_bytes());
+    body
+}
+
+/// The body [`seal`] wrapped, if its checksum matches.
+pub(crate) fn unseal(bytes: &[u8]) -> std::result::Result<&str, String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "not text".to_string())?;
+    let trimmed = text.strip_suffix('\n').ok_or("cut short")?;
+    let at = trimmed.rfind('\n').ok_or("cut short")?;
+    let (body, line) = (&text[..at + 1], &trimmed[at + 1..]);
+    let want = line.strip_prefix("blake3:").ok_or("no checksum line")?;
+    if blake3::hash(body.as_bytes()).to_hex().as_str() != want {
+        return Err("its checksum does not match".into());
+    }
+    Ok(body)
 }
 
 /// A manifest's format alone (read before the rest, so a newer format is named as such).
@@ -220,6 +253,53 @@ pub fn new_set_id(now_ms: u64) -> String {
     )
 }
 
+/// The time (ms since the epoch) a set id names, if it is one [`new_set_id`] makes.
+pub fn set_id_ms(id: &str) -> Option<u64> {
+    let b = id.as_bytes();
+    let ok = b.len() == 20
+        && b[8] == b'T'
+        && b[15] == b'.'
+        && b[19] == b'Z'
+        && b.iter().enumerate().all(|(i, c)| matches!(i, 8 | 15 | 19) || c.is_ascii_digit());
+    if !ok {
+        return None;
+    }
+    let n = |r: std::ops::Range<usize>| id[r].parse::<u64>().ok();
+    let (y, m, d) = (n(0..4)?, n(4..6)?, n(6..8)?);
+    let (hh, mm, ss, ms) = (n(9..11)?, n(11..13)?, n(13..15)?, n(16..19)?);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 59 {
+        return None;
+    }
+    let days = days_from_civil(y as i64, m as u32, d as u32);
+    let secs = u64::try_from(days).ok()? * 86_400 + hh * 3600 + mm * 60 + ss;
+    Some(secs * 1000 + ms)
+}
+
+/// The id for a set started at `now_ms` at a destination whose newest set is `newest`: its
+/// time, or just after `newest` if the clock is behind it (ids must sort as sets were
+/// taken: the newest is restored by default and prune keeps the newest).
+pub fn next_set_id(now_ms: u64, newest: Option<&str>) -> String {
+    let id = new_set_id(now_ms);
+    match newest {
+        Some(n) if id.as_str() <= n => match set_id_ms(n) {
+            Some(ms) => new_set_id(ms + 1),
+            None => id,
+        },
+        _ => id,
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = i64::from((m + 9) % 12);
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// The proleptic Gregorian date of `days` since 1970-01-01 (H. Hinnant's algorithm).
 fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
@@ -256,6 +336,7 @@ mod tests {
                     object: ObjectRef { hash: "ab".repeat(32), len: 10 },
                 }],
             }],
+            purged: vec![],
         }
     }
 
@@ -264,6 +345,20 @@ mod tests {
         assert_eq!(new_set_id(1_700_000_000_123), "20231114T221320.123Z");
         assert_eq!(new_set_id(0), "19700101T000000.000Z");
         assert_eq!(new_set_id(951_782_400_000), "20000229T000000.000Z");
+        for ms in [0, 1_700_000_000_123, 951_782_400_000, 4_102_444_799_999] {
+            assert_eq!(set_id_ms(&new_set_id(ms)), Some(ms));
+        }
+        assert_eq!(set_id_ms("20231114T221320.123"), None);
+        assert_eq!(set_id_ms("2023111XT221320.123Z"), None);
+    }
+
+    #[test]
+    fn a_clock_behind_the_newest_set_still_makes_a_newer_id() {
+        let newest = new_set_id(1_700_000_000_123);
+        assert_eq!(next_set_id(1_600_000_000_000, Some(&newest)), "20231114T221320.124Z");
+        assert_eq!(next_set_id(1_700_000_000_123, Some(&newest)), "20231114T221320.124Z");
+        assert_eq!(next_set_id(1_700_000_000_500, Some(&newest)), "20231114T221320.500Z");
+        assert_eq!(next_set_id(1_700_000_000_500, None), "20231114T221320.500Z");
     }
 
     #[test]

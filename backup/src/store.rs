@@ -6,12 +6,13 @@
 //! EBB-BACKUP                      "ebbdb backup format 1": what this destination is
 //! objects/<ab>/<blake3 hex>       immutable file contents, named by their hash
 //! sets/<id>/<generation:08>.set   set manifests (see crate::set)
+//! locks/{shared,exclusive}/<id>   who is backing up or pruning (see crate::lock)
 //! ```
 //!
 //! An object is uploaded only if no object of its hash is stored, so a file already backed up
 //! (an SST file is immutable; replicas and later sets share it) is never copied again.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -31,8 +32,15 @@ use crate::uri::Destination;
 const MARKER: &str = "EBB-BACKUP";
 const MARKER_TEXT: &str = "ebbdb backup format 1\n";
 
-/// Reads and writes files in chunks of this size.
-const CHUNK: usize = 4 << 20;
+/// Reads and writes files in chunks of this size (and uploads them in parts of it: S3 wants
+/// every part but the last to be at least 5 MiB).
+const CHUNK: usize = 8 << 20;
+
+/// The largest manifest this build reads (a set of a million files is about 150 MiB).
+const MAX_MANIFEST: u64 = 256 << 20;
+
+/// The largest marker read.
+const MAX_MARKER: u64 = 4 << 10;
 
 /// Files above this go up in parts.
 const MULTIPART_ABOVE: u64 = 16 << 20;
@@ -43,16 +51,6 @@ pub struct BackupStore {
     dest: Destination,
     store: Arc<dyn ObjectStore>,
     throttle: Throttle,
-}
-
-/// How long a lease protects the objects written since it began: a backup or purge taking
-/// longer than this is not expected, and a lease this old is one a dead server left.
-pub const LEASE_STALE_MS: u64 = 7 * 24 * 3600 * 1000;
-
-/// A running backup's mark at the destination ([`BackupStore::lease`]).
-#[derive(Debug)]
-pub struct Lease {
-    key: Key,
 }
 
 /// A set as listed: its manifest, or why it cannot be read.
@@ -96,19 +94,41 @@ impl BackupStore {
         &self.dest
     }
 
+    /// The throttle every transfer (and every read of a local file to hash it) goes through.
+    pub fn throttle(&self) -> &Throttle {
+        &self.throttle
+    }
+
+    /// The object store itself.
+    pub(crate) fn raw(&self) -> &dyn ObjectStore {
+        self.store.as_ref()
+    }
+
+    /// Reads the small object `key` whole, refusing one above `max` bytes (a store is not
+    /// trusted to size what a server holds in memory).
+    async fn get_small(&self, key: &Key, max: u64) -> Result<Bytes> {
+        let got = self.store.get(key).await.doing(|| format!("reading {key}"))?;
+        if got.meta.size > max {
+            return Err(BackupError::Manifest {
+                set: String::new(),
+                object: key.to_string(),
+                why: format!("{} bytes; the most this build reads is {max}", got.meta.size),
+            });
+        }
+        got.bytes().await.doing(|| format!("reading {key}"))
+    }
+
     async fn check_marker(&self) -> Result<()> {
         let marker = Key::from(MARKER);
-        let got = match self.store.get(&marker).await {
-            Ok(g) => g.bytes().await.doing(|| format!("reading {MARKER}"))?,
-            Err(object_store::Error::NotFound { .. }) => {
+        let got = match self.get_small(&marker, MAX_MARKER).await {
+            Ok(g) => g,
+            Err(BackupError::Store { source: object_store::Error::NotFound { .. }, .. }) => {
                 return Err(BackupError::Uri {
                     uri: self.dest.to_string(),
                     why: "holds no EbbDB backups".into(),
                 })
             }
-            Err(source) => {
-                return Err(BackupError::Store { what: format!("reading {MARKER}"), source })
-            }
+            Err(e) => return Err(e),
         };
         if got.as_ref() != MARKER_TEXT.as_bytes() {
             return Err(BackupError::Uri {
@@ -123,20 +143,8 @@ impl BackupStore {
         Ok(())
     }
 
-    /// The hashes of every stored object.
-    pub async fn object_hashes(&self) -> Result<HashSet<String>> {
-        let prefix = Key::from("objects");
-        let metas: Vec<_> = self
-            .store
-            .list(Some(&prefix))
-            .try_collect()
-            .await
-            .doing(|| "listing objects".to_string())?;
-        Ok(metas.into_iter().filter_map(|m| m.location.filename().map(str::to_string)).collect())
-    }
-
-    /// Every stored object: its hash, size and when it was written.
-    pub async fn objects(&self) -> Result<Vec<(String, u64, std::time::SystemTime)>> {
+    /// The size of every stored object, by hash.
+    pub async fn object_sizes(&self) -> Result<HashMap<String, u64>> {
         let prefix = Key::from("objects");
         let metas: Vec<_> = self
             .store
@@ -146,10 +154,7 @@ impl BackupStore {
             .doing(|| "listing objects".to_string())?;
         Ok(metas
             .into_iter()
-            .filter_map(|m| {
-                let hash = m.location.filename()?.to_string();
-                Some((hash, m.size, m.last_modified.into()))
-            })
+            .filter_map(|m| Some((m.location.filename()?.to_string(), m.size)))
             .collect())
     }
 
@@ -168,29 +173,40 @@ impl BackupStore {
         }
         let upload = self.store.put_multipart(&key).await.doing(what)?;
         let mut w = WriteMultipart::new_with_chunk_size(upload, CHUNK);
-        let mut hasher = blake3::Hasher::new();
-        let mut len = 0u64;
-        loop {
-            let mut buf = vec![0u8; CHUNK];
-            let n = read_full(&mut file, &mut buf).await.at(path)?;
-            if n == 0 {
-                break;
+        let sent = async {
+            let mut hasher = blake3::Hasher::new();
+            let mut len = 0u64;
+            loop {
+                let mut buf = vec![0u8; CHUNK];
+                let n = read_full(&mut file, &mut buf).await.at(path)?;
+                if n == 0 {
+                    break;
+                }
+                buf.truncate(n);
+                hasher.update(&buf);
+                len += n as u64;
+                self.throttle.take(n as u64).await;
+                w.wait_for_capacity(4).await.doing(what)?;
+                w.put(Bytes::from(buf));
             }
-            buf.truncate(n);
-            hasher.update(&buf);
-            len += n as u64;
-            self.throttle.take(n as u64).await;
-            if let Err(source) = w.wait_for_capacity(4).await {
-                return Err(BackupError::Store { what: what(), source });
+            if len != object.len || hasher.finalize().to_hex().as_str() != object.hash {
+                return Err(changed(path));
             }
-            w.put(Bytes::from(buf));
+            Ok(())
+        };
+        match sent.await {
+            Ok(()) => {
+                w.finish().await.doing(what)?;
+                Ok(())
+            }
+            Err(e) => {
+                // An upload left open costs storage until the store's lifecycle rules end it.
+                if let Err(abort) = w.abort().await {
+                    tracing::warn!(object = %key, error = %abort, "aborting an upload");
+                }
+                Err(e)
+            }
         }
-        if len != object.len || hasher.finalize().to_hex().as_str() != object.hash {
-            let _ = w.abort().await;
-            return Err(changed(path));
-        }
-        w.finish().await.doing(what)?;
-        Ok(())
     }
 
     fn check_read(&self, path: &Path, object: &ObjectRef, buf: &[u8]) -> Result<()> {
@@ -202,16 +218,13 @@ impl BackupStore {
 
     /// Reads object `object` (file `file` of set `set`, for errors), checking its length and
     /// hash as it streams; each chunk goes to `sink`.
-    pub async fn read_object<F>(
+    pub async fn read_object(
         &self,
         set: &str,
         file: &str,
         object: &ObjectRef,
-        mut sink: F,
-    ) -> Result<()>
-    where
-        F: AsyncFnMut(Bytes) -> Result<()>,
-    {
+        mut sink: Sink<'_>,
+    ) -> Result<()> {
         let key = object.key();
         let missing = || BackupError::Missing {
             set: set.to_string(),
@@ -241,7 +254,11 @@ impl BackupStore {
                 return Err(damaged(format!("longer than its {} bytes", object.len)));
             }
             hasher.update(&chunk);
-            sink(chunk).await?;
+            match &mut sink {
+                Sink::File(out, path) => out.write_all(&chunk).await.at(path)?,
+                Sink::Memory(out) => out.extend_from_slice(&chunk),
+                Sink::Discard => {}
+            }
         }
         if len != object.len {
             return Err(damaged(format!("{len} bytes where the set says {}", object.len)));
@@ -255,10 +272,7 @@ impl BackupStore {
     /// Writes file `entry` of set `set` to `path` (a new file), checked against its hash.
     pub async fn get_file(&self, set: &str, entry: &FileEntry, path: &Path) -> Result<()> {
         let mut out = tokio::fs::File::create_new(path).await.at(path)?;
-        self.read_object(set, &entry.name, &entry.object, async |chunk: Bytes| {
-            out.write_all(&chunk).await.at(path)
-        })
-        .await?;
+        self.read_object(set, &entry.name, &entry.object, Sink::File(&mut out, path)).await?;
         out.sync_all().await.at(path)?;
         Ok(())
     }
@@ -305,6 +319,13 @@ impl BackupStore {
         Ok(out)
     }
 
+    /// The id for a new set started at `now_ms`: its time, or just after the newest set here
+    /// if this server's clock is behind it ([`set::next_set_id`]).
+    pub async fn next_set_id(&self, now_ms: u64) -> Result<String> {
+        let sets = self.manifests().await?;
+        Ok(set::next_set_id(now_ms, sets.keys().next_back().map(String::as_str)))
+    }
+
     /// Set `id`'s newest manifest.
     pub async fn set(&self, id: &str) -> Result<BackupSet> {
         let sets = self.manifests().await?;
@@ -322,14 +343,12 @@ impl BackupStore {
 
     async fn read_manifest(&self, id: &str, generation: u64) -> Result<BackupSet> {
         let key = set::manifest_key(id, generation);
-        let bytes = self
-            .store
-            .get(&key)
-            .await
-            .doing(|| format!("reading {key}"))?
-            .bytes()
-            .await
-            .doing(|| format!("reading {key}"))?;
+        let bytes = match self.get_small(&key, MAX_MANIFEST).await {
+            Err(BackupError::Manifest { object, why, .. }) => {
+                return Err(BackupError::Manifest { set: id.to_string(), object, why })
+            }
+            r => r?,
+        };
         BackupSet::decode(&bytes, key.as_ref())
     }
 
@@ -355,54 +374,6 @@ impl BackupStore {
         Ok(())
     }
 
-    /// Marks a backup (or a purge) writing objects no manifest names yet, from `started_ms`:
-    /// [`crate::prune`] keeps every object written since the oldest lease began. Released
-    /// with [`BackupStore::release`]; a lease left by a server that died is ignored after
-    /// [`LEASE_STALE_MS`].
-    pub async fn lease(&self, id: &str, started_ms: u64) -> Result<Lease> {
-        let key = Key::from(format!("running/{id}"));
-        let body = PutPayload::from(started_ms.to_string().into_bytes());
-        self.store.put(&key, body).await.doing(|| format!("writing {key}"))?;
-        Ok(Lease { key })
-    }
-
-    /// The lease backup `id` holds (to release one a dead server left).
-    pub fn lease_of(&self, id: &str) -> Lease {
-        Lease { key: Key::from(format!("running/{id}")) }
-    }
-
-    /// Ends `lease`.
-    pub async fn release(&self, lease: &Lease) {
-        if let Err(e) = self.store.delete(&lease.key).await {
-            tracing::warn!(lease = %lease.key, error = %e, "releasing a backup lease");
-        }
-    }
-
-    /// When the oldest live lease began (ms since the epoch), if any; `now_ms` tells stale
-    /// ones.
-    pub async fn oldest_lease(&self, now_ms: u64) -> Result<Option<u64>> {
-        let prefix = Key::from("running");
-        let metas: Vec<_> = self
-            .store
-            .list(Some(&prefix))
-            .try_collect()
-            .await
-            .doing(|| "listing leases".to_string())?;
-        let mut oldest: Option<u64> = None;
-        for m in metas {
-            let Ok(got) = self.store.get(&m.location).await else { continue };
-            let Ok(body) = got.bytes().await else { continue };
-            let Some(started) = std::str::from_utf8(&body).ok().and_then(|t| t.trim().parse().ok())
-            else {
-                continue;
-            };
-            if now_ms.saturating_sub(started) < LEASE_STALE_MS {
-                oldest = Some(oldest.map_or(started, |o: u64| o.min(started)));
-            }
-        }
-        Ok(oldest)
-    }
-
     /// Removes the object of hash `hash`.
     pub async fn remove_object(&self, hash: &str) -> Result<()> {
         let key = set::object_key(hash);
@@ -415,11 +386,7 @@ impl BackupStore {
     /// Counts progress for tests and callers that read objects whole.
     pub async fn read_to_vec(&self, set: &str, entry: &FileEntry) -> Result<Vec<u8>> {
         let mut out = Vec::with_capacity(entry.object.len as usize);
-        self.read_object(set, &entry.name, &entry.object, async |chunk: Bytes| {
-            out.extend_from_slice(&chunk);
-            Ok(())
-        })
-        .await?;
+        self.read_object(set, &entry.name, &entry.object, Sink::Memory(&mut out)).await?;
         Ok(out)
     }
 
@@ -430,7 +397,7 @@ impl BackupStore {
         let mut problems = Vec::new();
         for part in &set.parts {
             for f in &part.files {
-                let r = self.read_object(&set.id, &f.name, &f.object, async |_| Ok(())).await;
+                let r = self.read_object(&set.id, &f.name, &f.object, Sink::Discard).await;
                 match r {
                     Ok(()) => {}
                     Err(e @ (BackupError::Missing { .. } | BackupError::Damaged { .. })) => {
@@ -443,6 +410,17 @@ impl BackupStore {
         }
         Ok(problems)
     }
+}
+
+/// Where [`BackupStore::read_object`] puts what it reads.
+#[derive(Debug)]
+pub enum Sink<'a> {
+    /// Appended to a file (named for errors).
+    File(&'a mut tokio::fs::File, &'a Path),
+    /// Appended to memory.
+    Memory(&'a mut Vec<u8>),
+    /// Only checked.
+    Discard,
 }
 
 /// A file that changed while it was read (an engine file never should).

@@ -3,18 +3,23 @@
 //! (checking every object).
 
 use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncReadExt;
 
 use crate::error::{AtPath, BackupError, Result};
+use crate::lock::Lock;
 use crate::progress::Progress;
 use crate::set::{FileEntry, LogPosition, ObjectRef, Part};
 use crate::store::BackupStore;
+use crate::throttle::Throttle;
 
-/// Hashes of files already read, by file identity, so an unchanged file (an SST file never
-/// changes) is not read again to learn its hash. Kept in a file between backups.
+/// Hashes of engine files already read, by file identity, so an unchanged file is not read
+/// again to learn its hash. Only files the engine never changes once written (tables `.sst`,
+/// range-index files `.rdi`) are kept; others (the manifest, WAL, ledger) are read each time.
+/// Kept in a file between backups.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct HashCache {
     known: HashMap<String, String>,
@@ -42,36 +47,40 @@ impl HashCache {
         Ok(())
     }
 
-    /// The identity of the file `meta` describes: device, inode, length and change time, so
-    /// a file replaced or rewritten in place gets a new one.
+    /// The identity of the file `meta` describes: device, inode, length and modification
+    /// time (hard links share them; a file written anew gets a new inode or time).
     fn identity(meta: &std::fs::Metadata) -> String {
-        use std::os::unix::fs::MetadataExt;
         format!(
             "{}:{}:{}:{}.{}",
             meta.dev(),
             meta.ino(),
             meta.len(),
-            meta.ctime(),
-            meta.ctime_nsec()
+            meta.mtime(),
+            meta.mtime_nsec()
         )
     }
 
-    /// The hash of the file at `path`, read only if its identity is new.
-    async fn hash(&mut self, path: &Path) -> Result<ObjectRef> {
+    /// The hash of the file at `path`, read (through `throttle`) unless it is an immutable
+    /// engine file whose identity is known.
+    async fn hash(&mut self, path: &Path, throttle: &Throttle) -> Result<ObjectRef> {
+        let immutable = path.extension().is_some_and(|e| e == "sst" || e == "rdi");
+        if !immutable {
+            return hash_file(path, throttle).await;
+        }
         let meta = tokio::fs::metadata(path).await.at(path)?;
         let id = Self::identity(&meta);
         self.seen.insert(id.clone());
         if let Some(hash) = self.known.get(&id) {
             return Ok(ObjectRef { hash: hash.clone(), len: meta.len() });
         }
-        let object = hash_file(path).await?;
+        let object = hash_file(path, throttle).await?;
         self.known.insert(id, object.hash.clone());
         Ok(object)
     }
 }
 
-/// The hash and length of the file at `path`.
-pub async fn hash_file(path: &Path) -> Result<ObjectRef> {
+/// The hash and length of the file at `path`, read through `throttle`.
+pub async fn hash_file(path: &Path, throttle: &Throttle) -> Result<ObjectRef> {
     let mut f = tokio::fs::File::open(path).await.at(path)?;
     let mut hasher = blake3::Hasher::new();
     let mut buf = vec![0u8; 1 << 20];
@@ -81,6 +90,7 @@ pub async fn hash_file(path: &Path) -> Result<ObjectRef> {
         if n == 0 {
             break;
         }
+        throttle.take(n as u64).await;
         hasher.update(&buf[..n]);
         len += n as u64;
     }
@@ -115,12 +125,14 @@ pub struct PartSource<'a> {
     pub applied: Option<LogPosition>,
 }
 
-/// Backs up `src` into `store`: each file's object is uploaded unless `stored` (the store's
-/// objects, kept current here) already has it. Returns the part for the set's manifest.
+/// Backs up `src` into `store` under `lock` (renewed as it goes): each file's object is
+/// uploaded unless `stored` (the store's objects and their sizes, kept current here) already
+/// has it whole. Returns the part for the set's manifest.
 pub async fn upload_part(
     store: &BackupStore,
+    lock: &Lock,
     src: PartSource<'_>,
-    stored: &mut HashSet<String>,
+    stored: &mut HashMap<String, u64>,
     cache: &mut HashCache,
     progress: &Progress,
 ) -> Result<Part> {
@@ -132,11 +144,14 @@ pub async fn upload_part(
     progress.add_total(files.len() as u64, sizes);
     let mut entries = Vec::with_capacity(files.len());
     for (name, path) in files {
-        let object = cache.hash(&path).await?;
-        let copy = !stored.contains(&object.hash);
+        store.keep(lock).await?;
+        let object = cache.hash(&path, store.throttle()).await?;
+        // An object of the wrong size (cut short by a store that does not write atomically)
+        // is replaced.
+        let copy = stored.get(&object.hash) != Some(&object.len);
         if copy {
             store.put_file(&path, &object).await?;
-            stored.insert(object.hash.clone());
+            stored.insert(object.hash.clone(), object.len);
         }
         progress.file_done(object.len, copy);
         entries.push(FileEntry { name, object });
@@ -158,7 +173,7 @@ pub async fn download_part(
     }
     let tmp = sibling(dir, "restore-tmp");
     let _ = tokio::fs::remove_dir_all(&tmp).await;
-    tokio::fs::create_dir_all(&tmp).await.at(&tmp)?;
+    private_dir(&tmp)?;
     progress.add_total(part.files.len() as u64, part.bytes());
     let fetched = async {
         for f in &part.files {
@@ -192,6 +207,12 @@ pub fn sibling(dir: &Path, suffix: &str) -> PathBuf {
     let mut name = dir.file_name().unwrap_or_default().to_os_string();
     name.push(format!(".{suffix}"));
     dir.with_file_name(name)
+}
+
+/// Creates `dir` (and its missing parents) readable only by this user: it holds a database's
+/// files.
+pub fn private_dir(dir: &Path) -> Result<()> {
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).at(dir)
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {

@@ -139,7 +139,7 @@ impl Destination {
         match self {
             Destination::Dir(dir) => {
                 if create {
-                    std::fs::create_dir_all(dir).at(dir)?;
+                    crate::transfer::private_dir(dir)?;
                 } else if !dir.is_dir() {
                     return Err(BackupError::Uri {
                         uri: self.to_string(),

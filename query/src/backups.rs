@@ -11,6 +11,7 @@ use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use crate::error::{QueryError, Result};
+use crate::sql::shard::Intent;
 
 /// A `BACKUP TO` request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +87,20 @@ pub trait Backups: Send + Sync + std::fmt::Debug {
     /// The backups this server runs or ran, and the sets at every destination it backed up
     /// to (`system.backups`).
     async fn list(&self) -> Result<Vec<BackupRow>>;
+
+    /// Records `intent`, a request that deletes data, in the deletion journal of every
+    /// destination holding sets (durably, before any shard applies it), so it reaches every
+    /// set taken before it and every restore of one.
+    async fn journal(&self, intent: &Intent) -> Result<()>;
+
+    /// Request `id` (journaled) has been applied by every shard: a set taken from now on
+    /// holds it.
+    async fn journal_done(&self, id: u64);
+
+    /// Each backup set as a copy of each delete request it must be reached by, with its own
+    /// state (`system.deletions`): pending while the journal holds a request the set may
+    /// lack, persisted once a purge applied it.
+    async fn deletion_copies(&self) -> Vec<crate::deletions::ReplicaDeletion>;
 }
 
 /// The schema of `system.backups` and of `BACKUP TO`'s answer.

@@ -51,6 +51,8 @@ pub struct ReplicaDeletion {
     /// True for a shard that has not applied the request yet while the cluster still drives
     /// it there (an open intent): pending, not at risk.
     pub awaiting: bool,
+    /// The backup set this copy is (`<set id> at <destination>`); `None` for a shard replica.
+    pub backup: Option<String>,
 }
 
 /// Where a request stands.
@@ -108,6 +110,31 @@ pub fn overall(rows: &[ReplicaDeletion], now_ms: u64) -> BTreeMap<u64, DeletionS
     out
 }
 
+/// Gives copies of a request that lack what only its replicas know (a backup set's copy, from
+/// a journal entry or a purge record: its statement, issuer and the deadline the shards set)
+/// those of a replica row of the same request.
+pub fn fill_from_replicas(rows: &mut [ReplicaDeletion]) {
+    let known: BTreeMap<u64, ReplicaDeletion> =
+        rows.iter().filter(|r| r.backup.is_none()).map(|r| (r.id, r.clone())).collect();
+    for r in rows.iter_mut().filter(|r| r.backup.is_some()) {
+        if let Some(k) = known.get(&r.id) {
+            if r.kind.is_empty() {
+                r.kind = k.kind.clone();
+            }
+            if r.target.is_empty() {
+                r.target = k.target.clone();
+            }
+            if r.issued_by.is_empty() {
+                r.issued_by = k.issued_by.clone();
+            }
+            r.deadline_ms = r.deadline_ms.or(k.deadline_ms);
+            if r.issued_at_ms == 0 {
+                r.issued_at_ms = k.issued_at_ms;
+            }
+        }
+    }
+}
+
 /// Every request `db`'s ledger holds, as the replica of `shard` on `node`.
 pub fn local_deletions(db: &Database, shard: u64, node: u64) -> Vec<ReplicaDeletion> {
     db.engine()
@@ -128,6 +155,7 @@ pub fn local_deletions(db: &Database, shard: u64, node: u64) -> Vec<ReplicaDelet
             deletes: r.deletes,
             pending: r.pending,
             awaiting: false,
+            backup: None,
         })
         .collect()
 }
@@ -149,6 +177,7 @@ pub fn schema() -> SchemaRef {
         ts_field("deadline", true),
         Field::new("shard", DataType::UInt64, false),
         Field::new("node", DataType::UInt64, false),
+        Field::new("copy", DataType::Utf8, false),
         ts_field("applied_at", true),
         ts_field("persisted_at", true),
         Field::new("deletes", DataType::UInt64, false),
@@ -165,7 +194,7 @@ pub(crate) fn ms_to_ns(ms: u64) -> i64 {
 /// `rows` as a batch of `system.deletions` at `now_ms`, ordered by id, shard and node.
 pub fn batch(rows: &[ReplicaDeletion], now_ms: u64) -> Result<RecordBatch> {
     let mut rows: Vec<&ReplicaDeletion> = rows.iter().collect();
-    rows.sort_by_key(|r| (r.id, r.shard, r.node));
+    rows.sort_by_key(|r| (r.id, r.backup.is_some(), r.shard, r.node));
     let states = overall(&rows.iter().map(|r| (*r).clone()).collect::<Vec<_>>(), now_ms);
     let u = |f: &dyn Fn(&ReplicaDeletion) -> u64| -> ArrayRef {
         Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| f(r))))
@@ -192,6 +221,7 @@ pub fn batch(rows: &[ReplicaDeletion], now_ms: u64) -> Result<RecordBatch> {
         t(&|r| r.deadline_ms),
         u(&|r| r.shard),
         u(&|r| r.node),
+        s(&|r| r.backup.as_ref().map_or_else(|| "replica".to_string(), |b| format!("backup {b}"))),
         t(&|r| r.applied_at_ms),
         t(&|r| r.persisted_at_ms),
         u(&|r| r.deletes),
@@ -221,6 +251,7 @@ mod tests {
             deletes: 1,
             pending: u64::from(persisted.is_none()),
             awaiting: false,
+            backup: None,
         }
     }
 

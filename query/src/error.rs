@@ -225,6 +225,7 @@ impl QueryError {
         match self {
             QueryError::DiskFull(_) => true,
             QueryError::Storage(e) => e.is_disk_full(),
+            QueryError::Backup(e) => e.is_disk_full(),
             _ => false,
         }
     }

@@ -1,11 +1,15 @@
-//! The backup store against a directory destination: incremental uploads, verification,
-//! downloads that refuse damage, and pruning.
+//! The backup store against a directory destination (and, in `s3`, an S3-compatible server):
+//! incremental uploads, verification, downloads that refuse damage, locks and pruning.
+
+mod s3;
 
 use std::collections::HashSet;
 use std::path::Path;
 
 use ebb_backup::transfer::{download_part, upload_part, HashCache, PartSource};
-use ebb_backup::{BackupError, BackupSet, BackupStore, Destination, Progress, SetKind, Throttle};
+use ebb_backup::{
+    BackupError, BackupSet, BackupStore, Destination, LockKind, Progress, SetKind, Throttle,
+};
 
 fn write_files(dir: &Path, files: &[(&str, Vec<u8>)]) {
     std::fs::create_dir_all(dir).expect("mkdir");
@@ -32,11 +36,13 @@ async fn backup(
     dir: &Path,
     id: &str,
 ) -> (BackupSet, ebb_backup::ProgressSnapshot) {
-    let mut stored = store.object_hashes().await.expect("list");
+    let lock = store.lock(LockKind::Shared, id).await.expect("lock");
+    let mut stored = store.object_sizes().await.expect("list");
     let mut cache = HashCache::default();
     let progress = Progress::default();
     let src = PartSource { shard: 0, dir, seq: 7, applied: None };
-    let part = upload_part(store, src, &mut stored, &mut cache, &progress).await.expect("upload");
+    let part =
+        upload_part(store, &lock, src, &mut stored, &mut cache, &progress).await.expect("upload");
     let set = BackupSet {
         format: ebb_backup::set::FORMAT,
         id: id.to_string(),
@@ -45,9 +51,11 @@ async fn backup(
         finished_ms: 2,
         generation: 1,
         server_version: "test".into(),
+        purged: Vec::new(),
         parts: vec![part],
     };
     store.put_set(&set).await.expect("manifest");
+    store.unlock(&lock).await;
     (set, progress.snapshot())
 }
 
@@ -155,7 +163,8 @@ async fn a_flipped_byte_or_a_missing_object_fails_verify_and_restore() {
 async fn prune_keeps_the_newest_sets_and_every_object_they_use() {
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("src");
-    let dest = Destination::parse(tmp.path().join("dest").to_str().unwrap()).unwrap();
+    let root = tmp.path().join("dest");
+    let dest = Destination::parse(root.to_str().unwrap()).unwrap();
     let store = BackupStore::create(&dest, Throttle::none()).await.unwrap();
     let mut sets = Vec::new();
     for i in 0..4u64 {
@@ -168,34 +177,66 @@ async fn prune_keeps_the_newest_sets_and_every_object_they_use() {
         }
         sets.push(backup(&store, &src, &format!("2023111{i}T000000.000Z")).await.0);
     }
-    assert_eq!(store.object_hashes().await.unwrap().len(), 5);
-    let report = ebb_backup::prune::prune(&store, 2, None).await.unwrap();
+    assert_eq!(store.object_sizes().await.unwrap().len(), 5);
+    let report = ebb_backup::prune::prune(&store, 2).await.unwrap();
     assert_eq!(report.sets_removed, [sets[0].id.clone(), sets[1].id.clone()]);
     assert_eq!((report.objects_removed, report.bytes_freed), (2, 200));
-    let left: HashSet<String> = store.object_hashes().await.unwrap();
+    let left: HashSet<String> = store.object_sizes().await.unwrap().into_keys().collect();
     for set in &sets[2..] {
         assert!(store.verify(set, &Progress::default()).await.unwrap().is_empty());
         assert!(set.objects().all(|o| left.contains(&o.hash)));
     }
-    // An object written after a backup began is kept although no set names it yet.
+    // While a backup holds its lock, its objects (no manifest names them yet) are not
+    // removed: the prune is refused.
+    let lock = store.lock(LockKind::Shared, "20991231T000000.000Z").await.unwrap();
     let orphan = tmp.path().join("orphan");
     write_files(&orphan, &[("x.sst", body(9, 10))]);
-    let o = ebb_backup::transfer::hash_file(&orphan.join("x.sst")).await.unwrap();
-    let since = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+    let o =
+        ebb_backup::transfer::hash_file(&orphan.join("x.sst"), &Throttle::none()).await.unwrap();
     store.put_file(&orphan.join("x.sst"), &o).await.unwrap();
-    let report = ebb_backup::prune::prune(&store, 2, Some(since)).await.unwrap();
-    assert_eq!(report.objects_removed, 0);
-    assert!(store.object_hashes().await.unwrap().contains(&o.hash));
-    // So is one written while a backup holds a lease.
-    let now_ms =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
-            as u64;
-    let lease = store.lease("20991231T000000.000Z", now_ms).await.unwrap();
-    let report = ebb_backup::prune::prune(&store, 2, None).await.unwrap();
-    assert_eq!(report.objects_removed, 0);
-    store.release(&lease).await;
-    let report = ebb_backup::prune::prune(&store, 2, None).await.unwrap();
+    let e = ebb_backup::prune::prune(&store, 2).await.unwrap_err();
+    assert!(matches!(e, BackupError::Busy(_)), "{e}");
+    assert!(e.to_string().contains("20991231T000000.000Z"), "the holder is named: {e}");
+    assert!(store.object_sizes().await.unwrap().contains_key(&o.hash));
+    // Nor may a backup start while a prune holds the destination.
+    let pruning = store.lock(LockKind::Exclusive, "prune-test").await;
+    assert!(matches!(pruning, Err(BackupError::Busy(_))), "{pruning:?}");
+    store.unlock(&lock).await;
+    let pruning = store.lock(LockKind::Exclusive, "prune-test").await.unwrap();
+    let e = store.lock(LockKind::Shared, "20991231T000001.000Z").await.unwrap_err();
+    assert!(e.to_string().contains("prune"), "{e}");
+    store.unlock(&pruning).await;
+    // The orphan goes once no backup runs.
+    let report = ebb_backup::prune::prune(&store, 2).await.unwrap();
     assert_eq!(report.objects_removed, 1);
+    // A lock a dead server left (not renewed for longer than STALE_AFTER, by the store's
+    // clock) does not block a prune, which removes it.
+    let dead = store.lock(LockKind::Shared, "20991231T000002.000Z").await.unwrap();
+    let dead_file = root.join("locks/shared/20991231T000002.000Z");
+    let old = std::time::SystemTime::now()
+        - ebb_backup::lock::STALE_AFTER
+        - std::time::Duration::from_secs(60);
+    std::fs::File::options().write(true).open(&dead_file).unwrap().set_modified(old).unwrap();
+    ebb_backup::prune::prune(&store, 2).await.unwrap();
+    assert!(!dead_file.exists(), "the stale lock was removed");
+    drop(dead);
+}
+
+#[tokio::test]
+async fn an_object_of_the_wrong_size_is_uploaded_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    write_files(&src, &[("a.sst", body(1, 5000))]);
+    let root = tmp.path().join("dest");
+    let dest = Destination::parse(root.to_str().unwrap()).unwrap();
+    let store = BackupStore::create(&dest, Throttle::none()).await.unwrap();
+    let (first, _) = backup(&store, &src, "20231114T221320.000Z").await;
+    // The object is cut short (as a store that does not write atomically could leave it).
+    let a = object_path(&root, &first.parts[0].files[0].object.hash);
+    std::fs::write(&a, &body(1, 5000)[..100]).unwrap();
+    let (second, p) = backup(&store, &src, "20231114T221321.000Z").await;
+    assert_eq!(p.objects_copied, 1, "{p:?}");
+    assert!(store.verify(&second, &Progress::default()).await.unwrap().is_empty());
 }
 
 #[tokio::test]

@@ -46,8 +46,7 @@ pub async fn take_checkpoint(
     job: &mut Job,
 ) -> Result<Part, BackupError> {
     let dir = job.staging.join(format!("{}-{shard}", job.set_id));
-    let io = |source| BackupError::Io { path: dir.clone(), source };
-    tokio::fs::create_dir_all(&job.staging).await.map_err(io)?;
+    ebb_backup::transfer::private_dir(&job.staging)?;
     let engine = db.engine();
     let target = dir.clone();
     let seq = tokio::task::spawn_blocking(move || engine.checkpoint(&target))
@@ -55,7 +54,9 @@ pub async fn take_checkpoint(
         .map_err(|e| BackupError::Source(Box::new(e)))?
         .map_err(|e| BackupError::Source(Box::new(e)))?;
     let src = PartSource { shard, dir: &dir, seq, applied: None };
-    let part = upload_part(&job.store, src, &mut job.stored, &mut job.cache, &job.progress).await;
+    let part =
+        upload_part(&job.store, &job.lock, src, &mut job.stored, &mut job.cache, &job.progress)
+            .await;
     let _ = tokio::fs::remove_dir_all(&dir).await;
     part
 }

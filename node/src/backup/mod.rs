@@ -4,23 +4,29 @@
 //!
 //! A backup runs one at a time per server. Each part is an engine checkpoint taken after the
 //! backup started (so every write and delete acknowledged before is in it), hard-linked into
-//! `<data dir>/backup/staging/` while it uploads and removed after. A `running/<id>` lease at
-//! the destination keeps a concurrent prune from removing objects no manifest names yet; the
-//! manifest is written last, so a backup that fails or is killed leaves no set.
+//! `<data dir>/backup/staging/` while it uploads and removed after. A shared lock at the
+//! destination (`ebb_backup::lock`) keeps a prune from removing objects no manifest names yet;
+//! the manifest is written last, so a backup that fails or is killed leaves no set. A backup
+//! runs on its own task: a client that disconnects does not stop it (`system.backups` shows
+//! how it ends).
 //!
 //! The destinations this server backed up to are kept in `<data dir>/backup/destinations`,
 //! so `system.backups` lists their sets after a restart.
 
+pub mod journal;
 pub mod local;
+pub mod purge;
 pub mod restore;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use ebb_backup::transfer::HashCache;
-use ebb_backup::{BackupError, BackupSet, BackupStore, Destination, Part, Progress, SetKind};
+use ebb_backup::{
+    BackupError, BackupSet, BackupStore, Destination, Lock, LockKind, Part, Progress, SetKind,
+};
 use ebb_query::backups::{BackupRequest, BackupRow, BackupState, Backups};
 use ebb_query::QueryError;
 use parking_lot::Mutex;
@@ -46,8 +52,10 @@ pub struct Job {
     pub set_id: String,
     /// The destination's store.
     pub store: BackupStore,
-    /// Hashes of the objects at the destination (kept current as objects go up).
-    pub stored: std::collections::HashSet<String>,
+    /// The backup's shared lock at the destination (renewed as objects go up).
+    pub lock: Lock,
+    /// The sizes of the objects at the destination, by hash (kept current as objects go up).
+    pub stored: HashMap<String, u64>,
     /// File hashes known from earlier backups.
     pub cache: HashCache,
     /// Its progress.
@@ -130,6 +138,12 @@ fn set_row(set: &BackupSet, destination: &str) -> BackupRow {
 /// This server's backups.
 #[derive(Debug)]
 pub struct BackupService {
+    service: Arc<Service>,
+}
+
+/// What a backup runs on (shared with the task it runs on).
+#[derive(Debug)]
+struct Service {
     parts: Arc<dyn PartTaker>,
     /// `<data dir>/backup`.
     dir: PathBuf,
@@ -138,24 +152,86 @@ pub struct BackupService {
     runs: Mutex<VecDeque<Arc<Run>>>,
     /// Held while a backup runs (one at a time).
     busy: tokio::sync::Mutex<()>,
+    /// Held while deletes are applied to sets (a backup waits for it).
+    purging: tokio::sync::Mutex<()>,
+    /// Delete requests on their way to every destination's journal.
+    outbox: journal::Outbox,
+    /// Entries each destination has, as last written there: (destination, request, complete).
+    sent: Mutex<std::collections::HashSet<(String, u64, bool)>>,
+    /// Wakes the purger (a request journaled or completed).
+    wake: Arc<tokio::sync::Notify>,
 }
+
+/// How often the purger looks at every destination even when nothing woke it (to retry what
+/// failed, and for sets a busy destination kept it from).
+const PURGE_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How soon the purger tries again after a destination was busy or failed.
+const PURGE_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl BackupService {
     /// Backups of what `parts` takes, kept under `data_dir/backup`, at `rate` bytes per
     /// second by default. Removes what a backup killed midway left in staging.
-    /// A backup killed midway (the server stopped) leaves its lease at the destination, named
+    /// A backup killed midway (the server stopped) leaves its lock at the destination, named
     /// in `<data dir>/backup/running`: it is released in the background.
     pub fn new(parts: Arc<dyn PartTaker>, data_dir: &Path, rate: Option<u64>) -> BackupService {
+        let service = Arc::new(Service::new(parts, data_dir, rate));
+        tokio::spawn(purger(Arc::downgrade(&service), service.wake.clone()));
+        BackupService { service }
+    }
+
+    /// Flushes the journal to every destination and applies it to every set now (what the
+    /// purger does in the background): for tests and tools.
+    pub async fn purge_now(&self) -> Vec<(String, Result<purge::PurgeReport, BackupError>)> {
+        self.service.purge_all().await
+    }
+}
+
+/// Applies the deletion journal to the sets at every destination whenever a request is
+/// journaled or completes, and every [`PURGE_EVERY`]; ends with the service.
+async fn purger(service: std::sync::Weak<Service>, wake: Arc<tokio::sync::Notify>) {
+    let mut wait = PURGE_EVERY;
+    loop {
+        tokio::select! {
+            _ = wake.notified() => {}
+            _ = tokio::time::sleep(wait) => {}
+        }
+        let Some(s) = service.upgrade() else { return };
+        wait = PURGE_EVERY;
+        for (dest, r) in s.purge_all().await {
+            match r {
+                Ok(report) if report == purge::PurgeReport::default() => {}
+                Ok(report) => tracing::info!(to = %dest, ?report, "deletes applied to backup sets"),
+                // A backup holds the destination: soon again.
+                Err(BackupError::Busy(why)) => {
+                    tracing::debug!(to = %dest, %why, "a purge waits");
+                    wait = PURGE_RETRY;
+                }
+                Err(e) => {
+                    tracing::warn!(to = %dest, error = %e, "applying deletes to backup sets");
+                    wait = PURGE_RETRY;
+                }
+            }
+        }
+    }
+}
+
+impl Service {
+    fn new(parts: Arc<dyn PartTaker>, data_dir: &Path, rate: Option<u64>) -> Service {
         let dir = data_dir.join("backup");
         let _ = std::fs::remove_dir_all(dir.join("staging"));
         if let Ok(text) = std::fs::read_to_string(dir.join("running")) {
             let running = dir.join("running");
             tokio::spawn(async move {
-                release_left_lease(&text).await;
+                release_left_lock(&text).await;
                 let _ = tokio::fs::remove_file(running).await;
             });
         }
-        BackupService {
+        Service {
+            purging: tokio::sync::Mutex::new(()),
+            outbox: journal::Outbox::new(&dir),
+            sent: Mutex::new(Default::default()),
+            wake: Arc::new(tokio::sync::Notify::new()),
             parts,
             dir,
             rate,
@@ -185,7 +261,7 @@ impl BackupService {
         let path = self.destinations_file();
         let tmp = path.with_extension("tmp");
         let io = |source| BackupError::Io { path: path.clone(), source };
-        std::fs::create_dir_all(&self.dir).map_err(io)?;
+        ebb_backup::transfer::private_dir(&self.dir)?;
         std::fs::write(&tmp, all.join("\n") + "\n").map_err(io)?;
         std::fs::rename(&tmp, &path).map_err(io)?;
         Ok(())
@@ -196,14 +272,16 @@ impl BackupService {
         let dest = Destination::parse(&request.to)?;
         let Ok(_busy) = self.busy.try_lock() else {
             let running = self.runs.lock().iter().find(|r| r.outcome.lock().is_none()).cloned();
-            return Err(QueryError::Unavailable(format!(
-                "a backup is already running{} (one at a time)",
-                running.map(|r| format!(": {} to {}", r.id, r.destination)).unwrap_or_default()
-            )));
+            return Err(BackupError::Busy(format!(
+                "this server is already running a backup{} (one at a time)",
+                running.map(|r| format!(", {} to {}", r.id, r.destination)).unwrap_or_default()
+            ))
+            .into());
         };
         let started_ms = ebb_query::now_ms();
+        let store = BackupStore::create(&dest, ebb_backup::Throttle::new(self.rate)).await?;
         let run = Arc::new(Run {
-            id: ebb_backup::set::new_set_id(started_ms),
+            id: store.next_set_id(started_ms).await?,
             destination: dest.to_string(),
             kind: self.parts.kind(),
             started_ms,
@@ -218,7 +296,7 @@ impl BackupService {
             }
         }
         tracing::info!(id = %run.id, to = %run.destination, by = issuer, "backup started");
-        let result = self.take(&run, &dest, self.rate).await;
+        let result = self.take(&run, store).await;
         let staging = self.dir.join("staging");
         let _ = tokio::fs::remove_dir_all(&staging).await;
         match result {
@@ -240,23 +318,39 @@ impl BackupService {
     }
 
     /// Takes every part of `run` and writes its set.
-    async fn take(
-        &self,
-        run: &Run,
-        dest: &Destination,
-        rate: Option<u64>,
-    ) -> Result<BackupSet, BackupError> {
-        let store = BackupStore::create(dest, ebb_backup::Throttle::new(rate)).await?;
-        self.remember_destination(dest)?;
-        let lease = store.lease(&run.id, run.started_ms).await?;
+    async fn take(&self, run: &Run, store: BackupStore) -> Result<BackupSet, BackupError> {
+        let dest = store.destination().clone();
+        self.remember_destination(&dest)?;
+        // Named before the lock is taken, so a restart after a kill releases it.
         let running = self.dir.join("running");
         std::fs::write(&running, format!("{}\n{dest}\n", run.id))
             .map_err(|source| BackupError::Io { path: running.clone(), source })?;
+        let purging = self.purging.lock().await;
+        let lock = match store.lock(LockKind::Shared, &run.id).await {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = std::fs::remove_file(&running);
+                return Err(e);
+            }
+        };
         let cache_path = self.dir.join("hashes");
+        drop(purging);
+        // Every request completed before now is in the parts taken from here on: the
+        // journal may drop requests completed before a set began (see `purge`).
+        let started_ms = ebb_query::now_ms();
+        let stored = match store.object_sizes().await {
+            Ok(s) => s,
+            Err(e) => {
+                store.unlock(&lock).await;
+                let _ = std::fs::remove_file(&running);
+                return Err(e);
+            }
+        };
         let mut job = Job {
             set_id: run.id.clone(),
-            stored: store.object_hashes().await?,
+            stored,
             store,
+            lock,
             cache: HashCache::load(&cache_path),
             progress: run.progress.clone(),
             staging: self.dir.join("staging"),
@@ -271,12 +365,15 @@ impl BackupService {
                 format: ebb_backup::set::FORMAT,
                 id: run.id.clone(),
                 kind: self.parts.kind(),
-                started_ms: run.started_ms,
+                started_ms,
                 finished_ms: ebb_query::now_ms(),
                 generation: 1,
                 server_version: env!("CARGO_PKG_VERSION").to_string(),
+                purged: Vec::new(),
                 parts,
             };
+            // The lock must still be held when the set names its objects.
+            job.store.keep(&job.lock).await?;
             job.store.put_set(&set).await?;
             Ok::<_, BackupError>(set)
         };
@@ -285,29 +382,147 @@ impl BackupService {
         if let Err(e) = job.cache.save(&cache_path) {
             tracing::warn!(error = %e, "keeping the backup hash cache");
         }
-        job.store.release(&lease).await;
+        job.store.unlock(&job.lock).await;
         let _ = std::fs::remove_file(&running);
         set
     }
 }
 
-/// Releases the lease a backup killed midway left (`text` is its `running` file: the set id,
+impl Service {
+    /// Each set at each destination as a copy of the delete requests it must be reached by.
+    async fn deletion_copies(&self) -> Vec<ebb_query::deletions::ReplicaDeletion> {
+        use ebb_query::deletions::ReplicaDeletion;
+        let outbox = self.outbox.entries();
+        let mut out = Vec::new();
+        for uri in self.destinations() {
+            let found = async {
+                let dest = Destination::parse(&uri)?;
+                let store = BackupStore::open(&dest, ebb_backup::Throttle::none()).await?;
+                let mut journal = store.journal().await?;
+                for e in &outbox {
+                    if !journal.iter().any(|j| j.id == e.id) {
+                        journal.push(e.clone());
+                    }
+                }
+                Ok::<_, BackupError>((journal, store.list().await?))
+            };
+            let (journal, sets) = match found.await {
+                Ok(f) => f,
+                Err(e) => {
+                    tracing::warn!(to = %uri, error = %e, "reading a destination's sets");
+                    continue;
+                }
+            };
+            for set in sets.into_iter().filter_map(|l| l.set.ok()) {
+                let copy = Some(format!("{} at {uri}", set.id));
+                let row = |id: u64, shard: u64| ReplicaDeletion {
+                    id,
+                    kind: String::new(),
+                    target: String::new(),
+                    issued_by: String::new(),
+                    rows: None,
+                    issued_at_ms: 0,
+                    deadline_ms: None,
+                    shard,
+                    node: 0,
+                    applied_at_ms: None,
+                    persisted_at_ms: None,
+                    deletes: 0,
+                    pending: 0,
+                    awaiting: false,
+                    backup: copy.clone(),
+                };
+                for part in &set.parts {
+                    for p in &set.purged {
+                        out.push(ReplicaDeletion {
+                            deadline_ms: p.deadline_ms,
+                            applied_at_ms: Some(p.at_ms),
+                            persisted_at_ms: Some(p.at_ms),
+                            deletes: 1,
+                            ..row(p.id, part.shard)
+                        });
+                    }
+                    let waiting = journal
+                        .iter()
+                        .filter(|e| e.may_be_missing_from(set.started_ms) && !set.purged(e.id));
+                    for e in waiting {
+                        let intent = journal::intent_of(e).ok();
+                        out.push(ReplicaDeletion {
+                            kind: intent
+                                .as_ref()
+                                .map(|i| i.kind.to_ascii_lowercase().replace("drop table", "drop"))
+                                .unwrap_or_default(),
+                            target: intent.as_ref().map(|i| i.sql.clone()).unwrap_or_default(),
+                            issued_by: intent.map(|i| i.issued_by).unwrap_or_default(),
+                            issued_at_ms: e.issued_at_ms,
+                            deadline_ms: e.deadline_ms,
+                            deletes: 1,
+                            pending: 1,
+                            // Driven there by the purger: pending, not at risk, until late.
+                            awaiting: true,
+                            ..row(e.id, part.shard)
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Copies the outbox to every destination's journal, then applies the journal to the
+    /// sets at each: what happened at each destination.
+    async fn purge_all(&self) -> Vec<(String, Result<purge::PurgeReport, BackupError>)> {
+        let _purging = self.purging.lock().await;
+        let entries = self.outbox.entries();
+        let mut out = Vec::new();
+        let mut everywhere: std::collections::HashSet<u64> =
+            entries.iter().filter(|e| e.completed_ms.is_some()).map(|e| e.id).collect();
+        for uri in self.destinations() {
+            let done = async {
+                let dest = Destination::parse(&uri)?;
+                let store = BackupStore::open(&dest, ebb_backup::Throttle::new(self.rate)).await?;
+                for e in &entries {
+                    let key = (uri.clone(), e.id, e.completed_ms.is_some());
+                    if self.sent.lock().contains(&key) {
+                        continue;
+                    }
+                    store.put_journal(e).await?;
+                    self.sent.lock().insert(key);
+                }
+                purge::purge(&store, &purge::work_dir(&self.dir)).await
+            };
+            let r = done.await;
+            for e in &entries {
+                if !self.sent.lock().contains(&(uri.clone(), e.id, true)) {
+                    everywhere.remove(&e.id);
+                }
+            }
+            out.push((uri, r));
+        }
+        for id in everywhere {
+            self.outbox.remove(id);
+        }
+        out
+    }
+}
+
+/// Releases the lock a backup killed midway left (`text` is its `running` file: the set id,
 /// then the destination).
-async fn release_left_lease(text: &str) {
+async fn release_left_lock(text: &str) {
     let mut lines = text.lines();
     let (Some(id), Some(uri)) = (lines.next(), lines.next()) else { return };
     let released = async {
         let store =
             BackupStore::open(&Destination::parse(uri)?, ebb_backup::Throttle::none()).await?;
-        store.release(&store.lease_of(id)).await;
+        store.unlock(&store.lock_of(LockKind::Shared, id)).await;
         Ok::<_, BackupError>(())
     };
     match released.await {
         Ok(()) => {
-            tracing::info!(id, to = uri, "released the lease of a backup that did not finish")
+            tracing::info!(id, to = uri, "released the lock of a backup that did not finish")
         }
         Err(e) => {
-            tracing::warn!(id, to = uri, error = %e, "releasing the lease of an unfinished backup")
+            tracing::warn!(id, to = uri, error = %e, "releasing the lock of an unfinished backup")
         }
     }
 }
@@ -315,9 +530,44 @@ async fn release_left_lease(text: &str) {
 #[async_trait]
 impl Backups for BackupService {
     async fn backup(&self, request: BackupRequest, issuer: &str) -> Result<BackupRow, QueryError> {
-        self.run(request, issuer).await
+        let service = self.service.clone();
+        let issuer = issuer.to_string();
+        tokio::spawn(async move { service.run(request, &issuer).await })
+            .await
+            .map_err(|e| QueryError::Internal(format!("the backup's task: {e}")))?
     }
 
+    async fn list(&self) -> Result<Vec<BackupRow>, QueryError> {
+        self.service.list().await
+    }
+
+    async fn journal(&self, intent: &ebb_query::sql::shard::Intent) -> Result<(), QueryError> {
+        // Written whether or not a destination is known yet: a backup to a new destination
+        // may take its parts before this request applies, and learns of it from the outbox.
+        let entry = journal::Outbox::entry(intent)?;
+        let service = self.service.clone();
+        tokio::task::spawn_blocking(move || service.outbox.put(&entry))
+            .await
+            .map_err(|e| QueryError::Internal(format!("the journal's task: {e}")))??;
+        self.service.wake.notify_one();
+        Ok(())
+    }
+
+    async fn deletion_copies(&self) -> Vec<ebb_query::deletions::ReplicaDeletion> {
+        self.service.deletion_copies().await
+    }
+
+    async fn journal_done(&self, id: u64) {
+        let Some(mut entry) = self.service.outbox.get(id) else { return };
+        entry.completed_ms = Some(ebb_query::now_ms());
+        if let Err(e) = self.service.outbox.put(&entry) {
+            tracing::warn!(request = id, error = %e, "recording a journaled request as done");
+        }
+        self.service.wake.notify_one();
+    }
+}
+
+impl Service {
     async fn list(&self) -> Result<Vec<BackupRow>, QueryError> {
         let runs: Vec<Arc<Run>> = self.runs.lock().iter().cloned().collect();
         let mut rows: Vec<BackupRow> = runs.iter().map(|r| r.row()).collect();

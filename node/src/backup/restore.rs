@@ -1,25 +1,39 @@
 //! `ebb restore`: builds a data directory from a backup set, offline.
 //!
 //! Every object is checked against its hash as it arrives; the files go to a temporary
-//! directory beside the target, which is renamed into place only once all arrived whole, so
-//! a damaged or partial set leaves nothing a server could start on.
+//! directory beside the target. Then every delete request of the destination's journal the set
+//! may lack is applied there (see `purge`), so a set restored before a purge reached it still
+//! serves nothing deleted after it was taken. Only then is the directory renamed into place,
+//! so a damaged or partial set, or an unreadable journal entry, leaves nothing a server could
+//! start on.
 
 use std::path::Path;
 
-use ebb_backup::transfer::download_part;
+use ebb_backup::journal::JournalEntry;
+use ebb_backup::transfer::{download_part, sibling};
 use ebb_backup::{BackupError, BackupSet, BackupStore, Destination, Progress, SetKind, Throttle};
 
 use crate::error::{NodeError, Result};
 
+/// What a restore did.
+#[derive(Debug)]
+pub struct Restored {
+    /// The set restored.
+    pub set: BackupSet,
+    /// The journal's delete requests applied to it (issued after it was taken, not yet
+    /// purged from it).
+    pub journal_applied: Vec<u64>,
+}
+
 /// Restores set `id` (the newest if `None`) from `from` into the new data directory `data_dir`;
-/// `progress` counts as it goes. Returns the set restored.
+/// `progress` counts as it goes.
 pub async fn restore(
     from: &str,
     id: Option<&str>,
     data_dir: &Path,
     rate: Option<u64>,
     progress: &Progress,
-) -> Result<BackupSet> {
+) -> Result<Restored> {
     let dest = Destination::parse(from)?;
     let store = BackupStore::open(&dest, Throttle::new(rate)).await?;
     let set = match id {
@@ -32,17 +46,17 @@ pub async fn restore(
     if data_dir.exists() {
         std::fs::remove_dir(data_dir)?;
     }
-    match set.kind {
-        SetKind::Node => {
-            let [part] = set.parts.as_slice() else {
+    let part = match set.kind {
+        SetKind::Node => match set.parts.as_slice() {
+            [part] => part,
+            _ => {
                 return Err(NodeError::Backup(Box::new(BackupError::Manifest {
                     set: set.id.clone(),
                     object: set.manifest_key().to_string(),
                     why: format!("a single node's set with {} parts", set.parts.len()),
-                })));
-            };
-            download_part(&store, &set.id, part, data_dir, progress).await?;
-        }
+                })))
+            }
+        },
         kind => {
             return Err(NodeError::Config(format!(
                 "set {} is a {} backup; this build restores single-node sets",
@@ -50,6 +64,38 @@ pub async fn restore(
                 kind.as_str()
             )))
         }
+    };
+    // Read before anything is written: an unreadable entry refuses the restore.
+    let entries: Vec<JournalEntry> = store
+        .journal()
+        .await?
+        .into_iter()
+        .filter(|e| e.may_be_missing_from(set.started_ms) && !set.purged(e.id))
+        .collect();
+    let staging = sibling(data_dir, "restore-journal");
+    let _ = tokio::fs::remove_dir_all(&staging).await;
+    let built = async {
+        download_part(&store, &set.id, part, &staging, progress).await?;
+        if !entries.is_empty() {
+            let (dir, e) = (staging.clone(), entries.clone());
+            tokio::task::spawn_blocking(move || {
+                crate::backup::purge::apply_journal(&dir, &e).map(drop)
+            })
+            .await
+            .map_err(|e| BackupError::Source(Box::new(e)))??;
+        }
+        std::fs::rename(&staging, data_dir)
+            .map_err(|source| BackupError::Io { path: data_dir.to_path_buf(), source })?;
+        if let Some(parent) = data_dir.parent() {
+            std::fs::File::open(parent)
+                .and_then(|f| f.sync_all())
+                .map_err(|source| BackupError::Io { path: parent.to_path_buf(), source })?;
+        }
+        Ok::<_, BackupError>(())
+    };
+    if let Err(e) = built.await {
+        let _ = tokio::fs::remove_dir_all(&staging).await;
+        return Err(e.into());
     }
-    Ok(set)
+    Ok(Restored { set, journal_applied: entries.iter().map(|e| e.id).collect() })
 }

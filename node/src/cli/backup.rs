@@ -134,7 +134,7 @@ pub async fn verify(at: &str, id: &str, rate: Option<u64>) -> Result<(String, bo
 /// `ebb backup prune --keep N --at URI`.
 pub async fn prune(at: &str, keep: usize) -> Result<String> {
     let store = BackupStore::open(&Destination::parse(at)?, Throttle::none()).await?;
-    let r = ebb_backup::prune::prune(&store, keep, None).await?;
+    let r = ebb_backup::prune::prune(&store, keep).await?;
     Ok(format!(
         "removed {} sets ({}), {} objects, {}\n",
         r.sets_removed.len(),
@@ -168,9 +168,17 @@ pub async fn restore(
         t.abort();
         eprintln!();
     }
-    let set = set?;
+    let restored = set?;
+    let set = &restored.set;
+    let applied = match restored.journal_applied.len() {
+        0 => String::new(),
+        n => format!(
+            "; applied {n} delete request{} issued after it was taken",
+            if n == 1 { "" } else { "s" }
+        ),
+    };
     Ok(format!(
-        "restored backup {} ({}) into {}: {} files, {}\n",
+        "restored backup {} ({}) into {}: {} files, {}{applied}\n",
         set.id,
         set.kind.as_str(),
         data_dir.display(),

@@ -121,6 +121,7 @@ fn row_from_proto(r: proto::ReplicaDeletion) -> ReplicaDeletion {
         deletes: r.deletes,
         pending: r.pending,
         awaiting: false,
+        backup: None,
     }
 }
 

@@ -122,6 +122,7 @@ pub fn awaiting(router: &Router, rows: &[ReplicaDeletion]) -> Vec<ReplicaDeletio
                 deletes: 0,
                 pending: 0,
                 awaiting: true,
+                backup: None,
             });
         }
     }

@@ -449,6 +449,11 @@ async fn describe(
         None => {}
     }
     let word = first_word(sql);
+    if word == "BACKUP" {
+        // Answers one row, the backup's (as `system.backups` shows it).
+        description.fields = types::describe_schema(&ebb_query::backups::schema(), formats).0;
+        return Ok(description);
+    }
     let rows = returns_rows(&word);
     if !rows && !matches!(word.as_str(), "INSERT" | "DELETE") {
         return Ok(description);

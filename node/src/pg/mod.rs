@@ -566,6 +566,9 @@ fn backup_sqlstate(e: &ebb_backup::BackupError) -> &'static str {
         B::Uri { .. } | B::TargetExists(_) => "22023",
         // Undefined object.
         B::NoSuchSet(_) | B::Empty => "42704",
+        // Object in use: another backup or a prune holds the destination.
+        B::Busy(_) => "55006",
+        e if e.is_disk_full() => "53100",
         // Data corrupted.
         B::Missing { .. } | B::Damaged { .. } | B::Manifest { .. } => "XX001",
         // An I/O error: the destination or a local file.

@@ -40,7 +40,7 @@ fn backup(admin: &As, dest: &Path) -> serde_json::Value {
 
 async fn restore_and_count(dest: &Path, id: &str, into: &Path) -> (u64, u64) {
     let progress = ebb_backup::Progress::default();
-    let set = ebb_node::backup::restore::restore(
+    let restored = ebb_node::backup::restore::restore(
         dest.to_str().expect("utf-8"),
         Some(id),
         into,
@@ -49,6 +49,7 @@ async fn restore_and_count(dest: &Path, id: &str, into: &Path) -> (u64, u64) {
     )
     .await
     .expect("restore");
+    let set = restored.set;
     assert_eq!(set.id, id);
     assert_eq!(progress.snapshot().files_done, set.files() as u64);
     let server = Server::start(&secured(into)).await.expect("start on the restored directory");
@@ -60,17 +61,19 @@ async fn restore_and_count(dest: &Path, id: &str, into: &Path) -> (u64, u64) {
     (all, h0)
 }
 
-/// The largest object at a directory destination.
-fn largest_object(dest: &Path) -> PathBuf {
-    let mut all = Vec::new();
-    for fan in std::fs::read_dir(dest.join("objects")).expect("objects") {
-        for o in std::fs::read_dir(fan.expect("entry").path()).expect("fan") {
-            let p = o.expect("entry").path();
-            all.push((std::fs::metadata(&p).expect("stat").len(), p));
-        }
-    }
-    all.sort();
-    all.pop().expect("an object").1
+/// Set `id` at the directory destination `dest`.
+async fn set_at(dest: &Path, id: &str) -> ebb_backup::BackupSet {
+    let d = ebb_backup::Destination::parse(dest.to_str().expect("utf-8")).expect("uri");
+    let store =
+        ebb_backup::BackupStore::open(&d, ebb_backup::Throttle::none()).await.expect("open");
+    store.set(id).await.expect("the set")
+}
+
+/// The file of the largest object of set `id` at a directory destination.
+async fn largest_object(dest: &Path, id: &str) -> PathBuf {
+    let set = set_at(dest, id).await;
+    let o = set.objects().max_by_key(|o| o.len).expect("an object");
+    dest.join(o.key().as_ref())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -82,13 +85,17 @@ async fn backups_restore_exactly_the_state_they_were_taken_at() {
     let admin = As { http: &http, auth: basic("admin", ADMIN_PW) };
     admin.ok("CREATE USER writer WITH PASSWORD 'w-pass'");
     admin.ok("GRANT READ, WRITE ON DATABASE public TO writer");
+    admin.ok("GRANT READ ON DATABASE system TO writer");
     write_hosts(&admin, 0, 20, 50);
 
-    // Only an admin backs up.
+    // Only an admin backs up, or reads where backups are kept.
     let writer = As { http: &http, auth: basic("writer", "w-pass") };
     let (s, b) = writer.sql(&format!("BACKUP TO '{}'", dest.display()));
     assert_eq!(s, 403, "{b}");
     assert!(!dest.exists(), "a refused backup wrote nothing");
+    writer.ok("SELECT count(*) FROM system.deletions");
+    let (s, b) = writer.sql("SELECT * FROM system.backups");
+    assert_eq!(s, 403, "{b}");
     // Credentials never go in the URI.
     let (s, b) = admin.sql("BACKUP TO 's3://AKIA:hunter2@bucket/p'");
     assert_eq!(s, 400, "{b}");
@@ -96,17 +103,23 @@ async fn backups_restore_exactly_the_state_they_were_taken_at() {
 
     let first = backup(&admin, &dest);
     assert_eq!((first["kind"].as_str(), first["parts"].as_u64()), (Some("node"), Some(1)));
+    let mode = std::fs::metadata(&dest).expect("dest").permissions();
+    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o077, 0, "private: {mode:?}");
     assert!(first["bytes"].as_u64() > Some(0));
     assert_eq!(first["bytes_copied"], first["bytes"], "a first backup copies everything");
 
-    // More rows, and a delete: the second set holds both, and copies only what is new.
+    // More rows: the second set holds them all, and copies only what is new.
     write_hosts(&admin, 20, 10, 50);
-    admin.ok("DELETE FROM cpu WHERE host = 'h0'");
     let second = backup(&admin, &dest);
     let (bytes, copied) =
         (second["bytes"].as_u64().expect("n"), second["bytes_copied"].as_u64().expect("n"));
     assert!(copied < bytes, "an incremental backup copied {copied} of {bytes} bytes");
     assert!(copied > 0);
+    // A delete, and h0's rows written again after it (both sets taken so far are purged of
+    // the delete; the third holds the delete and the rows after it).
+    admin.ok("DELETE FROM cpu WHERE host = 'h0'");
+    write_hosts(&admin, 0, 1, 50);
+    let third = backup(&admin, &dest);
 
     let listed: serde_json::Value =
         serde_json::from_str(&admin.ok("SELECT id, state FROM system.backups ORDER BY started"))
@@ -114,12 +127,32 @@ async fn backups_restore_exactly_the_state_they_were_taken_at() {
     let ids: Vec<&str> =
         listed.as_array().expect("rows").iter().map(|r| r["id"].as_str().expect("id")).collect();
     let (id1, id2) = (first["id"].as_str().expect("id"), second["id"].as_str().expect("id"));
-    assert_eq!(ids, [id1, id2], "{listed}");
+    let id3 = third["id"].as_str().expect("id");
+    assert_eq!(ids, [id1, id2, id3], "{listed}");
+
+    // Over PostgreSQL's extended protocol (what drivers use), BACKUP is described and answered
+    // as one row.
+    let conf = format!(
+        "host=127.0.0.1 port={} user=admin password='{ADMIN_PW}' dbname=public",
+        server.pg_addr.port()
+    );
+    let (client, conn) = tokio_postgres::connect(&conf, tokio_postgres::NoTls).await.expect("pg");
+    tokio::spawn(conn);
+    let stmt = client.prepare(&format!("BACKUP TO '{}'", dest.display())).await.expect("prepare");
+    assert_eq!(stmt.columns().first().map(|c| c.name()), Some("id"));
+    let rows = client.query(&stmt, &[]).await.expect("backup over pg");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].get::<_, String>("state"), "done");
+    let fourth = rows[0].get::<_, String>("id");
+    assert!(fourth.as_str() > id3);
     server.shutdown().await.expect("shutdown");
 
-    // Each set gives back the state it was taken at.
-    assert_eq!(restore_and_count(&dest, id1, &tmp.path().join("r1")).await, (1000, 50));
+    // Each set gives back the state it was taken at, minus what was deleted after it: the
+    // delete reached the first two sets; the rows written after the delete are in the third
+    // and survive its restore (the set's ledger holds the delete, so it is not applied again).
+    assert_eq!(restore_and_count(&dest, id1, &tmp.path().join("r1")).await, (950, 0));
     assert_eq!(restore_and_count(&dest, id2, &tmp.path().join("r2")).await, (1450, 0));
+    assert_eq!(restore_and_count(&dest, id3, &tmp.path().join("r3")).await, (1500, 50));
     // A directory in use is never restored over.
     let e = ebb_node::backup::restore::restore(
         dest.to_str().expect("utf-8"),
@@ -133,7 +166,7 @@ async fn backups_restore_exactly_the_state_they_were_taken_at() {
     assert!(e.to_string().contains("already exists"), "{e}");
 
     // A flipped byte: verify fails naming the object, and a restore leaves nothing behind.
-    let victim = largest_object(&dest);
+    let victim = largest_object(&dest, id2).await;
     let mut bytes = std::fs::read(&victim).expect("read");
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0x20;
@@ -143,7 +176,7 @@ async fn backups_restore_exactly_the_state_they_were_taken_at() {
         .await
         .expect("verify runs");
     assert!(!pass && report.contains(&name) && report.contains("damaged"), "{report}");
-    let into = tmp.path().join("r3");
+    let into = tmp.path().join("r-damaged");
     let e = ebb_node::backup::restore::restore(
         dest.to_str().expect("utf-8"),
         Some(id2),
@@ -214,7 +247,8 @@ fn a_backup_killed_midway_leaves_no_set_and_prune_collects_its_objects() {
     write_hosts(&admin, 0, 40, 200);
     let first = backup(&admin, &dest);
     let id1 = first["id"].as_str().expect("id").to_string();
-    write_hosts(&admin, 40, 40, 200);
+    // Enough new data that the throttled second backup (32 KiB/s) runs for seconds.
+    write_hosts(&admin, 40, 40, 1000);
     // A second backup, killed with the server once it has uploaded something.
     let to = dest.clone();
     let running = std::thread::spawn(move || {
@@ -229,9 +263,18 @@ fn a_backup_killed_midway_leaves_no_set_and_prune_collects_its_objects() {
         )
         .expect("json");
         let n = |k: &str| rows[0][k].as_u64().unwrap_or(0);
-        n("bytes_done") > 0 && n("bytes_done") < n("bytes")
+        n("bytes_done") > 0 && n("bytes_done") + (64 << 10) < n("bytes")
     });
-    assert_eq!(dest.join("running").read_dir().expect("leases").count(), 1, "a lease is held");
+    let locks = dest.join("locks").join("shared");
+    assert_eq!(locks.read_dir().expect("locks").count(), 1, "a lock is held");
+    // While it runs, a second backup and a prune are refused as busy.
+    let (s, b) = admin.sql(&format!("BACKUP TO '{}'", dest.display()));
+    assert_eq!(s, 409, "{b}");
+    assert!(b.contains("already running a backup"), "{b}");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let at = dest.to_str().expect("utf-8");
+    let e = rt.block_on(ebb_node::cli::backup::prune(at, 1)).expect_err("pruned under a backup");
+    assert!(e.to_string().contains("busy"), "{e}");
     child.kill();
     let _ = running.join();
 
@@ -239,8 +282,8 @@ fn a_backup_killed_midway_leaves_no_set_and_prune_collects_its_objects() {
     let (mut child, addr) = spawn_server(&data);
     let http = Http::new(addr);
     let admin = As { http: &http, auth: basic("admin", ADMIN_PW) };
-    crate::common::until(30, "the lease released", || {
-        dest.join("running").read_dir().map(|d| d.count()).unwrap_or(0) == 0
+    crate::common::until(30, "the lock released", || {
+        locks.read_dir().map(|d| d.count()).unwrap_or(0) == 0
     });
     let listed: serde_json::Value =
         serde_json::from_str(&admin.ok("SELECT id, state FROM system.backups")).expect("json");
@@ -250,8 +293,6 @@ fn a_backup_killed_midway_leaves_no_set_and_prune_collects_its_objects() {
     assert!(!data.join("backup").join("staging").exists(), "staging was cleaned");
     child.kill();
     // Prune (keeping the one set) removes what the killed backup uploaded; the set verifies.
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let at = dest.to_str().expect("utf-8");
     let pruned = rt.block_on(ebb_node::cli::backup::prune(at, 1)).expect("prune");
     assert!(pruned.starts_with("removed 0 sets"), "{pruned}");
     let (kept, left) = rt.block_on(async {
@@ -264,10 +305,186 @@ fn a_backup_killed_midway_leaves_no_set_and_prune_collects_its_objects() {
         let set = store.set(&id1).await.expect("the set");
         let kept: std::collections::HashSet<String> =
             set.objects().map(|o| o.hash.clone()).collect();
-        (kept, store.object_hashes().await.expect("objects"))
+        let left: std::collections::HashSet<String> =
+            store.object_sizes().await.expect("objects").into_keys().collect();
+        (kept, left)
     });
     assert_eq!(left, kept, "what is left is exactly what the kept set uses");
     let (report, pass) =
         rt.block_on(ebb_node::cli::backup::verify(at, &id1, None)).expect("verify");
     assert!(pass, "{report}");
+}
+
+/// Rows of `users`, points `from..to`, each with a marker value naming its user and point.
+fn write_users(admin: &As, users: &[&str], from: i64, to: i64) {
+    let mut lines = String::new();
+    for u in users {
+        for p in from..to {
+            let t = BASE + p * 1_000_000_000;
+            lines.push_str(&format!("temp,user={u} c={p}.5,note=\"secret-{u}-{p}\" {t}\n"));
+        }
+    }
+    let (s, b) = admin.write(&lines);
+    assert_eq!(s, 204, "{b}");
+}
+
+/// The objects at the directory destination `dest` whose bytes (SST pages decompressed, for
+/// the objects some set names as an SST file) contain `needle`.
+async fn objects_with(dest: &Path, needle: &[u8]) -> Vec<String> {
+    let d = ebb_backup::Destination::parse(dest.to_str().expect("utf-8")).expect("uri");
+    let store =
+        ebb_backup::BackupStore::open(&d, ebb_backup::Throttle::none()).await.expect("open");
+    let mut names = std::collections::HashMap::new();
+    for l in store.list().await.expect("sets") {
+        for p in l.set.expect("a readable set").parts {
+            for f in p.files {
+                names.insert(f.object.hash, f.name);
+            }
+        }
+    }
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let mut out = Vec::new();
+    for fan in std::fs::read_dir(dest.join("objects")).expect("objects") {
+        for o in std::fs::read_dir(fan.expect("entry").path()).expect("fan") {
+            let path = o.expect("entry").path();
+            let hash = path.file_name().expect("name").to_string_lossy().to_string();
+            let text = match names.get(&hash) {
+                Some(name) if name.ends_with(".sst") => {
+                    let copy = scratch.path().join(name);
+                    std::fs::copy(&path, &copy).expect("copy");
+                    ebb_storage::audit::plaintext(&copy).expect("an SST")
+                }
+                _ => std::fs::read(&path).expect("read"),
+            };
+            if text.windows(needle.len()).any(|w| w == needle) {
+                out.push(format!("{hash} ({})", names.get(&hash).map_or("no set", |n| n)));
+            }
+        }
+    }
+    out
+}
+
+/// Polls `f` every 100 ms until it holds, failing after `secs` seconds.
+async fn until_async<F: std::future::Future<Output = bool>>(
+    secs: u64,
+    what: &str,
+    mut f: impl FnMut() -> F,
+) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !f().await {
+        assert!(std::time::Instant::now() < deadline, "{what}: not within {secs} s");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_erase_reaches_every_set_and_every_restore() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (data, dest) = (tmp.path().join("data"), tmp.path().join("backups"));
+    let server = Server::start(&secured(&data)).await.expect("start");
+    let http = Http::new(server.http_addr);
+    let admin = As { http: &http, auth: basic("admin", ADMIN_PW) };
+    write_users(&admin, &["alice", "bob", "carol"], 0, 200);
+    let first = backup(&admin, &dest);
+    write_users(&admin, &["alice", "bob"], 200, 400);
+    let second = backup(&admin, &dest);
+    let (id1, id2) = (first["id"].as_str().expect("id"), second["id"].as_str().expect("id"));
+    let marker = b"secret-alice-";
+    assert!(!objects_with(&dest, marker).await.is_empty(), "the check sees the markers");
+
+    // Another server's backup holds the destination, so no purge can run for now.
+    let at = ebb_backup::Destination::parse(dest.to_str().expect("utf-8")).expect("uri");
+    let store =
+        ebb_backup::BackupStore::open(&at, ebb_backup::Throttle::none()).await.expect("open");
+    let other = store.lock(ebb_backup::LockKind::Shared, "elsewhere").await.expect("lock");
+    let erased: serde_json::Value =
+        serde_json::from_str(&admin.ok("ERASE WHERE user = 'alice'")).expect("json");
+    let erasure = erased[0]["erasure_id"].as_u64().expect("an erasure id");
+    until_async(30, "the erasure in the destination's journal, complete", || async {
+        let j = store.journal().await.expect("journal");
+        j.iter().any(|e| e.id == erasure && e.completed_ms.is_some())
+    })
+    .await;
+    assert_eq!(set_at(&dest, id1).await.generation, 1, "no purge ran under the lock");
+    // Each set is a copy of the erasure, pending while the journal holds it.
+    let copies = |admin: &As| -> Vec<(String, String)> {
+        let rows: serde_json::Value = serde_json::from_str(&admin.ok(&format!(
+            "SELECT copy, replica_status FROM system.deletions WHERE id = {erasure} \
+             AND copy <> 'replica' ORDER BY copy"
+        )))
+        .expect("json");
+        rows.as_array()
+            .expect("rows")
+            .iter()
+            .map(|r| {
+                (
+                    r["copy"].as_str().expect("copy").to_string(),
+                    r["replica_status"].as_str().expect("status").to_string(),
+                )
+            })
+            .collect()
+    };
+    let pending = copies(&admin);
+    assert_eq!(pending.len(), 2, "{pending:?}");
+    assert!(pending[0].0.starts_with(&format!("backup {id1} at ")), "{pending:?}");
+    assert!(pending.iter().all(|(_, s)| s == "pending"), "{pending:?}");
+
+    // Restoring the older set before its purge ran: the journal is applied first.
+    let r1 = tmp.path().join("r1");
+    let restored = ebb_node::backup::restore::restore(
+        dest.to_str().expect("utf-8"),
+        Some(id1),
+        &r1,
+        None,
+        &ebb_backup::Progress::default(),
+    )
+    .await
+    .expect("restore");
+    assert_eq!(restored.journal_applied, [erasure]);
+    assert_eq!(
+        crate::cluster_erasure::files_with(&r1, marker),
+        Vec::<String>::new(),
+        "no file of the restored directory holds an erased value"
+    );
+    {
+        let s = Server::start(&secured(&r1)).await.expect("start on the restored set");
+        let h = Http::new(s.http_addr);
+        let a = As { http: &h, auth: basic("admin", ADMIN_PW) };
+        let per_user =
+            |u: &str| count(&a, &format!("SELECT count(*) AS c FROM temp WHERE user = '{u}'"));
+        assert_eq!((per_user("alice"), per_user("bob"), per_user("carol")), (0, 200, 200));
+        s.shutdown().await.expect("shutdown");
+    }
+
+    // Once the destination is free, both sets are purged: no object holds an erased value,
+    // and the journal entry goes (every set holds the request).
+    store.unlock(&other).await;
+    until_async(120, "both sets purged", || async {
+        let (a, b) = (set_at(&dest, id1).await, set_at(&dest, id2).await);
+        a.purged(erasure) && b.purged(erasure)
+    })
+    .await;
+    assert_eq!(objects_with(&dest, marker).await, Vec::<String>::new());
+    let persisted = copies(&admin);
+    assert_eq!(persisted.len(), 2, "{persisted:?}");
+    assert!(persisted.iter().all(|(_, s)| s == "persisted"), "{persisted:?}");
+    until_async(30, "the journal entry removed", || async {
+        store.journal().await.expect("journal").is_empty()
+    })
+    .await;
+    let mut named = std::collections::HashSet::new();
+    for id in [id1, id2] {
+        let s = set_at(&dest, id).await;
+        assert_eq!(s.generation, 2, "{id}");
+        assert!(store
+            .verify(&s, &ebb_backup::Progress::default())
+            .await
+            .expect("verify")
+            .is_empty());
+        named.extend(s.objects().map(|o| o.hash.clone()));
+    }
+    let left: std::collections::HashSet<String> =
+        store.object_sizes().await.expect("objects").into_keys().collect();
+    assert_eq!(left, named, "the objects that held the erased values are gone");
+    server.shutdown().await.expect("shutdown");
 }

@@ -9,7 +9,8 @@
 //! reads through a subquery (its own target included); `CREATE TABLE ... AS` and a materialized
 //! view need `READ` on their source. Statements that change data or schema need their own
 //! privilege on the database of every table they name. Tables of `system` need `READ` on the
-//! database `system`, but for `system.users`, `system.grants` and `system.tokens`, which need
+//! database `system`, but for `system.users`, `system.grants`, `system.tokens` and
+//! `system.backups` (where backups are kept says where a copy of every table is), which need
 //! `ADMIN` on all databases; `information_schema` only needs a login.
 
 use datafusion::execution::context::SessionState;
@@ -23,6 +24,9 @@ use datafusion::sql::sqlparser::ast::{
 use crate::access::{Privilege, ACCESS_TABLES};
 use crate::error::Result;
 use crate::sql::ddl::{ident, table_name};
+
+/// Tables of `system` besides the access tables that only admins read.
+const ADMIN_TABLES: &[&str] = &["backups"];
 
 /// One privilege a statement needs: on a database, or (`None`) on all of them.
 pub type Need = (Option<String>, Privilege);
@@ -142,7 +146,9 @@ pub fn needs(stmt: &DfStatement, state: &SessionState, default: &str) -> Result<
 fn table_need(db: String, table: &str, privilege: Privilege, out: &mut Vec<Need>) {
     match db.as_str() {
         "information_schema" if privilege == Privilege::Read => {}
-        "system" if ACCESS_TABLES.contains(&table) => out.push((None, Privilege::Admin)),
+        "system" if ACCESS_TABLES.contains(&table) || ADMIN_TABLES.contains(&table) => {
+            out.push((None, Privilege::Admin))
+        }
         _ => out.push((Some(db), privilege)),
     }
 }

@@ -172,7 +172,14 @@ impl SystemTable {
                 Some(b) => crate::backups::batch(&b.list().await?),
                 None => crate::backups::batch(&[]),
             },
-            Kind::Deletions => crate::deletions::batch(&shards.deletions().await, crate::now_ms()),
+            Kind::Deletions => {
+                let mut rows = shards.deletions().await;
+                if let Some(b) = shards.backups() {
+                    rows.extend(b.deletion_copies().await);
+                    crate::deletions::fill_from_replicas(&mut rows);
+                }
+                crate::deletions::batch(&rows, crate::now_ms())
+            }
             Kind::Queries => crate::statements::batch(&shards.statements().await),
             Kind::Engine(t) => per_shard(shards, t, &self.schema).await,
             Kind::Nodes => nodes_batch(&shards.nodes().await?.unwrap_or_default(), &self.schema),

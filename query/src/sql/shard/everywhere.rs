@@ -172,6 +172,11 @@ pub async fn run_everywhere(
 ) -> Result<QueryOutput> {
     let kind = op.kind();
     let intent = Intent::new(database, op, request);
+    // Backup sets are copies every delete must reach: journaled before any shard applies it.
+    let backups = shards.backups().filter(|_| intent.deletes());
+    if let Some(b) = &backups {
+        b.journal(&intent).await?;
+    }
     if let Err(e) = shards.open_intent(&intent).await {
         // The record may have been made although its answer was lost: then the metadata
         // leader runs the statement.
@@ -197,6 +202,9 @@ pub async fn run_everywhere(
     if let Err(e) = shards.close_intent(intent.id).await {
         // The metadata leader closes it when it next drives open intents.
         tracing::warn!(request = intent.id, %e, "closing a completed intent");
+    }
+    if let Some(b) = &backups {
+        b.journal_done(intent.id).await;
     }
     let mut out = Vec::new();
     let mut refused = None;

@@ -1,0 +1,151 @@
+//! Locks at a destination, kept as restic keeps them: a small object per holder under
+//! `locks/`, shared for a backup (any number may upload at once) and exclusive for work that
+//! removes objects (a prune, a purge rewriting a set).
+//!
+//! The race they close: a backup skips uploading a file whose object is already stored, then
+//! names that object in its manifest, written last. A prune running meanwhile sees an object
+//! no manifest names yet and removes it; the new set would name a missing object. With locks,
+//! a prune runs only while no backup holds one and a backup only while no prune does.
+//!
+//! A holder writes its lock, then lists the others: if a conflicting live lock is there, it
+//! removes its own and answers [`BackupError::Busy`] (two that start together may both back
+//! off; neither proceeds wrongly). Ages are read from the store's own clock (the
+//! `last_modified` it gives objects, compared with that of the lock just written), so a server
+//! whose clock is wrong cannot make another's lock look stale. A holder renews its lock every
+//! [`RENEW_EVERY`]; a lock not renewed for [`STALE_AFTER`] is one a dead server left and is
+//! ignored (an exclusive holder removes it). A holder that could not renew within
+//! [`STALE_AFTER`] (paused, cut off) has lost its lock and fails instead of going on.
+
+use std::time::{Duration, Instant};
+
+use futures::TryStreamExt;
+use object_store::path::Path as Key;
+use object_store::{ObjectStoreExt, PutPayload};
+use parking_lot::Mutex;
+
+use crate::error::{BackupError, InStore, Result};
+use crate::store::BackupStore;
+
+/// A lock not renewed for this long is one a dead server left.
+pub const STALE_AFTER: Duration = Duration::from_secs(30 * 60);
+
+/// How often a holder renews its lock.
+pub const RENEW_EVERY: Duration = Duration::from_secs(5 * 60);
+
+/// What a lock allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockKind {
+    /// Adding objects and sets (a backup): held by any number at once.
+    Shared,
+    /// Removing objects (a prune or a purge): held alone.
+    Exclusive,
+}
+
+impl LockKind {
+    fn prefix(self) -> &'static str {
+        match self {
+            LockKind::Shared => "shared",
+            LockKind::Exclusive => "exclusive",
+        }
+    }
+}
+
+/// A lock this process holds at a destination ([`BackupStore::lock`]).
+#[derive(Debug)]
+pub struct Lock {
+    key: Key,
+    kind: LockKind,
+    renewed: Mutex<Instant>,
+}
+
+impl Lock {
+    /// What it allows.
+    pub fn kind(&self) -> LockKind {
+        self.kind
+    }
+}
+
+impl BackupStore {
+    /// Takes a `kind` lock for `holder` (a set id, say), or answers [`BackupError::Busy`]
+    /// naming the conflicting holder.
+    pub async fn lock(&self, kind: LockKind, holder: &str) -> Result<Lock> {
+        let key = Key::from(format!("locks/{}/{holder}", kind.prefix()));
+        let lock = Lock { key, kind, renewed: Mutex::new(Instant::now()) };
+        self.write_lock(&lock).await?;
+        let now = self.raw().head(&lock.key).await.doing(|| format!("reading {}", lock.key))?;
+        let now = now.last_modified;
+        let metas: Vec<_> = self
+            .raw()
+            .list(Some(&Key::from("locks")))
+            .try_collect()
+            .await
+            .doing(|| "listing locks".to_string())?;
+        for m in metas {
+            if m.location == lock.key {
+                continue;
+            }
+            let other = if m.location.as_ref().starts_with("locks/exclusive/") {
+                LockKind::Exclusive
+            } else {
+                LockKind::Shared
+            };
+            let age = (now - m.last_modified).to_std().unwrap_or_default();
+            if age >= STALE_AFTER {
+                if kind == LockKind::Exclusive {
+                    tracing::info!(lock = %m.location, "removing a stale backup lock");
+                    let _ = self.raw().delete(&m.location).await;
+                }
+                continue;
+            }
+            if kind == LockKind::Exclusive || other == LockKind::Exclusive {
+                self.unlock(&lock).await;
+                let holder = m.location.filename().unwrap_or_default().to_string();
+                return Err(BackupError::Busy(match other {
+                    LockKind::Shared => format!("backup {holder} is running at this destination"),
+                    LockKind::Exclusive => {
+                        format!("a prune or purge ({holder}) is running at this destination")
+                    }
+                }));
+            }
+        }
+        Ok(lock)
+    }
+
+    async fn write_lock(&self, lock: &Lock) -> Result<()> {
+        let body = PutPayload::from_static(b"ebbdb backup lock\n");
+        self.raw().put(&lock.key, body).await.doing(|| format!("writing {}", lock.key))?;
+        Ok(())
+    }
+
+    /// Renews `lock` if it is due; fails if it went unrenewed so long that others may
+    /// have taken it as stale (the work holding it must stop).
+    pub async fn keep(&self, lock: &Lock) -> Result<()> {
+        let since = lock.renewed.lock().elapsed();
+        if since >= STALE_AFTER {
+            return Err(BackupError::Busy(format!(
+                "the lock {} was not renewed for {}s, so others may have taken it as stale; \
+                 stopping",
+                lock.key,
+                since.as_secs()
+            )));
+        }
+        if since >= RENEW_EVERY {
+            self.write_lock(lock).await?;
+            *lock.renewed.lock() = Instant::now();
+        }
+        Ok(())
+    }
+
+    /// Releases `lock` (a failure is only logged: the lock goes stale in time).
+    pub async fn unlock(&self, lock: &Lock) {
+        if let Err(e) = self.raw().delete(&lock.key).await {
+            tracing::warn!(lock = %lock.key, error = %e, "releasing a backup lock");
+        }
+    }
+
+    /// The lock `holder` took (to release one a server killed midway left).
+    pub fn lock_of(&self, kind: LockKind, holder: &str) -> Lock {
+        let key = Key::from(format!("locks/{}/{holder}", kind.prefix()));
+        Lock { key, kind, renewed: Mutex::new(Instant::now()) }
+    }
+}

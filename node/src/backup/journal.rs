@@ -1,0 +1,103 @@
+//! The local outbox of the deletion journal: a delete request is written here (synced) before
+//! any shard applies it, then copied to the journal of every destination this server backed
+//! up to ([`ebb_backup::journal`]); an entry leaves the outbox once every destination has it
+//! in its final form (with the time every shard had applied it).
+
+use std::path::{Path, PathBuf};
+
+use ebb_backup::journal::{JournalEntry, ENTRY_FORMAT};
+use ebb_backup::BackupError;
+use ebb_query::sql::shard::Intent;
+
+/// `<data dir>/backup/journal`.
+#[derive(Debug)]
+pub struct Outbox {
+    dir: PathBuf,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BackupError + '_ {
+    move |source| BackupError::Io { path: path.to_path_buf(), source }
+}
+
+impl Outbox {
+    /// The outbox under `backup_dir`.
+    pub fn new(backup_dir: &Path) -> Outbox {
+        Outbox { dir: backup_dir.join("journal") }
+    }
+
+    fn path(&self, id: u64) -> PathBuf {
+        self.dir.join(format!("{id:020}.entry"))
+    }
+
+    /// The entry of `intent`, not yet complete.
+    pub fn entry(intent: &Intent) -> Result<JournalEntry, BackupError> {
+        Ok(JournalEntry {
+            format: ENTRY_FORMAT,
+            id: intent.id,
+            kind: intent.kind.clone(),
+            issued_at_ms: intent.issued_at_ms,
+            deadline_ms: intent.deadline_ms,
+            completed_ms: None,
+            request: serde_json::to_value(intent).map_err(|e| BackupError::Source(Box::new(e)))?,
+        })
+    }
+
+    /// Writes `entry` durably (a new file synced, renamed into place, the directory synced).
+    pub fn put(&self, entry: &JournalEntry) -> Result<(), BackupError> {
+        ebb_backup::transfer::private_dir(&self.dir)?;
+        let path = self.path(entry.id);
+        let tmp = path.with_extension("tmp");
+        {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+            f.write_all(&entry.encode()).map_err(io(&tmp))?;
+            f.sync_all().map_err(io(&tmp))?;
+        }
+        std::fs::rename(&tmp, &path).map_err(io(&path))?;
+        std::fs::File::open(&self.dir).and_then(|d| d.sync_all()).map_err(io(&self.dir))?;
+        Ok(())
+    }
+
+    /// Request `id`'s entry, if the outbox has it.
+    pub fn get(&self, id: u64) -> Option<JournalEntry> {
+        let path = self.path(id);
+        let bytes = std::fs::read(&path).ok()?;
+        let key = ebb_backup::journal::entry_key(id);
+        match JournalEntry::decode(&bytes, key.as_ref()) {
+            Ok(e) => Some(e),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "an unreadable journal entry");
+                None
+            }
+        }
+    }
+
+    /// Every entry waiting, oldest request first.
+    pub fn entries(&self) -> Vec<JournalEntry> {
+        let Ok(rd) = std::fs::read_dir(&self.dir) else { return Vec::new() };
+        let mut out: Vec<JournalEntry> = rd
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name();
+                let id = name.to_str()?.strip_suffix(".entry")?.parse().ok()?;
+                self.get(id)
+            })
+            .collect();
+        out.sort_by_key(|e| (e.issued_at_ms, e.id));
+        out
+    }
+
+    /// Removes request `id`'s entry.
+    pub fn remove(&self, id: u64) {
+        let _ = std::fs::remove_file(self.path(id));
+    }
+}
+
+/// The request a journal entry holds.
+pub fn intent_of(entry: &JournalEntry) -> Result<Intent, BackupError> {
+    serde_json::from_value(entry.request.clone()).map_err(|e| BackupError::Manifest {
+        set: "journal".into(),
+        object: entry.key().to_string(),
+        why: format!("not a request this build reads: {e}"),
+    })
+}

@@ -1,0 +1,194 @@
+//! Deletes reaching backup sets: every request in a destination's deletion journal is applied
+//! to every set there that may lack it, with the engine's own machinery. A purge downloads the
+//! set's part, opens it as a database, applies each request as a shard does (a request the
+//! part already holds is answered from its ledger and changes nothing), purges what its own
+//! retention rules expire, compacts so covered data is physically gone (GLORAN rectangles and
+//! page drops rewrite every file holding it), checkpoints, uploads the files that changed and
+//! writes the set's next generation, which records the requests (`purged`). Objects no
+//! manifest names any more (the files that held the deleted data) are then removed. All of it
+//! runs under the destination's exclusive lock, so no backup reuses an object being removed.
+//!
+//! A journal entry is removed once every set holds its request (it completed before the set
+//! began, or a purge applied it); a backup taken after that started after the request
+//! completed, so it holds it too.
+
+use std::path::{Path, PathBuf};
+
+use ebb_backup::journal::JournalEntry;
+use ebb_backup::transfer::{download_part, upload_part, HashCache, PartSource};
+use ebb_backup::{BackupError, BackupSet, BackupStore, Lock, LockKind, Progress, Purged};
+use ebb_query::db::Database;
+
+use super::journal::intent_of;
+
+/// What one pass over a destination did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PurgeReport {
+    /// Sets rewritten, with the requests applied to each.
+    pub sets: Vec<(String, Vec<u64>)>,
+    /// Journal entries removed (every set holds them).
+    pub entries_removed: u64,
+    /// Objects removed.
+    pub objects_removed: u64,
+}
+
+fn source(e: impl std::error::Error + Send + Sync + 'static) -> BackupError {
+    BackupError::Source(Box::new(e))
+}
+
+/// Applies `entries` to the engine in `dir`, then purges what its retention rules expire and
+/// compacts every file, so nothing the requests cover is left in any file: the database, open.
+/// Blocks.
+pub fn apply_journal(dir: &Path, entries: &[JournalEntry]) -> Result<Database, BackupError> {
+    let db = Database::open(dir, ebb_storage::Options::default()).map_err(source)?;
+    for e in entries {
+        let intent = intent_of(e)?;
+        let Some(op) = &intent.op else {
+            return Err(BackupError::Manifest {
+                set: "journal".into(),
+                object: e.key().to_string(),
+                why: "a request of an older build (no typed change)".into(),
+            });
+        };
+        match ebb_query::sql::shard::op::apply(&db, op, &intent.request()) {
+            Ok(_) => {}
+            // Nothing of it here (its table is not in this part, say).
+            Err(err) if err.is_client_error() => {}
+            Err(err) => return Err(source(err)),
+        }
+    }
+    db.purge_expired().map_err(source)?;
+    db.flush().map_err(source)?;
+    let engine = db.engine();
+    engine.compact_range(None, None).map_err(source)?;
+    engine.wait_for_background().map_err(source)?;
+    Ok(db)
+}
+
+/// The requests of `journal` set `set` may lack.
+fn missing<'a>(journal: &'a [JournalEntry], set: &BackupSet) -> Vec<&'a JournalEntry> {
+    journal.iter().filter(|e| e.may_be_missing_from(set.started_ms) && !set.purged(e.id)).collect()
+}
+
+/// Applies every journal entry at `store` to every set that may lack it, working in `work`
+/// (a local directory). Answers [`BackupError::Busy`] while a backup holds the destination.
+pub async fn purge(store: &BackupStore, work: &Path) -> Result<PurgeReport, BackupError> {
+    let journal = store.journal().await?;
+    if journal.is_empty() {
+        return Ok(PurgeReport::default());
+    }
+    let listed = store.list().await?;
+    let mut todo = Vec::new();
+    let mut all_read = true;
+    for l in &listed {
+        match &l.set {
+            Ok(set) => {
+                let need = missing(&journal, set);
+                if !need.is_empty() {
+                    todo.push((set.clone(), need));
+                }
+            }
+            Err(e) => {
+                all_read = false;
+                tracing::warn!(set = %l.id, error = %e, "a set the deletion journal cannot reach");
+            }
+        }
+    }
+    let done_everywhere = |sets: &[BackupSet]| -> Vec<u64> {
+        journal
+            .iter()
+            .filter(|e| {
+                e.completed_ms.is_some()
+                    && sets.iter().all(|s| missing(&journal, s).iter().all(|m| m.id != e.id))
+            })
+            .map(|e| e.id)
+            .collect()
+    };
+    let readable: Vec<BackupSet> =
+        listed.iter().filter_map(|l| l.set.as_ref().ok().cloned()).collect();
+    if todo.is_empty() && (!all_read || done_everywhere(&readable).is_empty()) {
+        return Ok(PurgeReport::default());
+    }
+    let lock = store.lock(LockKind::Exclusive, &format!("purge-{}", std::process::id())).await?;
+    let result = async {
+        let mut report = PurgeReport::default();
+        let mut purged = readable.clone();
+        for (set, need) in todo {
+            let ids: Vec<u64> = need.iter().map(|e| e.id).collect();
+            let entries: Vec<JournalEntry> = need.into_iter().cloned().collect();
+            let next = purge_set(store, &lock, &set, entries, work).await?;
+            tracing::info!(set = %set.id, generation = next.generation, requests = ?ids, "purged a backup set");
+            if let Some(s) = purged.iter_mut().find(|s| s.id == set.id) {
+                *s = next;
+            }
+            report.sets.push((set.id.clone(), ids));
+        }
+        report.objects_removed = ebb_backup::prune::sweep(store, &lock).await?.0;
+        if all_read {
+            for id in done_everywhere(&purged) {
+                store.remove_journal(id).await?;
+                report.entries_removed += 1;
+            }
+        }
+        Ok(report)
+    }
+    .await;
+    store.unlock(&lock).await;
+    let _ = tokio::fs::remove_dir_all(work).await;
+    result
+}
+
+/// Applies `entries` to every part of `set` and writes its next generation.
+async fn purge_set(
+    store: &BackupStore,
+    lock: &Lock,
+    set: &BackupSet,
+    entries: Vec<JournalEntry>,
+    work: &Path,
+) -> Result<BackupSet, BackupError> {
+    ebb_backup::transfer::private_dir(work)?;
+    let mut stored = store.object_sizes().await?;
+    let mut parts = Vec::with_capacity(set.parts.len());
+    for part in &set.parts {
+        let dir = work.join(format!("{}-{}", set.id, part.shard));
+        let purged = work.join(format!("{}-{}.purged", set.id, part.shard));
+        for d in [&dir, &purged] {
+            let _ = tokio::fs::remove_dir_all(d).await;
+        }
+        download_part(store, &set.id, part, &dir, &Progress::default()).await?;
+        store.keep(lock).await?;
+        let (d, p, e) = (dir.clone(), purged.clone(), entries.clone());
+        let seq = tokio::task::spawn_blocking(move || {
+            let db = apply_journal(&d, &e)?;
+            db.engine().checkpoint(&p).map_err(source)
+        })
+        .await
+        .map_err(source)??;
+        let src = PartSource { shard: part.shard, dir: &purged, seq, applied: part.applied };
+        let mut cache = HashCache::default();
+        let progress = Progress::default();
+        let new = upload_part(store, lock, src, &mut stored, &mut cache, &progress).await;
+        for d in [&dir, &purged] {
+            let _ = tokio::fs::remove_dir_all(d).await;
+        }
+        parts.push(new?);
+    }
+    let mut next = set.clone();
+    next.generation += 1;
+    next.parts = parts;
+    let at_ms = ebb_query::now_ms();
+    for e in &entries {
+        if !next.purged(e.id) {
+            next.purged.push(Purged { id: e.id, at_ms, deadline_ms: e.deadline_ms });
+        }
+    }
+    store.keep(lock).await?;
+    store.put_set(&next).await?;
+    store.remove_older_generations(&next).await?;
+    Ok(next)
+}
+
+/// The directory purges work in, under `<data dir>/backup`.
+pub fn work_dir(backup_dir: &Path) -> PathBuf {
+    backup_dir.join("purge")
+}
