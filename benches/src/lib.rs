@@ -7,6 +7,7 @@
 //! where `ratio` is how many times better EbbDB is (throughput: ebb / baseline; latency or bytes:
 //! baseline / ebb), so above 1 means EbbDB wins.
 
+pub mod backup;
 pub mod cluster;
 pub mod cluster_nodes;
 pub mod deletes;

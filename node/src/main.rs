@@ -230,6 +230,9 @@ enum Command {
         /// Bytes a second to read at, e.g. 100MiB [default: unlimited].
         #[arg(long)]
         rate: Option<String>,
+        /// No progress on standard error.
+        #[arg(long)]
+        quiet: bool,
     },
     /// Imports a line-protocol file (`-` for standard input) into a server.
     Import {
@@ -528,7 +531,7 @@ fn main() -> ExitCode {
             })
         }
         Command::Backup { command } => return backup_command(command),
-        Command::Restore { from, backup, data_dir, rate } => {
+        Command::Restore { from, backup, data_dir, rate, quiet } => {
             let rate = match parse_rate(rate.as_deref()) {
                 Ok(r) => r,
                 Err(e) => return fail(e),
@@ -538,7 +541,7 @@ fn main() -> ExitCode {
                 backup.as_deref(),
                 &data_dir,
                 rate,
-                false,
+                quiet,
             ))
             .map(|out| print!("{out}"))
         }

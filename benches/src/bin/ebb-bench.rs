@@ -264,6 +264,10 @@ enum Cmd {
     /// Rollups: ingest with a rollup kept against without, and an hourly dashboard query
     /// from the rollup against the same aggregate over the raw rows.
     Rollup(ebb_benches::rollup::RollupArgs),
+    /// Backups: full backup and restore throughput against `cp -r`, an incremental backup's
+    /// bytes against the new files, one ERASE reaching every backup set against its deadline,
+    /// and ingest while backups run against ingest alone.
+    Backup(ebb_benches::backup::BackupArgs),
     /// Foreground write latency while replicas move to a new node, with the movers limited
     /// (`--move-rate`) against unlimited, and how long the moves take.
     Moves(ebb_benches::moves::MovesArgs),
@@ -435,6 +439,10 @@ fn main() {
             let mut tmp = None;
             let work = work_dir(dir, &mut tmp);
             print_results(ebb_benches::server_layout::run(&work, &s));
+        }
+        Cmd::Backup(args) => {
+            let mut tmp = None;
+            print_results(args.run(&work_dir(args.dir.clone(), &mut tmp)));
         }
         Cmd::Rollup(args) => {
             let mut tmp = None;

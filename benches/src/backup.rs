@@ -1,0 +1,258 @@
+//! `ebb-bench backup`: what backups cost and how fast deletes reach them, on one `ebb server`
+//! process loaded with the TSBS devops data set (all figures from the same run):
+//!
+//! - full backup throughput (`BACKUP TO` a directory) against copying the same data directory
+//!   with `cp -r` (MiB/s of the data);
+//! - an incremental backup after 10% more data: bytes it copied against the bytes of the data
+//!   directory's files that are new since the first backup (what a file-level incremental copy
+//!   such as rsync would send);
+//! - how long one `ERASE` takes to reach every one of `sets` backup sets (each purged, as
+//!   `system.deletions` shows), against its deadline;
+//! - `ebb restore` throughput against `cp -r` of the destination;
+//! - ingest while backups run back to back against ingest alone (two fresh servers).
+//!
+//! Both sides of each comparison use the same disk and the same files; backups run
+//! unthrottled (no `--backup-rate`), as `cp` does.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::ebb_server::Server;
+use crate::peers::ebb_binary;
+use crate::report::{Better, Comparison};
+use crate::tsbs::{generate, Dataset};
+
+/// `ebb-bench backup`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BackupArgs {
+    /// Data set as HOSTSxHOURS (the first 90% of it is loaded before the first backup).
+    #[arg(long, default_value = "1000x6")]
+    pub set: String,
+    /// Concurrent writers.
+    #[arg(long, default_value_t = 4)]
+    pub clients: usize,
+    /// Backup sets one ERASE must reach.
+    #[arg(long, default_value_t = 10)]
+    pub sets: usize,
+    /// The ERASE's deadline, in seconds (the baseline of its figure).
+    #[arg(long, default_value_t = 600)]
+    pub deadline: u64,
+    /// Working directory (default: a temporary directory, removed afterwards).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+impl BackupArgs {
+    /// Runs the benchmark in `work`.
+    pub fn run(&self, work: &Path) -> Result<Vec<Comparison>, String> {
+        run(work, self)
+    }
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// Every regular file under `dir`, by path relative to it, with its size.
+fn files(dir: &Path) -> HashMap<PathBuf, u64> {
+    let mut out = HashMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            let p = e.path();
+            match e.file_type() {
+                Ok(t) if t.is_dir() => stack.push(p),
+                Ok(t) if t.is_file() => {
+                    let len = e.metadata().map(|m| m.len()).unwrap_or(0);
+                    out.insert(p.strip_prefix(dir).unwrap_or(&p).to_path_buf(), len);
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// Seconds `cp -r from to` takes.
+fn cp(from: &Path, to: &Path) -> Result<f64, String> {
+    let t = Instant::now();
+    let out = std::process::Command::new("cp").arg("-r").arg(from).arg(to).output().map_err(err)?;
+    if !out.status.success() {
+        return Err(format!("cp: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// Runs `BACKUP TO dest`: the backup's row.
+fn backup(s: &Server, dest: &Path) -> Result<serde_json::Value, String> {
+    let body = s.sql(&format!("BACKUP TO '{}'", dest.display()))?;
+    let rows: serde_json::Value = serde_json::from_str(&body).map_err(err)?;
+    let row = rows[0].clone();
+    if row["state"] != "done" {
+        return Err(format!("backup: {row}"));
+    }
+    Ok(row)
+}
+
+fn field(row: &serde_json::Value, k: &str) -> Result<u64, String> {
+    row[k].as_u64().ok_or_else(|| format!("no {k} in {row}"))
+}
+
+fn run(work: &Path, a: &BackupArgs) -> Result<Vec<Comparison>, String> {
+    let ds: Dataset = a.set.parse()?;
+    let batches = generate(ds, 5000);
+    let cut = batches.len() * 9 / 10;
+    let (old, new) = batches.split_at(cut);
+    let rows = |b: &[String]| b.iter().map(|x| x.lines().count()).sum::<usize>();
+    let param = |k: &str, v: String| (k.to_string(), v);
+    let params = vec![param("set", ds.label())];
+    let cmp = |metric: &str, ebb: f64, baseline: &str, base: f64, better| Comparison {
+        bench: "backup".into(),
+        metric: metric.into(),
+        params: params.clone(),
+        ebb,
+        baseline: baseline.into(),
+        base,
+        better,
+    };
+    let mut out = Vec::new();
+    println!("backup {}: {} rows ({} before the first backup)", ds.label(), ds.rows(), rows(old));
+
+    let dir = work.join("node");
+    let s = Server::start(&dir, false, &[])?;
+    let data = dir.join("data");
+    s.ingest(old, rows(old), a.clients)?;
+
+    // Full backup against cp -r of the data directory.
+    let dest = work.join("dest");
+    let t = Instant::now();
+    let first = backup(&s, &dest)?;
+    let secs = t.elapsed().as_secs_f64();
+    let set_mib = field(&first, "bytes")? as f64 / MIB;
+    let full = set_mib / secs;
+    let before = files(&data);
+    let data_mib = before.values().sum::<u64>() as f64 / MIB;
+    let cp_secs = cp(&data, &work.join("cp-data"))?;
+    let cp_rate = data_mib / cp_secs;
+    let _ = std::fs::remove_dir_all(work.join("cp-data"));
+    println!(
+        "  full backup: {set_mib:.1} MiB in {secs:.2} s; cp -r of the data directory: \
+         {data_mib:.1} MiB in {cp_secs:.2} s"
+    );
+    out.push(cmp("full_mib_per_s", full, "cp", cp_rate, Better::Higher));
+
+    // Incremental after 10% more data.
+    s.ingest(new, rows(new), a.clients)?;
+    let second = backup(&s, &dest)?;
+    let copied = field(&second, "bytes_copied")?;
+    let after = files(&data);
+    let fresh: u64 =
+        after.iter().filter(|(p, len)| before.get(*p) != Some(len)).map(|(_, len)| len).sum();
+    println!(
+        "  incremental: copied {:.1} MiB; files new in the data directory: {:.1} MiB",
+        copied as f64 / MIB,
+        fresh as f64 / MIB
+    );
+    out.push(cmp(
+        "incremental_copied_mib",
+        copied as f64 / MIB,
+        "new_files",
+        fresh as f64 / MIB,
+        Better::Lower,
+    ));
+
+    // Restore against cp -r of the destination.
+    let restored = work.join("restored");
+    let t = Instant::now();
+    let bin = ebb_binary()?;
+    let o = std::process::Command::new(&bin)
+        .args(["restore", "--quiet", "--from"])
+        .arg(&dest)
+        .arg("--data-dir")
+        .arg(&restored)
+        .output()
+        .map_err(err)?;
+    if !o.status.success() {
+        return Err(format!("ebb restore: {}", String::from_utf8_lossy(&o.stderr)));
+    }
+    let r_secs = t.elapsed().as_secs_f64();
+    let r_mib = field(&second, "bytes")? as f64 / MIB;
+    let dest_mib = files(&dest).values().sum::<u64>() as f64 / MIB;
+    let c_secs = cp(&dest, &work.join("cp-dest"))?;
+    let _ = std::fs::remove_dir_all(work.join("cp-dest"));
+    let _ = std::fs::remove_dir_all(&restored);
+    println!(
+        "  restore: {r_mib:.1} MiB in {r_secs:.2} s; cp -r of the destination: {dest_mib:.1} \
+         MiB in {c_secs:.2} s"
+    );
+    out.push(cmp("restore_mib_per_s", r_mib / r_secs, "cp", dest_mib / c_secs, Better::Higher));
+
+    // One ERASE reaching `sets` sets.
+    for i in 2..a.sets {
+        // A little new data each time, so each set has files of its own.
+        let one = &new[i % new.len()..i % new.len() + 1];
+        s.ingest(one, rows(one), 1)?;
+        backup(&s, &dest)?;
+    }
+    let t = Instant::now();
+    let body =
+        s.sql(&format!("ERASE WHERE hostname = 'host_0' DEADLINE '{}s'", a.deadline.max(1)))?;
+    let rows_v: serde_json::Value = serde_json::from_str(&body).map_err(err)?;
+    let id = rows_v[0]["erasure_id"].as_u64().ok_or_else(|| format!("no erasure id: {body}"))?;
+    let q = format!(
+        "SELECT count(*) AS c FROM system.deletions WHERE id = {id} AND copy <> 'replica' \
+         AND replica_status = 'persisted'"
+    );
+    let limit = Duration::from_secs(a.deadline.max(1) * 2);
+    let reached = loop {
+        let body = s.sql(&q)?;
+        let v: serde_json::Value = serde_json::from_str(&body).map_err(err)?;
+        if v[0]["c"].as_u64().unwrap_or(0) >= a.sets as u64 {
+            break t.elapsed().as_secs_f64();
+        }
+        if t.elapsed() > limit {
+            return Err(format!("the erasure reached fewer than {} sets in {limit:?}", a.sets));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    println!("  one ERASE reached {} sets in {reached:.1} s (deadline {} s)", a.sets, a.deadline);
+    let mut c = cmp("erase_reaches_sets_s", reached, "deadline", a.deadline as f64, Better::Lower);
+    c.params.push(param("sets", a.sets.to_string()));
+    out.push(c);
+    drop(s);
+
+    // Ingest while backups run back to back, against ingest alone (fresh servers).
+    let alone = {
+        let s = Server::start(&work.join("alone"), false, &[])?;
+        s.ingest(&batches, rows(&batches), a.clients)?
+    };
+    let during = {
+        let s = Server::start(&work.join("during"), false, &[])?;
+        let dest = work.join("dest-during");
+        let stop = AtomicBool::new(false);
+        let (rate, taken) = std::thread::scope(|sc| {
+            let b = sc.spawn(|| {
+                let mut n = 0u32;
+                while !stop.load(Ordering::Relaxed) {
+                    if backup(&s, &dest).is_ok() {
+                        n += 1;
+                    }
+                }
+                n
+            });
+            let rate = s.ingest(&batches, rows(&batches), a.clients);
+            stop.store(true, Ordering::Relaxed);
+            (rate, b.join().unwrap_or(0))
+        });
+        println!("  {taken} backups ran during the load");
+        rate?
+    };
+    println!("  ingest: {alone:.0} rows/s alone, {during:.0} rows/s with backups running");
+    out.push(cmp("ingest_rows_per_s_during_backups", during, "no_backups", alone, Better::Higher));
+    Ok(out)
+}
