@@ -48,6 +48,16 @@ impl Progress {
         }
     }
 
+    /// `files` files of `bytes` bytes gone through elsewhere (a part another node took), of
+    /// which `objects_copied` objects of `bytes_copied` bytes were transferred.
+    pub fn add_done(&self, files: u64, bytes: u64, bytes_copied: u64, objects_copied: u64) {
+        self.add_total(files, bytes);
+        self.files_done.fetch_add(files, Ordering::Relaxed);
+        self.bytes_done.fetch_add(bytes, Ordering::Relaxed);
+        self.bytes_copied.fetch_add(bytes_copied, Ordering::Relaxed);
+        self.objects_copied.fetch_add(objects_copied, Ordering::Relaxed);
+    }
+
     /// The counters now.
     pub fn snapshot(&self) -> ProgressSnapshot {
         ProgressSnapshot {

@@ -116,6 +116,10 @@ pub struct BackupSet {
     pub server_version: String,
     /// Its parts, by shard.
     pub parts: Vec<Part>,
+    /// A cluster's metadata group (nodes, shards and their hash spans, users and grants), for
+    /// a cluster's set.
+    #[serde(default)]
+    pub meta: Option<Part>,
     /// The delete requests applied to it after it was taken (by purges; see
     /// [`crate::journal`]).
     #[serde(default)]
@@ -144,17 +148,22 @@ impl BackupSet {
 impl BackupSet {
     /// The bytes of its files.
     pub fn bytes(&self) -> u64 {
-        self.parts.iter().map(Part::bytes).sum()
+        self.all_parts().map(Part::bytes).sum()
     }
 
     /// The number of its files.
     pub fn files(&self) -> usize {
-        self.parts.iter().map(|p| p.files.len()).sum()
+        self.all_parts().map(|p| p.files.len()).sum()
     }
 
     /// Every object it references.
     pub fn objects(&self) -> impl Iterator<Item = &ObjectRef> {
-        self.parts.iter().flat_map(|p| p.files.iter().map(|f| &f.object))
+        self.all_parts().flat_map(|p| p.files.iter().map(|f| &f.object))
+    }
+
+    /// Its shards' parts, then its metadata's.
+    pub fn all_parts(&self) -> impl Iterator<Item = &Part> {
+        self.parts.iter().chain(self.meta.iter())
     }
 
     /// The name of this generation's manifest.
@@ -337,6 +346,7 @@ mod tests {
                 }],
             }],
             purged: vec![],
+            meta: None,
         }
     }
 

@@ -395,7 +395,7 @@ impl BackupStore {
     pub async fn verify(&self, set: &BackupSet, progress: &Progress) -> Result<Vec<BackupError>> {
         progress.add_total(set.files() as u64, set.bytes());
         let mut problems = Vec::new();
-        for part in &set.parts {
+        for part in set.all_parts() {
             for f in &part.files {
                 let r = self.read_object(&set.id, &f.name, &f.object, Sink::Discard).await;
                 match r {

@@ -203,6 +203,11 @@ impl Server {
         };
         let node =
             ClusterNode::start(&cc, grpc, Arc::new(ebb_raft::transport::Faults::new())).await?;
+        node.router.set_backups(Arc::new(crate::backup::BackupService::new(
+            Arc::new(crate::cluster::backup::ClusterParts::new(&node.router)),
+            &config.data_dir,
+            config.scaling.backup_rate,
+        )));
         let target = Target { shards: node.router.clone(), access: node.meta.clone() };
         let door = match FrontDoor::with_limits(target, config.limits) {
             Ok(d) => d,

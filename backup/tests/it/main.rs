@@ -52,6 +52,7 @@ async fn backup(
         generation: 1,
         server_version: "test".into(),
         purged: Vec::new(),
+        meta: None,
         parts: vec![part],
     };
     store.put_set(&set).await.expect("manifest");

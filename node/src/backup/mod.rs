@@ -43,6 +43,11 @@ pub trait PartTaker: Send + Sync + std::fmt::Debug {
     async fn shards(&self) -> Result<Vec<u64>, QueryError>;
     /// Takes shard `shard`'s part for `job` (checkpoint, upload) and returns it.
     async fn take(&self, shard: u64, job: &mut Job) -> Result<Part, BackupError>;
+    /// Takes the cluster's metadata part, if there is one to take.
+    async fn meta(&self, job: &mut Job) -> Result<Option<Part>, BackupError> {
+        let _ = job;
+        Ok(None)
+    }
 }
 
 /// One backup as it runs: its store and what it has uploaded.
@@ -62,6 +67,8 @@ pub struct Job {
     pub progress: Arc<Progress>,
     /// Where checkpoints wait while they upload.
     pub staging: PathBuf,
+    /// Bytes a second the transfers may go at.
+    pub rate: Option<u64>,
 }
 
 /// A backup this server runs or ran.
@@ -354,8 +361,10 @@ impl Service {
             cache: HashCache::load(&cache_path),
             progress: run.progress.clone(),
             staging: self.dir.join("staging"),
+            rate: self.rate,
         };
         let taken = async {
+            let meta = self.parts.meta(&mut job).await?;
             let shards = self.parts.shards().await.map_err(|e| BackupError::Source(Box::new(e)))?;
             let mut parts = Vec::with_capacity(shards.len());
             for shard in shards {
@@ -371,6 +380,7 @@ impl Service {
                 server_version: env!("CARGO_PKG_VERSION").to_string(),
                 purged: Vec::new(),
                 parts,
+                meta,
             };
             // The lock must still be held when the set names its objects.
             job.store.keep(&job.lock).await?;
@@ -542,6 +552,11 @@ impl Backups for BackupService {
     }
 
     async fn journal(&self, intent: &ebb_query::sql::shard::Intent) -> Result<(), QueryError> {
+        if self.service.parts.kind() != SetKind::Node {
+            // A cluster's sets are not reached by deletes yet (its destinations are not known
+            // cluster-wide); the README says so.
+            return Ok(());
+        }
         // Written whether or not a destination is known yet: a backup to a new destination
         // may take its parts before this request applies, and learns of it from the outbox.
         let entry = journal::Outbox::entry(intent)?;

@@ -82,6 +82,9 @@ pub async fn purge(store: &BackupStore, work: &Path) -> Result<PurgeReport, Back
     let mut all_read = true;
     for l in &listed {
         match &l.set {
+            Ok(set) if set.kind != ebb_backup::SetKind::Node => {
+                tracing::warn!(set = %set.id, "deletes do not reach a cluster's sets yet");
+            }
             Ok(set) => {
                 let need = missing(&journal, set);
                 if !need.is_empty() {

@@ -3,6 +3,7 @@
 //! through which the SQL session (in `ebb_query`) reaches the shards.
 
 mod autosplit;
+pub mod backup;
 pub mod deletions;
 pub mod hashspace;
 mod intents;

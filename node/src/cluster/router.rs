@@ -136,6 +136,8 @@ pub struct Router {
     checked: super::write_check::CheckedShapes,
     /// The statements this node's front door ran lately.
     statements: Arc<ebb_query::statements::StatementLog>,
+    /// This node's backups (set once the server is up: they take parts through this router).
+    backups: std::sync::OnceLock<Arc<dyn ebb_query::backups::Backups>>,
 }
 
 fn add(a: &mut WriteSummary, b: &WriteSummary) {
@@ -143,6 +145,18 @@ fn add(a: &mut WriteSummary, b: &WriteSummary) {
     a.rows += b.rows;
     a.tables_created += b.tables_created;
     a.series_created += b.series_created;
+}
+
+impl Router {
+    /// Gives this node's backups to the SQL layer (`BACKUP TO`, `system.backups`).
+    pub fn set_backups(&self, backups: Arc<dyn ebb_query::backups::Backups>) {
+        let _ = self.backups.set(backups);
+    }
+
+    /// This node's backups, once set.
+    pub(super) fn backups(&self) -> Option<Arc<dyn ebb_query::backups::Backups>> {
+        self.backups.get().cloned()
+    }
 }
 
 /// How long a statement run on every shard waits for all of them by default.
@@ -162,6 +176,7 @@ impl Router {
             conns,
             groups,
             rotation: Default::default(),
+            backups: Default::default(),
             health: Default::default(),
             checked: Default::default(),
             statements: Default::default(),

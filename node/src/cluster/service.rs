@@ -171,6 +171,48 @@ impl Cluster for ClusterService {
         Ok(Response::new(super::shard_reads::scan(&shard, &call).await?))
     }
 
+    async fn backup_part(
+        &self,
+        req: Request<ShardCall>,
+    ) -> std::result::Result<Response<super::proto::BackupPartReply>, Status> {
+        use super::backup::{part_status, take_here, PartGroup, PartRequest};
+        let call = req.into_inner();
+        let r: PartRequest = ebb_query::sql::shard::request::decode(call.version, &call.body)
+            .map_err(query_status)?;
+        let (replica, shard) = match r.group {
+            PartGroup::Shard => match self.route(call.shard, call.hops).await? {
+                Route::Here(shard) => {
+                    super::shard_reads::read_barrier(&shard).await?;
+                    (shard.group.replica.clone(), shard.id)
+                }
+                Route::There(mut c) => {
+                    return c.backup_part(ShardCall { hops: call.hops - 1, ..call }).await;
+                }
+            },
+            PartGroup::Meta if self.meta.is_leader() => {
+                let barrier = tokio::time::timeout(
+                    READ_BARRIER_TIMEOUT,
+                    self.meta.raft().ensure_linearizable(),
+                );
+                match barrier.await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => return Err(Status::unavailable(format!("read barrier: {e}"))),
+                    Err(_) => return Err(Status::unavailable("read barrier timed out")),
+                }
+                (self.meta.group().replica.clone(), 0)
+            }
+            PartGroup::Meta => {
+                let Some((_, addr)) = self.meta.leader().filter(|_| call.hops > 0) else {
+                    return Err(Status::unavailable("the metadata group's leader is not known"));
+                };
+                let mut c = connect(self.router.conns(), &addr).await?;
+                return c.backup_part(ShardCall { hops: call.hops - 1, ..call }).await;
+            }
+        };
+        let reply = take_here(replica, shard, r).await.map_err(part_status)?;
+        Ok(Response::new(reply))
+    }
+
     async fn apply(
         &self,
         req: Request<ShardCall>,

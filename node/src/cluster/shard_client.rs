@@ -227,6 +227,10 @@ impl ebb_query::sql::shard::Shards for Router {
         v.routed().map(|s| (s.id, s.span.map(|span| HashFilter { roots, span }))).collect()
     }
 
+    fn backups(&self) -> Option<Arc<dyn ebb_query::backups::Backups>> {
+        Router::backups(self)
+    }
+
     fn statement_shards(&self) -> Vec<ShardId> {
         self.meta().view().shards.keys().copied().collect()
     }

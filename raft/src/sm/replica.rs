@@ -272,6 +272,17 @@ impl Replica {
         Ok(replies)
     }
 
+    /// Checkpoints the engine into the new directory `target` (a backup's copy): its sequence
+    /// number and the last log entry it holds, as (term, index). Taken under the apply lock,
+    /// so the two match.
+    pub fn checkpoint(&self, target: &Path) -> Result<(u64, Option<(u64, u64)>), ReplicaError> {
+        let _g = self.apply_lock.lock();
+        let engine = self.engine();
+        let (last, _) = applied::read(&engine)?;
+        let seq = engine.checkpoint(target)?;
+        Ok((seq, last.map(|l| (l.leader_id.term, l.index))))
+    }
+
     /// Builds a snapshot of everything applied so far and makes it the current one.
     pub fn build_snapshot(&self) -> Result<(Descriptor, ShardSnapshot), ReplicaError> {
         let snaps = self.root.join("snapshots");
