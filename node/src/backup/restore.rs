@@ -57,9 +57,13 @@ pub async fn restore(
                 })))
             }
         },
+        SetKind::Cluster => {
+            crate::cluster::restore::prepare(&store, &set, data_dir, progress).await?;
+            return Ok(Restored { set, journal_applied: Vec::new() });
+        }
         kind => {
             return Err(NodeError::Config(format!(
-                "set {} is a {} backup; this build restores single-node sets",
+                "set {} is a {} backup, which this build cannot restore",
                 set.id,
                 kind.as_str()
             )))

@@ -177,8 +177,16 @@ pub async fn restore(
             if n == 1 { "" } else { "s" }
         ),
     };
+    let next = match set.kind {
+        ebb_backup::SetKind::Cluster => format!(
+            "start the new cluster's first node on it: ebb server --cluster --data-dir {} (no \
+             --join); nodes that join it get replicas by the usual placement\n",
+            data_dir.display()
+        ),
+        _ => format!("start it: ebb server --data-dir {}\n", data_dir.display()),
+    };
     Ok(format!(
-        "restored backup {} ({}) into {}: {} files, {}{applied}\n",
+        "restored backup {} ({}) into {}: {} files, {}{applied}\n{next}",
         set.id,
         set.kind.as_str(),
         data_dir.display(),

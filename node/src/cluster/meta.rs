@@ -171,6 +171,25 @@ impl Meta {
 
     /// Creates a new cluster with this node (`me`) as its only member.
     pub async fn bootstrap(&self, me: NodeInfo, settings: Settings) -> Result<()> {
+        self.bootstrap_with(me, settings, None).await
+    }
+
+    /// Creates a new cluster from a restored backup set (`plan`), with this node (`me`) as its
+    /// only member and the replica of every shard.
+    pub async fn bootstrap_restored(
+        &self,
+        me: NodeInfo,
+        plan: &super::restore::RestorePlan,
+    ) -> Result<()> {
+        self.bootstrap_with(me, plan.settings, Some(plan)).await
+    }
+
+    async fn bootstrap_with(
+        &self,
+        me: NodeInfo,
+        settings: Settings,
+        plan: Option<&super::restore::RestorePlan>,
+    ) -> Result<()> {
         let members = BTreeMap::from([(me.id, BasicNode::new(me.grpc_addr.clone()))]);
         match self.group.raft.initialize(members).await {
             Ok(()) => {}
@@ -189,8 +208,26 @@ impl Meta {
         let mut b = WriteBatch::new();
         view::put_settings(&mut b, &settings);
         view::put_node(&mut b, &me, me.id + 1);
-        for s in 1..=settings.shards as u64 {
-            view::put_shard(&mut b, &ShardInfo::root(s, vec![me.id]));
+        match plan {
+            None => {
+                for s in 1..=settings.shards as u64 {
+                    view::put_shard(&mut b, &ShardInfo::root(s, vec![me.id]));
+                }
+            }
+            Some(plan) => {
+                for s in &plan.shards {
+                    let s = ShardInfo {
+                        replicas: vec![me.id],
+                        target: None,
+                        split_from: None,
+                        ..s.clone()
+                    };
+                    view::put_shard(&mut b, &s);
+                }
+                for (k, v) in &plan.records {
+                    b.put(k.clone(), v.clone());
+                }
+            }
         }
         self.propose(b).await.map_err(|e| NodeError::Cluster(e.to_string()))
     }

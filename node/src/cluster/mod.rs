@@ -16,6 +16,7 @@ pub mod readiness;
 mod rebalance;
 mod refusal;
 mod replication;
+pub mod restore;
 pub mod router;
 mod service;
 mod shard;

@@ -174,6 +174,14 @@ impl ClusterNode {
             pg_addr: cfg.pg_addr.clone(),
         };
         let mut bootstrap = stored.is_none() && (seeds.is_empty() || cfg.force_init);
+        let restoring = super::restore::read_plan(&cfg.data_dir)?;
+        if restoring.is_some() && stored.is_none() && !bootstrap {
+            return Err(NodeError::Config(format!(
+                "{} holds a restored backup set: start it as the first node of a new cluster \
+                 (without --join), then join the other nodes to it",
+                cfg.data_dir.display()
+            )));
+        }
         let tls = cfg.tls.clone();
         let failed = |e: super::service::JoinFailed| NodeError::Cluster(e.to_string());
         let joined = match stored {
@@ -262,14 +270,26 @@ impl ClusterNode {
                 tracing::error!(%e, "gRPC server failed");
             }
         }));
-        if bootstrap {
-            let me = NodeInfo {
+        let me = NodeInfo {
+            id,
+            grpc_addr: cfg.advertise_grpc.clone(),
+            http_addr: cfg.http_addr.clone(),
+            pg_addr: cfg.pg_addr.clone(),
+            state: NodeState::Active,
+        };
+        if let Some(plan) = &restoring {
+            // A restored set's cluster (a start cut short before it was created resumes here).
+            super::restore::seed_shards(
+                &cfg.data_dir,
+                plan,
+                &cfg.groups.engine,
                 id,
-                grpc_addr: cfg.advertise_grpc.clone(),
-                http_addr: cfg.http_addr.clone(),
-                pg_addr: cfg.pg_addr.clone(),
-                state: NodeState::Active,
-            };
+                &cfg.advertise_grpc,
+            )?;
+            meta.bootstrap_restored(me, plan).await?;
+            std::fs::remove_file(cfg.data_dir.join(super::restore::PLAN_FILE))?;
+            tracing::info!(set = %plan.set, shards = plan.shards.len(), "created the cluster from a backup set");
+        } else if bootstrap {
             meta.bootstrap(me, cfg.settings).await?;
         }
         let reserve = cfg.disk_reserve.for_dir(&cfg.data_dir);

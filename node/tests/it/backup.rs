@@ -490,21 +490,18 @@ async fn an_erase_reaches_every_set_and_every_restore() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_cluster_backup_takes_every_shard_from_its_leader_under_writes() {
+async fn a_cluster_backup_under_writes_restores_into_a_cluster_of_another_size() {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().expect("tempdir")).collect();
     let dest_dir = tempfile::tempdir().expect("tempdir");
     let dest = dest_dir.path().join("backups");
-    let config = |d: &Path| ebb_node::config::Config {
-        shards: 4,
-        replication: 3,
-        ..crate::common::loopback(d)
-    };
+    let config = |d: &Path| ebb_node::config::Config { shards: 4, replication: 3, ..secured(d) };
+    let admin = |h| As { http: h, auth: basic("admin", ADMIN_PW) };
     let servers = crate::common::start_cluster(&dirs, config).await;
     let hs: Vec<Http> = servers.iter().map(|s| Http::new(s.http_addr)).collect();
     let settled = std::time::Instant::now();
     loop {
-        let (s, b) = hs[0]
+        let (s, b) = admin(&hs[0])
             .sql("SELECT count(*) AS c FROM system.shards WHERE leader IS NOT NULL AND NOT moving");
         if s == 200 && b.contains("\"c\":4") {
             break;
@@ -512,8 +509,10 @@ async fn a_cluster_backup_takes_every_shard_from_its_leader_under_writes() {
         assert!(settled.elapsed().as_secs() < 60, "placement never settled: {b}");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    let (s, b) = hs[0].post("/write?db=public", &lines_for(0, 200));
+    let (s, b) = admin(&hs[0]).write(&lines_for(0, 200));
     assert_eq!(s, 204, "{b}");
+    let (s, b) = admin(&hs[1]).sql("CREATE USER auditor WITH PASSWORD 'a-pass'");
+    assert_eq!(s, 200, "{b}");
     // Writes go on through another node while the backup runs.
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     let acked = std::sync::Arc::new(AtomicU64::new(200));
@@ -521,9 +520,10 @@ async fn a_cluster_backup_takes_every_shard_from_its_leader_under_writes() {
         let (stop, acked, addr) = (stop.clone(), acked.clone(), servers[1].http_addr);
         std::thread::spawn(move || {
             let h = Http::new(addr);
+            let w = As { http: &h, auth: basic("admin", ADMIN_PW) };
             let mut p = 200;
             while !stop.load(Ordering::Relaxed) {
-                let (s, b) = h.post("/write?db=public", &lines_for(p, p + 10));
+                let (s, b) = w.write(&lines_for(p, p + 10));
                 assert_eq!(s, 204, "{b}");
                 p += 10;
                 acked.store(p as u64, Ordering::SeqCst);
@@ -532,7 +532,7 @@ async fn a_cluster_backup_takes_every_shard_from_its_leader_under_writes() {
     };
     // Through a node, by SQL, as on a single node.
     let before = acked.load(Ordering::SeqCst);
-    let (s, b) = hs[2].sql(&format!("BACKUP TO '{}'", dest.display()));
+    let (s, b) = admin(&hs[2]).sql(&format!("BACKUP TO '{}'", dest.display()));
     stop.store(true, Ordering::Relaxed);
     writer.join().expect("writer");
     assert_eq!(s, 200, "{b}");
@@ -559,14 +559,74 @@ async fn a_cluster_backup_takes_every_shard_from_its_leader_under_writes() {
     assert!(before >= 200 && row["bytes"].as_u64() > Some(0), "{row}");
     assert!(store.journal().await.expect("journal").is_empty());
     // A second backup copies only what is new.
-    let (s, b) = hs[0].sql(&format!("BACKUP TO '{}'", dest.display()));
+    let (s, b) = admin(&hs[0]).sql(&format!("BACKUP TO '{}'", dest.display()));
     assert_eq!(s, 200, "{b}");
     let second: serde_json::Value = serde_json::from_str(&b).expect("json");
     let (bytes, copied) = (second[0]["bytes"].as_u64(), second[0]["bytes_copied"].as_u64());
     assert!(copied < bytes, "{second}");
+    let after = acked.load(Ordering::SeqCst);
     for s in servers {
         s.shutdown().await.expect("shutdown");
     }
+
+    // Restored into a new cluster of two nodes: the first is built from the set, the second
+    // joins it and gets replicas by the usual placement.
+    let new_dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().expect("tempdir")).collect();
+    let first_dir = new_dirs[0].path().join("data");
+    let restored = ebb_node::backup::restore::restore(
+        dest.to_str().expect("utf-8"),
+        Some(id),
+        &first_dir,
+        None,
+        &ebb_backup::Progress::default(),
+    )
+    .await
+    .expect("restore a cluster's set");
+    assert_eq!(restored.set.id, id);
+    let first = Server::start(&ebb_node::config::Config { cluster: true, ..config(&first_dir) })
+        .await
+        .expect("start the restored cluster");
+    let joined = Server::start(&ebb_node::config::Config {
+        join: vec![first.grpc_addr.to_string()],
+        ..config(new_dirs[1].path())
+    })
+    .await
+    .expect("join the restored cluster");
+    let hj = Http::new(joined.http_addr);
+    let h = admin(&hj);
+    let settled = std::time::Instant::now();
+    loop {
+        let (s, b) = h.sql("SELECT count(*) AS c FROM system.shards WHERE leader IS NOT NULL");
+        if s == 200 && b.contains("\"c\":4") {
+            break;
+        }
+        assert!(settled.elapsed().as_secs() < 60, "the restored shards never led: {b}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // Every point acknowledged before the backup started is there; nothing that was never
+    // written is. (Points written while it ran are in the parts taken after them: shards'
+    // parts are taken one after another.)
+    let rows: serde_json::Value = serde_json::from_str(
+        &h.sql("SELECT count(*) AS c, count(DISTINCT time) AS t, max(usage) AS m FROM cpu").1,
+    )
+    .expect("json");
+    let (c, t) = (rows[0]["c"].as_u64().expect("c"), rows[0]["t"].as_u64().expect("t"));
+    assert!(c <= after * 4, "{rows}");
+    assert!(
+        t >= before && t <= after,
+        "{t} points; {before} acknowledged before, {after} by the end"
+    );
+    let below = format!(
+        "SELECT count(*) AS c FROM cpu WHERE time < to_timestamp_nanos({})",
+        BASE + before as i64 * 1_000_000_000
+    );
+    let rows: serde_json::Value = serde_json::from_str(&h.sql(&below).1).expect("json");
+    assert_eq!(rows[0]["c"].as_u64(), Some(before * 4), "{rows}");
+    // The users came with the metadata.
+    let (s, b) = As { http: &hj, auth: basic("auditor", "a-pass") }.sql("SELECT 1");
+    assert_eq!(s, 200, "{b}");
+    joined.shutdown().await.expect("shutdown");
+    first.shutdown().await.expect("shutdown");
 }
 
 /// Lines of `cpu` for points `from..to` of 4 hosts.

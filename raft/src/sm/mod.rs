@@ -6,6 +6,7 @@ mod account;
 pub mod applied;
 mod erasure;
 mod replica;
+mod restore;
 pub mod snapshot;
 mod split;
 
@@ -16,6 +17,7 @@ use openraft::{ErrorSubject, ErrorVerb, LogId, RaftSnapshotBuilder, StorageError
 
 pub use applied::{entry_seq, Membership, MAX_BATCH_OPS};
 pub use replica::{Admitted, Applier, Replica};
+pub use restore::{restored_engine_dir, seed_restored};
 pub use snapshot::{Descriptor, ShardSnapshot, SnapshotFile};
 pub use split::group_dir_name;
 
