@@ -97,7 +97,7 @@ impl BackupStore {
             .put(&key, PutPayload::from(entry.encode()))
             .await
             .doing(|| format!("writing {key}"))?;
-        Ok(())
+        self.durable(&key, true).await
     }
 
     /// Every journal entry, oldest request first; an entry that cannot be read is an error
@@ -137,7 +137,8 @@ impl BackupStore {
     pub async fn remove_journal(&self, id: u64) -> Result<()> {
         let key = entry_key(id);
         match self.raw().delete(&key).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Ok(()) => self.durable(&key, false).await,
+            Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(source) => Err(BackupError::Store { what: format!("removing {key}"), source }),
         }
     }

@@ -94,6 +94,38 @@ impl BackupStore {
         &self.dest
     }
 
+    /// Makes what was just written at (or removed from) `key` durable, at a directory
+    /// destination (the object store's local file system does not sync; S3 and its kind are
+    /// durable once they answer): the file, then each directory from its own up to the root.
+    pub(crate) async fn durable(&self, key: &Key, written: bool) -> Result<()> {
+        let Destination::Dir(root) = &self.dest else { return Ok(()) };
+        let (root, path) = (root.clone(), root.join(key.as_ref()));
+        let synced = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            if written {
+                std::fs::File::open(&path)?.sync_all()?;
+            }
+            let mut dir = path.parent();
+            while let Some(d) = dir {
+                std::fs::File::open(d)?.sync_all()?;
+                if d == root {
+                    break;
+                }
+                dir = d.parent();
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| BackupError::Source(Box::new(e)))?;
+        synced.map_err(|source| BackupError::Io { path: self.dest_path(key), source })
+    }
+
+    fn dest_path(&self, key: &Key) -> std::path::PathBuf {
+        match &self.dest {
+            Destination::Dir(root) => root.join(key.as_ref()),
+            _ => std::path::PathBuf::from(key.as_ref()),
+        }
+    }
+
     /// The throttle every transfer (and every read of a local file to hash it) goes through.
     pub fn throttle(&self) -> &Throttle {
         &self.throttle
@@ -158,6 +190,14 @@ impl BackupStore {
             .collect())
     }
 
+    /// Uploads `body` (read and hashed by the caller) as `object`.
+    pub async fn put_bytes(&self, object: &ObjectRef, body: Vec<u8>) -> Result<()> {
+        let key = object.key();
+        self.throttle.take(body.len() as u64).await;
+        self.store.put(&key, PutPayload::from(body)).await.doing(|| format!("uploading {key}"))?;
+        self.durable(&key, true).await
+    }
+
     /// Uploads the file at `path` as `object` (its hash and length, computed by the caller).
     pub async fn put_file(&self, path: &Path, object: &ObjectRef) -> Result<()> {
         let key = object.key();
@@ -169,7 +209,7 @@ impl BackupStore {
             self.check_read(path, object, &buf)?;
             self.throttle.take(buf.len() as u64).await;
             self.store.put(&key, PutPayload::from(buf)).await.doing(what)?;
-            return Ok(());
+            return self.durable(&key, true).await;
         }
         let upload = self.store.put_multipart(&key).await.doing(what)?;
         let mut w = WriteMultipart::new_with_chunk_size(upload, CHUNK);
@@ -197,7 +237,7 @@ impl BackupStore {
         match sent.await {
             Ok(()) => {
                 w.finish().await.doing(what)?;
-                Ok(())
+                self.durable(&key, true).await
             }
             Err(e) => {
                 // An upload left open costs storage until the store's lifecycle rules end it.
@@ -284,7 +324,7 @@ impl BackupStore {
             .put(&key, PutPayload::from(set.encode()))
             .await
             .doing(|| format!("writing {key}"))?;
-        Ok(())
+        self.durable(&key, true).await
     }
 
     /// The generations of each set's manifests, by set id.
@@ -360,6 +400,7 @@ impl BackupStore {
         for g in generations.into_iter().rev() {
             let key = set::manifest_key(id, g);
             self.store.delete(&key).await.doing(|| format!("removing {key}"))?;
+            self.durable(&key, false).await?;
         }
         Ok(())
     }
@@ -370,6 +411,7 @@ impl BackupStore {
         for g in generations.into_iter().filter(|g| *g < set.generation) {
             let key = set::manifest_key(&set.id, g);
             self.store.delete(&key).await.doing(|| format!("removing {key}"))?;
+            self.durable(&key, false).await?;
         }
         Ok(())
     }
@@ -378,7 +420,9 @@ impl BackupStore {
     pub async fn remove_object(&self, hash: &str) -> Result<()> {
         let key = set::object_key(hash);
         match self.store.delete(&key).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            // Removed for good: a power cut must not bring back an object holding deleted data.
+            Ok(()) => self.durable(&key, false).await,
+            Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(source) => Err(BackupError::Store { what: format!("removing {key}"), source }),
         }
     }

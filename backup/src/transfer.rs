@@ -60,24 +60,44 @@ impl HashCache {
         )
     }
 
-    /// The hash of the file at `path`, read (through `throttle`) unless it is an immutable
+    /// The file at `path` as an object, and its content if it had to be read to learn its
+    /// hash (a file of at most [`READ_WHOLE`] bytes is read whole, so an upload sends what was
+    /// hashed without reading it again): read through `throttle` unless it is an immutable
     /// engine file whose identity is known.
-    async fn hash(&mut self, path: &Path, throttle: &Throttle) -> Result<ObjectRef> {
-        let immutable = path.extension().is_some_and(|e| e == "sst" || e == "rdi");
-        if !immutable {
-            return hash_file(path, throttle).await;
-        }
+    async fn hash(
+        &mut self,
+        path: &Path,
+        throttle: &Throttle,
+    ) -> Result<(ObjectRef, Option<Vec<u8>>)> {
         let meta = tokio::fs::metadata(path).await.at(path)?;
-        let id = Self::identity(&meta);
-        self.seen.insert(id.clone());
-        if let Some(hash) = self.known.get(&id) {
-            return Ok(ObjectRef { hash: hash.clone(), len: meta.len() });
+        let immutable = path.extension().is_some_and(|e| e == "sst" || e == "rdi");
+        let id = immutable.then(|| Self::identity(&meta));
+        if let Some(id) = &id {
+            self.seen.insert(id.clone());
+            if let Some(hash) = self.known.get(id) {
+                return Ok((ObjectRef { hash: hash.clone(), len: meta.len() }, None));
+            }
         }
-        let object = hash_file(path, throttle).await?;
-        self.known.insert(id, object.hash.clone());
-        Ok(object)
+        let (object, body) = if meta.len() <= READ_WHOLE {
+            let body = tokio::fs::read(path).await.at(path)?;
+            throttle.take(body.len() as u64).await;
+            let object = ObjectRef {
+                hash: blake3::hash(&body).to_hex().to_string(),
+                len: body.len() as u64,
+            };
+            (object, Some(body))
+        } else {
+            (hash_file(path, throttle).await?, None)
+        };
+        if let Some(id) = id {
+            self.known.insert(id, object.hash.clone());
+        }
+        Ok((object, body))
     }
 }
+
+/// Files up to this size are read whole to be hashed, and uploaded from memory.
+const READ_WHOLE: u64 = 16 << 20;
 
 /// The hash and length of the file at `path`, read through `throttle`.
 pub async fn hash_file(path: &Path, throttle: &Throttle) -> Result<ObjectRef> {
@@ -145,12 +165,15 @@ pub async fn upload_part(
     let mut entries = Vec::with_capacity(files.len());
     for (name, path) in files {
         store.keep(lock).await?;
-        let object = cache.hash(&path, store.throttle()).await?;
+        let (object, body) = cache.hash(&path, store.throttle()).await?;
         // An object of the wrong size (cut short by a store that does not write atomically)
         // is replaced.
         let copy = stored.get(&object.hash) != Some(&object.len);
         if copy {
-            store.put_file(&path, &object).await?;
+            match body {
+                Some(body) => store.put_bytes(&object, body).await?,
+                None => store.put_file(&path, &object).await?,
+            }
             stored.insert(object.hash.clone(), object.len);
         }
         progress.file_done(object.len, copy);

@@ -495,14 +495,26 @@ async fn a_cluster_backup_under_writes_restores_into_a_cluster_of_another_size()
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().expect("tempdir")).collect();
     let dest_dir = tempfile::tempdir().expect("tempdir");
     let dest = dest_dir.path().join("backups");
-    let config = |d: &Path| ebb_node::config::Config { shards: 4, replication: 3, ..secured(d) };
+    // Backups throttled, so one is still running when a node is stopped.
+    let config = |d: &Path| ebb_node::config::Config {
+        shards: 4,
+        replication: 3,
+        scaling: ebb_node::config::scaling::Scaling {
+            backup_rate: Some(16 << 10),
+            ..Default::default()
+        },
+        ..secured(d)
+    };
     let admin = |h| As { http: h, auth: basic("admin", ADMIN_PW) };
-    let servers = crate::common::start_cluster(&dirs, config).await;
+    let mut servers = crate::common::start_cluster(&dirs, config).await;
     let hs: Vec<Http> = servers.iter().map(|s| Http::new(s.http_addr)).collect();
     let settled = std::time::Instant::now();
     loop {
-        let (s, b) = admin(&hs[0])
-            .sql("SELECT count(*) AS c FROM system.shards WHERE leader IS NOT NULL AND NOT moving");
+        // Every shard on all three nodes (the rebalancer moves them there after the start).
+        let (s, b) = admin(&hs[0]).sql(
+            "SELECT count(*) AS c FROM system.shards WHERE leader IS NOT NULL AND NOT moving \
+             AND length(replicas) - length(replace(replicas, ',', '')) = 2",
+        );
         if s == 200 && b.contains("\"c\":4") {
             break;
         }
@@ -523,16 +535,38 @@ async fn a_cluster_backup_under_writes_restores_into_a_cluster_of_another_size()
             let w = As { http: &h, auth: basic("admin", ADMIN_PW) };
             let mut p = 200;
             while !stop.load(Ordering::Relaxed) {
-                let (s, b) = w.write(&lines_for(p, p + 10));
-                assert_eq!(s, 204, "{b}");
-                p += 10;
-                acked.store(p as u64, Ordering::SeqCst);
+                // Refused while a stopped node's shards elect new leaders: sent again.
+                if w.write(&lines_for(p, p + 10)).0 == 204 {
+                    p += 10;
+                    acked.store(p as u64, Ordering::SeqCst);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
             }
         })
     };
-    // Through a node, by SQL, as on a single node.
+    // Through a node, by SQL, as on a single node; node 1 is stopped once the backup has
+    // taken a part, and the parts it led are taken from the new leaders.
     let before = acked.load(Ordering::SeqCst);
-    let (s, b) = admin(&hs[2]).sql(&format!("BACKUP TO '{}'", dest.display()));
+    let running = {
+        let (addr, to) = (servers[2].http_addr, dest.clone());
+        std::thread::spawn(move || {
+            let h = Http::new(addr);
+            As { http: &h, auth: basic("admin", ADMIN_PW) }
+                .sql(&format!("BACKUP TO '{}'", to.display()))
+        })
+    };
+    until_async(60, "a part taken", || async {
+        let (_, b) = admin(&hs[2]).sql(
+            "SELECT bytes_done FROM system.backups WHERE state = 'running' AND bytes_done > 0",
+        );
+        b.contains("bytes_done")
+    })
+    .await;
+    let victim = servers.remove(0);
+    victim.shutdown().await.expect("stop node 1");
+    let (s, b) = tokio::task::spawn_blocking(move || running.join().expect("backup thread"))
+        .await
+        .expect("join");
     stop.store(true, Ordering::Relaxed);
     writer.join().expect("writer");
     assert_eq!(s, 200, "{b}");
@@ -559,7 +593,7 @@ async fn a_cluster_backup_under_writes_restores_into_a_cluster_of_another_size()
     assert!(before >= 200 && row["bytes"].as_u64() > Some(0), "{row}");
     assert!(store.journal().await.expect("journal").is_empty());
     // A second backup copies only what is new.
-    let (s, b) = admin(&hs[0]).sql(&format!("BACKUP TO '{}'", dest.display()));
+    let (s, b) = admin(&hs[1]).sql(&format!("BACKUP TO '{}'", dest.display()));
     assert_eq!(s, 200, "{b}");
     let second: serde_json::Value = serde_json::from_str(&b).expect("json");
     let (bytes, copied) = (second[0]["bytes"].as_u64(), second[0]["bytes_copied"].as_u64());
