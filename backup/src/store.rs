@@ -395,9 +395,9 @@ impl BackupStore {
     /// Removes every manifest of set `id` (its objects stay until a prune finds them unused).
     pub async fn remove_set(&self, id: &str) -> Result<()> {
         let generations = self.manifests().await?.remove(id).unwrap_or_default();
-        // Newest first, so a set cut short by a failure here is never an older generation
-        // whose objects a purge already removed.
-        for g in generations.into_iter().rev() {
+        // Oldest first: a failure partway leaves the newest generation, never an older one
+        // that lacks requests a purge applied (and names objects it removed).
+        for g in generations {
             let key = set::manifest_key(id, g);
             self.store.delete(&key).await.doing(|| format!("removing {key}"))?;
             self.durable(&key, false).await?;

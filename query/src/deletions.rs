@@ -51,7 +51,7 @@ pub struct ReplicaDeletion {
     /// True for a shard that has not applied the request yet while the cluster still drives
     /// it there (an open intent): pending, not at risk.
     pub awaiting: bool,
-    /// The backup set this copy is (`<set id> at <destination>`); `None` for a shard replica.
+    /// The backup set this copy is (its id); `None` for a shard replica.
     pub backup: Option<String>,
 }
 

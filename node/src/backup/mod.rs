@@ -227,6 +227,8 @@ impl Service {
     fn new(parts: Arc<dyn PartTaker>, data_dir: &Path, rate: Option<u64>) -> Service {
         let dir = data_dir.join("backup");
         let _ = std::fs::remove_dir_all(dir.join("staging"));
+        // A purge cut short leaves a copy of a set's data from before its deletes.
+        let _ = std::fs::remove_dir_all(purge::work_dir(&dir));
         if let Ok(text) = std::fs::read_to_string(dir.join("running")) {
             let running = dir.join("running");
             tokio::spawn(async move {
@@ -303,9 +305,9 @@ impl Service {
             }
         }
         tracing::info!(id = %run.id, to = %run.destination, by = issuer, "backup started");
+        // Each part removes its own checkpoint from staging (others may be there: parts this
+        // node takes for another node's backup).
         let result = self.take(&run, store).await;
-        let staging = self.dir.join("staging");
-        let _ = tokio::fs::remove_dir_all(&staging).await;
         match result {
             Ok(set) => {
                 let p = run.progress.snapshot();
@@ -424,7 +426,8 @@ impl Service {
                 }
             };
             for set in sets.into_iter().filter_map(|l| l.set.ok()) {
-                let copy = Some(format!("{} at {uri}", set.id));
+                // The set alone: where backups are kept is for admins (system.backups).
+                let copy = Some(set.id.clone());
                 let row = |id: u64, shard: u64| ReplicaDeletion {
                     id,
                     kind: String::new(),

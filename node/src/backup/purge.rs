@@ -70,55 +70,102 @@ fn missing<'a>(journal: &'a [JournalEntry], set: &BackupSet) -> Vec<&'a JournalE
     journal.iter().filter(|e| e.may_be_missing_from(set.started_ms) && !set.purged(e.id)).collect()
 }
 
-/// Applies every journal entry at `store` to every set that may lack it, working in `work`
-/// (a local directory). Answers [`BackupError::Busy`] while a backup holds the destination.
-pub async fn purge(store: &BackupStore, work: &Path) -> Result<PurgeReport, BackupError> {
-    let journal = store.journal().await?;
-    if journal.is_empty() {
-        return Ok(PurgeReport::default());
-    }
-    let listed = store.list().await?;
-    let mut todo = Vec::new();
-    let mut all_read = true;
-    for l in &listed {
-        match &l.set {
-            Ok(set) if set.kind != ebb_backup::SetKind::Node => {
-                tracing::warn!(set = %set.id, "deletes do not reach a cluster's sets yet");
-            }
-            Ok(set) => {
-                let need = missing(&journal, set);
-                if !need.is_empty() {
-                    todo.push((set.clone(), need));
+/// What a purge of a destination has to do, as its journal and sets stand.
+struct Plan {
+    journal: Vec<JournalEntry>,
+    /// The sets that may lack requests, with those requests.
+    todo: Vec<(BackupSet, Vec<JournalEntry>)>,
+    /// Every set whose manifest could be read.
+    readable: Vec<BackupSet>,
+    /// False if a manifest could not be read (then no journal entry is removed).
+    all_read: bool,
+}
+
+impl Plan {
+    async fn read(store: &BackupStore) -> Result<Plan, BackupError> {
+        let journal = store.journal().await?;
+        let mut plan = Plan { journal, todo: Vec::new(), readable: Vec::new(), all_read: true };
+        if plan.journal.is_empty() {
+            return Ok(plan);
+        }
+        for l in store.list().await? {
+            match l.set {
+                Ok(set) if set.kind != ebb_backup::SetKind::Node => {
+                    tracing::warn!(set = %set.id, "deletes do not reach a cluster's sets yet");
+                    plan.readable.push(set);
+                }
+                Ok(set) => {
+                    let need: Vec<JournalEntry> =
+                        missing(&plan.journal, &set).into_iter().cloned().collect();
+                    if !need.is_empty() {
+                        plan.todo.push((set.clone(), need));
+                    }
+                    plan.readable.push(set);
+                }
+                Err(e) => {
+                    plan.all_read = false;
+                    tracing::warn!(set = %l.id, error = %e, "a set the deletion journal cannot reach");
                 }
             }
-            Err(e) => {
-                all_read = false;
-                tracing::warn!(set = %l.id, error = %e, "a set the deletion journal cannot reach");
-            }
         }
+        Ok(plan)
     }
-    let done_everywhere = |sets: &[BackupSet]| -> Vec<u64> {
-        journal
+
+    /// The complete requests every one of `sets` holds (their journal entries may go).
+    fn done_everywhere(&self, sets: &[BackupSet]) -> Vec<u64> {
+        if !self.all_read {
+            return Vec::new();
+        }
+        self.journal
             .iter()
             .filter(|e| {
                 e.completed_ms.is_some()
-                    && sets.iter().all(|s| missing(&journal, s).iter().all(|m| m.id != e.id))
+                    && sets.iter().all(|s| missing(&self.journal, s).iter().all(|m| m.id != e.id))
             })
             .map(|e| e.id)
             .collect()
-    };
-    let readable: Vec<BackupSet> =
-        listed.iter().filter_map(|l| l.set.as_ref().ok().cloned()).collect();
-    if todo.is_empty() && (!all_read || done_everywhere(&readable).is_empty()) {
+    }
+
+    fn idle(&self) -> bool {
+        self.todo.is_empty() && self.done_everywhere(&self.readable).is_empty()
+    }
+}
+
+/// A name for this process's lock that no other server's shares.
+pub(super) fn holder(what: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    format!("{what}-{}-{}-{nanos:09}", host.trim(), std::process::id())
+}
+
+/// Applies every journal entry at `store` to every set that may lack it, working in `work`
+/// (a local directory). Answers [`BackupError::Busy`] while a backup holds the destination.
+pub async fn purge(store: &BackupStore, work: &Path) -> Result<PurgeReport, BackupError> {
+    // A first look, without the lock, to know whether to take it.
+    if Plan::read(store).await?.idle() {
         return Ok(PurgeReport::default());
     }
-    let lock = store.lock(LockKind::Exclusive, &format!("purge-{}", std::process::id())).await?;
+    let lock = store.lock(LockKind::Exclusive, &holder("purge")).await?;
+    let _ = tokio::fs::remove_dir_all(work).await;
+    // What to do is read again under the lock: a backup that finished meanwhile wrote a set
+    // that may lack requests the first look took as held everywhere.
+    let plan = match Plan::read(store).await {
+        Ok(p) => p,
+        Err(e) => {
+            store.unlock(&lock).await;
+            return Err(e);
+        }
+    };
+    let readable = plan.readable.clone();
+    let todo = plan.todo.clone();
     let result = async {
         let mut report = PurgeReport::default();
         let mut purged = readable.clone();
-        for (set, need) in todo {
-            let ids: Vec<u64> = need.iter().map(|e| e.id).collect();
-            let entries: Vec<JournalEntry> = need.into_iter().cloned().collect();
+        for (set, entries) in todo {
+            let ids: Vec<u64> = entries.iter().map(|e| e.id).collect();
             let next = purge_set(store, &lock, &set, entries, work).await?;
             tracing::info!(set = %set.id, generation = next.generation, requests = ?ids, "purged a backup set");
             if let Some(s) = purged.iter_mut().find(|s| s.id == set.id) {
@@ -127,11 +174,9 @@ pub async fn purge(store: &BackupStore, work: &Path) -> Result<PurgeReport, Back
             report.sets.push((set.id.clone(), ids));
         }
         report.objects_removed = ebb_backup::prune::sweep(store, &lock).await?.0;
-        if all_read {
-            for id in done_everywhere(&purged) {
-                store.remove_journal(id).await?;
-                report.entries_removed += 1;
-            }
+        for id in plan.done_everywhere(&purged) {
+            store.remove_journal(id).await?;
+            report.entries_removed += 1;
         }
         Ok(report)
     }

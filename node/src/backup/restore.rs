@@ -80,6 +80,12 @@ pub async fn restore(
     let _ = tokio::fs::remove_dir_all(&staging).await;
     let built = async {
         download_part(&store, &set.id, part, &staging, progress).await?;
+        // The restored server knows where its sets are, so deletes issued on it reach them.
+        let backup_dir = staging.join("backup");
+        ebb_backup::transfer::private_dir(&backup_dir)?;
+        let destinations = backup_dir.join("destinations");
+        std::fs::write(&destinations, format!("{dest}\n"))
+            .map_err(|source| BackupError::Io { path: destinations.clone(), source })?;
         if !entries.is_empty() {
             let (dir, e) = (staging.clone(), entries.clone());
             tokio::task::spawn_blocking(move || {

@@ -168,7 +168,16 @@ impl PartTaker for ClusterParts {
 
     async fn shards(&self) -> Result<Vec<u64>, QueryError> {
         let router = self.router().map_err(|s| QueryError::Unavailable(s.message().into()))?;
-        Ok(router.meta().view().shards.keys().copied().collect())
+        let view = router.meta().view();
+        // A shard splitting (or not yet trimmed after a split) holds rows its span will not:
+        // parts taken now could miss rows or overlap.
+        if let Some(s) = view.shards.values().find(|s| s.split_from.is_some() || s.untrimmed) {
+            return Err(QueryError::Unavailable(format!(
+                "shard {} is being split; back up once the split is done (see system.shards)",
+                s.id
+            )));
+        }
+        Ok(view.shards.keys().copied().collect())
     }
 
     async fn take(&self, shard: u64, job: &mut Job) -> Result<Part, BackupError> {
@@ -193,6 +202,13 @@ pub(super) async fn take_here(
     shard: u64,
     req: PartRequest,
 ) -> Result<BackupPartReply, BackupError> {
+    // The id names local directories: only the form a coordinator makes is taken.
+    if ebb_backup::set::set_id_ms(&req.set_id).is_none() {
+        return Err(BackupError::Uri {
+            uri: req.to.clone(),
+            why: format!("{:?} is not a backup set id", req.set_id),
+        });
+    }
     let data = data_dir_of(&replica);
     let backup_dir = data.join("backup");
     let name = match req.group {

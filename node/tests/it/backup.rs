@@ -426,7 +426,7 @@ async fn an_erase_reaches_every_set_and_every_restore() {
     };
     let pending = copies(&admin);
     assert_eq!(pending.len(), 2, "{pending:?}");
-    assert!(pending[0].0.starts_with(&format!("backup {id1} at ")), "{pending:?}");
+    assert_eq!(pending[0].0, format!("backup {id1}"), "{pending:?}");
     assert!(pending.iter().all(|(_, s)| s == "pending"), "{pending:?}");
 
     // Restoring the older set before its purge ran: the journal is applied first.
