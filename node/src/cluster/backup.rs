@@ -95,9 +95,13 @@ impl ClusterParts {
             };
             match answer {
                 Ok(reply) => break reply,
+                // No leader, or the leader went away mid-call (its node stopped: the call is
+                // cancelled or its connection reset): asked again, of the leader then.
                 Err(s)
-                    if s.code() == tonic::Code::Unavailable
-                        && tokio::time::Instant::now() < deadline =>
+                    if matches!(
+                        s.code(),
+                        tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::Unknown
+                    ) && tokio::time::Instant::now() < deadline =>
                 {
                     tracing::debug!(shard, ?group, why = %s.message(), "asking for a part again");
                     tokio::time::sleep(Duration::from_millis(200)).await;
