@@ -65,6 +65,17 @@ impl Lock {
     }
 }
 
+/// A holder name for `what` (`prune`, `purge`) no other server's shares: the host, the process
+/// (containers all run as pid 1) and the moment.
+pub fn unique_holder(what: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    format!("{what}-{}-{}-{nanos:09}", host.trim(), std::process::id())
+}
+
 impl BackupStore {
     /// Takes a `kind` lock for `holder` (a set id, say), or answers [`BackupError::Busy`]
     /// naming the conflicting holder.

@@ -22,14 +22,7 @@ pub struct PruneReport {
 /// [`BackupError::Busy`] while a backup runs (whose objects no manifest names yet). Refuses to
 /// remove objects while a kept set's manifest cannot be read (its objects are unknown).
 pub async fn prune(store: &BackupStore, keep: usize) -> Result<PruneReport> {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or_default();
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    // Unique across servers (containers all run as pid 1).
-    let holder = format!("prune-{}-{}-{nanos:09}", host.trim(), std::process::id());
-    let lock = store.lock(LockKind::Exclusive, &holder).await?;
+    let lock = store.lock(LockKind::Exclusive, &crate::lock::unique_holder("prune")).await?;
     let pruned = prune_locked(store, keep, &lock).await;
     store.unlock(&lock).await;
     pruned

@@ -131,16 +131,6 @@ impl Plan {
     }
 }
 
-/// A name for this process's lock that no other server's shares.
-pub(super) fn holder(what: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or_default();
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    format!("{what}-{}-{}-{nanos:09}", host.trim(), std::process::id())
-}
-
 /// Applies every journal entry at `store` to every set that may lack it, working in `work`
 /// (a local directory). Answers [`BackupError::Busy`] while a backup holds the destination.
 pub async fn purge(store: &BackupStore, work: &Path) -> Result<PurgeReport, BackupError> {
@@ -148,7 +138,7 @@ pub async fn purge(store: &BackupStore, work: &Path) -> Result<PurgeReport, Back
     if Plan::read(store).await?.idle() {
         return Ok(PurgeReport::default());
     }
-    let lock = store.lock(LockKind::Exclusive, &holder("purge")).await?;
+    let lock = store.lock(LockKind::Exclusive, &ebb_backup::lock::unique_holder("purge")).await?;
     let _ = tokio::fs::remove_dir_all(work).await;
     // What to do is read again under the lock: a backup that finished meanwhile wrote a set
     // that may lack requests the first look took as held everywhere.
