@@ -173,7 +173,7 @@ pub async fn run_everywhere(
     let kind = op.kind();
     let intent = Intent::new(database, op, request);
     // Backup sets are copies every delete must reach: journaled before any shard applies it.
-    let backups = shards.backups().filter(|_| intent.deletes());
+    let backups = shards.backups().filter(|_| op.deletes());
     if let Some(b) = &backups {
         b.journal(&intent).await?;
     }
