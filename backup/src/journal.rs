@@ -112,21 +112,13 @@ impl BackupStore {
         let mut out = Vec::with_capacity(metas.len());
         for m in metas {
             let key = m.location;
-            if m.size > MAX_ENTRY {
-                return Err(BackupError::Manifest {
-                    set: "journal".into(),
-                    object: key.to_string(),
-                    why: format!("{} bytes; the most this build reads is {MAX_ENTRY}", m.size),
-                });
-            }
-            let bytes = self
-                .raw()
-                .get(&key)
-                .await
-                .doing(|| format!("reading {key}"))?
-                .bytes()
-                .await
-                .doing(|| format!("reading {key}"))?;
+            // Sized by what the GET answers, not the listing (the object may have changed).
+            let bytes = match self.get_small(&key, MAX_ENTRY).await {
+                Err(BackupError::Manifest { object, why, .. }) => {
+                    return Err(BackupError::Manifest { set: "journal".into(), object, why })
+                }
+                r => r?,
+            };
             out.push(JournalEntry::decode(&bytes, key.as_ref())?);
         }
         out.sort_by_key(|e| (e.issued_at_ms, e.id));

@@ -138,7 +138,7 @@ impl BackupStore {
 
     /// Reads the small object `key` whole, refusing one above `max` bytes (a store is not
     /// trusted to size what a server holds in memory).
-    async fn get_small(&self, key: &Key, max: u64) -> Result<Bytes> {
+    pub(crate) async fn get_small(&self, key: &Key, max: u64) -> Result<Bytes> {
         let got = self.store.get(key).await.doing(|| format!("reading {key}"))?;
         if got.meta.size > max {
             return Err(BackupError::Manifest {
