@@ -82,7 +82,22 @@ impl JournalEntry {
     pub fn may_be_missing_from(&self, started_ms: u64) -> bool {
         self.completed_ms.is_none_or(|done| done >= started_ms)
     }
+
+    /// True if `set` may lack it and no purge applied it there yet. A cluster's request
+    /// completes by one node's clock and its set begins by another's: it is taken as missing
+    /// from a set that began up to [`CLOCK_SKEW_MS`] after it completed.
+    pub fn missing_from(&self, set: &crate::BackupSet) -> bool {
+        let margin = match set.kind {
+            crate::SetKind::Node => 0,
+            _ => CLOCK_SKEW_MS,
+        };
+        self.may_be_missing_from(set.started_ms.saturating_sub(margin)) && !set.purged(self.id)
+    }
 }
+
+/// How far apart the clocks of a cluster's nodes may be, for deciding which requests a set may
+/// lack (a request is applied again to a set that holds it at no cost but the purge).
+pub const CLOCK_SKEW_MS: u64 = 10_000;
 
 /// The name of request `id`'s entry.
 pub fn entry_key(id: u64) -> Key {

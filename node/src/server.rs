@@ -90,6 +90,7 @@ impl Server {
         let db = Arc::new(db);
         let backups = Arc::new(crate::backup::BackupService::new(
             Arc::new(crate::backup::local::LocalParts::new(db.clone())),
+            Arc::new(crate::backup::registry::LocalRegistry::new(&config.data_dir.join("backup"))),
             &config.data_dir,
             config.scaling.backup_rate,
         ));
@@ -205,6 +206,7 @@ impl Server {
             ClusterNode::start(&cc, grpc, Arc::new(ebb_raft::transport::Faults::new())).await?;
         node.router.set_backups(Arc::new(crate::backup::BackupService::new(
             Arc::new(crate::cluster::backup::ClusterParts::new(&node.router)),
+            Arc::new(crate::cluster::backup_registry::MetaRegistry::new(&node.router)),
             &config.data_dir,
             config.scaling.backup_rate,
         )));

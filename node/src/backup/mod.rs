@@ -10,12 +10,14 @@
 //! runs on its own task: a client that disconnects does not stop it (`system.backups` shows
 //! how it ends).
 //!
-//! The destinations this server backed up to are kept in `<data dir>/backup/destinations`,
-//! so `system.backups` lists their sets after a restart.
+//! The destinations backed up to, and the delete requests on their way to them, are kept by a
+//! [`registry::Registry`]: in the data directory of a single node, in the metadata group of a
+//! cluster. `system.backups` lists their sets after a restart.
 
 pub mod journal;
 pub mod local;
 pub mod purge;
+pub mod registry;
 pub mod restore;
 
 use std::collections::{HashMap, VecDeque};
@@ -152,6 +154,8 @@ pub struct BackupService {
 #[derive(Debug)]
 struct Service {
     parts: Arc<dyn PartTaker>,
+    /// The destinations and the requests on their way to them.
+    registry: Arc<dyn registry::Registry>,
     /// `<data dir>/backup`.
     dir: PathBuf,
     /// Bytes per second a backup may transfer by default.
@@ -161,8 +165,6 @@ struct Service {
     busy: tokio::sync::Mutex<()>,
     /// Held while deletes are applied to sets (a backup waits for it).
     purging: tokio::sync::Mutex<()>,
-    /// Delete requests on their way to every destination's journal.
-    outbox: journal::Outbox,
     /// Entries each destination has, as last written there: (destination, request, complete).
     sent: Mutex<std::collections::HashSet<(String, u64, bool)>>,
     /// Wakes the purger (a request journaled or completed).
@@ -181,8 +183,13 @@ impl BackupService {
     /// second by default. Removes what a backup killed midway left in staging.
     /// A backup killed midway (the server stopped) leaves its lock at the destination, named
     /// in `<data dir>/backup/running`: it is released in the background.
-    pub fn new(parts: Arc<dyn PartTaker>, data_dir: &Path, rate: Option<u64>) -> BackupService {
-        let service = Arc::new(Service::new(parts, data_dir, rate));
+    pub fn new(
+        parts: Arc<dyn PartTaker>,
+        registry: Arc<dyn registry::Registry>,
+        data_dir: &Path,
+        rate: Option<u64>,
+    ) -> BackupService {
+        let service = Arc::new(Service::new(parts, registry, data_dir, rate));
         tokio::spawn(purger(Arc::downgrade(&service), service.wake.clone()));
         BackupService { service }
     }
@@ -199,10 +206,13 @@ impl BackupService {
 async fn purger(service: std::sync::Weak<Service>, wake: Arc<tokio::sync::Notify>) {
     let mut wait = PURGE_EVERY;
     loop {
+        let Some(registry) = service.upgrade().map(|s| s.registry.clone()) else { return };
         tokio::select! {
             _ = wake.notified() => {}
+            _ = registry.changed() => {}
             _ = tokio::time::sleep(wait) => {}
         }
+        drop(registry);
         let Some(s) = service.upgrade() else { return };
         wait = PURGE_EVERY;
         for (dest, r) in s.purge_all().await {
@@ -224,7 +234,12 @@ async fn purger(service: std::sync::Weak<Service>, wake: Arc<tokio::sync::Notify
 }
 
 impl Service {
-    fn new(parts: Arc<dyn PartTaker>, data_dir: &Path, rate: Option<u64>) -> Service {
+    fn new(
+        parts: Arc<dyn PartTaker>,
+        registry: Arc<dyn registry::Registry>,
+        data_dir: &Path,
+        rate: Option<u64>,
+    ) -> Service {
         let dir = data_dir.join("backup");
         let _ = std::fs::remove_dir_all(dir.join("staging"));
         // A purge cut short leaves a copy of a set's data from before its deletes.
@@ -238,7 +253,7 @@ impl Service {
         }
         Service {
             purging: tokio::sync::Mutex::new(()),
-            outbox: journal::Outbox::new(&dir),
+            registry,
             sent: Mutex::new(Default::default()),
             wake: Arc::new(tokio::sync::Notify::new()),
             parts,
@@ -247,33 +262,6 @@ impl Service {
             runs: Mutex::new(VecDeque::new()),
             busy: tokio::sync::Mutex::new(()),
         }
-    }
-
-    fn destinations_file(&self) -> PathBuf {
-        self.dir.join("destinations")
-    }
-
-    /// The destinations backed up to, as their URIs (which hold no secrets).
-    fn destinations(&self) -> Vec<String> {
-        std::fs::read_to_string(self.destinations_file())
-            .map(|t| t.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect())
-            .unwrap_or_default()
-    }
-
-    fn remember_destination(&self, dest: &Destination) -> Result<(), BackupError> {
-        let uri = dest.to_string();
-        let mut all = self.destinations();
-        if all.contains(&uri) {
-            return Ok(());
-        }
-        all.push(uri);
-        let path = self.destinations_file();
-        let tmp = path.with_extension("tmp");
-        let io = |source| BackupError::Io { path: path.clone(), source };
-        ebb_backup::transfer::private_dir(&self.dir)?;
-        std::fs::write(&tmp, all.join("\n") + "\n").map_err(io)?;
-        std::fs::rename(&tmp, &path).map_err(io)?;
-        Ok(())
     }
 
     /// Runs a backup to `request.to`.
@@ -329,9 +317,10 @@ impl Service {
     /// Takes every part of `run` and writes its set.
     async fn take(&self, run: &Run, store: BackupStore) -> Result<BackupSet, BackupError> {
         let dest = store.destination().clone();
-        self.remember_destination(&dest)?;
+        self.registry.remember(&dest.to_string()).await?;
         // Named before the lock is taken, so a restart after a kill releases it.
         let running = self.dir.join("running");
+        ebb_backup::transfer::private_dir(&self.dir)?;
         std::fs::write(&running, format!("{}\n{dest}\n", run.id))
             .map_err(|source| BackupError::Io { path: running.clone(), source })?;
         let purging = self.purging.lock().await;
@@ -404,9 +393,9 @@ impl Service {
     /// Each set at each destination as a copy of the delete requests it must be reached by.
     async fn deletion_copies(&self) -> Vec<ebb_query::deletions::ReplicaDeletion> {
         use ebb_query::deletions::ReplicaDeletion;
-        let outbox = self.outbox.entries();
+        let outbox = self.registry.entries();
         let mut out = Vec::new();
-        for uri in self.destinations() {
+        for uri in self.registry.destinations() {
             let found = async {
                 let dest = Destination::parse(&uri)?;
                 let store = BackupStore::open(&dest, ebb_backup::Throttle::none()).await?;
@@ -486,11 +475,14 @@ impl Service {
     /// sets at each: what happened at each destination.
     async fn purge_all(&self) -> Vec<(String, Result<purge::PurgeReport, BackupError>)> {
         let _purging = self.purging.lock().await;
-        let entries = self.outbox.entries();
+        if !self.registry.drives() {
+            return Vec::new();
+        }
+        let entries = self.registry.entries();
         let mut out = Vec::new();
         let mut everywhere: std::collections::HashSet<u64> =
             entries.iter().filter(|e| e.completed_ms.is_some()).map(|e| e.id).collect();
-        for uri in self.destinations() {
+        for uri in self.registry.destinations() {
             let done = async {
                 let dest = Destination::parse(&uri)?;
                 let store = BackupStore::open(&dest, ebb_backup::Throttle::new(self.rate)).await?;
@@ -512,8 +504,10 @@ impl Service {
             }
             out.push((uri, r));
         }
-        for id in everywhere {
-            self.outbox.remove(id);
+        let everywhere: Vec<u64> = everywhere.into_iter().collect();
+        if !everywhere.is_empty() {
+            self.registry.forget(&everywhere).await;
+            self.sent.lock().retain(|(_, id, _)| !everywhere.contains(id));
         }
         out
     }
@@ -555,18 +549,7 @@ impl Backups for BackupService {
     }
 
     async fn journal(&self, intent: &ebb_query::sql::shard::Intent) -> Result<(), QueryError> {
-        if self.service.parts.kind() != SetKind::Node {
-            // A cluster's sets are not reached by deletes yet (its destinations are not known
-            // cluster-wide); the README says so.
-            return Ok(());
-        }
-        // Written whether or not a destination is known yet: a backup to a new destination
-        // may take its parts before this request applies, and learns of it from the outbox.
-        let entry = journal::Outbox::entry(intent)?;
-        let service = self.service.clone();
-        tokio::task::spawn_blocking(move || service.outbox.put(&entry))
-            .await
-            .map_err(|e| QueryError::Internal(format!("the journal's task: {e}")))??;
+        self.service.registry.journal(intent).await?;
         self.service.wake.notify_one();
         Ok(())
     }
@@ -576,11 +559,7 @@ impl Backups for BackupService {
     }
 
     async fn journal_done(&self, id: u64) {
-        let Some(mut entry) = self.service.outbox.get(id) else { return };
-        entry.completed_ms = Some(ebb_query::now_ms());
-        if let Err(e) = self.service.outbox.put(&entry) {
-            tracing::warn!(request = id, error = %e, "recording a journaled request as done");
-        }
+        self.service.registry.journal_done(id).await;
         self.service.wake.notify_one();
     }
 }
@@ -589,7 +568,7 @@ impl Service {
     async fn list(&self) -> Result<Vec<BackupRow>, QueryError> {
         let runs: Vec<Arc<Run>> = self.runs.lock().iter().cloned().collect();
         let mut rows: Vec<BackupRow> = runs.iter().map(|r| r.row()).collect();
-        for uri in self.destinations() {
+        for uri in self.registry.destinations() {
             let dest = match Destination::parse(&uri) {
                 Ok(d) => d,
                 Err(e) => {

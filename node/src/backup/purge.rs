@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use ebb_backup::journal::JournalEntry;
 use ebb_backup::transfer::{download_part, upload_part, HashCache, PartSource};
-use ebb_backup::{BackupError, BackupSet, BackupStore, Lock, LockKind, Progress, Purged};
+use ebb_backup::{BackupError, BackupSet, BackupStore, Lock, LockKind, Progress, Purged, SetKind};
 use ebb_query::db::Database;
 
 use super::journal::intent_of;
@@ -36,11 +36,24 @@ fn source(e: impl std::error::Error + Send + Sync + 'static) -> BackupError {
     BackupError::Source(Box::new(e))
 }
 
-/// Applies `entries` to the engine in `dir`, then purges what its retention rules expire and
-/// compacts every file, so nothing the requests cover is left in any file: the database, open.
-/// Blocks.
-pub fn apply_journal(dir: &Path, entries: &[JournalEntry]) -> Result<Database, BackupError> {
-    let db = Database::open(dir, ebb_storage::Options::default()).map_err(source)?;
+/// Applies `entries` to the engine in `dir` (a part of a set of `kind`), then purges what its
+/// retention rules expire and compacts every file, so nothing the requests cover is left in
+/// any file: the database, open. Blocks.
+///
+/// A cluster's part is a shard replica's engine, whose writes its Raft log holds instead of a
+/// write-ahead log: it is opened without one (the changes made here are flushed before the
+/// part is taken again), and what it records of its group (the last entry applied) is left as
+/// it is, so a restore seeds the group where the part was taken.
+pub fn apply_journal(
+    dir: &Path,
+    entries: &[JournalEntry],
+    kind: SetKind,
+) -> Result<Database, BackupError> {
+    let opts = match kind {
+        SetKind::Node => ebb_storage::Options::default(),
+        _ => ebb_storage::Options { wal: false, ..Default::default() },
+    };
+    let db = Database::open(dir, opts).map_err(source)?;
     for e in entries {
         let intent = intent_of(e)?;
         let Some(op) = &intent.op else {
@@ -67,7 +80,7 @@ pub fn apply_journal(dir: &Path, entries: &[JournalEntry]) -> Result<Database, B
 
 /// The requests of `journal` set `set` may lack.
 fn missing<'a>(journal: &'a [JournalEntry], set: &BackupSet) -> Vec<&'a JournalEntry> {
-    journal.iter().filter(|e| e.may_be_missing_from(set.started_ms) && !set.purged(e.id)).collect()
+    journal.iter().filter(|e| e.missing_from(set)).collect()
 }
 
 /// What a purge of a destination has to do, as its journal and sets stand.
@@ -90,10 +103,6 @@ impl Plan {
         }
         for l in store.list().await? {
             match l.set {
-                Ok(set) if set.kind != ebb_backup::SetKind::Node => {
-                    tracing::warn!(set = %set.id, "deletes do not reach a cluster's sets yet");
-                    plan.readable.push(set);
-                }
                 Ok(set) => {
                     let need: Vec<JournalEntry> =
                         missing(&plan.journal, &set).into_iter().cloned().collect();
@@ -195,9 +204,9 @@ async fn purge_set(
         }
         download_part(store, &set.id, part, &dir, &Progress::default()).await?;
         store.keep(lock).await?;
-        let (d, p, e) = (dir.clone(), purged.clone(), entries.clone());
+        let (d, p, e, kind) = (dir.clone(), purged.clone(), entries.clone(), set.kind);
         let seq = tokio::task::spawn_blocking(move || {
-            let db = apply_journal(&d, &e)?;
+            let db = apply_journal(&d, &e, kind)?;
             db.engine().checkpoint(&p).map_err(source)
         })
         .await

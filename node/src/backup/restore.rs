@@ -58,8 +58,9 @@ pub async fn restore(
             }
         },
         SetKind::Cluster => {
-            crate::cluster::restore::prepare(&store, &set, data_dir, progress).await?;
-            return Ok(Restored { set, journal_applied: Vec::new() });
+            let entries = missing(&store, &set).await?;
+            crate::cluster::restore::prepare(&store, &set, &entries, data_dir, progress).await?;
+            return Ok(Restored { set, journal_applied: entries.iter().map(|e| e.id).collect() });
         }
         kind => {
             return Err(NodeError::Config(format!(
@@ -69,13 +70,7 @@ pub async fn restore(
             )))
         }
     };
-    // Read before anything is written: an unreadable entry refuses the restore.
-    let entries: Vec<JournalEntry> = store
-        .journal()
-        .await?
-        .into_iter()
-        .filter(|e| e.may_be_missing_from(set.started_ms) && !set.purged(e.id))
-        .collect();
+    let entries = missing(&store, &set).await?;
     let staging = sibling(data_dir, "restore-journal");
     let _ = tokio::fs::remove_dir_all(&staging).await;
     let built = async {
@@ -89,7 +84,7 @@ pub async fn restore(
         if !entries.is_empty() {
             let (dir, e) = (staging.clone(), entries.clone());
             tokio::task::spawn_blocking(move || {
-                crate::backup::purge::apply_journal(&dir, &e).map(drop)
+                crate::backup::purge::apply_journal(&dir, &e, SetKind::Node).map(drop)
             })
             .await
             .map_err(|e| BackupError::Source(Box::new(e)))??;
@@ -108,4 +103,11 @@ pub async fn restore(
         return Err(e.into());
     }
     Ok(Restored { set, journal_applied: entries.iter().map(|e| e.id).collect() })
+}
+
+/// The requests of `store`'s journal `set` may lack, read before anything is written: an
+/// unreadable entry refuses the restore.
+async fn missing(store: &BackupStore, set: &BackupSet) -> Result<Vec<JournalEntry>> {
+    let journal = store.journal().await?;
+    Ok(journal.into_iter().filter(|e| e.missing_from(set)).collect())
 }

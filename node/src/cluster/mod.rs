@@ -4,6 +4,7 @@
 
 mod autosplit;
 pub mod backup;
+pub mod backup_registry;
 pub mod deletions;
 pub mod hashspace;
 mod intents;

@@ -15,12 +15,13 @@
 
 use std::path::{Path, PathBuf};
 
+use ebb_backup::journal::JournalEntry;
 use ebb_backup::transfer::{download_part, private_dir, sibling};
-use ebb_backup::{BackupError, BackupSet, BackupStore, Progress};
+use ebb_backup::{BackupError, BackupSet, BackupStore, Progress, SetKind};
 use ebb_storage::Engine;
 use serde::{Deserialize, Serialize};
 
-use super::view::{MetaView, Settings, ShardInfo, ACCESS};
+use super::view::{MetaView, Settings, ShardInfo, ACCESS, BACKUP_DEST};
 use crate::error::{NodeError, Result};
 
 /// The plan's file in the restored data directory (removed once the cluster is created).
@@ -35,7 +36,8 @@ pub struct RestorePlan {
     pub settings: Settings,
     /// Its shards (the new cluster's first node holds each).
     pub shards: Vec<ShardInfo>,
-    /// Users, grants, tokens and open statements, as the metadata group stored them.
+    /// Users, grants, tokens, open statements and backup destinations, as the metadata group
+    /// stored them.
     pub records: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
@@ -50,6 +52,7 @@ fn source(e: impl std::error::Error + Send + Sync + 'static) -> BackupError {
 pub async fn prepare(
     store: &BackupStore,
     set: &BackupSet,
+    journal: &[JournalEntry],
     data_dir: &Path,
     progress: &Progress,
 ) -> Result<RestorePlan> {
@@ -88,6 +91,14 @@ pub async fn prepare(
                 private_dir(parent)?;
             }
             download_part(store, &set.id, part, &engine, progress).await?;
+            if !journal.is_empty() {
+                let (dir, entries) = (engine.clone(), journal.to_vec());
+                tokio::task::spawn_blocking(move || {
+                    crate::backup::purge::apply_journal(&dir, &entries, SetKind::Cluster).map(drop)
+                })
+                .await
+                .map_err(source)??;
+            }
         }
         let body = serde_json::to_vec_pretty(&plan).map_err(source)?;
         let plan_path = staging.join(PLAN_FILE);
@@ -118,7 +129,8 @@ fn read_plan_from(dir: &Path, set: String) -> std::result::Result<RestorePlan, B
     let hi: &[u8] = b"meta0";
     for item in engine.scan(lo..hi, None).map_err(source)? {
         let (k, v) = item.map_err(source)?;
-        if k.starts_with(ACCESS) || k.starts_with(INTENT) {
+        // The destinations too, so deletes issued on the new cluster reach the sets there.
+        if k.starts_with(ACCESS) || k.starts_with(INTENT) || k.starts_with(BACKUP_DEST) {
             records.push((k.to_vec(), v.to_vec()));
         }
     }

@@ -271,6 +271,15 @@ impl ebb_query::sql::shard::Shards for Router {
     async fn close_intent(&self, id: u64) -> Result<(), QueryError> {
         let mut b = ebb_storage::WriteBatch::new();
         super::view::close_intent(&mut b, id);
+        // A request that deletes stays recorded, in the same change, until every backup
+        // destination's journal has it (see `backup::MetaRegistry`).
+        if let Some(intent) = self.meta().view().intents.get(&id).filter(|i| i.deletes_data()) {
+            let request = super::view::JournaledRequest {
+                intent: intent.clone(),
+                completed_ms: ebb_query::now_ms(),
+            };
+            super::view::put_journaled(&mut b, &request);
+        }
         self.meta().change(b).await.map_err(|e| QueryError::Unavailable(e.to_string()))
     }
 

@@ -25,6 +25,11 @@ pub const ACCESS: &[u8] = b"meta/access/";
 /// Prefix of the intents of statements run on every shard (`meta/intent/` + request id
 /// big-endian; see `ebb_query::sql::shard::Intent`).
 const INTENT: &[u8] = b"meta/intent/";
+/// Prefix of the destinations the cluster's backups went to (`meta/backup/dest/` + URI).
+pub const BACKUP_DEST: &[u8] = b"meta/backup/dest/";
+/// Prefix of the delete requests completed on every shard on their way to every backup
+/// destination's deletion journal (`meta/backup/journal/` + request id big-endian).
+const BACKUP_JOURNAL: &[u8] = b"meta/backup/journal/";
 
 /// Cluster-wide settings, fixed when the cluster is created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -143,6 +148,21 @@ pub struct MetaView {
     pub access: Arc<AccessState>,
     /// Statements run on every shard that have not completed everywhere, by request id.
     pub intents: BTreeMap<u64, Intent>,
+    /// The destinations the cluster's backups went to (URIs, which hold no secrets).
+    pub backup_destinations: std::collections::BTreeSet<String>,
+    /// Delete requests completed on every shard that some destination's journal may lack,
+    /// by request id.
+    pub backup_journal: BTreeMap<u64, JournaledRequest>,
+}
+
+/// A delete request completed on every shard, waiting to reach every backup destination's
+/// deletion journal (see `cluster::backup::MetaRegistry`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournaledRequest {
+    /// The request, as its intent recorded it.
+    pub intent: Intent,
+    /// When it completed on every shard (the closing node's clock).
+    pub completed_ms: u64,
 }
 
 /// Errors decoding metadata records.
@@ -204,6 +224,16 @@ impl MetaView {
                         self.intents.remove(&id);
                     }
                 }
+                BatchOp::Delete { key } if key.starts_with(BACKUP_JOURNAL) => {
+                    let id = key[BACKUP_JOURNAL.len()..].try_into().ok().map(u64::from_be_bytes);
+                    if let Some(id) = id {
+                        self.backup_journal.remove(&id);
+                    }
+                }
+                BatchOp::Delete { key } if key.starts_with(BACKUP_DEST) => {
+                    let uri = String::from_utf8_lossy(&key[BACKUP_DEST.len()..]);
+                    self.backup_destinations.remove(uri.as_ref());
+                }
                 BatchOp::Delete { key } if key.starts_with(ACCESS) => {
                     self.access_op(AccessOp::Delete { key: key[ACCESS.len()..].to_vec() })?
                 }
@@ -241,6 +271,14 @@ impl MetaView {
         } else if key.starts_with(INTENT) {
             let i: Intent = serde_json::from_slice(value).map_err(|e| err(e.to_string()))?;
             self.intents.insert(i.id, i);
+        } else if key.starts_with(BACKUP_DEST) {
+            let uri =
+                std::str::from_utf8(&key[BACKUP_DEST.len()..]).map_err(|e| err(e.to_string()))?;
+            self.backup_destinations.insert(uri.to_string());
+        } else if key.starts_with(BACKUP_JOURNAL) {
+            let r: JournaledRequest =
+                serde_json::from_slice(value).map_err(|e| err(e.to_string()))?;
+            self.backup_journal.insert(r.intent.id, r);
         } else if key.starts_with(ACCESS) {
             let op = AccessOp::Put { key: key[ACCESS.len()..].to_vec(), value: value.to_vec() };
             self.access_op(op)?;
@@ -296,10 +334,31 @@ pub fn close_intent(batch: &mut WriteBatch, id: u64) {
     batch.delete(id_key(INTENT, id));
 }
 
-/// True if every operation of `batch` is on an access record or an intent (what a node may
-/// ask the metadata leader to write for it).
+/// Adds the record of backup destination `uri` to `batch`.
+pub fn put_backup_destination(batch: &mut WriteBatch, uri: &str) {
+    batch.put([BACKUP_DEST, uri.as_bytes()].concat(), b"{}".to_vec());
+}
+
+/// Adds `request` to the requests on their way to every backup destination.
+pub fn put_journaled(batch: &mut WriteBatch, request: &JournaledRequest) {
+    let key = id_key(BACKUP_JOURNAL, request.intent.id);
+    batch.put(key, serde_json::to_vec(request).unwrap_or_default());
+}
+
+/// Adds the removal of request `id` (every destination's journal has it) to `batch`.
+pub fn remove_journaled(batch: &mut WriteBatch, id: u64) {
+    batch.delete(id_key(BACKUP_JOURNAL, id));
+}
+
+/// True if every operation of `batch` is on an access record, an intent or a backup record
+/// (what a node may ask the metadata leader to write for it).
 pub fn forwardable(batch: &WriteBatch) -> bool {
-    let ours = |k: &[u8]| k.starts_with(ACCESS) || k.starts_with(INTENT);
+    let ours = |k: &[u8]| {
+        k.starts_with(ACCESS)
+            || k.starts_with(INTENT)
+            || k.starts_with(BACKUP_DEST)
+            || k.starts_with(BACKUP_JOURNAL)
+    };
     batch.ops().iter().all(|op| match op {
         BatchOp::Put { key, .. } | BatchOp::Delete { key } => ours(key),
         BatchOp::DeleteRange { lo, hi } => lo.starts_with(ACCESS) && hi.starts_with(ACCESS),

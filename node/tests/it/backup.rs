@@ -673,3 +673,150 @@ fn lines_for(from: i64, to: i64) -> String {
     }
     s
 }
+
+/// Waits until each of `shards` shards has a leader and replicas on `replicas` nodes.
+async fn placed(admin: &As<'_>, shards: u64, replicas: usize) {
+    let commas = replicas - 1;
+    let settled = std::time::Instant::now();
+    loop {
+        let (s, b) = admin.sql(&format!(
+            "SELECT count(*) AS c FROM system.shards WHERE leader IS NOT NULL AND NOT moving \
+             AND length(replicas) - length(replace(replicas, ',', '')) = {commas}"
+        ));
+        if s == 200 && b.contains(&format!("\"c\":{shards}")) {
+            return;
+        }
+        assert!(settled.elapsed().as_secs() < 60, "placement never settled: {b}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_erase_reaches_a_clusters_sets_and_its_restores() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().expect("tempdir")).collect();
+    let dest_dir = tempfile::tempdir().expect("tempdir");
+    let dest = dest_dir.path().join("backups");
+    let config = |d: &Path| ebb_node::config::Config { shards: 2, replication: 3, ..secured(d) };
+    let servers = crate::common::start_cluster(&dirs, config).await;
+    let hs: Vec<Http> = servers.iter().map(|s| Http::new(s.http_addr)).collect();
+    let admin = |i: usize| As { http: &hs[i], auth: basic("admin", ADMIN_PW) };
+    placed(&admin(0), 2, 3).await;
+    write_users(&admin(0), &["alice", "bob"], 0, 100);
+    let first = backup(&admin(1), &dest);
+    write_users(&admin(0), &["alice", "bob"], 100, 200);
+    let second = backup(&admin(2), &dest);
+    let (id1, id2) = (first["id"].as_str().expect("id"), second["id"].as_str().expect("id"));
+    let marker = b"secret-alice-";
+    assert!(!objects_with(&dest, marker).await.is_empty(), "the check sees the markers");
+
+    // Another backup holds the destination: the journal gets the erasure, no purge runs yet.
+    let at = ebb_backup::Destination::parse(dest.to_str().expect("utf-8")).expect("uri");
+    let store =
+        ebb_backup::BackupStore::open(&at, ebb_backup::Throttle::none()).await.expect("open");
+    let other = store.lock(ebb_backup::LockKind::Shared, "elsewhere").await.expect("lock");
+    // Issued on a node that ran neither backup: the destination is known cluster-wide.
+    let erased: serde_json::Value =
+        serde_json::from_str(&admin(0).ok("ERASE WHERE user = 'alice'")).expect("json");
+    let erasure = erased[0]["erasure_id"].as_u64().expect("an erasure id");
+    until_async(60, "the erasure in the destination's journal, complete", || async {
+        let j = store.journal().await.expect("journal");
+        j.iter().any(|e| e.id == erasure && e.completed_ms.is_some())
+    })
+    .await;
+    assert_eq!(set_at(&dest, id1).await.generation, 1, "no purge ran under the lock");
+    let copies = |i: usize| -> Vec<(String, String)> {
+        let rows: serde_json::Value = serde_json::from_str(&admin(i).ok(&format!(
+            "SELECT DISTINCT copy, replica_status FROM system.deletions WHERE id = {erasure} \
+             AND copy <> 'replica' ORDER BY copy"
+        )))
+        .expect("json");
+        let row = |r: &serde_json::Value| {
+            (
+                r["copy"].as_str().expect("copy").to_string(),
+                r["replica_status"].as_str().expect("status").to_string(),
+            )
+        };
+        rows.as_array().expect("rows").iter().map(row).collect()
+    };
+    let pending = copies(1);
+    let sets = [format!("backup {id1}"), format!("backup {id2}")];
+    assert_eq!(pending.iter().map(|c| c.0.clone()).collect::<Vec<_>>(), sets, "{pending:?}");
+    assert!(pending.iter().all(|(_, s)| s == "pending"), "{pending:?}");
+
+    // The older set restored before its purge: the journal is applied to every shard's part.
+    let restored_dir = tempfile::tempdir().expect("tempdir");
+    let r1 = restored_dir.path().join("data");
+    let restored = ebb_node::backup::restore::restore(
+        dest.to_str().expect("utf-8"),
+        Some(id1),
+        &r1,
+        None,
+        &ebb_backup::Progress::default(),
+    )
+    .await
+    .expect("restore");
+    assert_eq!(restored.journal_applied, [erasure]);
+    assert_eq!(crate::cluster_erasure::files_with(&r1, marker), Vec::<String>::new());
+    {
+        let s = Server::start(&ebb_node::config::Config { cluster: true, ..config(&r1) })
+            .await
+            .expect("start the restored cluster");
+        let h = Http::new(s.http_addr);
+        let a = As { http: &h, auth: basic("admin", ADMIN_PW) };
+        placed(&a, 2, 1).await;
+        let per_user =
+            |u: &str| count(&a, &format!("SELECT count(*) AS c FROM temp WHERE user = '{u}'"));
+        assert_eq!((per_user("alice"), per_user("bob")), (0, 100));
+        s.shutdown().await.expect("shutdown");
+    }
+
+    // Once the destination is free, the metadata leader purges both sets.
+    store.unlock(&other).await;
+    until_async(180, "both sets purged", || async {
+        let (a, b) = (set_at(&dest, id1).await, set_at(&dest, id2).await);
+        a.purged(erasure) && b.purged(erasure)
+    })
+    .await;
+    assert_eq!(objects_with(&dest, marker).await, Vec::<String>::new());
+    until_async(60, "the journal entry removed", || async {
+        store.journal().await.expect("journal").is_empty()
+    })
+    .await;
+    let persisted = copies(2);
+    assert_eq!(persisted.iter().map(|c| c.0.clone()).collect::<Vec<_>>(), sets);
+    assert!(persisted.iter().all(|(_, s)| s == "persisted"), "{persisted:?}");
+    for id in [id1, id2] {
+        let s = set_at(&dest, id).await;
+        assert_eq!(s.generation, 2, "{id}");
+        assert!(s.meta.is_some(), "the metadata part is kept");
+        let bad = store.verify(&s, &ebb_backup::Progress::default()).await.expect("verify");
+        assert!(bad.is_empty(), "{bad:?}");
+    }
+    // A purged set still restores into a cluster holding the rows not erased.
+    let r2 = restored_dir.path().join("data2");
+    let again = ebb_node::backup::restore::restore(
+        dest.to_str().expect("utf-8"),
+        Some(id2),
+        &r2,
+        None,
+        &ebb_backup::Progress::default(),
+    )
+    .await
+    .expect("restore the purged set");
+    assert!(again.journal_applied.is_empty(), "{:?}", again.journal_applied);
+    {
+        let s = Server::start(&ebb_node::config::Config { cluster: true, ..config(&r2) })
+            .await
+            .expect("start the restored cluster");
+        let h = Http::new(s.http_addr);
+        let a = As { http: &h, auth: basic("admin", ADMIN_PW) };
+        placed(&a, 2, 1).await;
+        let per_user =
+            |u: &str| count(&a, &format!("SELECT count(*) AS c FROM temp WHERE user = '{u}'"));
+        assert_eq!((per_user("alice"), per_user("bob")), (0, 200));
+        s.shutdown().await.expect("shutdown");
+    }
+    for s in servers {
+        s.shutdown().await.expect("shutdown");
+    }
+}

@@ -88,6 +88,12 @@ impl Intent {
     pub fn deletes(&self) -> bool {
         matches!(self.kind.as_str(), "delete" | "erase" | "DROP TABLE")
     }
+
+    /// True if the change removes data (what every backup set must be reached by): the typed
+    /// op decides; an intent of an older build, without one, by its kind.
+    pub fn deletes_data(&self) -> bool {
+        self.op.as_ref().map_or_else(|| self.deletes(), ShardOp::deletes)
+    }
 }
 
 /// How one shard answered an intent.

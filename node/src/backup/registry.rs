@@ -1,0 +1,129 @@
+//! Where a server keeps what its backups must remember between runs: the destinations it
+//! backed up to, and the delete requests on their way to every destination's deletion journal.
+//!
+//! A single node keeps both in its data directory ([`LocalRegistry`]: a list of URIs and the
+//! synced outbox of [`super::journal`]). A cluster keeps both in its metadata group
+//! (`cluster::backup::MetaRegistry`), so every node knows every destination, an open intent
+//! is already the durable record of a request before any shard applies it, and the metadata
+//! leader, whichever node it is, carries requests to every destination and purges the sets.
+
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use ebb_backup::journal::JournalEntry;
+use ebb_backup::BackupError;
+use ebb_query::sql::shard::Intent;
+
+use super::journal::Outbox;
+
+/// The destinations and the requests on their way to them.
+#[async_trait]
+pub trait Registry: Send + Sync + std::fmt::Debug {
+    /// The destinations backed up to, as their URIs (which hold no secrets).
+    fn destinations(&self) -> Vec<String>;
+    /// Remembers destination `uri` (before a backup to it takes any part).
+    async fn remember(&self, uri: &str) -> Result<(), BackupError>;
+    /// Records `intent`, a request that deletes, before any shard applies it.
+    async fn journal(&self, intent: &Intent) -> Result<(), BackupError>;
+    /// Records that request `id` completed on every shard.
+    async fn journal_done(&self, id: u64);
+    /// The requests some destination's journal may lack, oldest first (complete or not).
+    fn entries(&self) -> Vec<JournalEntry>;
+    /// Forgets requests `ids`, complete and in every destination's journal.
+    async fn forget(&self, ids: &[u64]);
+    /// True if this server carries the requests to the destinations and purges their sets
+    /// (in a cluster, only the metadata leader does).
+    fn drives(&self) -> bool {
+        true
+    }
+    /// Resolves when the requests or destinations may have changed elsewhere (another node
+    /// journaled or completed a request); never, where only this server changes them.
+    async fn changed(&self) {
+        std::future::pending::<()>().await
+    }
+}
+
+/// A single node's registry, under `<data dir>/backup`.
+#[derive(Debug)]
+pub struct LocalRegistry {
+    dir: PathBuf,
+    outbox: Outbox,
+}
+
+impl LocalRegistry {
+    /// The registry in `backup_dir`. A request journaled by a run of the server that stopped
+    /// before it completed is taken as complete now: it may have reached the shards, and a
+    /// set must not keep what it may have deleted.
+    pub fn new(backup_dir: &Path) -> LocalRegistry {
+        let outbox = Outbox::new(backup_dir);
+        for mut e in outbox.entries().into_iter().filter(|e| e.completed_ms.is_none()) {
+            e.completed_ms = Some(ebb_query::now_ms());
+            match outbox.put(&e) {
+                Ok(()) => tracing::info!(request = e.id, "a journaled request of an earlier run"),
+                Err(err) => tracing::warn!(request = e.id, error = %err, "completing a request"),
+            }
+        }
+        LocalRegistry { dir: backup_dir.to_path_buf(), outbox }
+    }
+
+    fn destinations_file(&self) -> PathBuf {
+        self.dir.join("destinations")
+    }
+}
+
+fn task(e: tokio::task::JoinError) -> BackupError {
+    BackupError::Source(Box::new(e))
+}
+
+#[async_trait]
+impl Registry for LocalRegistry {
+    fn destinations(&self) -> Vec<String> {
+        std::fs::read_to_string(self.destinations_file())
+            .map(|t| t.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+
+    async fn remember(&self, uri: &str) -> Result<(), BackupError> {
+        let mut all = self.destinations();
+        if all.iter().any(|d| d == uri) {
+            return Ok(());
+        }
+        all.push(uri.to_string());
+        let path = self.destinations_file();
+        ebb_backup::transfer::private_dir(&self.dir)?;
+        let body = all.join("\n") + "\n";
+        let p = path.clone();
+        tokio::task::spawn_blocking(move || {
+            ebb_raft::sm::snapshot::write_atomic(&p, body.as_bytes())
+        })
+        .await
+        .map_err(task)?
+        .map_err(|e| BackupError::Source(Box::new(e)))
+    }
+
+    async fn journal(&self, intent: &Intent) -> Result<(), BackupError> {
+        // Written whether or not a destination is known yet: a backup to a new destination
+        // may take its parts before this request applies, and learns of it from the outbox.
+        let entry = Outbox::entry(intent)?;
+        let outbox = Outbox::new(&self.dir);
+        tokio::task::spawn_blocking(move || outbox.put(&entry)).await.map_err(task)?
+    }
+
+    async fn journal_done(&self, id: u64) {
+        let Some(mut entry) = self.outbox.get(id) else { return };
+        entry.completed_ms = Some(ebb_query::now_ms());
+        if let Err(e) = self.outbox.put(&entry) {
+            tracing::warn!(request = id, error = %e, "recording a journaled request as done");
+        }
+    }
+
+    fn entries(&self) -> Vec<JournalEntry> {
+        self.outbox.entries()
+    }
+
+    async fn forget(&self, ids: &[u64]) {
+        for &id in ids {
+            self.outbox.remove(id);
+        }
+    }
+}
