@@ -94,7 +94,8 @@ impl Server {
             &config.data_dir,
             config.scaling.backup_rate,
         ));
-        let shards = ebb_query::sql::shard::LocalShards::new(db.clone()).with_backups(backups);
+        let shards =
+            ebb_query::sql::shard::LocalShards::new(db.clone()).with_backups(backups.clone());
         let target = Target { shards: Arc::new(shards), access: db.clone() };
         let door = FrontDoor::with_limits(target, config.limits)
             .map_err(|e| NodeError::Config(format!("query runtime: {e}")))?;
@@ -119,6 +120,7 @@ impl Server {
             clients,
             &door,
             Serving::Node(db.clone()),
+            backups,
             health.clone(),
             &metrics,
             config,
@@ -204,12 +206,13 @@ impl Server {
         };
         let node =
             ClusterNode::start(&cc, grpc, Arc::new(ebb_raft::transport::Faults::new())).await?;
-        node.router.set_backups(Arc::new(crate::backup::BackupService::new(
+        let backups = Arc::new(crate::backup::BackupService::new(
             Arc::new(crate::cluster::backup::ClusterParts::new(&node.router)),
             Arc::new(crate::cluster::backup_registry::MetaRegistry::new(&node.router)),
             &config.data_dir,
             config.scaling.backup_rate,
-        )));
+        ));
+        node.router.set_backups(backups.clone());
         let target = Target { shards: node.router.clone(), access: node.meta.clone() };
         let door = match FrontDoor::with_limits(target, config.limits) {
             Ok(d) => d,
@@ -228,6 +231,7 @@ impl Server {
             clients,
             &door,
             Serving::Cluster(node.router.clone()),
+            backups,
             node.router.health().clone(),
             &metrics,
             config,
@@ -368,6 +372,7 @@ fn serve_clients(
     clients: Listeners,
     door: &Arc<FrontDoor>,
     serving: Serving,
+    backups: Arc<crate::backup::BackupService>,
     health: Arc<crate::health::Health>,
     metrics: &Arc<Metrics>,
     config: &Config,
@@ -380,6 +385,7 @@ fn serve_clients(
         metrics: metrics.clone(),
         max_body_bytes: config.max_body_bytes,
         health,
+        backups,
     });
     let Listeners { http, pg, flight } = clients;
     let mut tasks = Vec::new();

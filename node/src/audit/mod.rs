@@ -7,8 +7,9 @@
 //! deletes cover, and to say what it read and what it found. It also accounts for every byte of
 //! every file in the replica's directories (the engine's and, in a cluster, the Raft log's):
 //! each run of bytes is referenced by a live structure and verified, or zero; any other run is
-//! reported with its file and offset. Zero found and nothing unaccounted on every replica, and
-//! at least one replica that knows the request, is the pass.
+//! reported with its file and offset. Each part of each backup set is scanned the same way
+//! (see `backup::BackupService::audit`). Zero found and nothing unaccounted on every replica
+//! and every set, and at least one copy that knows the request, is the pass.
 
 pub mod report;
 
@@ -74,6 +75,10 @@ pub struct ReplicaReport {
     /// Byte runs no live structure references and that are not zero.
     #[serde(default)]
     pub unaccounted: Vec<Unaccounted>,
+    /// The copy scanned when it is not a replica: `backup <set id>` (the part of shard
+    /// `shard` of that set, downloaded and checked object by object).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy: Option<String>,
 }
 
 /// A run of bytes on disk nothing accounts for.
@@ -101,6 +106,7 @@ impl ReplicaReport {
             files_accounted: 0,
             bytes_accounted: 0,
             unaccounted: vec![],
+            copy: None,
         }
     }
 

@@ -14,6 +14,7 @@
 //! [`registry::Registry`]: in the data directory of a single node, in the metadata group of a
 //! cluster. `system.backups` lists their sets after a restart.
 
+pub mod audit;
 pub mod journal;
 pub mod local;
 pub mod purge;
@@ -194,6 +195,20 @@ impl BackupService {
         BackupService { service }
     }
 
+    /// Scans every part of every set at every destination for values request `id` covers
+    /// (see [`audit`]): one report per part.
+    pub async fn audit(&self, id: u64) -> Vec<crate::audit::ReplicaReport> {
+        let scratch = ebb_backup::lock::unique_holder("audit");
+        let work = self.service.dir.join("audit").join(scratch);
+        let mut out = Vec::new();
+        let waiting = self.service.registry.entries().into_iter().find(|e| e.id == id);
+        for uri in self.service.registry.destinations() {
+            out.extend(audit::audit_destination(&uri, id, waiting.as_ref(), &work).await);
+        }
+        let _ = tokio::fs::remove_dir_all(&work).await;
+        out
+    }
+
     /// Flushes the journal to every destination and applies it to every set now (what the
     /// purger does in the background): for tests and tools.
     pub async fn purge_now(&self) -> Vec<(String, Result<purge::PurgeReport, BackupError>)> {
@@ -244,6 +259,7 @@ impl Service {
         let _ = std::fs::remove_dir_all(dir.join("staging"));
         // A purge cut short leaves a copy of a set's data from before its deletes.
         let _ = std::fs::remove_dir_all(purge::work_dir(&dir));
+        let _ = std::fs::remove_dir_all(dir.join("audit"));
         if let Ok(text) = std::fs::read_to_string(dir.join("running")) {
             let running = dir.join("running");
             tokio::spawn(async move {

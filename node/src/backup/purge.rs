@@ -49,11 +49,7 @@ pub fn apply_journal(
     entries: &[JournalEntry],
     kind: SetKind,
 ) -> Result<Database, BackupError> {
-    let opts = match kind {
-        SetKind::Node => ebb_storage::Options::default(),
-        _ => ebb_storage::Options { wal: false, ..Default::default() },
-    };
-    let db = Database::open(dir, opts).map_err(source)?;
+    let db = Database::open(dir, part_options(kind)).map_err(source)?;
     for e in entries {
         let intent = intent_of(e)?;
         let Some(op) = &intent.op else {
@@ -76,6 +72,14 @@ pub fn apply_journal(
     engine.compact_range(None, None).map_err(source)?;
     engine.wait_for_background().map_err(source)?;
     Ok(db)
+}
+
+/// The engine options a part of a set of `kind` is opened with (see [`apply_journal`]).
+pub fn part_options(kind: SetKind) -> ebb_storage::Options {
+    match kind {
+        SetKind::Node => ebb_storage::Options::default(),
+        _ => ebb_storage::Options { wal: false, ..Default::default() },
+    }
 }
 
 /// The requests of `journal` set `set` may lack.

@@ -87,7 +87,10 @@ pub fn verify(base: &str, id: u64, json: bool) -> Result<(String, bool)> {
                 r.unaccounted.len()
             ),
         };
-        o.push_str(&format!("  shard {} node {}: {what}\n", r.shard, r.node));
+        match &r.copy {
+            Some(copy) => o.push_str(&format!("  {copy} shard {}: {what}\n", r.shard)),
+            None => o.push_str(&format!("  shard {} node {}: {what}\n", r.shard, r.node)),
+        }
         for u in r.unaccounted.iter().take(20) {
             o.push_str(&format!(
                 "    UNACCOUNTED {} {}: {} bytes at offset {}\n",
@@ -106,13 +109,14 @@ pub fn verify(base: &str, id: u64, json: bool) -> Result<(String, bool)> {
     }
     let unaccounted: usize = v.replicas.iter().map(|r| r.unaccounted.len()).sum();
     o.push_str(&format!(
-        "{}: {} files, {} bytes, {} entries scanned on {} replica(s); {} deleted values found; \
-         {unaccounted} unaccounted byte runs\n",
+        "{}: {} files, {} bytes, {} entries scanned on {} replica(s) and {} backup part(s); \
+         {} deleted values found; {unaccounted} unaccounted byte runs\n",
         if v.pass { "PASS" } else { "FAIL" },
         v.sources_scanned,
         v.bytes_scanned,
         v.entries_scanned,
-        v.replicas.len(),
+        v.replicas.iter().filter(|r| r.copy.is_none()).count(),
+        v.replicas.iter().filter(|r| r.copy.is_some()).count(),
         v.found
     ));
     Ok((o, v.pass))

@@ -184,6 +184,7 @@ fn report_from_proto(r: proto::ReplicaAudit) -> ReplicaReport {
             .into_iter()
             .map(|u| Unaccounted { kind: u.kind, file: u.file, offset: u.offset, len: u.len })
             .collect(),
+        copy: None,
     }
 }
 

@@ -50,6 +50,9 @@ pub(super) async fn audit_verify(State(state): State<AppState>, caller: Caller) 
         }
         Serving::Cluster(router) => crate::cluster::deletions::verify(router, q.id).await,
     };
+    let mut copies = report.replicas;
+    copies.extend(state.backups.audit(q.id).await);
+    let report = crate::audit::VerifyReport::new(q.id, copies);
     axum::Json(report).into_response()
 }
 

@@ -53,6 +53,8 @@ pub struct AppState {
     pub max_body_bytes: usize,
     /// The node's readiness, for `/ready`.
     pub health: Arc<crate::health::Health>,
+    /// Its backups (whose sets `ebb audit verify` scans too).
+    pub backups: Arc<crate::backup::BackupService>,
 }
 
 /// What a node serves: its own database, or its part of a cluster.

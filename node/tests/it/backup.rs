@@ -428,6 +428,12 @@ async fn an_erase_reaches_every_set_and_every_restore() {
     assert_eq!(pending.len(), 2, "{pending:?}");
     assert_eq!(pending[0].0, format!("backup {id1}"), "{pending:?}");
     assert!(pending.iter().all(|(_, s)| s == "pending"), "{pending:?}");
+    // The audit fails while a set still holds what the erasure covers.
+    let v = admin.verify(erasure);
+    assert!(!v.pass, "{v:?}");
+    let waiting: Vec<_> = v.replicas.iter().filter(|r| r.copy.is_some()).collect();
+    assert_eq!(waiting.len(), 2, "{v:?}");
+    assert!(waiting.iter().all(|r| r.error.as_deref().is_some_and(|e| e.contains("not reached"))));
 
     // Restoring the older set before its purge ran: the journal is applied first.
     let r1 = tmp.path().join("r1");
@@ -464,14 +470,15 @@ async fn an_erase_reaches_every_set_and_every_restore() {
         a.purged(erasure) && b.purged(erasure)
     })
     .await;
-    assert_eq!(objects_with(&dest, marker).await, Vec::<String>::new());
-    let persisted = copies(&admin);
-    assert_eq!(persisted.len(), 2, "{persisted:?}");
-    assert!(persisted.iter().all(|(_, s)| s == "persisted"), "{persisted:?}");
+    // The entry goes after the purge swept the objects no set names.
     until_async(30, "the journal entry removed", || async {
         store.journal().await.expect("journal").is_empty()
     })
     .await;
+    assert_eq!(objects_with(&dest, marker).await, Vec::<String>::new());
+    let persisted = copies(&admin);
+    assert_eq!(persisted.len(), 2, "{persisted:?}");
+    assert!(persisted.iter().all(|(_, s)| s == "persisted"), "{persisted:?}");
     let mut named = std::collections::HashSet::new();
     for id in [id1, id2] {
         let s = set_at(&dest, id).await;
@@ -486,6 +493,16 @@ async fn an_erase_reaches_every_set_and_every_restore() {
     let left: std::collections::HashSet<String> =
         store.object_sizes().await.expect("objects").into_keys().collect();
     assert_eq!(left, named, "the objects that held the erased values are gone");
+    // The audit scans every set as it scans the replica: every byte accounted for, no value.
+    // (The replica itself compacts the erased rows away by the erasure's deadline.)
+    let v = admin.verify(erasure);
+    let sets: Vec<_> = v.replicas.iter().filter(|r| r.copy.is_some()).collect();
+    assert_eq!(sets.len(), 2, "{v:?}");
+    for r in sets {
+        assert!(r.holds_request && r.error.is_none() && r.found() == 0, "{r:?}");
+        assert!(r.files_accounted > 0 && r.unaccounted.is_empty(), "{r:?}");
+        assert!(r.sources.iter().any(|s| s.kind.contains("sst")), "{r:?}");
+    }
     server.shutdown().await.expect("shutdown");
 }
 
@@ -777,11 +794,23 @@ async fn an_erase_reaches_a_clusters_sets_and_its_restores() {
         a.purged(erasure) && b.purged(erasure)
     })
     .await;
-    assert_eq!(objects_with(&dest, marker).await, Vec::<String>::new());
+    // The entry goes after the purge swept the objects no set names.
     until_async(60, "the journal entry removed", || async {
         store.journal().await.expect("journal").is_empty()
     })
     .await;
+    assert_eq!(objects_with(&dest, marker).await, Vec::<String>::new());
+    let v = admin(1).verify(erasure);
+    let scanned: Vec<_> = v.replicas.iter().filter(|r| r.copy.is_some()).collect();
+    assert_eq!(scanned.len(), 4, "two sets of two shards: {v:?}");
+    for r in &scanned {
+        assert!(r.error.is_none() && r.found() == 0 && r.unaccounted.is_empty(), "{r:?}");
+    }
+    for id in [id1, id2] {
+        let copy = format!("backup {id}");
+        let held = scanned.iter().filter(|r| r.copy.as_deref() == Some(&copy) && r.holds_request);
+        assert!(held.count() > 0, "a part of {id} holds alice's rows: {v:?}");
+    }
     let persisted = copies(2);
     assert_eq!(persisted.iter().map(|c| c.0.clone()).collect::<Vec<_>>(), sets);
     assert!(persisted.iter().all(|(_, s)| s == "persisted"), "{persisted:?}");

@@ -189,6 +189,22 @@ impl As<'_> {
     pub fn write(&self, lines: &str) -> (u16, String) {
         self.http.post_with("/write?db=public", lines.as_bytes(), &[("Authorization", &self.auth)])
     }
+
+    /// GETs `path`: the status and the body.
+    pub fn get(&self, path: &str) -> (u16, String) {
+        let url = format!("{}{path}", self.http.base);
+        let mut resp =
+            self.http.agent.get(&url).header("Authorization", &self.auth).call().expect("request");
+        let status = resp.status().as_u16();
+        (status, resp.body_mut().read_to_string().unwrap_or_default())
+    }
+
+    /// `ebb audit verify`'s report of request `id`.
+    pub fn verify(&self, id: u64) -> ebb_node::audit::VerifyReport {
+        let (s, b) = self.get(&format!("/v1/audit/verify?id={id}"));
+        assert_eq!(s, 200, "{b}");
+        serde_json::from_str(&b).expect("a verification")
+    }
 }
 
 /// Memory in use by this process (servers of the tests run in it), in bytes.
