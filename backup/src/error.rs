@@ -79,6 +79,24 @@ pub enum BackupError {
     /// (see [`crate::lock`]); try again once it finished.
     #[error("the backup destination is busy: {0}")]
     Busy(String),
+    /// An encrypted set's key is not where EbbDB keeps keys: it was destroyed with the set
+    /// (the set was pruned or purged), or the key directory given is not the server's.
+    #[error("backup {set} is encrypted and its key {key} is not in {}", dir.display())]
+    NoKey {
+        /// The set.
+        set: String,
+        /// The key's id.
+        key: String,
+        /// Where it was looked for.
+        dir: PathBuf,
+    },
+    /// Encrypted content did not decrypt: the wrong key, or content changed after it was
+    /// sealed.
+    #[error("{what} does not decrypt with its key (the wrong key, or changed content)")]
+    Decrypt {
+        /// What was being decrypted.
+        what: String,
+    },
     /// The restore target is not empty.
     #[error("{}: the restore target already exists; give a new directory", .0.display())]
     TargetExists(PathBuf),

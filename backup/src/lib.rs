@@ -8,10 +8,15 @@
 //! new. Every object is checked against its hash whenever it is read (restore, verify), and a
 //! set's manifest carries its own checksum ([`set`]).
 //!
+//! A set may be encrypted ([`crypto`]): each object with a key of its own, the objects' keys
+//! sealed in the manifest with the set's key, which EbbDB keeps outside the store
+//! ([`crypto::KeyDir`]) and destroys with the set.
+//!
 //! This crate knows nothing of engines or clusters: the server takes the checkpoints, names
 //! the parts and applies deletions to sets; here are the store, the manifests, the transfers,
 //! the throttle and pruning.
 
+pub mod crypto;
 pub mod error;
 pub mod journal;
 pub mod lock;

@@ -124,6 +124,10 @@ pub struct BackupSet {
     /// [`crate::journal`]).
     #[serde(default)]
     pub purged: Vec<Purged>,
+    /// For an encrypted set: its objects' keys, sealed with the set's key (see
+    /// [`crate::crypto`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<crate::crypto::SetEncryption>,
 }
 
 /// A delete request a purge applied to a set.
@@ -347,6 +351,7 @@ mod tests {
             }],
             purged: vec![],
             meta: None,
+            encryption: None,
         }
     }
 

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncReadExt;
 
+use crate::crypto::{Key, ObjectKey, ObjectKeys};
 use crate::error::{AtPath, BackupError, Result};
 use crate::lock::Lock;
 use crate::progress::Progress;
@@ -145,9 +146,89 @@ pub struct PartSource<'a> {
     pub applied: Option<LogPosition>,
 }
 
+/// What the upload of an encrypted set's parts knows and learns of object keys.
+#[derive(Debug, Default)]
+pub struct Encrypting {
+    /// Objects sealed before (by the sets whose keys were learnt, or by this upload), by the
+    /// hash of the file each holds: the object and its key.
+    by_plain: HashMap<String, (ObjectRef, ObjectKey)>,
+    /// The keys of the objects the set names so far.
+    pub used: ObjectKeys,
+}
+
+impl Encrypting {
+    /// Learns the objects of a live set whose keys are `keys`, so a file one of them holds is
+    /// not sealed and copied again.
+    pub fn learn(&mut self, keys: &ObjectKeys) {
+        for (hash, k) in &keys.objects {
+            let object =
+                ObjectRef { hash: hash.clone(), len: crate::crypto::sealed_len(k.plain.len) };
+            self.by_plain.insert(k.plain.hash.clone(), (object, k.clone()));
+        }
+    }
+
+    /// The object holding `plain` (sealed with a new key and uploaded unless one already at
+    /// the store holds it), and whether it was copied. `body` is the file's content if read.
+    async fn object(
+        &mut self,
+        store: &BackupStore,
+        path: &Path,
+        plain: &ObjectRef,
+        body: Option<Vec<u8>>,
+        stored: &mut HashMap<String, u64>,
+    ) -> Result<(ObjectRef, bool)> {
+        if let Some((object, key)) = self.by_plain.get(&plain.hash) {
+            if stored.get(&object.hash) == Some(&object.len) {
+                self.used.objects.insert(object.hash.clone(), key.clone());
+                return Ok((object.clone(), false));
+            }
+        }
+        let key = Key::random()?;
+        let body = match body {
+            Some(b) => Some(b),
+            None if plain.len <= READ_WHOLE => Some(tokio::fs::read(path).await.at(path)?),
+            None => None,
+        };
+        let object = match body {
+            Some(body) => {
+                let k = key.clone();
+                let sealed = tokio::task::spawn_blocking(move || crate::crypto::seal(&k, &body))
+                    .await
+                    .map_err(|e| BackupError::Source(Box::new(e)))??;
+                let object = ObjectRef {
+                    hash: blake3::hash(&sealed).to_hex().to_string(),
+                    len: sealed.len() as u64,
+                };
+                store.put_bytes(&object, sealed).await?;
+                object
+            }
+            None => {
+                let tmp = sibling(path, "sealed");
+                let (k, src, dst) = (key.clone(), path.to_path_buf(), tmp.clone());
+                let sealed =
+                    tokio::task::spawn_blocking(move || crate::crypto::seal_file(&k, &src, &dst))
+                        .await
+                        .map_err(|e| BackupError::Source(Box::new(e)))?;
+                let put = match sealed {
+                    Ok(object) => store.put_file(&tmp, &object).await.map(|()| object),
+                    Err(e) => Err(e),
+                };
+                let _ = tokio::fs::remove_file(&tmp).await;
+                put?
+            }
+        };
+        let okey = ObjectKey { key: key.to_hex(), plain: plain.clone() };
+        self.by_plain.insert(plain.hash.clone(), (object.clone(), okey.clone()));
+        self.used.objects.insert(object.hash.clone(), okey);
+        stored.insert(object.hash.clone(), object.len);
+        Ok((object, true))
+    }
+}
+
 /// Backs up `src` into `store` under `lock` (renewed as it goes): each file's object is
 /// uploaded unless `stored` (the store's objects and their sizes, kept current here) already
-/// has it whole. Returns the part for the set's manifest.
+/// has it whole. With `encrypting`, each file is sealed with a key of its own (recorded in
+/// it) unless an object sealed before holds it. Returns the part for the set's manifest.
 pub async fn upload_part(
     store: &BackupStore,
     lock: &Lock,
@@ -155,6 +236,7 @@ pub async fn upload_part(
     stored: &mut HashMap<String, u64>,
     cache: &mut HashCache,
     progress: &Progress,
+    mut encrypting: Option<&mut Encrypting>,
 ) -> Result<Part> {
     let files = files_in(src.dir)?;
     let mut sizes = 0u64;
@@ -165,7 +247,14 @@ pub async fn upload_part(
     let mut entries = Vec::with_capacity(files.len());
     for (name, path) in files {
         store.keep(lock).await?;
-        let (object, body) = cache.hash(&path, store.throttle()).await?;
+        let (plain, body) = cache.hash(&path, store.throttle()).await?;
+        if let Some(enc) = encrypting.as_deref_mut() {
+            let (object, copy) = enc.object(store, &path, &plain, body, stored).await?;
+            progress.file_done(plain.len, copy);
+            entries.push(FileEntry { name, object });
+            continue;
+        }
+        let object = plain;
         // An object of the wrong size (cut short by a store that does not write atomically)
         // is replaced.
         let copy = stored.get(&object.hash) != Some(&object.len);
@@ -184,12 +273,15 @@ pub async fn upload_part(
 
 /// Writes `part` of set `set` into the new directory `dir`, checking every object; on any
 /// error nothing is left at `dir` (the files go to a sibling temporary directory first).
+/// An encrypted set's objects are opened with their keys, `keys` (and what each holds checked
+/// against the hash its key records).
 pub async fn download_part(
     store: &BackupStore,
     set: &str,
     part: &Part,
     dir: &Path,
     progress: &Progress,
+    keys: Option<&ObjectKeys>,
 ) -> Result<()> {
     if dir.exists() {
         return Err(BackupError::TargetExists(dir.to_path_buf()));
@@ -208,7 +300,34 @@ pub async fn download_part(
                     why: "the set names a file outside its part".into(),
                 });
             }
-            store.get_file(set, f, &tmp.join(&f.name)).await?;
+            let Some(keys) = keys else {
+                store.get_file(set, f, &tmp.join(&f.name)).await?;
+                progress.file_done(f.object.len, true);
+                continue;
+            };
+            let damaged = |why: &str| BackupError::Damaged {
+                set: set.to_string(),
+                file: f.name.clone(),
+                object: f.object.key().to_string(),
+                why: why.to_string(),
+            };
+            let k = keys
+                .objects
+                .get(&f.object.hash)
+                .ok_or_else(|| damaged("the set has no key for it"))?;
+            let sealed = tmp.join(format!(".{}.sealed", f.name));
+            store.get_file(set, f, &sealed).await?;
+            let (key, src, dst, what) =
+                (k.key()?, sealed.clone(), tmp.join(&f.name), f.object.key().to_string());
+            let opened = tokio::task::spawn_blocking(move || {
+                crate::crypto::open_file(&key, &src, &dst, &what)
+            })
+            .await
+            .map_err(|e| BackupError::Source(Box::new(e)))??;
+            let _ = tokio::fs::remove_file(&sealed).await;
+            if opened != k.plain {
+                return Err(damaged("what it holds does not match the hash its key records"));
+            }
             progress.file_done(f.object.len, true);
         }
         Ok(())

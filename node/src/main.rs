@@ -230,6 +230,10 @@ enum Command {
         /// Bytes a second to read at, e.g. 100MiB [default: unlimited].
         #[arg(long)]
         rate: Option<String>,
+        /// For an encrypted set: the key directory of the server that took it
+        /// (<data dir>/backup/keys); the restored server keeps a copy.
+        #[arg(long)]
+        key_dir: Option<PathBuf>,
         /// No progress on standard error.
         #[arg(long)]
         quiet: bool,
@@ -298,6 +302,10 @@ enum BackupCommand {
         /// server's environment or that file, never the URI).
         #[arg(long)]
         to: String,
+        /// Seal every object with a key of its own, the keys sealed with a key the server keeps
+        /// in <data dir>/backup/keys and destroys with the set (BACKUP TO ... ENCRYPTED).
+        #[arg(long)]
+        encrypt: bool,
         /// Print no progress.
         #[arg(long)]
         quiet: bool,
@@ -531,7 +539,7 @@ fn main() -> ExitCode {
             })
         }
         Command::Backup { command } => return backup_command(command),
-        Command::Restore { from, backup, data_dir, rate, quiet } => {
+        Command::Restore { from, backup, data_dir, rate, key_dir, quiet } => {
             let rate = match parse_rate(rate.as_deref()) {
                 Ok(r) => r,
                 Err(e) => return fail(e),
@@ -541,6 +549,7 @@ fn main() -> ExitCode {
                 backup.as_deref(),
                 &data_dir,
                 rate,
+                key_dir.as_deref(),
                 quiet,
             ))
             .map(|out| print!("{out}"))
@@ -660,8 +669,8 @@ fn fail(e: NodeError) -> ExitCode {
 fn backup_command(command: BackupCommand) -> ExitCode {
     use ebb_node::cli::backup;
     let result = match command {
-        BackupCommand::Create { to, quiet, url } => {
-            backup::create(&url, &to, quiet).map(|out| print!("{out}"))
+        BackupCommand::Create { to, encrypt, quiet, url } => {
+            backup::create(&url, &to, encrypt, quiet).map(|out| print!("{out}"))
         }
         BackupCommand::List { at: Some(at), .. } => {
             block_on(backup::list_at(&at)).map(|o| print!("{o}"))

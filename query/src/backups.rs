@@ -18,6 +18,9 @@ use crate::sql::shard::Intent;
 pub struct BackupRequest {
     /// The destination URI (a directory or `s3://bucket/prefix?...`).
     pub to: String,
+    /// Seal every object with a key of its own, the keys sealed with a key the server keeps
+    /// and destroys with the set (`BACKUP TO '...' ENCRYPTED`).
+    pub encrypted: bool,
 }
 
 /// Where a backup is.
@@ -162,13 +165,14 @@ pub fn is_backup(sql: &str) -> bool {
     word.eq_ignore_ascii_case("backup")
 }
 
-/// Parses `BACKUP TO '<uri>'` (optionally ending in `;`).
+/// Parses `BACKUP TO '<uri>' [ENCRYPTED]` (optionally ending in `;`).
 pub fn parse_backup(sql: &str) -> Result<BackupRequest> {
     use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
     use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
     let syntax = |msg: &str| {
         QueryError::invalid(format!(
-            "BACKUP syntax: {msg}; write BACKUP TO '<directory or s3://bucket/prefix>'"
+            "BACKUP syntax: {msg}; write BACKUP TO '<directory or s3://bucket/prefix>' \
+             [ENCRYPTED]"
         ))
     };
     let tokens =
@@ -186,14 +190,22 @@ pub fn parse_backup(sql: &str) -> Result<BackupRequest> {
         Some(Token::SingleQuotedString(v)) => v,
         _ => return Err(syntax("expected the destination as a string literal")),
     };
-    match t.next() {
+    let mut encrypted = false;
+    let mut next = t.next();
+    if let Some(Token::Word(w)) = &next {
+        if w.value.eq_ignore_ascii_case("encrypted") && w.quote_style.is_none() {
+            encrypted = true;
+            next = t.next();
+        }
+    }
+    match next {
         None | Some(Token::EOF) | Some(Token::SemiColon) => {}
         Some(other) => return Err(syntax(&format!("unexpected {other}"))),
     }
     if t.any(|x| x != Token::EOF) {
         return Err(QueryError::invalid("give one statement after BACKUP's ;"));
     }
-    Ok(BackupRequest { to })
+    Ok(BackupRequest { to, encrypted })
 }
 
 #[cfg(test)]
@@ -206,8 +218,9 @@ mod tests {
         assert!(!is_backup("backups"));
         assert_eq!(
             parse_backup("BACKUP TO 's3://b/p?endpoint=http://h:1';").unwrap(),
-            BackupRequest { to: "s3://b/p?endpoint=http://h:1".into() }
+            BackupRequest { to: "s3://b/p?endpoint=http://h:1".into(), encrypted: false }
         );
+        assert!(parse_backup("backup to '/x' encrypted;").unwrap().encrypted);
         assert_eq!(parse_backup("backup to '/a''b'").unwrap().to, "/a'b");
         for bad in [
             "BACKUP",
@@ -215,6 +228,7 @@ mod tests {
             "BACKUP TO x",
             "BACKUP '/x'",
             "BACKUP TO '/x' NOW",
+            "BACKUP TO '/x' ENCRYPTED ENCRYPTED",
             "BACKUP TO '/x'; SELECT 1",
         ] {
             assert!(parse_backup(bad).is_err(), "{bad} parsed");

@@ -41,8 +41,9 @@ async fn backup(
     let mut cache = HashCache::default();
     let progress = Progress::default();
     let src = PartSource { shard: 0, dir, seq: 7, applied: None };
-    let part =
-        upload_part(store, &lock, src, &mut stored, &mut cache, &progress).await.expect("upload");
+    let part = upload_part(store, &lock, src, &mut stored, &mut cache, &progress, None)
+        .await
+        .expect("upload");
     let set = BackupSet {
         format: ebb_backup::set::FORMAT,
         id: id.to_string(),
@@ -54,6 +55,7 @@ async fn backup(
         purged: Vec::new(),
         meta: None,
         parts: vec![part],
+        encryption: None,
     };
     store.put_set(&set).await.expect("manifest");
     store.unlock(&lock).await;
@@ -93,7 +95,9 @@ async fn a_second_backup_copies_only_new_files_and_both_restore() {
     for set in [&first, &second] {
         assert!(store.verify(set, &Progress::default()).await.unwrap().is_empty());
         let out = tmp.path().join(format!("restored-{}", set.id));
-        download_part(&store, &set.id, &set.parts[0], &out, &Progress::default()).await.unwrap();
+        download_part(&store, &set.id, &set.parts[0], &out, &Progress::default(), None)
+            .await
+            .unwrap();
         for f in &set.parts[0].files {
             let got = std::fs::read(out.join(&f.name)).unwrap();
             assert_eq!(
@@ -144,7 +148,7 @@ async fn a_flipped_byte_or_a_missing_object_fails_verify_and_restore() {
     assert!(text[0].contains(&by_name("a.sst").hash), "the object is named: {}", text[0]);
     // A restore stops at the damaged object and leaves nothing behind.
     let out = tmp.path().join("restored");
-    let e = download_part(&store, &set.id, &set.parts[0], &out, &Progress::default())
+    let e = download_part(&store, &set.id, &set.parts[0], &out, &Progress::default(), None)
         .await
         .unwrap_err();
     assert!(matches!(e, BackupError::Damaged { ref file, .. } if file == "a.sst"), "{e}");

@@ -104,7 +104,9 @@ async fn backups_to_an_s3_compatible_server() {
         assert!(store.verify(set, &Progress::default()).await.unwrap().is_empty());
     }
     let out = tmp.path().join("restored");
-    download_part(&store, &second.id, &second.parts[0], &out, &Progress::default()).await.unwrap();
+    download_part(&store, &second.id, &second.parts[0], &out, &Progress::default(), None)
+        .await
+        .unwrap();
     assert_eq!(std::fs::read(out.join("a.sst")).unwrap(), body(1, 20 << 20));
 
     // An object replaced behind EbbDB's back (through the store's own API, signed) is named
@@ -123,6 +125,7 @@ async fn backups_to_an_s3_compatible_server() {
         &second.parts[0],
         &tmp.path().join("r2"),
         &Progress::default(),
+        None,
     )
     .await
     .unwrap_err();

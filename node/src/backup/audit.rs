@@ -8,6 +8,7 @@
 
 use std::path::Path;
 
+use ebb_backup::crypto::KeyDir;
 use ebb_backup::journal::JournalEntry;
 use ebb_backup::transfer::download_part;
 use ebb_backup::{BackupError, BackupSet, BackupStore, Destination, LockKind, Progress, Throttle};
@@ -23,6 +24,7 @@ pub async fn audit_destination(
     id: u64,
     waiting: Option<&JournalEntry>,
     work: &Path,
+    keys: Option<&KeyDir>,
 ) -> Vec<ReplicaReport> {
     let failed = |why: String| {
         vec![ReplicaReport {
@@ -63,7 +65,7 @@ pub async fn audit_destination(
                             ..ReplicaReport::new(p.shard, 0)
                         }))
                     }
-                    Ok(set) => out.extend(audit_set(&store, &set, id, work).await),
+                    Ok(set) => out.extend(audit_set(&store, &set, id, work, keys).await),
                     Err(e) => out.push(ReplicaReport {
                         error: Some(e.to_string()),
                         copy: Some(format!("backup {}", l.id)),
@@ -92,6 +94,7 @@ async fn audit_set(
     set: &BackupSet,
     id: u64,
     work: &Path,
+    keys: Option<&KeyDir>,
 ) -> Vec<ReplicaReport> {
     let mut out = Vec::new();
     for part in &set.parts {
@@ -99,7 +102,9 @@ async fn audit_set(
         let _ = tokio::fs::remove_dir_all(&dir).await;
         let scanned = async {
             ebb_backup::transfer::private_dir(work)?;
-            download_part(store, &set.id, part, &dir, &Progress::default()).await?;
+            let object_keys = super::purge::object_keys(set, keys)?;
+            download_part(store, &set.id, part, &dir, &Progress::default(), object_keys.as_ref())
+                .await?;
             let (d, kind, shard) = (dir.clone(), set.kind, part.shard);
             tokio::task::spawn_blocking(move || {
                 let db = ebb_query::Database::open(&d, super::purge::part_options(kind))

@@ -54,9 +54,16 @@ pub async fn take_checkpoint(
         .map_err(|e| BackupError::Source(Box::new(e)))?
         .map_err(|e| BackupError::Source(Box::new(e)))?;
     let src = PartSource { shard, dir: &dir, seq, applied: None };
-    let part =
-        upload_part(&job.store, &job.lock, src, &mut job.stored, &mut job.cache, &job.progress)
-            .await;
+    let part = upload_part(
+        &job.store,
+        &job.lock,
+        src,
+        &mut job.stored,
+        &mut job.cache,
+        &job.progress,
+        job.encrypting.as_mut(),
+    )
+    .await;
     let _ = tokio::fs::remove_dir_all(&dir).await;
     part
 }

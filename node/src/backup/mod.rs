@@ -72,6 +72,8 @@ pub struct Job {
     pub staging: PathBuf,
     /// Bytes a second the transfers may go at.
     pub rate: Option<u64>,
+    /// For an encrypted set: the object keys known and used.
+    pub encrypting: Option<ebb_backup::transfer::Encrypting>,
 }
 
 /// A backup this server runs or ran.
@@ -203,7 +205,8 @@ impl BackupService {
         let mut out = Vec::new();
         let waiting = self.service.registry.entries().into_iter().find(|e| e.id == id);
         for uri in self.service.registry.destinations() {
-            out.extend(audit::audit_destination(&uri, id, waiting.as_ref(), &work).await);
+            let keys = self.service.registry.keys();
+            out.extend(audit::audit_destination(&uri, id, waiting.as_ref(), &work, keys).await);
         }
         let _ = tokio::fs::remove_dir_all(&work).await;
         out
@@ -311,7 +314,7 @@ impl Service {
         tracing::info!(id = %run.id, to = %run.destination, by = issuer, "backup started");
         // Each part removes its own checkpoint from staging (others may be there: parts this
         // node takes for another node's backup).
-        let result = self.take(&run, store).await;
+        let result = self.take(&run, store, request.encrypted).await;
         match result {
             Ok(set) => {
                 let p = run.progress.snapshot();
@@ -330,8 +333,22 @@ impl Service {
         }
     }
 
-    /// Takes every part of `run` and writes its set.
-    async fn take(&self, run: &Run, store: BackupStore) -> Result<BackupSet, BackupError> {
+    /// Takes every part of `run` (sealed if `encrypted`) and writes its set.
+    async fn take(
+        &self,
+        run: &Run,
+        store: BackupStore,
+        encrypted: bool,
+    ) -> Result<BackupSet, BackupError> {
+        let keys = match (encrypted, self.registry.keys()) {
+            (false, _) => None,
+            (true, Some(k)) => Some(k.clone()),
+            (true, None) => {
+                return Err(BackupError::Source(
+                    "encrypted backups of a cluster are not supported yet".into(),
+                ))
+            }
+        };
         let dest = store.destination().clone();
         self.registry.remember(&dest.to_string()).await?;
         // Named before the lock is taken, so a restart after a kill releases it.
@@ -369,8 +386,12 @@ impl Service {
             progress: run.progress.clone(),
             staging: self.dir.join("staging"),
             rate: self.rate,
+            encrypting: None,
         };
         let taken = async {
+            if let Some(keys) = &keys {
+                job.encrypting = Some(purge::learn_keys(&job.store, keys).await?);
+            }
             let meta = self.parts.meta(&mut job).await?;
             let shards = self.parts.shards().await.map_err(|e| BackupError::Source(Box::new(e)))?;
             let mut parts = Vec::with_capacity(shards.len());
@@ -388,7 +409,14 @@ impl Service {
                 purged: Vec::new(),
                 parts,
                 meta,
+                encryption: None,
             };
+            let mut set = set;
+            if let (Some(keys), Some(enc)) = (&keys, &job.encrypting) {
+                let (id, key) = keys.create()?;
+                set.encryption =
+                    Some(ebb_backup::crypto::SetEncryption::seal(&id, &key, &enc.used)?);
+            }
             // The lock must still be held when the set names its objects.
             job.store.keep(&job.lock).await?;
             job.store.put_set(&set).await?;
@@ -510,7 +538,7 @@ impl Service {
                     store.put_journal(e).await?;
                     self.sent.lock().insert(key);
                 }
-                purge::purge(&store, &purge::work_dir(&self.dir)).await
+                purge::purge(&store, &purge::work_dir(&self.dir), self.registry.keys()).await
             };
             let r = done.await;
             for e in &entries {
@@ -525,7 +553,35 @@ impl Service {
             self.registry.forget(&everywhere).await;
             self.sent.lock().retain(|(_, id, _)| !everywhere.contains(id));
         }
+        self.collect_keys().await;
         out
+    }
+
+    /// Destroys the keys of encrypted sets that are gone (pruned, or replaced by a purge's
+    /// generation). Skipped while a backup runs here (its key exists before its manifest).
+    async fn collect_keys(&self) {
+        let Some(keys) = self.registry.keys() else { return };
+        if keys.ids().is_empty() {
+            return;
+        }
+        let Ok(_busy) = self.busy.try_lock() else { return };
+        let mut stores = Vec::new();
+        for uri in self.registry.destinations() {
+            let opened = match Destination::parse(&uri) {
+                Ok(d) => BackupStore::open(&d, ebb_backup::Throttle::none()).await,
+                Err(e) => Err(e),
+            };
+            match opened {
+                Ok(s) => stores.push(s),
+                Err(e) => {
+                    tracing::warn!(to = %uri, error = %e, "keys of backup sets kept: a destination cannot be read");
+                    return;
+                }
+            }
+        }
+        if let Err(e) = purge::collect_keys(&stores, keys).await {
+            tracing::warn!(error = %e, "destroying the keys of backup sets that are gone");
+        }
     }
 }
 

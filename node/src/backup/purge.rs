@@ -14,8 +14,9 @@
 
 use std::path::{Path, PathBuf};
 
+use ebb_backup::crypto::{KeyDir, ObjectKeys, SetEncryption};
 use ebb_backup::journal::JournalEntry;
-use ebb_backup::transfer::{download_part, upload_part, HashCache, PartSource};
+use ebb_backup::transfer::{download_part, upload_part, Encrypting, HashCache, PartSource};
 use ebb_backup::{BackupError, BackupSet, BackupStore, Lock, LockKind, Progress, Purged, SetKind};
 use ebb_query::db::Database;
 
@@ -72,6 +73,60 @@ pub fn apply_journal(
     engine.compact_range(None, None).map_err(source)?;
     engine.wait_for_background().map_err(source)?;
     Ok(db)
+}
+
+/// The keys of `set`'s objects, if it is encrypted (its key from `keys`).
+pub fn object_keys(
+    set: &BackupSet,
+    keys: Option<&KeyDir>,
+) -> Result<Option<ObjectKeys>, BackupError> {
+    let Some(enc) = &set.encryption else { return Ok(None) };
+    let dir = keys.ok_or_else(|| BackupError::NoKey {
+        set: set.id.clone(),
+        key: enc.key.clone(),
+        dir: PathBuf::from("(no key directory)"),
+    })?;
+    let key = dir.get(&enc.key, &set.id)?;
+    enc.open(&key, &set.id).map(Some)
+}
+
+/// What an encrypted backup to `store` starts from: the objects of every encrypted set there
+/// whose key `keys` holds, so files they hold are not sealed and copied again.
+pub async fn learn_keys(store: &BackupStore, keys: &KeyDir) -> Result<Encrypting, BackupError> {
+    let mut enc = Encrypting::default();
+    for l in store.list().await? {
+        let Ok(set) = l.set else { continue };
+        match object_keys(&set, Some(keys)) {
+            Ok(Some(k)) => enc.learn(&k),
+            Ok(None) => {}
+            // Another server's set, or one whose key is destroyed: its objects are not reused.
+            Err(e) => {
+                tracing::debug!(set = %set.id, error = %e, "a set whose objects are not reused")
+            }
+        }
+    }
+    Ok(enc)
+}
+
+/// Destroys the keys in `keys` no set at `stores` names (sets pruned, or generations a purge
+/// replaced). Nothing is destroyed unless every set at every destination could be read.
+pub async fn collect_keys(stores: &[BackupStore], keys: &KeyDir) -> Result<u64, BackupError> {
+    let mut named = std::collections::HashSet::new();
+    for store in stores {
+        for l in store.list().await? {
+            let set = l.set?;
+            if let Some(enc) = set.encryption {
+                named.insert(enc.key);
+            }
+        }
+    }
+    let mut destroyed = 0;
+    for id in keys.ids().into_iter().filter(|id| !named.contains(id)) {
+        keys.destroy(&id)?;
+        tracing::info!(key = %id, "destroyed the key of a backup set that is gone");
+        destroyed += 1;
+    }
+    Ok(destroyed)
 }
 
 /// The engine options a part of a set of `kind` is opened with (see [`apply_journal`]).
@@ -145,8 +200,14 @@ impl Plan {
 }
 
 /// Applies every journal entry at `store` to every set that may lack it, working in `work`
-/// (a local directory). Answers [`BackupError::Busy`] while a backup holds the destination.
-pub async fn purge(store: &BackupStore, work: &Path) -> Result<PurgeReport, BackupError> {
+/// (a local directory); an encrypted set's key comes from `keys`, and its next generation is
+/// sealed with a new key (the old one destroyed). Answers [`BackupError::Busy`] while a backup
+/// holds the destination.
+pub async fn purge(
+    store: &BackupStore,
+    work: &Path,
+    keys: Option<&KeyDir>,
+) -> Result<PurgeReport, BackupError> {
     // A first look, without the lock, to know whether to take it.
     if Plan::read(store).await?.idle() {
         return Ok(PurgeReport::default());
@@ -169,7 +230,7 @@ pub async fn purge(store: &BackupStore, work: &Path) -> Result<PurgeReport, Back
         let mut purged = readable.clone();
         for (set, entries) in todo {
             let ids: Vec<u64> = entries.iter().map(|e| e.id).collect();
-            let next = purge_set(store, &lock, &set, entries, work).await?;
+            let next = purge_set(store, &lock, &set, entries, work, keys).await?;
             tracing::info!(set = %set.id, generation = next.generation, requests = ?ids, "purged a backup set");
             if let Some(s) = purged.iter_mut().find(|s| s.id == set.id) {
                 *s = next;
@@ -196,8 +257,16 @@ async fn purge_set(
     set: &BackupSet,
     entries: Vec<JournalEntry>,
     work: &Path,
+    keys: Option<&KeyDir>,
 ) -> Result<BackupSet, BackupError> {
     ebb_backup::transfer::private_dir(work)?;
+    let object_keys = object_keys(set, keys)?;
+    // Files the purge leaves as they were keep their objects (and keys).
+    let mut encrypting = object_keys.as_ref().map(|k| {
+        let mut e = Encrypting::default();
+        e.learn(k);
+        e
+    });
     let mut stored = store.object_sizes().await?;
     let mut parts = Vec::with_capacity(set.parts.len());
     for part in &set.parts {
@@ -206,7 +275,8 @@ async fn purge_set(
         for d in [&dir, &purged] {
             let _ = tokio::fs::remove_dir_all(d).await;
         }
-        download_part(store, &set.id, part, &dir, &Progress::default()).await?;
+        download_part(store, &set.id, part, &dir, &Progress::default(), object_keys.as_ref())
+            .await?;
         store.keep(lock).await?;
         let (d, p, e, kind) = (dir.clone(), purged.clone(), entries.clone(), set.kind);
         let seq = tokio::task::spawn_blocking(move || {
@@ -218,7 +288,9 @@ async fn purge_set(
         let src = PartSource { shard: part.shard, dir: &purged, seq, applied: part.applied };
         let mut cache = HashCache::default();
         let progress = Progress::default();
-        let new = upload_part(store, lock, src, &mut stored, &mut cache, &progress).await;
+        let new =
+            upload_part(store, lock, src, &mut stored, &mut cache, &progress, encrypting.as_mut())
+                .await;
         for d in [&dir, &purged] {
             let _ = tokio::fs::remove_dir_all(d).await;
         }
@@ -233,9 +305,19 @@ async fn purge_set(
             next.purged.push(Purged { id: e.id, at_ms, deadline_ms: e.deadline_ms });
         }
     }
+    // A new key for the new generation: the old one, which opens the keys of the objects
+    // that held the deleted data, is destroyed once no manifest names it.
+    let old_key = set.encryption.as_ref().map(|e| e.key.clone());
+    if let (Some(dir), Some(enc)) = (keys, &encrypting) {
+        let (id, key) = dir.create()?;
+        next.encryption = Some(SetEncryption::seal(&id, &key, &enc.used)?);
+    }
     store.keep(lock).await?;
     store.put_set(&next).await?;
     store.remove_older_generations(&next).await?;
+    if let (Some(dir), Some(old)) = (keys, old_key) {
+        dir.destroy(&old)?;
+    }
     Ok(next)
 }
 

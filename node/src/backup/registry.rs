@@ -36,6 +36,11 @@ pub trait Registry: Send + Sync + std::fmt::Debug {
     fn drives(&self) -> bool {
         true
     }
+    /// Where the keys of encrypted sets are kept; `None` where sets cannot be encrypted yet
+    /// (a cluster's).
+    fn keys(&self) -> Option<&ebb_backup::crypto::KeyDir> {
+        None
+    }
     /// Resolves when the requests or destinations may have changed elsewhere (another node
     /// journaled or completed a request); never, where only this server changes them.
     async fn changed(&self) {
@@ -48,6 +53,7 @@ pub trait Registry: Send + Sync + std::fmt::Debug {
 pub struct LocalRegistry {
     dir: PathBuf,
     outbox: Outbox,
+    keys: ebb_backup::crypto::KeyDir,
 }
 
 impl LocalRegistry {
@@ -63,7 +69,8 @@ impl LocalRegistry {
                 Err(err) => tracing::warn!(request = e.id, error = %err, "completing a request"),
             }
         }
-        LocalRegistry { dir: backup_dir.to_path_buf(), outbox }
+        let keys = ebb_backup::crypto::KeyDir::new(backup_dir.join("keys"));
+        LocalRegistry { dir: backup_dir.to_path_buf(), outbox, keys }
     }
 
     fn destinations_file(&self) -> PathBuf {
@@ -125,5 +132,9 @@ impl Registry for LocalRegistry {
         for &id in ids {
             self.outbox.remove(id);
         }
+    }
+
+    fn keys(&self) -> Option<&ebb_backup::crypto::KeyDir> {
+        Some(&self.keys)
     }
 }

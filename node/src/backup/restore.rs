@@ -9,6 +9,7 @@
 
 use std::path::Path;
 
+use ebb_backup::crypto::KeyDir;
 use ebb_backup::journal::JournalEntry;
 use ebb_backup::transfer::{download_part, sibling};
 use ebb_backup::{BackupError, BackupSet, BackupStore, Destination, Progress, SetKind, Throttle};
@@ -32,6 +33,7 @@ pub async fn restore(
     id: Option<&str>,
     data_dir: &Path,
     rate: Option<u64>,
+    keys: Option<&Path>,
     progress: &Progress,
 ) -> Result<Restored> {
     let dest = Destination::parse(from)?;
@@ -57,6 +59,12 @@ pub async fn restore(
                 })))
             }
         },
+        SetKind::Cluster if set.encryption.is_some() => {
+            return Err(NodeError::Config(format!(
+                "set {} is an encrypted cluster set, which this build cannot restore",
+                set.id
+            )))
+        }
         SetKind::Cluster => {
             let entries = missing(&store, &set).await?;
             crate::cluster::restore::prepare(&store, &set, &entries, data_dir, progress).await?;
@@ -71,16 +79,39 @@ pub async fn restore(
         }
     };
     let entries = missing(&store, &set).await?;
+    let key_dir = keys.map(KeyDir::new);
+    let object_keys = match crate::backup::purge::object_keys(&set, key_dir.as_ref()) {
+        Err(BackupError::NoKey { set, key, dir }) if keys.is_none() => {
+            return Err(NodeError::Config(format!(
+                "set {set} is encrypted (key {key}): give --key-dir, the key directory of the \
+                 server that took it (<data dir>/backup/keys; looked in {})",
+                dir.display()
+            )))
+        }
+        other => other?,
+    };
     let staging = sibling(data_dir, "restore-journal");
     let _ = tokio::fs::remove_dir_all(&staging).await;
     let built = async {
-        download_part(&store, &set.id, part, &staging, progress).await?;
+        download_part(&store, &set.id, part, &staging, progress, object_keys.as_ref()).await?;
         // The restored server knows where its sets are, so deletes issued on it reach them.
         let backup_dir = staging.join("backup");
         ebb_backup::transfer::private_dir(&backup_dir)?;
         let destinations = backup_dir.join("destinations");
         std::fs::write(&destinations, format!("{dest}\n"))
             .map_err(|source| BackupError::Io { path: destinations.clone(), source })?;
+        // It takes the place of the server that took the set: it keeps its keys, so its
+        // purges can reach the encrypted sets there.
+        if let Some(from) = &key_dir {
+            let to = KeyDir::new(backup_dir.join("keys"));
+            ebb_backup::transfer::private_dir(to.dir())?;
+            for id in from.ids() {
+                let (src, dst) =
+                    (from.dir().join(format!("{id}.key")), to.dir().join(format!("{id}.key")));
+                std::fs::copy(&src, &dst)
+                    .map_err(|source| BackupError::Io { path: dst.clone(), source })?;
+            }
+        }
         if !entries.is_empty() {
             let (dir, e) = (staging.clone(), entries.clone());
             tokio::task::spawn_blocking(move || {

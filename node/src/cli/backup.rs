@@ -15,10 +15,11 @@ use super::sql::{run_one, OutputFormat};
 use crate::error::{NodeError, Result};
 
 /// `ebb backup create --to URI`: the set's row as the server printed it.
-pub fn create(base: &str, to: &str, quiet: bool) -> Result<String> {
+pub fn create(base: &str, to: &str, encrypt: bool, quiet: bool) -> Result<String> {
     // Refused here too, so a URI with a secret in it is never sent.
     let dest = Destination::parse(to)?;
-    let sql = format!("BACKUP TO '{}'", to.replace('\'', "''"));
+    let encrypted = if encrypt { " ENCRYPTED" } else { "" };
+    let sql = format!("BACKUP TO '{}'{encrypted}", to.replace('\'', "''"));
     let (base2, sql2) = (base.to_string(), sql.clone());
     let run = std::thread::spawn(move || run_one(&base2, "public", &sql2, OutputFormat::Table));
     let mut last = String::new();
@@ -150,6 +151,7 @@ pub async fn restore(
     id: Option<&str>,
     data_dir: &Path,
     rate: Option<u64>,
+    keys: Option<&Path>,
     quiet: bool,
 ) -> Result<String> {
     let progress = std::sync::Arc::new(Progress::default());
@@ -163,7 +165,7 @@ pub async fn restore(
             }
         })
     });
-    let set = crate::backup::restore::restore(from, id, data_dir, rate, &progress).await;
+    let set = crate::backup::restore::restore(from, id, data_dir, rate, keys, &progress).await;
     if let Some(t) = ticker {
         t.abort();
         eprintln!();

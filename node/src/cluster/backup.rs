@@ -241,7 +241,7 @@ pub(super) async fn take_here(
             seq,
             applied: applied.map(|(term, index)| LogPosition { term, index }),
         };
-        let part = upload_part(&store, &lock, src, &mut stored, &mut cache, &progress).await;
+        let part = upload_part(&store, &lock, src, &mut stored, &mut cache, &progress, None).await;
         if let Err(e) = cache.save(&cache_path) {
             tracing::warn!(error = %e, "keeping the backup hash cache");
         }

@@ -69,7 +69,7 @@ pub async fn prepare(
     let built = async {
         private_dir(&staging)?;
         let meta_dir = staging.join("meta-part");
-        download_part(store, &set.id, meta, &meta_dir, progress).await?;
+        download_part(store, &set.id, meta, &meta_dir, progress, None).await?;
         let (dir, id) = (meta_dir.clone(), set.id.clone());
         let plan = tokio::task::spawn_blocking(move || read_plan_from(&dir, id))
             .await
@@ -90,7 +90,7 @@ pub async fn prepare(
             if let Some(parent) = engine.parent() {
                 private_dir(parent)?;
             }
-            download_part(store, &set.id, part, &engine, progress).await?;
+            download_part(store, &set.id, part, &engine, progress, None).await?;
             if !journal.is_empty() {
                 let (dir, entries) = (engine.clone(), journal.to_vec());
                 tokio::task::spawn_blocking(move || {

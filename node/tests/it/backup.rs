@@ -45,6 +45,7 @@ async fn restore_and_count(dest: &Path, id: &str, into: &Path) -> (u64, u64) {
         Some(id),
         into,
         None,
+        None,
         &progress,
     )
     .await
@@ -159,6 +160,7 @@ async fn backups_restore_exactly_the_state_they_were_taken_at() {
         Some(id1),
         &data,
         None,
+        None,
         &ebb_backup::Progress::default(),
     )
     .await
@@ -182,17 +184,13 @@ async fn backups_restore_exactly_the_state_they_were_taken_at() {
         Some(id2),
         &into,
         None,
+        None,
         &ebb_backup::Progress::default(),
     )
     .await
     .expect_err("a damaged set restored");
     assert!(e.to_string().contains(&name), "{e}");
     assert!(!into.exists(), "a failed restore left {}", into.display());
-}
-
-/// A free loopback port.
-fn port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
 }
 
 /// An `ebb` server process, killed when dropped (a failing test leaves none behind).
@@ -212,28 +210,42 @@ impl Drop for Proc {
 }
 
 /// The `ebb` binary serving `data` on loopback with user `admin`, backups throttled to 32 KiB
-/// a second.
+/// a second. Every port is chosen by the server (0), and the HTTP address read from the line
+/// it prints once ready, so no other test can take a port between choosing and binding it.
 fn spawn_server(data: &Path) -> (Proc, std::net::SocketAddr) {
-    let http = port();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_ebb"))
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ebb"))
         .args(["server", "--data-dir"])
         .arg(data)
-        .args(["--http-addr", &format!("127.0.0.1:{http}")])
-        .args(["--pg-addr", &format!("127.0.0.1:{}", port())])
-        .args(["--flight-addr", &format!("127.0.0.1:{}", port())])
-        .args(["--grpc-addr", &format!("127.0.0.1:{}", port())])
+        .args(["--http-addr", "127.0.0.1:0", "--pg-addr", "127.0.0.1:0"])
+        .args(["--flight-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"])
         .args(["--backup-rate", "32KiB"])
         .env("EBB_LOG", "warn")
         .env("EBB_ADMIN_PASSWORD", ADMIN_PW)
         .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .map(Proc)
         .expect("start ebb");
-    let addr = format!("127.0.0.1:{http}").parse().expect("addr");
-    let h = Http::new(addr);
-    crate::common::until(30, "the server up", || {
-        std::net::TcpStream::connect(addr).is_ok() && h.get("/ready").0 == 200
+    // The ready line goes to standard error, with the logs.
+    let stdout = child.0.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if let Some(rest) = line.strip_prefix("EbbDB ready: HTTP http://") {
+                let addr = rest.split_whitespace().next().unwrap_or_default().to_string();
+                let _ = tx.send(addr);
+            }
+        }
     });
+    let addr: std::net::SocketAddr = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the server's ready line")
+        .parse()
+        .expect("addr");
+    let h = Http::new(addr);
+    crate::common::until(30, "the server up", || h.get("/ready").0 == 200);
     (child, addr)
 }
 
@@ -442,6 +454,7 @@ async fn an_erase_reaches_every_set_and_every_restore() {
         Some(id1),
         &r1,
         None,
+        None,
         &ebb_backup::Progress::default(),
     )
     .await
@@ -629,6 +642,7 @@ async fn a_cluster_backup_under_writes_restores_into_a_cluster_of_another_size()
         Some(id),
         &first_dir,
         None,
+        None,
         &ebb_backup::Progress::default(),
     )
     .await
@@ -768,6 +782,7 @@ async fn an_erase_reaches_a_clusters_sets_and_its_restores() {
         Some(id1),
         &r1,
         None,
+        None,
         &ebb_backup::Progress::default(),
     )
     .await
@@ -828,6 +843,7 @@ async fn an_erase_reaches_a_clusters_sets_and_its_restores() {
         Some(id2),
         &r2,
         None,
+        None,
         &ebb_backup::Progress::default(),
     )
     .await
@@ -848,4 +864,147 @@ async fn an_erase_reaches_a_clusters_sets_and_its_restores() {
     for s in servers {
         s.shutdown().await.expect("shutdown");
     }
+}
+
+/// Every object file at the directory destination `dest`.
+fn object_files(dest: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for fan in std::fs::read_dir(dest.join("objects")).expect("objects") {
+        for o in std::fs::read_dir(fan.expect("entry").path()).expect("fan") {
+            out.push(o.expect("entry").path());
+        }
+    }
+    out
+}
+
+/// Copies the directory `from` to `to`, as someone copying a store by hand would.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("read") {
+        let e = e.expect("entry");
+        let target = to.join(e.file_name());
+        if e.file_type().expect("type").is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).expect("copy");
+        }
+    }
+}
+
+async fn restore_with_keys(
+    dest: &Path,
+    id: &str,
+    into: &Path,
+    keys: Option<&Path>,
+) -> ebb_node::error::Result<ebb_node::backup::restore::Restored> {
+    ebb_node::backup::restore::restore(
+        dest.to_str().expect("utf-8"),
+        Some(id),
+        into,
+        None,
+        keys,
+        &ebb_backup::Progress::default(),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_encrypted_set_is_unreadable_once_its_key_is_destroyed() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (data, dest) = (tmp.path().join("data"), tmp.path().join("backups"));
+    let keys = data.join("backup").join("keys");
+    let server = Server::start(&secured(&data)).await.expect("start");
+    let http = Http::new(server.http_addr);
+    let admin = As { http: &http, auth: basic("admin", ADMIN_PW) };
+    write_users(&admin, &["alice", "bob"], 0, 200);
+    let encrypted = |admin: &As| -> serde_json::Value {
+        let sql = format!("BACKUP TO '{}' ENCRYPTED", dest.display());
+        let rows: serde_json::Value = serde_json::from_str(&admin.ok(&sql)).expect("json");
+        assert_eq!(rows[0]["state"], "done", "{rows}");
+        rows[0].clone()
+    };
+    let first = encrypted(&admin);
+    let id1 = first["id"].as_str().expect("id").to_string();
+    let set1 = set_at(&dest, &id1).await;
+    let key1 = set1.encryption.as_ref().expect("an encrypted set").key.clone();
+    assert_eq!(ebb_backup::crypto::KeyDir::new(&keys).ids(), std::slice::from_ref(&key1));
+    // No object is an SST or holds a value as written; the manifest holds no object key.
+    let scratch = tempfile::tempdir().expect("tempdir");
+    for (i, o) in object_files(&dest).into_iter().enumerate() {
+        let bytes = std::fs::read(&o).expect("read");
+        assert!(!bytes.windows(7).any(|w| w == b"secret-"), "{} holds a value", o.display());
+        let copy = scratch.path().join(format!("{i}.sst"));
+        std::fs::copy(&o, &copy).expect("copy");
+        assert!(ebb_storage::audit::plaintext(&copy).is_err(), "{} reads as an SST", o.display());
+    }
+    // `verify` checks every object without the key.
+    let at = ebb_backup::Destination::parse(dest.to_str().expect("utf-8")).expect("uri");
+    let store =
+        ebb_backup::BackupStore::open(&at, ebb_backup::Throttle::none()).await.expect("open");
+    assert!(store
+        .verify(&set1, &ebb_backup::Progress::default())
+        .await
+        .expect("verify")
+        .is_empty());
+
+    // A restore needs the server's keys.
+    let e = restore_with_keys(&dest, &id1, &tmp.path().join("nokey"), None).await;
+    let e = e.expect_err("restored without the key").to_string();
+    assert!(e.contains("--key-dir"), "{e}");
+    assert!(!tmp.path().join("nokey").exists());
+    let r1 = tmp.path().join("r1");
+    restore_with_keys(&dest, &id1, &r1, Some(&keys)).await.expect("restore with the keys");
+    {
+        let s = Server::start(&secured(&r1)).await.expect("start on the restored set");
+        let h = Http::new(s.http_addr);
+        let a = As { http: &h, auth: basic("admin", ADMIN_PW) };
+        assert_eq!(count(&a, "SELECT count(*) AS c FROM temp WHERE user = 'alice'"), 200);
+        s.shutdown().await.expect("shutdown");
+    }
+
+    // A copy of the store taken by hand, then an erasure: the purge seals the set's next
+    // generation with a new key and destroys the old one, so the copy no longer opens.
+    let by_hand = tmp.path().join("copied-by-hand");
+    copy_dir(&dest, &by_hand);
+    let erased: serde_json::Value =
+        serde_json::from_str(&admin.ok("ERASE WHERE user = 'alice'")).expect("json");
+    let erasure = erased[0]["erasure_id"].as_u64().expect("an erasure id");
+    until_async(120, "the set purged", || async { set_at(&dest, &id1).await.purged(erasure) })
+        .await;
+    let purged = set_at(&dest, &id1).await;
+    let key2 = purged.encryption.as_ref().expect("still encrypted").key.clone();
+    assert_ne!(key2, key1);
+    until_async(30, "the old key destroyed", || async {
+        ebb_backup::crypto::KeyDir::new(&keys).ids() == [key2.clone()]
+    })
+    .await;
+    let e = restore_with_keys(&by_hand, &id1, &tmp.path().join("r-hand"), Some(&keys)).await;
+    let e = e.expect_err("the copy taken by hand still opened").to_string();
+    assert!(e.contains(&key1), "{e}");
+    // The purged set restores, without the erased rows.
+    let r2 = tmp.path().join("r2");
+    restore_with_keys(&dest, &id1, &r2, Some(&keys)).await.expect("restore the purged set");
+    assert_eq!(crate::cluster_erasure::files_with(&r2, b"secret-alice-"), Vec::<String>::new());
+    // The audit opens the set with its key and finds nothing of the erasure.
+    let v = admin.verify(erasure);
+    let sets: Vec<_> = v.replicas.iter().filter(|r| r.copy.is_some()).collect();
+    assert_eq!(sets.len(), 1, "{v:?}");
+    assert!(sets[0].error.is_none() && sets[0].found() == 0, "{v:?}");
+
+    // An incremental encrypted backup reuses the objects it can open; once the first set is
+    // pruned (by hand, offline), the server destroys its key.
+    write_users(&admin, &["bob"], 200, 210);
+    let second = encrypted(&admin);
+    let (bytes, copied) = (second["bytes"].as_u64(), second["bytes_copied"].as_u64());
+    assert!(copied < bytes, "{second}");
+    let id2 = second["id"].as_str().expect("id").to_string();
+    let key3 = set_at(&dest, &id2).await.encryption.expect("encrypted").key;
+    ebb_backup::prune::prune(&store, 1).await.expect("prune");
+    until_async(60, "the pruned set's key destroyed", || async {
+        ebb_backup::crypto::KeyDir::new(&keys).ids() == [key3.clone()]
+    })
+    .await;
+    let r3 = tmp.path().join("r3");
+    restore_with_keys(&dest, &id2, &r3, Some(&keys)).await.expect("restore the newest set");
+    server.shutdown().await.expect("shutdown");
 }
