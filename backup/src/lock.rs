@@ -12,10 +12,13 @@
 //! off; neither proceeds wrongly). Ages are read from the store's own clock (the
 //! `last_modified` it gives objects, compared with that of the lock just written), so a server
 //! whose clock is wrong cannot make another's lock look stale. A holder renews its lock every
-//! [`RENEW_EVERY`]; a lock not renewed for [`STALE_AFTER`] is one a dead server left and is
-//! ignored (an exclusive holder removes it). A holder that could not renew within
-//! [`STALE_AFTER`] (paused, cut off) has lost its lock and fails instead of going on.
+//! [`RENEW_EVERY`], on a task of its own, so a long step (a large object's transfer, a
+//! compaction) does not let it go stale; a lock not renewed for [`STALE_AFTER`] is one a dead
+//! server left and is ignored (an exclusive holder removes it). A holder that could not renew
+//! within [`STALE_AFTER`] (paused, cut off), or whose lock was removed meanwhile, has lost it
+//! and fails at its next step instead of going on ([`BackupStore::keep`]).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::TryStreamExt;
@@ -50,12 +53,22 @@ impl LockKind {
     }
 }
 
-/// A lock this process holds at a destination ([`BackupStore::lock`]).
+/// A lock this process holds at a destination ([`BackupStore::lock`]); renewed in the
+/// background until it is dropped.
 #[derive(Debug)]
 pub struct Lock {
     key: Key,
     kind: LockKind,
+    state: Arc<Held>,
+    renewer: Option<tokio::task::AbortHandle>,
+}
+
+/// What the renewal task and the holder share.
+#[derive(Debug)]
+struct Held {
     renewed: Mutex<Instant>,
+    /// Why the lock was lost, once it was (removed by another holder as stale).
+    lost: Mutex<Option<String>>,
 }
 
 impl Lock {
@@ -63,7 +76,54 @@ impl Lock {
     pub fn kind(&self) -> LockKind {
         self.kind
     }
+
+    fn new(key: Key, kind: LockKind) -> Lock {
+        let state = Arc::new(Held { renewed: Mutex::new(Instant::now()), lost: Mutex::new(None) });
+        Lock { key, kind, state, renewer: None }
+    }
 }
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        if let Some(r) = &self.renewer {
+            r.abort();
+        }
+    }
+}
+
+/// Renews the lock at `key` every [`RENEW_EVERY`] until aborted or lost.
+async fn renew(store: Arc<dyn object_store::ObjectStore>, key: Key, held: Arc<Held>) {
+    loop {
+        tokio::time::sleep(RENEW_EVERY).await;
+        if !renew_once(store.as_ref(), &key, &held).await {
+            return;
+        }
+    }
+}
+
+/// Renews the lock at `key` once: false (and the lock recorded lost) if it is gone, as when
+/// another holder removed it as stale. A failure to reach the store is tried again at the
+/// next turn (the holder fails once the lock is stale).
+async fn renew_once(store: &dyn object_store::ObjectStore, key: &Key, held: &Held) -> bool {
+    match store.head(key).await {
+        Ok(_) => {}
+        Err(object_store::Error::NotFound { .. }) => {
+            *held.lost.lock() = Some(format!("the lock {key} was removed by another holder"));
+            return false;
+        }
+        Err(e) => {
+            tracing::warn!(lock = %key, error = %e, "renewing a backup lock");
+            return true;
+        }
+    }
+    match store.put(key, PutPayload::from_static(LOCK_BODY)).await {
+        Ok(_) => *held.renewed.lock() = Instant::now(),
+        Err(e) => tracing::warn!(lock = %key, error = %e, "renewing a backup lock"),
+    }
+    true
+}
+
+const LOCK_BODY: &[u8] = b"ebbdb backup lock\n";
 
 /// A holder name for `what` (`prune`, `purge`) no other server's shares: the host, the process
 /// (containers all run as pid 1) and the moment.
@@ -81,7 +141,7 @@ impl BackupStore {
     /// naming the conflicting holder.
     pub async fn lock(&self, kind: LockKind, holder: &str) -> Result<Lock> {
         let key = Key::from(format!("locks/{}/{holder}", kind.prefix()));
-        let lock = Lock { key, kind, renewed: Mutex::new(Instant::now()) };
+        let mut lock = Lock::new(key, kind);
         self.write_lock(&lock).await?;
         let now = self.raw().head(&lock.key).await.doing(|| format!("reading {}", lock.key))?;
         let now = now.last_modified;
@@ -119,19 +179,25 @@ impl BackupStore {
                 }));
             }
         }
+        let task = renew(self.shared(), lock.key.clone(), lock.state.clone());
+        lock.renewer = Some(tokio::spawn(task).abort_handle());
         Ok(lock)
     }
 
     async fn write_lock(&self, lock: &Lock) -> Result<()> {
-        let body = PutPayload::from_static(b"ebbdb backup lock\n");
+        let body = PutPayload::from_static(LOCK_BODY);
         self.raw().put(&lock.key, body).await.doing(|| format!("writing {}", lock.key))?;
         Ok(())
     }
 
-    /// Renews `lock` if it is due; fails if it went unrenewed so long that others may
-    /// have taken it as stale (the work holding it must stop).
+    /// Renews `lock` if it is due (the background renewal fell behind); fails if it was
+    /// lost, or went unrenewed so long that others may have taken it as stale (the work
+    /// holding it must stop).
     pub async fn keep(&self, lock: &Lock) -> Result<()> {
-        let since = lock.renewed.lock().elapsed();
+        if let Some(why) = lock.state.lost.lock().clone() {
+            return Err(BackupError::Busy(format!("{why}; stopping")));
+        }
+        let since = lock.state.renewed.lock().elapsed();
         if since >= STALE_AFTER {
             return Err(BackupError::Busy(format!(
                 "the lock {} was not renewed for {}s, so others may have taken it as stale; \
@@ -142,7 +208,7 @@ impl BackupStore {
         }
         if since >= RENEW_EVERY {
             self.write_lock(lock).await?;
-            *lock.renewed.lock() = Instant::now();
+            *lock.state.renewed.lock() = Instant::now();
         }
         Ok(())
     }
@@ -156,7 +222,26 @@ impl BackupStore {
 
     /// The lock `holder` took (to release one a server killed midway left).
     pub fn lock_of(&self, kind: LockKind, holder: &str) -> Lock {
-        let key = Key::from(format!("locks/{}/{holder}", kind.prefix()));
-        Lock { key, kind, renewed: Mutex::new(Instant::now()) }
+        Lock::new(Key::from(format!("locks/{}/{holder}", kind.prefix())), kind)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_lock_removed_by_another_holder_is_lost_and_stops_its_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = crate::Destination::parse(dir.path().to_str().unwrap()).unwrap();
+        let store = BackupStore::create(&dest, crate::Throttle::none()).await.unwrap();
+        let lock = store.lock(LockKind::Shared, "a-set").await.unwrap();
+        assert!(renew_once(store.raw(), &lock.key, &lock.state).await);
+        store.keep(&lock).await.unwrap();
+        // Another holder took it as stale and removed it.
+        store.raw().delete(&lock.key).await.unwrap();
+        assert!(!renew_once(store.raw(), &lock.key, &lock.state).await);
+        let e = store.keep(&lock).await.unwrap_err();
+        assert!(matches!(e, BackupError::Busy(_)) && e.to_string().contains("removed"), "{e}");
     }
 }

@@ -136,6 +136,11 @@ impl BackupStore {
         self.store.as_ref()
     }
 
+    /// The object store itself, shared (for work that outlives a borrow, as lock renewal).
+    pub(crate) fn shared(&self) -> Arc<dyn ObjectStore> {
+        self.store.clone()
+    }
+
     /// Reads the small object `key` whole, refusing one above `max` bytes (a store is not
     /// trusted to size what a server holds in memory).
     pub(crate) async fn get_small(&self, key: &Key, max: u64) -> Result<Bytes> {

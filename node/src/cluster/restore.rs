@@ -77,6 +77,13 @@ pub async fn prepare(
         tokio::fs::remove_dir_all(&meta_dir)
             .await
             .map_err(|e| BackupError::Io { path: meta_dir.clone(), source: e })?;
+        if let Some(s) = plan.shards.iter().find(|s| !set.parts.iter().any(|p| p.shard == s.id)) {
+            return Err(BackupError::Manifest {
+                set: set.id.clone(),
+                object: set.manifest_key().to_string(),
+                why: format!("the set's metadata names shard {}, which it has no part of", s.id),
+            });
+        }
         for part in &set.parts {
             if !plan.shards.iter().any(|s| s.id == part.shard) {
                 return Err(BackupError::Manifest {
@@ -105,6 +112,11 @@ pub async fn prepare(
         ebb_raft::sm::snapshot::write_atomic(&plan_path, &body).map_err(source)?;
         std::fs::rename(&staging, data_dir)
             .map_err(|e| BackupError::Io { path: data_dir.to_path_buf(), source: e })?;
+        if let Some(parent) = data_dir.parent() {
+            std::fs::File::open(parent)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| BackupError::Io { path: parent.to_path_buf(), source: e })?;
+        }
         Ok::<_, BackupError>(plan)
     };
     match built.await {
@@ -161,7 +173,14 @@ pub fn seed_shards(
 ) -> Result<()> {
     for s in &plan.shards {
         let group: PathBuf = dir.join(ebb_raft::sm::group_dir_name(s.id));
-        if !group.exists() || group.join("log").exists() {
+        if !group.exists() {
+            return Err(NodeError::Cluster(format!(
+                "{}: shard {} of the restored set is missing; restore the set again",
+                group.display(),
+                s.id
+            )));
+        }
+        if group.join("log").exists() {
             continue;
         }
         let last = ebb_raft::sm::seed_restored(&group, opts, me, addr)

@@ -209,7 +209,12 @@ impl Cluster for ClusterService {
                 return c.backup_part(ShardCall { hops: call.hops - 1, ..call }).await;
             }
         };
-        let reply = take_here(replica, shard, r).await.map_err(part_status)?;
+        // On a task of its own: a coordinator that stops waiting (it failed, or asks again)
+        // does not cut the part short, which then releases its lock and staging itself.
+        let reply = tokio::spawn(take_here(replica, shard, r))
+            .await
+            .map_err(|e| Status::internal(format!("the part's task: {e}")))?
+            .map_err(part_status)?;
         Ok(Response::new(reply))
     }
 
