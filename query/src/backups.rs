@@ -81,6 +81,16 @@ pub struct BackupRow {
     pub error: Option<String>,
 }
 
+/// What [`Backups::journal`] answers: held until the request is done.
+#[derive(Default)]
+pub struct Journaled(pub Option<Box<dyn std::any::Any + Send + Sync>>);
+
+impl std::fmt::Debug for Journaled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Journaled(held)" } else { "Journaled" })
+    }
+}
+
 /// The server's backups.
 #[async_trait]
 pub trait Backups: Send + Sync + std::fmt::Debug {
@@ -93,8 +103,10 @@ pub trait Backups: Send + Sync + std::fmt::Debug {
 
     /// Records `intent`, a request that deletes data, in the deletion journal of every
     /// destination holding sets (durably, before any shard applies it), so it reaches every
-    /// set taken before it and every restore of one.
-    async fn journal(&self, intent: &Intent) -> Result<()>;
+    /// set taken before it and every restore of one. The caller holds what it answers until
+    /// the request is done (or failed): a server with no destination journals nothing, and
+    /// a backup to a first destination waits for such requests to finish before it begins.
+    async fn journal(&self, intent: &Intent) -> Result<Journaled>;
 
     /// Request `id` (journaled) has been applied by every shard: a set taken from now on
     /// holds it.

@@ -620,10 +620,13 @@ impl Backups for BackupService {
         self.service.list().await
     }
 
-    async fn journal(&self, intent: &ebb_query::sql::shard::Intent) -> Result<(), QueryError> {
-        self.service.registry.journal(intent).await?;
+    async fn journal(
+        &self,
+        intent: &ebb_query::sql::shard::Intent,
+    ) -> Result<ebb_query::backups::Journaled, QueryError> {
+        let journaled = self.service.registry.journal(intent).await?;
         self.service.wake.notify_one();
-        Ok(())
+        Ok(journaled)
     }
 
     async fn deletion_copies(&self) -> Vec<ebb_query::deletions::ReplicaDeletion> {

@@ -8,10 +8,12 @@
 //! leader, whichever node it is, carries requests to every destination and purges the sets.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use ebb_backup::journal::JournalEntry;
 use ebb_backup::BackupError;
+use ebb_query::backups::Journaled;
 use ebb_query::sql::shard::Intent;
 
 use super::journal::Outbox;
@@ -23,8 +25,9 @@ pub trait Registry: Send + Sync + std::fmt::Debug {
     fn destinations(&self) -> Vec<String>;
     /// Remembers destination `uri` (before a backup to it takes any part).
     async fn remember(&self, uri: &str) -> Result<(), BackupError>;
-    /// Records `intent`, a request that deletes, before any shard applies it.
-    async fn journal(&self, intent: &Intent) -> Result<(), BackupError>;
+    /// Records `intent`, a request that deletes, before any shard applies it (see
+    /// [`ebb_query::backups::Backups::journal`] for what the answer is held for).
+    async fn journal(&self, intent: &Intent) -> Result<Journaled, BackupError>;
     /// Records that request `id` completed on every shard.
     async fn journal_done(&self, id: u64);
     /// The requests some destination's journal may lack, oldest first (complete or not).
@@ -54,6 +57,10 @@ pub struct LocalRegistry {
     dir: PathBuf,
     outbox: Outbox,
     keys: ebb_backup::crypto::KeyDir,
+    /// Held shared by each delete request not journaled (no destination was known when it
+    /// began) until it is done; taken exclusively to add a first destination, so a backup
+    /// to it begins only once those requests are in the engine it copies.
+    unjournaled: Arc<tokio::sync::RwLock<()>>,
 }
 
 impl LocalRegistry {
@@ -70,7 +77,12 @@ impl LocalRegistry {
             }
         }
         let keys = ebb_backup::crypto::KeyDir::new(backup_dir.join("keys"));
-        LocalRegistry { dir: backup_dir.to_path_buf(), outbox, keys }
+        LocalRegistry {
+            dir: backup_dir.to_path_buf(),
+            outbox,
+            keys,
+            unjournaled: Default::default(),
+        }
     }
 
     fn destinations_file(&self) -> PathBuf {
@@ -91,6 +103,7 @@ impl Registry for LocalRegistry {
     }
 
     async fn remember(&self, uri: &str) -> Result<(), BackupError> {
+        let _no_request_in_flight = self.unjournaled.write().await;
         let mut all = self.destinations();
         if all.iter().any(|d| d == uri) {
             return Ok(());
@@ -108,12 +121,19 @@ impl Registry for LocalRegistry {
         .map_err(|e| BackupError::Source(Box::new(e)))
     }
 
-    async fn journal(&self, intent: &Intent) -> Result<(), BackupError> {
-        // Written whether or not a destination is known yet: a backup to a new destination
-        // may take its parts before this request applies, and learns of it from the outbox.
+    async fn journal(&self, intent: &Intent) -> Result<Journaled, BackupError> {
+        // With no destination, no set can lack the request: nothing is written (no sync on
+        // every delete of a server that is never backed up). A first backup waits for the
+        // request to finish, so the request is in every part it takes.
+        let unjournaled = self.unjournaled.clone().read_owned().await;
+        if self.destinations().is_empty() {
+            return Ok(Journaled(Some(Box::new(unjournaled))));
+        }
+        drop(unjournaled);
         let entry = Outbox::entry(intent)?;
         let outbox = Outbox::new(&self.dir);
-        tokio::task::spawn_blocking(move || outbox.put(&entry)).await.map_err(task)?
+        tokio::task::spawn_blocking(move || outbox.put(&entry)).await.map_err(task)??;
+        Ok(Journaled::default())
     }
 
     async fn journal_done(&self, id: u64) {

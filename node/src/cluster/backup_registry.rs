@@ -15,6 +15,7 @@ use std::sync::{Arc, Weak};
 use async_trait::async_trait;
 use ebb_backup::journal::JournalEntry;
 use ebb_backup::BackupError;
+use ebb_query::backups::Journaled;
 use ebb_query::sql::shard::Intent;
 
 use super::router::Router;
@@ -68,9 +69,9 @@ impl Registry for MetaRegistry {
         router.meta().change(b).await.map_err(|e| BackupError::Source(Box::new(e)))
     }
 
-    async fn journal(&self, _intent: &Intent) -> Result<(), BackupError> {
+    async fn journal(&self, _intent: &Intent) -> Result<Journaled, BackupError> {
         // The intent the coordinator records next is the request's durable record.
-        Ok(())
+        Ok(Journaled::default())
     }
 
     async fn journal_done(&self, _id: u64) {

@@ -180,9 +180,11 @@ pub async fn run_everywhere(
     let intent = Intent::new(database, op, request);
     // Backup sets are copies every delete must reach: journaled before any shard applies it.
     let backups = shards.backups().filter(|_| op.deletes());
-    if let Some(b) = &backups {
-        b.journal(&intent).await?;
-    }
+    // Held until the request is answered (see `Backups::journal`).
+    let _journaled = match &backups {
+        Some(b) => b.journal(&intent).await?,
+        None => Default::default(),
+    };
     if let Err(e) = shards.open_intent(&intent).await {
         // The record may have been made although its answer was lost: then the metadata
         // leader runs the statement.
