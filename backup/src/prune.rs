@@ -72,5 +72,6 @@ pub async fn sweep(store: &BackupStore, lock: &Lock) -> Result<(u64, u64)> {
         removed += 1;
         bytes += size;
     }
+    store.sync_pending().await?;
     Ok((removed, bytes))
 }

@@ -51,6 +51,15 @@ pub struct BackupStore {
     dest: Destination,
     store: Arc<dyn ObjectStore>,
     throttle: Throttle,
+    /// What was written or removed at a directory destination and is not synced yet.
+    pending: parking_lot::Mutex<Pending>,
+}
+
+/// Files and directories of a directory destination to sync.
+#[derive(Debug, Default)]
+struct Pending {
+    files: std::collections::HashSet<std::path::PathBuf>,
+    dirs: std::collections::HashSet<std::path::PathBuf>,
 }
 
 /// A set as listed: its manifest, or why it cannot be read.
@@ -66,7 +75,7 @@ impl BackupStore {
     /// The store at `dest` for a new backup (a directory is created; the marker written).
     pub async fn create(dest: &Destination, throttle: Throttle) -> Result<BackupStore> {
         let store = dest.open(true)?;
-        let s = BackupStore { dest: dest.clone(), store, throttle };
+        let s = BackupStore { dest: dest.clone(), store, throttle, pending: Default::default() };
         let marker = Key::from(MARKER);
         match s.store.get(&marker).await {
             Ok(_) => s.check_marker().await?,
@@ -84,7 +93,7 @@ impl BackupStore {
     /// The store at `dest`, which must already hold backups.
     pub async fn open(dest: &Destination, throttle: Throttle) -> Result<BackupStore> {
         let store = dest.open(false)?;
-        let s = BackupStore { dest: dest.clone(), store, throttle };
+        let s = BackupStore { dest: dest.clone(), store, throttle, pending: Default::default() };
         s.check_marker().await?;
         Ok(s)
     }
@@ -117,6 +126,73 @@ impl BackupStore {
         .await
         .map_err(|e| BackupError::Source(Box::new(e)))?;
         synced.map_err(|source| BackupError::Io { path: self.dest_path(key), source })
+    }
+
+    /// Notes that what was just written at (or removed from) `key` must be made durable
+    /// before a manifest names it (see [`BackupStore::sync_pending`]): objects are synced in
+    /// batches, each directory once per batch, not four syncs an object.
+    pub(crate) fn durable_later(&self, key: &Key, written: bool) -> Result<()> {
+        let Destination::Dir(root) = &self.dest else { return Ok(()) };
+        let path = root.join(key.as_ref());
+        let mut p = self.pending.lock();
+        if written {
+            p.files.insert(path.clone());
+        }
+        let mut dir = path.parent();
+        while let Some(d) = dir {
+            p.dirs.insert(d.to_path_buf());
+            if d == root.as_path() {
+                break;
+            }
+            dir = d.parent();
+        }
+        Ok(())
+    }
+
+    /// Makes durable every object written or removed since the last call, at a directory
+    /// destination: the files (several at once), then their directories, deepest first.
+    pub async fn sync_pending(&self) -> Result<()> {
+        let Pending { files, dirs } = std::mem::take(&mut *self.pending.lock());
+        if files.is_empty() && dirs.is_empty() {
+            return Ok(());
+        }
+        let files: Vec<std::path::PathBuf> = files.into_iter().collect();
+        let lanes = 4.min(files.len()).max(1);
+        let mut tasks = Vec::with_capacity(lanes);
+        for lane in 0..lanes {
+            let mine: Vec<std::path::PathBuf> =
+                files.iter().skip(lane).step_by(lanes).cloned().collect();
+            tasks.push(tokio::task::spawn_blocking(
+                move || -> std::result::Result<(), (std::path::PathBuf, std::io::Error)> {
+                    for f in mine {
+                        std::fs::File::open(&f)
+                            .and_then(|h| h.sync_all())
+                            .map_err(|e| (f.clone(), e))?;
+                    }
+                    Ok(())
+                },
+            ));
+        }
+        let mut first = None;
+        for t in tasks {
+            match t.await.map_err(|e| BackupError::Source(Box::new(e)))? {
+                Ok(()) => {}
+                Err((path, source)) => first = first.or(Some(BackupError::Io { path, source })),
+            }
+        }
+        if let Some(e) = first {
+            return Err(e);
+        }
+        let mut dirs: Vec<std::path::PathBuf> = dirs.into_iter().collect();
+        dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+        tokio::task::spawn_blocking(move || -> Result<()> {
+            for d in dirs {
+                std::fs::File::open(&d).and_then(|h| h.sync_all()).at(&d)?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| BackupError::Source(Box::new(e)))?
     }
 
     fn dest_path(&self, key: &Key) -> std::path::PathBuf {
@@ -200,7 +276,7 @@ impl BackupStore {
         let key = object.key();
         self.throttle.take(body.len() as u64).await;
         self.store.put(&key, PutPayload::from(body)).await.doing(|| format!("uploading {key}"))?;
-        self.durable(&key, true).await
+        self.durable_later(&key, true)
     }
 
     /// Uploads the file at `path` as `object` (its hash and length, computed by the caller).
@@ -214,7 +290,7 @@ impl BackupStore {
             self.check_read(path, object, &buf)?;
             self.throttle.take(buf.len() as u64).await;
             self.store.put(&key, PutPayload::from(buf)).await.doing(what)?;
-            return self.durable(&key, true).await;
+            return self.durable_later(&key, true);
         }
         let upload = self.store.put_multipart(&key).await.doing(what)?;
         let mut w = WriteMultipart::new_with_chunk_size(upload, CHUNK);
@@ -242,7 +318,7 @@ impl BackupStore {
         match sent.await {
             Ok(()) => {
                 w.finish().await.doing(what)?;
-                self.durable(&key, true).await
+                self.durable_later(&key, true)
             }
             Err(e) => {
                 // An upload left open costs storage until the store's lifecycle rules end it.
@@ -324,6 +400,8 @@ impl BackupStore {
 
     /// Writes `set`'s manifest (its generation's).
     pub async fn put_set(&self, set: &BackupSet) -> Result<()> {
+        // Every object it names is durable before it is.
+        self.sync_pending().await?;
         let key = set.manifest_key();
         self.store
             .put(&key, PutPayload::from(set.encode()))
@@ -425,8 +503,9 @@ impl BackupStore {
     pub async fn remove_object(&self, hash: &str) -> Result<()> {
         let key = set::object_key(hash);
         match self.store.delete(&key).await {
-            // Removed for good: a power cut must not bring back an object holding deleted data.
-            Ok(()) => self.durable(&key, false).await,
+            // Removed for good: a power cut must not bring back an object holding deleted data
+            // (made durable with the others removed, by `sync_pending`).
+            Ok(()) => self.durable_later(&key, false),
             Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(source) => Err(BackupError::Store { what: format!("removing {key}"), source }),
         }

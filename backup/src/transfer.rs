@@ -268,6 +268,9 @@ pub async fn upload_part(
         progress.file_done(object.len, copy);
         entries.push(FileEntry { name, object });
     }
+    // Durable when the part is handed on (a cluster's part is named by a manifest another
+    // node writes).
+    store.sync_pending().await?;
     Ok(Part { shard: src.shard, seq: src.seq, applied: src.applied, files: entries })
 }
 

@@ -64,7 +64,11 @@ impl Server {
             .args(["--flight-addr", &format!("127.0.0.1:{}", free_port()?)])
             .args(["--grpc-addr", &format!("127.0.0.1:{}", free_port()?)])
             .args(extra)
-            .env("EBB_LOG", "warn");
+            // EBB_BENCH_SERVER_LOG: the servers' log filter (their logs go to server.log).
+            .env(
+                "EBB_LOG",
+                std::env::var("EBB_BENCH_SERVER_LOG").unwrap_or_else(|_| "warn".into()),
+            );
         let mut ca = None;
         if secured {
             let certs = dir.join("certs");

@@ -38,7 +38,8 @@ impl PartTaker for LocalParts {
     }
 }
 
-/// Checkpoints `db` (everything it acknowledged so far, memtables flushed first) into the
+/// Checkpoints `db` (everything it acknowledged so far; what is not flushed travels as its
+/// write-ahead log) into the
 /// job's staging directory, uploads it as shard `shard`'s part, and removes the checkpoint.
 pub async fn take_checkpoint(
     db: &Arc<Database>,
@@ -49,10 +50,13 @@ pub async fn take_checkpoint(
     ebb_backup::transfer::private_dir(&job.staging)?;
     let engine = db.engine();
     let target = dir.clone();
-    let seq = tokio::task::spawn_blocking(move || engine.checkpoint(&target))
+    let started = std::time::Instant::now();
+    // Without a flush: the part carries the write-ahead log of what is not flushed yet.
+    let seq = tokio::task::spawn_blocking(move || engine.checkpoint_live(&target))
         .await
         .map_err(|e| BackupError::Source(Box::new(e)))?
         .map_err(|e| BackupError::Source(Box::new(e)))?;
+    let checkpointed = started.elapsed();
     let src = PartSource { shard, dir: &dir, seq, applied: None };
     let part = upload_part(
         &job.store,
@@ -64,6 +68,12 @@ pub async fn take_checkpoint(
         job.encrypting.as_mut(),
     )
     .await;
+    tracing::debug!(
+        shard,
+        checkpoint_ms = checkpointed.as_millis() as u64,
+        upload_ms = (started.elapsed() - checkpointed).as_millis() as u64,
+        "part taken"
+    );
     let _ = tokio::fs::remove_dir_all(&dir).await;
     part
 }

@@ -50,4 +50,99 @@ impl Inner {
         drop(version);
         Ok(seq)
     }
+
+    /// A checkpoint that does not wait for a flush: the SSTs hard-linked as
+    /// [`Inner::checkpoint`] does, and the write-ahead log segments that hold what the memtables
+    /// do, copied up to the end of what was written when it began, with the deletion ledger as
+    /// of that moment. Opening the copy replays those segments. Returns the last sequence
+    /// number it holds. Needs the engine's own WAL (`Options::wal`).
+    pub(super) fn checkpoint_live(&self, target: &Path) -> Result<u64> {
+        if target.exists() {
+            return Err(Error::InvalidArgument(format!(
+                "checkpoint target {} already exists",
+                target.display()
+            )));
+        }
+        let tmp = target.with_extension("checkpoint.tmp");
+        let _ = std::fs::remove_dir_all(&tmp);
+        crate::durable::create_dir_all(&tmp).at(&tmp)?;
+        let ledger_copy = tmp.join(crate::ledger::file_name(0));
+        // Where the log ends, and the deletes issued up to there: under the writer's lock,
+        // so both stop at the same write.
+        let (pos, last_seq) = {
+            let w = self.writer.lock();
+            let Some(wal) = &w.wal else {
+                return Err(Error::InvalidArgument(
+                    "a checkpoint without a flush needs the engine's write-ahead log".into(),
+                ));
+            };
+            let pos = wal.pos();
+            self.deletes.ledger.lock().write_copy(&tmp, 0)?;
+            (pos, w.last_seq)
+        };
+        // The segments up to that one, before the manifest is read: a segment removed
+        // before it is linked held only writes a flush had already persisted, so the manifest
+        // read after no longer replays it. Older segments are linked (they are complete); the
+        // one written to then is copied up to where it ended (a whole record), so nothing
+        // appended later comes with it. No lock is held: flushes go on meanwhile.
+        let mut wals = Vec::new();
+        for e in std::fs::read_dir(&self.dir).at(&self.dir)? {
+            let e = e.at(&self.dir)?;
+            if let Some(crate::fs::FileKind::Wal(n)) =
+                e.file_name().to_str().and_then(crate::fs::parse_name)
+            {
+                if n <= pos.number {
+                    wals.push(n);
+                }
+            }
+        }
+        for &n in &wals {
+            let src = self.dir.join(crate::fs::wal_name(n));
+            let dst = tmp.join(crate::fs::wal_name(n));
+            if n < pos.number && std::fs::hard_link(&src, &dst).is_ok() {
+                continue;
+            }
+            let mut input = match std::fs::File::open(&src) {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err::<u64, _>(e).at(&src),
+            };
+            let mut output = std::fs::File::create(&dst).at(&dst)?;
+            let len = if n == pos.number { pos.offset } else { u64::MAX };
+            std::io::copy(&mut std::io::Read::take(&mut input, len), &mut output).at(&dst)?;
+            crate::fs::sync_file(&output, &dst)?;
+        }
+        // A flush that committed since the position was read holds writes after it: the copy
+        // then holds everything up to what that flush persisted.
+        let (edit, version, log_number, persisted) = {
+            let meta = self.meta.lock();
+            let version = self.current().version.clone();
+            let edit = self.snapshot_edit(&meta, &version);
+            (edit, version, meta.log_number, meta.persisted_seq)
+        };
+        for n in wals.into_iter().filter(|&n| n < log_number) {
+            let _ = std::fs::remove_file(tmp.join(crate::fs::wal_name(n)));
+        }
+        let tables = version.all_tables().map(|t| (t.path(), crate::sst::file_name(t.id())));
+        let trees =
+            version.all_trees().map(|t| (t.path(), crate::gloran::drtree::file_name(t.id())));
+        for (src, name) in tables.chain(trees) {
+            let dst = tmp.join(&name);
+            if std::fs::hard_link(src, &dst).is_err() {
+                std::fs::copy(src, &dst).at(&dst)?;
+                crate::fs::sync_file(&std::fs::File::open(&dst).at(&dst)?, &dst)?;
+            }
+        }
+        let number = edit.next_file_id.unwrap_or(1);
+        Manifest::create(&tmp, number, &edit, Default::default())?;
+        let ledger = tmp.join(crate::ledger::file_name(number));
+        std::fs::rename(&ledger_copy, &ledger).at(&ledger)?;
+        sync_dir(&tmp)?;
+        std::fs::rename(&tmp, target).at(target)?;
+        if let Some(parent) = target.parent() {
+            sync_dir(parent)?;
+        }
+        drop(version);
+        Ok(last_seq.max(persisted))
+    }
 }

@@ -231,6 +231,18 @@ impl Engine {
         self.inner.checkpoint(target.as_ref())
     }
 
+    /// A consistent copy of the engine in the new directory `target` without flushing the
+    /// memtables first: SSTs hard-linked, the write-ahead log segments holding what is not
+    /// flushed copied (opening the copy replays them), so a backup does not wait for (or
+    /// cause) a flush. Returns the last sequence number it holds. An engine without its own
+    /// WAL (under an external log) falls back to [`Engine::checkpoint`].
+    pub fn checkpoint_live(&self, target: impl AsRef<Path>) -> Result<u64> {
+        if !self.inner.opts.wal {
+            return self.checkpoint(target);
+        }
+        self.inner.checkpoint_live(target.as_ref())
+    }
+
     /// Every live SST with its level, level 0 first.
     pub fn files(&self) -> Vec<(usize, crate::sst::FileMeta)> {
         let sv = self.inner.current();

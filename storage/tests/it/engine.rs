@@ -372,3 +372,53 @@ fn lookups_find_keys_in_the_files_of_their_time() {
         assert_eq!(e.get(&key(3, later), None).unwrap().as_deref(), Some(&[1u8][..]));
     }
 }
+
+#[test]
+fn a_live_checkpoint_holds_unflushed_writes_and_deletes_and_nothing_after_it() {
+    // Large memtables: what the checkpoint holds is mostly in the WAL, not in SSTs.
+    let o = || Options { write_buffer_size: 1 << 20, ..opts() };
+    let d = tempfile::tempdir().unwrap();
+    let e = Engine::open(d.path().join("db"), o()).unwrap();
+    let mut seq = 0;
+    for i in 0..300 {
+        seq += 1;
+        e.put(key(i), format!("v{i}"), seq).unwrap();
+    }
+    e.flush().unwrap();
+    for i in 300..600 {
+        seq += 1;
+        e.put(key(i), format!("w{i}"), seq).unwrap();
+    }
+    let mut b = WriteBatch::new();
+    b.delete_range(key(10), key(20)).set_issued_at(1_000_000);
+    seq += 1;
+    e.write(&b, seq).unwrap();
+    let mut b = WriteBatch::new();
+    b.delete(key(400));
+    seq += 1;
+    e.write(&b, seq).unwrap();
+    let expected = all(&e);
+    let wal_files = |dir: &Path| {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|f| f.as_ref().unwrap().file_name().to_string_lossy().ends_with(".wal"))
+            .count()
+    };
+    let last = e.checkpoint_live(d.path().join("cp")).unwrap();
+    assert_eq!(last, seq);
+    assert!(wal_files(&d.path().join("cp")) > 0, "the unflushed writes travel as WAL");
+    // Written after: not in the copy.
+    e.put(key(700), "after", seq + 1).unwrap();
+    e.delete(key(0), seq + 2).unwrap();
+    drop(e);
+    let cp = Engine::open(d.path().join("cp"), o()).unwrap();
+    assert_eq!(all(&cp), expected);
+    assert_eq!(cp.last_seq(), seq);
+    assert_eq!(cp.deletions().len(), 2, "{:?}", cp.deletions());
+    // The copy goes on as an engine of its own.
+    cp.put(key(800), "x", seq + 1).unwrap();
+    cp.flush().unwrap();
+    drop(cp);
+    let again = Engine::open(d.path().join("cp"), o()).unwrap();
+    assert_eq!(all(&again).len(), expected.len() + 1);
+}
