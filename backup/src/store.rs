@@ -137,6 +137,8 @@ impl BackupStore {
         let mut p = self.pending.lock();
         if written {
             p.files.insert(path.clone());
+        } else {
+            p.files.remove(&path);
         }
         let mut dir = path.parent();
         while let Some(d) = dir {
@@ -165,9 +167,11 @@ impl BackupStore {
             tasks.push(tokio::task::spawn_blocking(
                 move || -> std::result::Result<(), (std::path::PathBuf, std::io::Error)> {
                     for f in mine {
-                        std::fs::File::open(&f)
-                            .and_then(|h| h.sync_all())
-                            .map_err(|e| (f.clone(), e))?;
+                        match std::fs::File::open(&f).and_then(|h| h.sync_all()) {
+                            // Removed since (its directory is synced below).
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                            r => r.map_err(|e| (f.clone(), e))?,
+                        }
                     }
                     Ok(())
                 },

@@ -12,12 +12,7 @@ impl Inner {
     /// Hard-links every live SST and range-index file into `target` and writes a manifest
     /// describing exactly them, and a copy of the deletion ledger.
     pub(super) fn checkpoint(&self, target: &Path) -> Result<u64> {
-        if target.exists() {
-            return Err(Error::InvalidArgument(format!(
-                "checkpoint target {} already exists",
-                target.display()
-            )));
-        }
+        refuse_existing(target)?;
         let (edit, version, seq) = {
             let meta = self.meta.lock();
             let version = self.current().version.clone();
@@ -28,25 +23,12 @@ impl Inner {
         let tmp = target.with_extension("checkpoint.tmp");
         let _ = std::fs::remove_dir_all(&tmp);
         crate::durable::create_dir_all(&tmp).at(&tmp)?;
-        let tables = version.all_tables().map(|t| (t.path(), crate::sst::file_name(t.id())));
-        let trees =
-            version.all_trees().map(|t| (t.path(), crate::gloran::drtree::file_name(t.id())));
-        for (src, name) in tables.chain(trees) {
-            let dst = tmp.join(&name);
-            if std::fs::hard_link(src, &dst).is_err() {
-                std::fs::copy(src, &dst).at(&dst)?;
-                crate::fs::sync_file(&std::fs::File::open(&dst).at(&dst)?, &dst)?;
-            }
-        }
+        link_files(&version, &tmp)?;
         let number = edit.next_file_id.unwrap_or(1);
         Manifest::create(&tmp, number, &edit, Default::default())?;
         // The deletion ledger, so issue times (and deadlines) survive the copy.
         self.deletes.ledger.lock().write_copy(&tmp, number)?;
-        sync_dir(&tmp)?;
-        std::fs::rename(&tmp, target).at(target)?;
-        if let Some(parent) = target.parent() {
-            sync_dir(parent)?;
-        }
+        publish(&tmp, target)?;
         drop(version);
         Ok(seq)
     }
@@ -57,12 +39,7 @@ impl Inner {
     /// of that moment. Opening the copy replays those segments. Returns the last sequence
     /// number it holds. Needs the engine's own WAL (`Options::wal`).
     pub(super) fn checkpoint_live(&self, target: &Path) -> Result<u64> {
-        if target.exists() {
-            return Err(Error::InvalidArgument(format!(
-                "checkpoint target {} already exists",
-                target.display()
-            )));
-        }
+        refuse_existing(target)?;
         let tmp = target.with_extension("checkpoint.tmp");
         let _ = std::fs::remove_dir_all(&tmp);
         crate::durable::create_dir_all(&tmp).at(&tmp)?;
@@ -123,26 +100,48 @@ impl Inner {
         for n in wals.into_iter().filter(|&n| n < log_number) {
             let _ = std::fs::remove_file(tmp.join(crate::fs::wal_name(n)));
         }
-        let tables = version.all_tables().map(|t| (t.path(), crate::sst::file_name(t.id())));
-        let trees =
-            version.all_trees().map(|t| (t.path(), crate::gloran::drtree::file_name(t.id())));
-        for (src, name) in tables.chain(trees) {
-            let dst = tmp.join(&name);
-            if std::fs::hard_link(src, &dst).is_err() {
-                std::fs::copy(src, &dst).at(&dst)?;
-                crate::fs::sync_file(&std::fs::File::open(&dst).at(&dst)?, &dst)?;
-            }
-        }
+        link_files(&version, &tmp)?;
         let number = edit.next_file_id.unwrap_or(1);
         Manifest::create(&tmp, number, &edit, Default::default())?;
         let ledger = tmp.join(crate::ledger::file_name(number));
         std::fs::rename(&ledger_copy, &ledger).at(&ledger)?;
-        sync_dir(&tmp)?;
-        std::fs::rename(&tmp, target).at(target)?;
-        if let Some(parent) = target.parent() {
-            sync_dir(parent)?;
-        }
+        publish(&tmp, target)?;
         drop(version);
         Ok(last_seq.max(persisted))
     }
+}
+
+fn refuse_existing(target: &Path) -> Result<()> {
+    if target.exists() {
+        return Err(Error::InvalidArgument(format!(
+            "checkpoint target {} already exists",
+            target.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Hard-links (or copies, across file systems) every SST and range-index file of `version`
+/// into `tmp`.
+fn link_files(version: &crate::version::Version, tmp: &Path) -> Result<()> {
+    let tables = version.all_tables().map(|t| (t.path(), crate::sst::file_name(t.id())));
+    let trees = version.all_trees().map(|t| (t.path(), crate::gloran::drtree::file_name(t.id())));
+    for (src, name) in tables.chain(trees) {
+        let dst = tmp.join(&name);
+        if std::fs::hard_link(src, &dst).is_err() {
+            std::fs::copy(src, &dst).at(&dst)?;
+            crate::fs::sync_file(&std::fs::File::open(&dst).at(&dst)?, &dst)?;
+        }
+    }
+    Ok(())
+}
+
+/// Makes the finished copy in `tmp` durable as `target`.
+fn publish(tmp: &Path, target: &Path) -> Result<()> {
+    sync_dir(tmp)?;
+    std::fs::rename(tmp, target).at(target)?;
+    if let Some(parent) = target.parent() {
+        sync_dir(parent)?;
+    }
+    Ok(())
 }
