@@ -391,6 +391,48 @@ async fn until_async<F: std::future::Future<Output = bool>>(
     }
 }
 
+/// Waits until request `id` is purged from every one of `sets` at `dest` and its journal entry
+/// is gone (the purge removes it after sweeping), then checks no object holds `marker`.
+async fn purged_everywhere(
+    store: &ebb_backup::BackupStore,
+    dest: &Path,
+    sets: &[&str],
+    id: u64,
+    marker: &[u8],
+) {
+    until_async(180, "every set purged", || async {
+        for s in sets {
+            if !set_at(dest, s).await.purged(id) {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    until_async(60, "the journal entry removed", || async {
+        store.journal().await.expect("journal").is_empty()
+    })
+    .await;
+    assert_eq!(objects_with(dest, marker).await, Vec::<String>::new());
+}
+
+/// Each backup set as a copy of request `id` in `system.deletions`, with its status (once per
+/// set: a cluster's set has a row per shard).
+fn backup_copies(admin: &As, id: u64) -> Vec<(String, String)> {
+    let rows: serde_json::Value = serde_json::from_str(&admin.ok(&format!(
+        "SELECT DISTINCT copy, replica_status FROM system.deletions WHERE id = {id} \
+         AND copy <> 'replica' ORDER BY copy"
+    )))
+    .expect("json");
+    let row = |r: &serde_json::Value| {
+        (
+            r["copy"].as_str().expect("copy").to_string(),
+            r["replica_status"].as_str().expect("status").to_string(),
+        )
+    };
+    rows.as_array().expect("rows").iter().map(row).collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_erase_reaches_every_set_and_every_restore() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -421,24 +463,7 @@ async fn an_erase_reaches_every_set_and_every_restore() {
     .await;
     assert_eq!(set_at(&dest, id1).await.generation, 1, "no purge ran under the lock");
     // Each set is a copy of the erasure, pending while the journal holds it.
-    let copies = |admin: &As| -> Vec<(String, String)> {
-        let rows: serde_json::Value = serde_json::from_str(&admin.ok(&format!(
-            "SELECT copy, replica_status FROM system.deletions WHERE id = {erasure} \
-             AND copy <> 'replica' ORDER BY copy"
-        )))
-        .expect("json");
-        rows.as_array()
-            .expect("rows")
-            .iter()
-            .map(|r| {
-                (
-                    r["copy"].as_str().expect("copy").to_string(),
-                    r["replica_status"].as_str().expect("status").to_string(),
-                )
-            })
-            .collect()
-    };
-    let pending = copies(&admin);
+    let pending = backup_copies(&admin, erasure);
     assert_eq!(pending.len(), 2, "{pending:?}");
     assert_eq!(pending[0].0, format!("backup {id1}"), "{pending:?}");
     assert!(pending.iter().all(|(_, s)| s == "pending"), "{pending:?}");
@@ -480,18 +505,8 @@ async fn an_erase_reaches_every_set_and_every_restore() {
     // Once the destination is free, both sets are purged: no object holds an erased value,
     // and the journal entry goes (every set holds the request).
     store.unlock(&other).await;
-    until_async(120, "both sets purged", || async {
-        let (a, b) = (set_at(&dest, id1).await, set_at(&dest, id2).await);
-        a.purged(erasure) && b.purged(erasure)
-    })
-    .await;
-    // The entry goes after the purge swept the objects no set names.
-    until_async(30, "the journal entry removed", || async {
-        store.journal().await.expect("journal").is_empty()
-    })
-    .await;
-    assert_eq!(objects_with(&dest, marker).await, Vec::<String>::new());
-    let persisted = copies(&admin);
+    purged_everywhere(&store, &dest, &[id1, id2], erasure, marker).await;
+    let persisted = backup_copies(&admin, erasure);
     assert_eq!(persisted.len(), 2, "{persisted:?}");
     assert!(persisted.iter().all(|(_, s)| s == "persisted"), "{persisted:?}");
     let mut named = std::collections::HashSet::new();
@@ -757,21 +772,7 @@ async fn an_erase_reaches_a_clusters_sets_and_its_restores() {
     })
     .await;
     assert_eq!(set_at(&dest, id1).await.generation, 1, "no purge ran under the lock");
-    let copies = |i: usize| -> Vec<(String, String)> {
-        let rows: serde_json::Value = serde_json::from_str(&admin(i).ok(&format!(
-            "SELECT DISTINCT copy, replica_status FROM system.deletions WHERE id = {erasure} \
-             AND copy <> 'replica' ORDER BY copy"
-        )))
-        .expect("json");
-        let row = |r: &serde_json::Value| {
-            (
-                r["copy"].as_str().expect("copy").to_string(),
-                r["replica_status"].as_str().expect("status").to_string(),
-            )
-        };
-        rows.as_array().expect("rows").iter().map(row).collect()
-    };
-    let pending = copies(1);
+    let pending = backup_copies(&admin(1), erasure);
     let sets = [format!("backup {id1}"), format!("backup {id2}")];
     assert_eq!(pending.iter().map(|c| c.0.clone()).collect::<Vec<_>>(), sets, "{pending:?}");
     assert!(pending.iter().all(|(_, s)| s == "pending"), "{pending:?}");
@@ -806,17 +807,7 @@ async fn an_erase_reaches_a_clusters_sets_and_its_restores() {
 
     // Once the destination is free, the metadata leader purges both sets.
     store.unlock(&other).await;
-    until_async(180, "both sets purged", || async {
-        let (a, b) = (set_at(&dest, id1).await, set_at(&dest, id2).await);
-        a.purged(erasure) && b.purged(erasure)
-    })
-    .await;
-    // The entry goes after the purge swept the objects no set names.
-    until_async(60, "the journal entry removed", || async {
-        store.journal().await.expect("journal").is_empty()
-    })
-    .await;
-    assert_eq!(objects_with(&dest, marker).await, Vec::<String>::new());
+    purged_everywhere(&store, &dest, &[id1, id2], erasure, marker).await;
     let v = admin(1).verify(erasure);
     let scanned: Vec<_> = v.replicas.iter().filter(|r| r.copy.is_some()).collect();
     assert_eq!(scanned.len(), 4, "two sets of two shards: {v:?}");
@@ -828,7 +819,7 @@ async fn an_erase_reaches_a_clusters_sets_and_its_restores() {
         let held = scanned.iter().filter(|r| r.copy.as_deref() == Some(&copy) && r.holds_request);
         assert!(held.count() > 0, "a part of {id} holds alice's rows: {v:?}");
     }
-    let persisted = copies(2);
+    let persisted = backup_copies(&admin(2), erasure);
     assert_eq!(persisted.iter().map(|c| c.0.clone()).collect::<Vec<_>>(), sets);
     assert!(persisted.iter().all(|(_, s)| s == "persisted"), "{persisted:?}");
     for id in [id1, id2] {
