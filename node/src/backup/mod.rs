@@ -172,7 +172,22 @@ struct Service {
     sent: Mutex<std::collections::HashSet<(String, u64, bool)>>,
     /// Wakes the purger (a request journaled or completed).
     wake: Arc<tokio::sync::Notify>,
+    /// What each destination held when `system.deletions` last read it (for [`SEEN_FOR`];
+    /// a purge or a backup here forgets it).
+    seen: Mutex<HashMap<String, Seen>>,
 }
+
+/// A destination's journal and readable sets, as read at `at`.
+#[derive(Debug, Clone)]
+struct Seen {
+    at: std::time::Instant,
+    journal: Vec<ebb_backup::journal::JournalEntry>,
+    sets: Vec<BackupSet>,
+}
+
+/// How long `system.deletions` shows a destination as last read (a dashboard polling it does
+/// not list the store each time).
+const SEEN_FOR: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How often the purger looks at every destination even when nothing woke it (to retry what
 /// failed, and for sets a busy destination kept it from).
@@ -273,6 +288,7 @@ impl Service {
         Service {
             purging: tokio::sync::Mutex::new(()),
             registry,
+            seen: Mutex::new(Default::default()),
             sent: Mutex::new(Default::default()),
             wake: Arc::new(tokio::sync::Notify::new()),
             parts,
@@ -323,6 +339,7 @@ impl Service {
                     copied = p.bytes_copied, "backup done"
                 );
                 *run.outcome.lock() = Some(Outcome::Done(Box::new(set)));
+                self.seen.lock().remove(&run.destination);
                 Ok(run.row())
             }
             Err(e) => {
@@ -441,15 +458,28 @@ impl Service {
         let mut out = Vec::new();
         for uri in self.registry.destinations() {
             let found = async {
-                let dest = Destination::parse(&uri)?;
-                let store = BackupStore::open(&dest, ebb_backup::Throttle::none()).await?;
-                let mut journal = store.journal().await?;
+                let cached =
+                    self.seen.lock().get(&uri).filter(|s| s.at.elapsed() < SEEN_FOR).cloned();
+                let seen = match cached {
+                    Some(s) => s,
+                    None => {
+                        let dest = Destination::parse(&uri)?;
+                        let store = BackupStore::open(&dest, ebb_backup::Throttle::none()).await?;
+                        let journal = store.journal().await?;
+                        let sets = store.list().await?.into_iter().filter_map(|l| l.set.ok());
+                        let seen =
+                            Seen { at: std::time::Instant::now(), journal, sets: sets.collect() };
+                        self.seen.lock().insert(uri.clone(), seen.clone());
+                        seen
+                    }
+                };
+                let mut journal = seen.journal;
                 for e in &outbox {
                     if !journal.iter().any(|j| j.id == e.id) {
                         journal.push(e.clone());
                     }
                 }
-                Ok::<_, BackupError>((journal, store.list().await?))
+                Ok::<_, BackupError>((journal, seen.sets))
             };
             let (journal, sets) = match found.await {
                 Ok(f) => f,
@@ -458,7 +488,7 @@ impl Service {
                     continue;
                 }
             };
-            for set in sets.into_iter().filter_map(|l| l.set.ok()) {
+            for set in sets {
                 // The set alone: where backups are kept is for admins (system.backups).
                 let copy = Some(set.id.clone());
                 let row = |id: u64, shard: u64| ReplicaDeletion {
@@ -554,6 +584,9 @@ impl Service {
             self.sent.lock().retain(|(_, id, _)| !everywhere.contains(id));
         }
         self.collect_keys().await;
+        if out.iter().any(|(_, r)| r.as_ref().is_ok_and(|p| !p.sets.is_empty())) {
+            self.seen.lock().clear();
+        }
         out
     }
 
