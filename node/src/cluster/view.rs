@@ -399,4 +399,32 @@ mod tests {
         bad.put(id_key(NODE, 1), "{");
         assert!(v.apply(&bad).is_err());
     }
+
+    #[test]
+    fn backup_records_round_trip_and_are_forwardable() {
+        let intent = Intent {
+            id: 7,
+            database: "public".into(),
+            sql: "ERASE WHERE user = 'a'".into(),
+            op: None,
+            kind: "erase".into(),
+            deadline_ms: Some(9),
+            issued_by: "admin".into(),
+            issued_at_ms: 1,
+        };
+        let mut b = WriteBatch::new();
+        put_backup_destination(&mut b, "s3://b/p?region=x");
+        put_journaled(&mut b, &JournaledRequest { intent: intent.clone(), completed_ms: 5 });
+        assert!(forwardable(&b));
+        let mut v = MetaView::default();
+        v.apply(&b).unwrap();
+        assert!(v.backup_destinations.contains("s3://b/p?region=x"));
+        assert_eq!(v.backup_journal[&7].intent, intent);
+        assert_eq!(v.backup_journal[&7].completed_ms, 5);
+        let mut gone = WriteBatch::new();
+        remove_journaled(&mut gone, 7);
+        v.apply(&gone).unwrap();
+        assert!(v.backup_journal.is_empty());
+        assert!(intent.deletes_data(), "an erase reaches backup sets");
+    }
 }
