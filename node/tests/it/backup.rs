@@ -155,16 +155,9 @@ async fn backups_restore_exactly_the_state_they_were_taken_at() {
     assert_eq!(restore_and_count(&dest, id2, &tmp.path().join("r2")).await, (1450, 0));
     assert_eq!(restore_and_count(&dest, id3, &tmp.path().join("r3")).await, (1500, 50));
     // A directory in use is never restored over.
-    let e = ebb_node::backup::restore::restore(
-        dest.to_str().expect("utf-8"),
-        Some(id1),
-        &data,
-        None,
-        None,
-        &ebb_backup::Progress::default(),
-    )
-    .await
-    .expect_err("restored over a data directory");
+    let e = restore_with_keys(&dest, id1, &data, None)
+        .await
+        .expect_err("restored over a data directory");
     assert!(e.to_string().contains("already exists"), "{e}");
 
     // A flipped byte: verify fails naming the object, and a restore leaves nothing behind.
@@ -179,16 +172,7 @@ async fn backups_restore_exactly_the_state_they_were_taken_at() {
         .expect("verify runs");
     assert!(!pass && report.contains(&name) && report.contains("damaged"), "{report}");
     let into = tmp.path().join("r-damaged");
-    let e = ebb_node::backup::restore::restore(
-        dest.to_str().expect("utf-8"),
-        Some(id2),
-        &into,
-        None,
-        None,
-        &ebb_backup::Progress::default(),
-    )
-    .await
-    .expect_err("a damaged set restored");
+    let e = restore_with_keys(&dest, id2, &into, None).await.expect_err("a damaged set restored");
     assert!(e.to_string().contains(&name), "{e}");
     assert!(!into.exists(), "a failed restore left {}", into.display());
 }
@@ -476,16 +460,7 @@ async fn an_erase_reaches_every_set_and_every_restore() {
 
     // Restoring the older set before its purge ran: the journal is applied first.
     let r1 = tmp.path().join("r1");
-    let restored = ebb_node::backup::restore::restore(
-        dest.to_str().expect("utf-8"),
-        Some(id1),
-        &r1,
-        None,
-        None,
-        &ebb_backup::Progress::default(),
-    )
-    .await
-    .expect("restore");
+    let restored = restore_with_keys(&dest, id1, &r1, None).await.expect("restore");
     assert_eq!(restored.journal_applied, [erasure]);
     assert_eq!(
         crate::cluster_erasure::files_with(&r1, marker),
@@ -654,16 +629,8 @@ async fn a_cluster_backup_under_writes_restores_into_a_cluster_of_another_size()
     // joins it and gets replicas by the usual placement.
     let new_dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().expect("tempdir")).collect();
     let first_dir = new_dirs[0].path().join("data");
-    let restored = ebb_node::backup::restore::restore(
-        dest.to_str().expect("utf-8"),
-        Some(id),
-        &first_dir,
-        None,
-        None,
-        &ebb_backup::Progress::default(),
-    )
-    .await
-    .expect("restore a cluster's set");
+    let restored =
+        restore_with_keys(&dest, id, &first_dir, None).await.expect("restore a cluster's set");
     assert_eq!(restored.set.id, id);
     let first = Server::start(&ebb_node::config::Config { cluster: true, ..config(&first_dir) })
         .await
@@ -780,16 +747,7 @@ async fn an_erase_reaches_a_clusters_sets_and_its_restores() {
     // The older set restored before its purge: the journal is applied to every shard's part.
     let restored_dir = tempfile::tempdir().expect("tempdir");
     let r1 = restored_dir.path().join("data");
-    let restored = ebb_node::backup::restore::restore(
-        dest.to_str().expect("utf-8"),
-        Some(id1),
-        &r1,
-        None,
-        None,
-        &ebb_backup::Progress::default(),
-    )
-    .await
-    .expect("restore");
+    let restored = restore_with_keys(&dest, id1, &r1, None).await.expect("restore");
     assert_eq!(restored.journal_applied, [erasure]);
     assert_eq!(crate::cluster_erasure::files_with(&r1, marker), Vec::<String>::new());
     {
@@ -831,16 +789,7 @@ async fn an_erase_reaches_a_clusters_sets_and_its_restores() {
     }
     // A purged set still restores into a cluster holding the rows not erased.
     let r2 = restored_dir.path().join("data2");
-    let again = ebb_node::backup::restore::restore(
-        dest.to_str().expect("utf-8"),
-        Some(id2),
-        &r2,
-        None,
-        None,
-        &ebb_backup::Progress::default(),
-    )
-    .await
-    .expect("restore the purged set");
+    let again = restore_with_keys(&dest, id2, &r2, None).await.expect("restore the purged set");
     assert!(again.journal_applied.is_empty(), "{:?}", again.journal_applied);
     {
         let s = Server::start(&ebb_node::config::Config { cluster: true, ..config(&r2) })
