@@ -56,6 +56,13 @@ fn random(buf: &mut [u8]) -> Result<()> {
         .map_err(|_| BackupError::Source("the system's random number generator failed".into()))
 }
 
+/// A new backup origin (see [`crate::BackupStore::claim`]): 128 random bits, in hex.
+pub fn new_origin() -> Result<String> {
+    let mut b = [0u8; 16];
+    random(&mut b)?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
 impl Key {
     /// A new random key.
     pub fn random() -> Result<Key> {

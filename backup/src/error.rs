@@ -97,6 +97,18 @@ pub enum BackupError {
         /// What was being decrypted.
         what: String,
     },
+    /// The destination holds the backups of another server or cluster: deletes issued on one
+    /// must not be applied to the other's sets, so each keeps its own destination.
+    #[error(
+        "{destination} holds the backups of another server or cluster (origin {origin}); back \
+         up to a directory or bucket prefix of this one's own"
+    )]
+    OtherOrigin {
+        /// The destination (without credentials).
+        destination: String,
+        /// The origin recorded there.
+        origin: String,
+    },
     /// The restore target is not empty.
     #[error("{}: the restore target already exists; give a new directory", .0.display())]
     TargetExists(PathBuf),

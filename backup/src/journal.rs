@@ -42,6 +42,10 @@ pub struct JournalEntry {
     pub completed_ms: Option<u64>,
     /// The request as the server applies it.
     pub request: serde_json::Value,
+    /// The server or cluster that issued it (its sets' [`crate::BackupSet::origin`]); `None`
+    /// in entries written before origins were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
 }
 
 impl JournalEntry {
@@ -87,6 +91,12 @@ impl JournalEntry {
     /// completes by one node's clock and its set begins by another's: it is taken as missing
     /// from a set that began up to [`CLOCK_SKEW_MS`] after it completed.
     pub fn missing_from(&self, set: &crate::BackupSet) -> bool {
+        if let (Some(ours), Some(theirs)) = (&self.origin, &set.origin) {
+            // Another server's set: its data never held what this request deleted.
+            if ours != theirs {
+                return false;
+            }
+        }
         let margin = match set.kind {
             crate::SetKind::Node => 0,
             _ => CLOCK_SKEW_MS,
@@ -164,6 +174,7 @@ mod tests {
             issued_at_ms: 1_700_000_000_000,
             deadline_ms: Some(1_700_000_600_000),
             completed_ms: None,
+            origin: None,
             request: serde_json::json!({"op": {"Erase": {"tag": "user", "value": "alice"}}}),
         };
         let key = e.key().to_string();

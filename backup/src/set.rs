@@ -128,6 +128,10 @@ pub struct BackupSet {
     /// [`crate::crypto`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encryption: Option<crate::crypto::SetEncryption>,
+    /// The server or cluster it was taken of (see [`crate::store::BackupStore::claim`]);
+    /// `None` in sets taken before origins were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
 }
 
 /// A delete request a purge applied to a set.
@@ -352,6 +356,7 @@ mod tests {
             purged: vec![],
             meta: None,
             encryption: None,
+            origin: None,
         }
     }
 

@@ -17,9 +17,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::TryStreamExt;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path as Key;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
+use object_store::{
+    GetResult, GetResultPayload, ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::error::{AtPath, BackupError, InStore, Result};
@@ -36,8 +39,17 @@ const MARKER_TEXT: &str = "ebbdb backup format 1\n";
 /// every part but the last to be at least 5 MiB).
 const CHUNK: usize = 8 << 20;
 
+/// Objects are read from a directory destination, and written to files, in chunks of this size.
+const READ_CHUNK: usize = 1 << 20;
+
+/// Files hashed, uploaded, downloaded or checked at once.
+pub(crate) const LANES: usize = 4;
+
 /// The largest manifest this build reads (a set of a million files is about 150 MiB).
 const MAX_MANIFEST: u64 = 256 << 20;
+
+/// The server or cluster whose backups a destination holds (see [`BackupStore::claim`]).
+const ORIGIN: &str = "ORIGIN";
 
 /// The largest marker read.
 const MAX_MARKER: u64 = 4 << 10;
@@ -96,6 +108,60 @@ impl BackupStore {
         let s = BackupStore { dest: dest.clone(), store, throttle, pending: Default::default() };
         s.check_marker().await?;
         Ok(s)
+    }
+
+    /// The server or cluster whose backups the destination holds, if one claimed it.
+    pub async fn origin(&self) -> Result<Option<String>> {
+        match self.get_small(&Key::from(ORIGIN), MAX_MARKER).await {
+            Ok(b) => Ok(Some(String::from_utf8_lossy(&b).trim().to_string())),
+            Err(BackupError::Store { source: object_store::Error::NotFound { .. }, .. }) => {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Claims the destination for `origin` (a server's or cluster's backup origin), or
+    /// answers [`BackupError::OtherOrigin`] if another holds it. One destination holds one
+    /// origin's sets: request ids are unique only within an origin, and a delete must reach
+    /// only the sets of the data it deleted from (pgBackRest refuses a repository of another
+    /// database system the same way).
+    pub async fn claim(&self, origin: &str) -> Result<()> {
+        let key = Key::from(ORIGIN);
+        for _ in 0..2 {
+            match self.origin().await? {
+                Some(o) if o == origin => return Ok(()),
+                Some(o) => {
+                    return Err(BackupError::OtherOrigin {
+                        destination: self.dest.to_string(),
+                        origin: o,
+                    })
+                }
+                None => {}
+            }
+            let body = PutPayload::from(format!("{origin}\n").into_bytes());
+            let opts = object_store::PutOptions::from(object_store::PutMode::Create);
+            match self.store.put_opts(&key, body.clone(), opts).await {
+                Ok(_) => return self.durable(&key, true).await,
+                // Claimed meanwhile: read who did.
+                Err(object_store::Error::AlreadyExists { .. }) => continue,
+                // A store without conditional writes: last writer wins, then checked.
+                Err(object_store::Error::NotImplemented { .. }) => {
+                    self.store.put(&key, body).await.doing(|| format!("writing {ORIGIN}"))?;
+                    self.durable(&key, true).await?;
+                }
+                Err(source) => {
+                    return Err(BackupError::Store { what: format!("writing {ORIGIN}"), source })
+                }
+            }
+        }
+        match self.origin().await? {
+            Some(o) if o == origin => Ok(()),
+            o => Err(BackupError::OtherOrigin {
+                destination: self.dest.to_string(),
+                origin: o.unwrap_or_default(),
+            }),
+        }
     }
 
     /// The destination.
@@ -369,7 +435,7 @@ impl BackupStore {
                 return Err(BackupError::Store { what: format!("reading {key}"), source })
             }
         };
-        let mut stream = got.into_stream();
+        let mut stream = chunks(got);
         let mut hasher = blake3::Hasher::new();
         let mut len = 0u64;
         while let Some(chunk) = stream.try_next().await.doing(|| format!("reading {key}"))? {
@@ -396,9 +462,11 @@ impl BackupStore {
 
     /// Writes file `entry` of set `set` to `path` (a new file), checked against its hash.
     pub async fn get_file(&self, set: &str, entry: &FileEntry, path: &Path) -> Result<()> {
-        let mut out = tokio::fs::File::create_new(path).await.at(path)?;
+        let out = tokio::fs::File::create_new(path).await.at(path)?;
+        let mut out = tokio::io::BufWriter::with_capacity(READ_CHUNK, out);
         self.read_object(set, &entry.name, &entry.object, Sink::File(&mut out, path)).await?;
-        out.sync_all().await.at(path)?;
+        out.flush().await.at(path)?;
+        out.get_ref().sync_all().await.at(path)?;
         Ok(())
     }
 
@@ -522,22 +590,32 @@ impl BackupStore {
         Ok(out)
     }
 
+    /// Checks file `f`'s object (of set `set`), counting it into `progress`.
+    async fn check_file(&self, set: &str, f: &FileEntry, progress: &Progress) -> Result<()> {
+        let r = self.read_object(set, &f.name, &f.object, Sink::Discard).await;
+        progress.file_done(f.object.len, false);
+        r
+    }
+
     /// Checks every object of `set`, reporting each missing or damaged one (not just the
     /// first), and counting into `progress`.
     pub async fn verify(&self, set: &BackupSet, progress: &Progress) -> Result<Vec<BackupError>> {
         progress.add_total(set.files() as u64, set.bytes());
         let mut problems = Vec::new();
-        for part in set.all_parts() {
-            for f in &part.files {
-                let r = self.read_object(&set.id, &f.name, &f.object, Sink::Discard).await;
-                match r {
-                    Ok(()) => {}
-                    Err(e @ (BackupError::Missing { .. } | BackupError::Damaged { .. })) => {
-                        problems.push(e)
-                    }
-                    Err(e) => return Err(e),
+        // (Made first: see `transfer::download_part`.)
+        let checks: Vec<_> = set
+            .all_parts()
+            .flat_map(|p| &p.files)
+            .map(|f| self.check_file(&set.id, f, progress))
+            .collect();
+        let mut checked = futures::stream::iter(checks).buffered(LANES);
+        while let Some(r) = checked.next().await {
+            match r {
+                Ok(()) => {}
+                Err(e @ (BackupError::Missing { .. } | BackupError::Damaged { .. })) => {
+                    problems.push(e)
                 }
-                progress.file_done(f.object.len, false);
+                Err(e) => return Err(e),
             }
         }
         Ok(problems)
@@ -548,11 +626,38 @@ impl BackupStore {
 #[derive(Debug)]
 pub enum Sink<'a> {
     /// Appended to a file (named for errors).
-    File(&'a mut tokio::fs::File, &'a Path),
+    File(&'a mut tokio::io::BufWriter<tokio::fs::File>, &'a Path),
     /// Appended to memory.
     Memory(&'a mut Vec<u8>),
     /// Only checked.
     Discard,
+}
+
+/// An object's content, chunk by chunk. A directory destination's object is read here in
+/// chunks of [`READ_CHUNK`]: the object store's own reader yields 8 KiB at a time, each a trip
+/// to the blocking thread pool, which made restores several times slower than a copy.
+fn chunks(got: GetResult) -> BoxStream<'static, object_store::Result<Bytes>> {
+    match got.payload {
+        GetResultPayload::File(file, _) => {
+            let file = tokio::fs::File::from_std(file);
+            futures::stream::try_unfold(file, |mut file| async move {
+                let mut buf = vec![0u8; READ_CHUNK];
+                let n = read_full(&mut file, &mut buf).await.map_err(|source| {
+                    object_store::Error::Generic {
+                        store: "LocalFileSystem",
+                        source: Box::new(source),
+                    }
+                })?;
+                if n == 0 {
+                    return Ok(None);
+                }
+                buf.truncate(n);
+                Ok(Some((Bytes::from(buf), file)))
+            })
+            .boxed()
+        }
+        GetResultPayload::Stream(s) => s,
+    }
 }
 
 /// A file that changed while it was read (an engine file never should).

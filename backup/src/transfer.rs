@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncReadExt;
 
@@ -14,7 +15,7 @@ use crate::error::{AtPath, BackupError, Result};
 use crate::lock::Lock;
 use crate::progress::Progress;
 use crate::set::{FileEntry, LogPosition, ObjectRef, Part};
-use crate::store::BackupStore;
+use crate::store::{BackupStore, LANES};
 use crate::throttle::Throttle;
 
 /// Hashes of engine files already read, by file identity, so an unchanged file is not read
@@ -61,40 +62,56 @@ impl HashCache {
         )
     }
 
-    /// The file at `path` as an object, and its content if it had to be read to learn its
-    /// hash (a file of at most [`READ_WHOLE`] bytes is read whole, so an upload sends what was
-    /// hashed without reading it again): read through `throttle` unless it is an immutable
-    /// engine file whose identity is known.
-    async fn hash(
+    /// The file `meta` describes (at `path`) as an object, if it is an immutable engine file
+    /// (tables `.sst`, range-index files `.rdi`) whose identity is known; and that identity,
+    /// to [`HashCache::learn`] its hash by.
+    fn lookup(
         &mut self,
         path: &Path,
-        throttle: &Throttle,
-    ) -> Result<(ObjectRef, Option<Vec<u8>>)> {
-        let meta = tokio::fs::metadata(path).await.at(path)?;
+        meta: &std::fs::Metadata,
+    ) -> (Option<String>, Option<ObjectRef>) {
         let immutable = path.extension().is_some_and(|e| e == "sst" || e == "rdi");
-        let id = immutable.then(|| Self::identity(&meta));
-        if let Some(id) = &id {
-            self.seen.insert(id.clone());
-            if let Some(hash) = self.known.get(id) {
-                return Ok((ObjectRef { hash: hash.clone(), len: meta.len() }, None));
-            }
-        }
-        let (object, body) = if meta.len() <= READ_WHOLE {
-            let body = tokio::fs::read(path).await.at(path)?;
-            throttle.take(body.len() as u64).await;
-            let object = ObjectRef {
-                hash: blake3::hash(&body).to_hex().to_string(),
-                len: body.len() as u64,
-            };
-            (object, Some(body))
-        } else {
-            (hash_file(path, throttle).await?, None)
-        };
-        if let Some(id) = id {
-            self.known.insert(id, object.hash.clone());
-        }
-        Ok((object, body))
+        let Some(id) = immutable.then(|| Self::identity(meta)) else { return (None, None) };
+        self.seen.insert(id.clone());
+        let known =
+            self.known.get(&id).map(|hash| ObjectRef { hash: hash.clone(), len: meta.len() });
+        (Some(id), known)
     }
+
+    /// Keeps `hash` as the hash of the file of identity `id`.
+    fn learn(&mut self, id: String, hash: String) {
+        self.known.insert(id, hash);
+    }
+}
+
+/// The file at `path` as an object, and its content if it had to be read to learn its hash (a
+/// file of at most [`READ_WHOLE`] bytes is read whole, so an upload sends what was hashed
+/// without reading it again): read through `throttle` unless `cache` knows it. Hashing runs
+/// on the blocking pool, so files hashed at once use every core.
+async fn hash_cached(
+    cache: &parking_lot::Mutex<&mut HashCache>,
+    path: &Path,
+    throttle: &Throttle,
+) -> Result<(ObjectRef, Option<Vec<u8>>)> {
+    let meta = tokio::fs::metadata(path).await.at(path)?;
+    let (id, known) = cache.lock().lookup(path, &meta);
+    if let Some(object) = known {
+        return Ok((object, None));
+    }
+    let (object, body) = if meta.len() <= READ_WHOLE {
+        let body = tokio::fs::read(path).await.at(path)?;
+        throttle.take(body.len() as u64).await;
+        let (hash, body) = tokio::task::spawn_blocking(move || (blake3::hash(&body), body))
+            .await
+            .map_err(|e| BackupError::Source(Box::new(e)))?;
+        (ObjectRef { hash: hash.to_hex().to_string(), len: body.len() as u64 }, Some(body))
+    } else {
+        (hash_file(path, throttle).await?, None)
+    };
+    if let Some(id) = id {
+        cache.lock().learn(id, object.hash.clone());
+    }
+    Ok((object, body))
 }
 
 /// Files up to this size are read whole to be hashed, and uploaded from memory.
@@ -112,7 +129,12 @@ pub async fn hash_file(path: &Path, throttle: &Throttle) -> Result<ObjectRef> {
             break;
         }
         throttle.take(n as u64).await;
-        hasher.update(&buf[..n]);
+        (hasher, buf) = tokio::task::spawn_blocking(move || {
+            hasher.update(&buf[..n]);
+            (hasher, buf)
+        })
+        .await
+        .map_err(|e| BackupError::Source(Box::new(e)))?;
         len += n as u64;
     }
     Ok(ObjectRef { hash: hasher.finalize().to_hex().to_string(), len })
@@ -167,62 +189,80 @@ impl Encrypting {
         }
     }
 
-    /// The object holding `plain` (sealed with a new key and uploaded unless one already at
-    /// the store holds it), and whether it was copied. `body` is the file's content if read.
-    async fn object(
-        &mut self,
-        store: &BackupStore,
-        path: &Path,
-        plain: &ObjectRef,
-        body: Option<Vec<u8>>,
-        stored: &mut HashMap<String, u64>,
-    ) -> Result<(ObjectRef, bool)> {
-        if let Some((object, key)) = self.by_plain.get(&plain.hash) {
-            if stored.get(&object.hash) == Some(&object.len) {
-                self.used.objects.insert(object.hash.clone(), key.clone());
-                return Ok((object.clone(), false));
-            }
+    /// The object sealed before that holds `plain`, if the store has it whole (the set then
+    /// names it with its key).
+    fn reuse(&mut self, plain: &ObjectRef, stored: &HashMap<String, u64>) -> Option<ObjectRef> {
+        let (object, key) = self.by_plain.get(&plain.hash)?;
+        if stored.get(&object.hash) != Some(&object.len) {
+            return None;
         }
-        let key = Key::random()?;
-        let body = match body {
-            Some(b) => Some(b),
-            None if plain.len <= READ_WHOLE => Some(tokio::fs::read(path).await.at(path)?),
-            None => None,
-        };
-        let object = match body {
-            Some(body) => {
-                let k = key.clone();
-                let sealed = tokio::task::spawn_blocking(move || crate::crypto::seal(&k, &body))
-                    .await
-                    .map_err(|e| BackupError::Source(Box::new(e)))??;
+        self.used.objects.insert(object.hash.clone(), key.clone());
+        Some(object.clone())
+    }
+
+    /// Keeps `object`, sealed with `key`, as the one holding `key.plain`.
+    fn record(&mut self, object: &ObjectRef, key: ObjectKey) {
+        self.by_plain.insert(key.plain.hash.clone(), (object.clone(), key.clone()));
+        self.used.objects.insert(object.hash.clone(), key);
+    }
+}
+
+/// The object holding `plain` (sealed with a new key and uploaded unless one already at the
+/// store holds it), and whether it was copied. `body` is the file's content if read.
+async fn seal_object(
+    enc: &parking_lot::Mutex<&mut Encrypting>,
+    store: &BackupStore,
+    path: &Path,
+    plain: &ObjectRef,
+    body: Option<Vec<u8>>,
+    stored: &parking_lot::Mutex<&mut HashMap<String, u64>>,
+) -> Result<(ObjectRef, bool)> {
+    {
+        let stored = stored.lock();
+        if let Some(object) = enc.lock().reuse(plain, &stored) {
+            return Ok((object, false));
+        }
+    }
+    let key = Key::random()?;
+    let body = match body {
+        Some(b) => Some(b),
+        None if plain.len <= READ_WHOLE => Some(tokio::fs::read(path).await.at(path)?),
+        None => None,
+    };
+    let object = match body {
+        Some(body) => {
+            let k = key.clone();
+            let (object, sealed) = tokio::task::spawn_blocking(move || {
+                let sealed = crate::crypto::seal(&k, &body)?;
                 let object = ObjectRef {
                     hash: blake3::hash(&sealed).to_hex().to_string(),
                     len: sealed.len() as u64,
                 };
-                store.put_bytes(&object, sealed).await?;
-                object
-            }
-            None => {
-                let tmp = sibling(path, "sealed");
-                let (k, src, dst) = (key.clone(), path.to_path_buf(), tmp.clone());
-                let sealed =
-                    tokio::task::spawn_blocking(move || crate::crypto::seal_file(&k, &src, &dst))
-                        .await
-                        .map_err(|e| BackupError::Source(Box::new(e)))?;
-                let put = match sealed {
-                    Ok(object) => store.put_file(&tmp, &object).await.map(|()| object),
-                    Err(e) => Err(e),
-                };
-                let _ = tokio::fs::remove_file(&tmp).await;
-                put?
-            }
-        };
-        let okey = ObjectKey { key: key.to_hex(), plain: plain.clone() };
-        self.by_plain.insert(plain.hash.clone(), (object.clone(), okey.clone()));
-        self.used.objects.insert(object.hash.clone(), okey);
-        stored.insert(object.hash.clone(), object.len);
-        Ok((object, true))
-    }
+                Ok::<_, BackupError>((object, sealed))
+            })
+            .await
+            .map_err(|e| BackupError::Source(Box::new(e)))??;
+            store.put_bytes(&object, sealed).await?;
+            object
+        }
+        None => {
+            let tmp = sibling(path, "sealed");
+            let (k, src, dst) = (key.clone(), path.to_path_buf(), tmp.clone());
+            let sealed =
+                tokio::task::spawn_blocking(move || crate::crypto::seal_file(&k, &src, &dst))
+                    .await
+                    .map_err(|e| BackupError::Source(Box::new(e)))?;
+            let put = match sealed {
+                Ok(object) => store.put_file(&tmp, &object).await.map(|()| object),
+                Err(e) => Err(e),
+            };
+            let _ = tokio::fs::remove_file(&tmp).await;
+            put?
+        }
+    };
+    enc.lock().record(&object, ObjectKey { key: key.to_hex(), plain: plain.clone() });
+    stored.lock().insert(object.hash.clone(), object.len);
+    Ok((object, true))
 }
 
 /// Backs up `src` into `store` under `lock` (renewed as it goes): each file's object is
@@ -236,7 +276,7 @@ pub async fn upload_part(
     stored: &mut HashMap<String, u64>,
     cache: &mut HashCache,
     progress: &Progress,
-    mut encrypting: Option<&mut Encrypting>,
+    encrypting: Option<&mut Encrypting>,
 ) -> Result<Part> {
     let files = files_in(src.dir)?;
     let mut sizes = 0u64;
@@ -244,30 +284,39 @@ pub async fn upload_part(
         sizes += std::fs::metadata(path).at(path)?.len();
     }
     progress.add_total(files.len() as u64, sizes);
-    let mut entries = Vec::with_capacity(files.len());
-    for (name, path) in files {
-        store.keep(lock).await?;
-        let (plain, body) = cache.hash(&path, store.throttle()).await?;
-        if let Some(enc) = encrypting.as_deref_mut() {
-            let (object, copy) = enc.object(store, &path, &plain, body, stored).await?;
-            progress.file_done(plain.len, copy);
-            entries.push(FileEntry { name, object });
-            continue;
-        }
-        let object = plain;
-        // An object of the wrong size (cut short by a store that does not write atomically)
-        // is replaced.
-        let copy = stored.get(&object.hash) != Some(&object.len);
-        if copy {
-            match body {
-                Some(body) => store.put_bytes(&object, body).await?,
-                None => store.put_file(&path, &object).await?,
+    let stored = parking_lot::Mutex::new(stored);
+    let cache = parking_lot::Mutex::new(cache);
+    let encrypting = encrypting.map(parking_lot::Mutex::new);
+    let one = |(name, path): (String, PathBuf)| {
+        let (stored, cache, encrypting) = (&stored, &cache, &encrypting);
+        async move {
+            store.keep(lock).await?;
+            let (plain, body) = hash_cached(cache, &path, store.throttle()).await?;
+            if let Some(enc) = encrypting {
+                let (object, copy) = seal_object(enc, store, &path, &plain, body, stored).await?;
+                progress.file_done(plain.len, copy);
+                return Ok(FileEntry { name, object });
             }
-            stored.insert(object.hash.clone(), object.len);
+            let object = plain;
+            // An object of the wrong size (cut short by a store that does not write
+            // atomically) is replaced.
+            let copy = stored.lock().get(&object.hash) != Some(&object.len);
+            if copy {
+                match body {
+                    Some(body) => store.put_bytes(&object, body).await?,
+                    None => store.put_file(&path, &object).await?,
+                }
+                stored.lock().insert(object.hash.clone(), object.len);
+            }
+            progress.file_done(object.len, copy);
+            Ok::<_, BackupError>(FileEntry { name, object })
         }
-        progress.file_done(object.len, copy);
-        entries.push(FileEntry { name, object });
-    }
+    };
+    // Several files at once, in the part's order: hashing uses every core, and uploads to a
+    // remote store overlap their round trips.
+    let uploads: Vec<_> = files.into_iter().map(one).collect();
+    let entries: Vec<FileEntry> =
+        futures::stream::iter(uploads).buffered(LANES).try_collect().await?;
     // Durable when the part is handed on (a cluster's part is named by a manifest another
     // node writes).
     store.sync_pending().await?;
@@ -293,49 +342,14 @@ pub async fn download_part(
     let _ = tokio::fs::remove_dir_all(&tmp).await;
     private_dir(&tmp)?;
     progress.add_total(part.files.len() as u64, part.bytes());
-    let fetched = async {
-        for f in &part.files {
-            if f.name.contains('/') || f.name.starts_with('.') {
-                return Err(BackupError::Damaged {
-                    set: set.to_string(),
-                    file: f.name.clone(),
-                    object: f.object.key().to_string(),
-                    why: "the set names a file outside its part".into(),
-                });
-            }
-            let Some(keys) = keys else {
-                store.get_file(set, f, &tmp.join(&f.name)).await?;
-                progress.file_done(f.object.len, true);
-                continue;
-            };
-            let damaged = |why: &str| BackupError::Damaged {
-                set: set.to_string(),
-                file: f.name.clone(),
-                object: f.object.key().to_string(),
-                why: why.to_string(),
-            };
-            let k = keys
-                .objects
-                .get(&f.object.hash)
-                .ok_or_else(|| damaged("the set has no key for it"))?;
-            let sealed = tmp.join(format!(".{}.sealed", f.name));
-            store.get_file(set, f, &sealed).await?;
-            let (key, src, dst, what) =
-                (k.key()?, sealed.clone(), tmp.join(&f.name), f.object.key().to_string());
-            let opened = tokio::task::spawn_blocking(move || {
-                crate::crypto::open_file(&key, &src, &dst, &what)
-            })
-            .await
-            .map_err(|e| BackupError::Source(Box::new(e)))??;
-            let _ = tokio::fs::remove_file(&sealed).await;
-            if opened != k.plain {
-                return Err(damaged("what it holds does not match the hash its key records"));
-            }
-            progress.file_done(f.object.len, true);
-        }
-        Ok(())
-    };
-    if let Err(e) = fetched.await {
+    // Several objects at once (each write and sync overlaps the others' reads); the first
+    // error in the part's order is the one reported.
+    // (The futures are made first: a closure making them would borrow for any lifetime,
+    // which the futures of a server's handlers cannot be proven `Send` with.)
+    let fetches: Vec<_> =
+        part.files.iter().map(|f| fetch_file(store, set, f, &tmp, progress, keys)).collect();
+    let fetched = futures::stream::iter(fetches).buffered(LANES).try_collect::<()>().await;
+    if let Err(e) = fetched {
         let _ = tokio::fs::remove_dir_all(&tmp).await;
         return Err(e);
     }
@@ -344,6 +358,52 @@ pub async fn download_part(
     if let Some(parent) = dir.parent() {
         sync_dir(parent)?;
     }
+    Ok(())
+}
+
+/// Writes file `f` of part of set `set` into `tmp`, checked (and opened with its key from
+/// `keys`, for an encrypted set).
+async fn fetch_file(
+    store: &BackupStore,
+    set: &str,
+    f: &FileEntry,
+    tmp: &Path,
+    progress: &Progress,
+    keys: Option<&ObjectKeys>,
+) -> Result<()> {
+    if f.name.contains('/') || f.name.starts_with('.') {
+        return Err(BackupError::Damaged {
+            set: set.to_string(),
+            file: f.name.clone(),
+            object: f.object.key().to_string(),
+            why: "the set names a file outside its part".into(),
+        });
+    }
+    let Some(keys) = keys else {
+        store.get_file(set, f, &tmp.join(&f.name)).await?;
+        progress.file_done(f.object.len, true);
+        return Ok(());
+    };
+    let damaged = |why: &str| BackupError::Damaged {
+        set: set.to_string(),
+        file: f.name.clone(),
+        object: f.object.key().to_string(),
+        why: why.to_string(),
+    };
+    let k = keys.objects.get(&f.object.hash).ok_or_else(|| damaged("the set has no key for it"))?;
+    let sealed = tmp.join(format!(".{}.sealed", f.name));
+    store.get_file(set, f, &sealed).await?;
+    let (key, src, dst, what) =
+        (k.key()?, sealed.clone(), tmp.join(&f.name), f.object.key().to_string());
+    let opened =
+        tokio::task::spawn_blocking(move || crate::crypto::open_file(&key, &src, &dst, &what))
+            .await
+            .map_err(|e| BackupError::Source(Box::new(e)))??;
+    let _ = tokio::fs::remove_file(&sealed).await;
+    if opened != k.plain {
+        return Err(damaged("what it holds does not match the hash its key records"));
+    }
+    progress.file_done(f.object.len, true);
     Ok(())
 }
 

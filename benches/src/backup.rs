@@ -9,7 +9,16 @@
 //! - how long one `ERASE` takes to reach every one of `sets` backup sets (each purged, as
 //!   `system.deletions` shows), against its deadline;
 //! - `ebb restore` throughput against `cp -r` then `sync -f` of the destination;
-//! - ingest while backups run back to back against ingest alone (two fresh servers).
+//! - ingest while backups run back to back against ingest alone (two fresh servers);
+//! - a `DELETE`'s latency once the server has a backup destination (each delete is then
+//!   journaled for the sets, durably, before it is applied) against the same server's before
+//!   it had one; with `--baseline-bin`, also a server of that build without destinations
+//!   against this build's.
+//!
+//! The incremental figure compares sets taken right after a flush (`/v1/admin/flush`), so both
+//! hold the same kind of files: a set taken without one carries the write-ahead log of what is
+//! not flushed, and the next set the tables that log became, which says nothing of how much
+//! an incremental backup copies.
 //!
 //! Both sides of each comparison use the same disk and the same files; backups run
 //! unthrottled (no `--backup-rate`), as `cp` does.
@@ -22,7 +31,7 @@ use std::time::{Duration, Instant};
 use crate::ebb_server::Server;
 use crate::peers::ebb_binary;
 use crate::report::{Better, Comparison};
-use crate::tsbs::{generate, Dataset};
+use crate::tsbs::{generate, Dataset, START_S};
 
 /// `ebb-bench backup`.
 #[derive(Debug, Clone, clap::Args)]
@@ -39,6 +48,13 @@ pub struct BackupArgs {
     /// The ERASE's deadline, in seconds (the baseline of its figure).
     #[arg(long, default_value_t = 600)]
     pub deadline: u64,
+    /// DELETE statements timed on each server.
+    #[arg(long, default_value_t = 50)]
+    pub deletes: usize,
+    /// An `ebb` binary of another build: its DELETE latency (without destinations) is the
+    /// baseline of this build's.
+    #[arg(long)]
+    pub baseline_bin: Option<PathBuf>,
     /// Working directory (default: a temporary directory, removed afterwards).
     #[arg(long)]
     pub dir: Option<PathBuf>,
@@ -103,6 +119,71 @@ fn backup(s: &Server, dest: &Path) -> Result<serde_json::Value, String> {
     Ok(row)
 }
 
+/// Flushes the server's memtables.
+fn flush(s: &Server) -> Result<(), String> {
+    s.post_path("/v1/admin/flush", b"").map(drop)
+}
+
+/// Median milliseconds of `n` DELETEs on `s`, each of one host's first hour (hosts `from..`).
+fn deletes(s: &Server, from: usize, n: usize) -> Result<f64, String> {
+    let hi = crate::tsbs_queries::rfc3339(START_S + 3600);
+    let mut times = Vec::with_capacity(n);
+    for i in from..from + n {
+        let t = Instant::now();
+        s.sql(&format!("DELETE FROM cpu WHERE hostname = 'host_{i}' AND time < {hi}"))?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times.get(times.len() / 2).copied().unwrap_or(0.0))
+}
+
+/// DELETE latency with a backup destination against without (one server), and without
+/// destinations against `--baseline-bin`'s build (a server of each, the same data).
+fn delete_latency(
+    work: &Path,
+    a: &BackupArgs,
+    batches: &[String],
+) -> Result<Vec<Comparison>, String> {
+    let n = a.deletes.max(1);
+    // A tenth of the load: the deletes' cost, not the data's size, is measured.
+    let load = &batches[..batches.len().div_ceil(10)];
+    let rows = load.iter().map(|x| x.lines().count()).sum::<usize>();
+    let cmp = |metric: &str, ebb: f64, baseline: &str, base: f64| Comparison {
+        bench: "backup".into(),
+        metric: metric.into(),
+        params: vec![("deletes".into(), n.to_string())],
+        ebb,
+        baseline: baseline.into(),
+        base,
+        better: Better::Lower,
+    };
+    let mut out = Vec::new();
+    let s = Server::start(&work.join("deletes"), false, &[])?;
+    s.ingest(load, rows, a.clients)?;
+    let without = deletes(&s, 0, n)?;
+    backup(&s, &work.join("dest-deletes"))?;
+    let with = deletes(&s, n, n)?;
+    drop(s);
+    println!(
+        "  DELETE latency (median of {n}): {without:.2} ms without a backup destination, \
+         {with:.2} ms with one (each delete journaled for its sets)"
+    );
+    out.push(cmp("delete_ms_with_destination", with, "no_destination", without));
+    if let Some(bin) = &a.baseline_bin {
+        let s = Server::start_bin(bin, &work.join("deletes-before"), false, &[])?;
+        s.ingest(load, rows, a.clients)?;
+        let before = deletes(&s, 0, n)?;
+        drop(s);
+        println!(
+            "  DELETE latency (median of {n}) without destinations: {without:.2} ms, {before:.2} \
+             ms with {}",
+            bin.display()
+        );
+        out.push(cmp("delete_ms", without, "before", before));
+    }
+    Ok(out)
+}
+
 fn field(row: &serde_json::Value, k: &str) -> Result<u64, String> {
     row[k].as_u64().ok_or_else(|| format!("no {k} in {row}"))
 }
@@ -139,8 +220,7 @@ fn run(work: &Path, a: &BackupArgs) -> Result<Vec<Comparison>, String> {
     let secs = t.elapsed().as_secs_f64();
     let set_mib = field(&first, "bytes")? as f64 / MIB;
     let full = set_mib / secs;
-    let before = files(&data);
-    let data_mib = before.values().sum::<u64>() as f64 / MIB;
+    let data_mib = files(&data).values().sum::<u64>() as f64 / MIB;
     let cp_secs = cp(&data, &work.join("cp-data"))?;
     let cp_rate = data_mib / cp_secs;
     let _ = std::fs::remove_dir_all(work.join("cp-data"));
@@ -150,8 +230,12 @@ fn run(work: &Path, a: &BackupArgs) -> Result<Vec<Comparison>, String> {
     );
     out.push(cmp("full_mib_per_s", full, "cp_sync", cp_rate, Better::Higher));
 
-    // Incremental after 10% more data.
+    // Incremental after 10% more data, between two sets taken right after a flush.
+    flush(&s)?;
+    let first = backup(&s, &dest)?;
+    let before = files(&data);
     s.ingest(new, rows(new), a.clients)?;
+    flush(&s)?;
     let second = backup(&s, &dest)?;
     let copied = field(&second, "bytes_copied")?;
     let after = files(&data);
@@ -159,8 +243,9 @@ fn run(work: &Path, a: &BackupArgs) -> Result<Vec<Comparison>, String> {
         after.iter().filter(|(p, len)| before.get(*p) != Some(len)).map(|(_, len)| len).sum();
     let grown = field(&second, "bytes")?.saturating_sub(field(&first, "bytes")?);
     println!(
-        "  incremental: copied {:.1} MiB; the data grew by {:.1} MiB; files new in the data \
-         directory since the first backup: {:.1} MiB (compactions rewrite older data)",
+        "  incremental (sets after a flush): copied {:.1} MiB; the data grew by {:.1} MiB; files \
+         new in the data directory since the set before: {:.1} MiB (compactions rewrite older \
+         data)",
         copied as f64 / MIB,
         grown as f64 / MIB,
         fresh as f64 / MIB
@@ -206,7 +291,7 @@ fn run(work: &Path, a: &BackupArgs) -> Result<Vec<Comparison>, String> {
     ));
 
     // One ERASE reaching `sets` sets.
-    for i in 2..a.sets {
+    for i in 3..a.sets {
         // A little new data each time, so each set has files of its own.
         let one = &new[i % new.len()..i % new.len() + 1];
         s.ingest(one, rows(one), 1)?;
@@ -238,6 +323,8 @@ fn run(work: &Path, a: &BackupArgs) -> Result<Vec<Comparison>, String> {
     c.params.push(param("sets", a.sets.to_string()));
     out.push(c);
     drop(s);
+
+    out.extend(delete_latency(work, a, old)?);
 
     // Ingest while backups run back to back, against ingest alone (fresh servers).
     let alone = {

@@ -53,10 +53,19 @@ fn agent_for(ca: Option<&Path>) -> Result<ureq::Agent, String> {
 impl Server {
     /// Starts a server in `dir` with `extra` flags; `secured` as the README recommends.
     pub(crate) fn start(dir: &Path, secured: bool, extra: &[&str]) -> Result<Server, String> {
-        let bin = ebb_binary()?;
+        Server::start_bin(&ebb_binary()?, dir, secured, extra)
+    }
+
+    /// [`Server::start`] with the `ebb` binary `bin` (another build's, for a baseline).
+    pub(crate) fn start_bin(
+        bin: &Path,
+        dir: &Path,
+        secured: bool,
+        extra: &[&str],
+    ) -> Result<Server, String> {
         std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
         let port = free_port()?;
-        let mut cmd = Command::new(&bin);
+        let mut cmd = Command::new(bin);
         cmd.args(["server", "--data-dir"])
             .arg(dir.join("data"))
             .args(["--http-addr", &format!("127.0.0.1:{port}")])
@@ -73,8 +82,8 @@ impl Server {
         if secured {
             let certs = dir.join("certs");
             let c = certs.to_string_lossy().into_owned();
-            run(&bin, &["cert", "ca", "--dir", &c])?;
-            run(&bin, &["cert", "issue", "node", "--dir", &c, "--host", "127.0.0.1"])?;
+            run(bin, &["cert", "ca", "--dir", &c])?;
+            run(bin, &["cert", "issue", "node", "--dir", &c, "--host", "127.0.0.1"])?;
             let pw = dir.join("admin.pw");
             std::fs::write(&pw, "bench admin password").map_err(|e| e.to_string())?;
             cmd.arg("--admin-password-file")
@@ -139,6 +148,11 @@ impl Server {
             return Err(format!("{path}: {} {text}", resp.status()));
         }
         Ok(text)
+    }
+
+    /// POSTs `body` to `path` (an admin endpoint, say).
+    pub(crate) fn post_path(&self, path: &str, body: &[u8]) -> Result<String, String> {
+        self.post(&self.agent, path, body)
     }
 
     pub(crate) fn sql(&self, q: &str) -> Result<String, String> {

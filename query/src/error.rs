@@ -205,7 +205,14 @@ impl QueryError {
             },
             QueryError::Backup(e) => {
                 use ebb_backup::BackupError as B;
-                matches!(**e, B::Uri { .. } | B::NoSuchSet(_) | B::Empty | B::TargetExists(_))
+                matches!(
+                    **e,
+                    B::Uri { .. }
+                        | B::NoSuchSet(_)
+                        | B::Empty
+                        | B::TargetExists(_)
+                        | B::OtherOrigin { .. }
+                )
             }
             QueryError::Corrupt(_)
             | QueryError::Points(_)

@@ -56,6 +56,7 @@ async fn backup(
         meta: None,
         parts: vec![part],
         encryption: None,
+        origin: None,
     };
     store.put_set(&set).await.expect("manifest");
     store.unlock(&lock).await;
@@ -255,4 +256,45 @@ async fn a_directory_that_holds_no_backups_is_named_as_such() {
     assert!(e.contains("no such directory"), "{e}");
     let store = BackupStore::create(&dest, Throttle::none()).await.unwrap();
     assert!(matches!(store.newest().await, Err(BackupError::Empty)));
+}
+
+#[tokio::test]
+async fn a_destination_holds_one_origins_sets_and_entries_reach_only_their_own() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("dest");
+    let dest = Destination::parse(root.to_str().unwrap()).unwrap();
+    let store = BackupStore::create(&dest, Throttle::none()).await.unwrap();
+    assert_eq!(store.origin().await.unwrap(), None, "no origin before a claim");
+    store.claim("aaaa").await.unwrap();
+    store.claim("aaaa").await.expect("the same origin claims again");
+    assert_eq!(store.origin().await.unwrap().as_deref(), Some("aaaa"));
+    let e = store.claim("bbbb").await.unwrap_err();
+    assert!(
+        matches!(&e, BackupError::OtherOrigin { origin, .. } if origin == "aaaa"),
+        "another origin is refused: {e}"
+    );
+    assert!(e.to_string().contains("another server or cluster"), "{e}");
+    // Another handle on the destination sees the claim.
+    let again = BackupStore::open(&dest, Throttle::none()).await.unwrap();
+    assert!(again.claim("bbbb").await.is_err());
+
+    // An entry reaches only the sets of its origin (and sets from before origins).
+    let src = tmp.path().join("src");
+    write_files(&src, &[("a.sst", body(1, 100))]);
+    let (mut set, _) = backup(&store, &src, "20231114T221320.000Z").await;
+    let entry = ebb_backup::journal::JournalEntry {
+        format: ebb_backup::journal::ENTRY_FORMAT,
+        id: 7,
+        kind: "erase".into(),
+        issued_at_ms: 10,
+        deadline_ms: None,
+        completed_ms: None,
+        request: serde_json::json!({}),
+        origin: Some("aaaa".into()),
+    };
+    assert!(entry.missing_from(&set), "a set of no recorded origin");
+    set.origin = Some("aaaa".into());
+    assert!(entry.missing_from(&set), "a set of its origin");
+    set.origin = Some("bbbb".into());
+    assert!(!entry.missing_from(&set), "another origin's set never held its data");
 }

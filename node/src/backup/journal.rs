@@ -39,6 +39,8 @@ impl Outbox {
             deadline_ms: intent.deadline_ms,
             completed_ms: None,
             request: serde_json::to_value(intent).map_err(|e| BackupError::Source(Box::new(e)))?,
+            // Set when it is written to a destination (the registry's origin).
+            origin: None,
         })
     }
 

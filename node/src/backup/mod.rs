@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use ebb_backup::journal::JournalEntry;
 use ebb_backup::transfer::HashCache;
 use ebb_backup::{
     BackupError, BackupSet, BackupStore, Destination, Lock, LockKind, Part, Progress, SetKind,
@@ -367,6 +368,8 @@ impl Service {
             }
         };
         let dest = store.destination().clone();
+        let origin = self.registry.origin().await?;
+        store.claim(&origin).await?;
         self.registry.remember(&dest.to_string()).await?;
         // Named before the lock is taken, so a restart after a kill releases it.
         let running = self.dir.join("running");
@@ -427,6 +430,7 @@ impl Service {
                 parts,
                 meta,
                 encryption: None,
+                origin: Some(origin),
             };
             let mut set = set;
             if let (Some(keys), Some(enc)) = (&keys, &job.encrypting) {
@@ -518,9 +522,7 @@ impl Service {
                             ..row(p.id, part.shard)
                         });
                     }
-                    let waiting = journal
-                        .iter()
-                        .filter(|e| e.may_be_missing_from(set.started_ms) && !set.purged(e.id));
+                    let waiting = journal.iter().filter(|e| e.missing_from(&set));
                     for e in waiting {
                         let intent = journal::intent_of(e).ok();
                         out.push(ReplicaDeletion {
@@ -552,7 +554,19 @@ impl Service {
         if !self.registry.drives() {
             return Vec::new();
         }
-        let entries = self.registry.entries();
+        let origin = match self.registry.origin().await {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::warn!(error = %e, "no backup origin to purge by");
+                return Vec::new();
+            }
+        };
+        let entries: Vec<JournalEntry> = self
+            .registry
+            .entries()
+            .into_iter()
+            .map(|e| JournalEntry { origin: Some(origin.clone()), ..e })
+            .collect();
         let mut out = Vec::new();
         let mut everywhere: std::collections::HashSet<u64> =
             entries.iter().filter(|e| e.completed_ms.is_some()).map(|e| e.id).collect();
@@ -560,6 +574,8 @@ impl Service {
             let done = async {
                 let dest = Destination::parse(&uri)?;
                 let store = BackupStore::open(&dest, ebb_backup::Throttle::new(self.rate)).await?;
+                // Only a destination of this server's (or, from before origins, unclaimed).
+                store.claim(&origin).await?;
                 for e in &entries {
                     let key = (uri.clone(), e.id, e.completed_ms.is_some());
                     if self.sent.lock().contains(&key) {

@@ -23,6 +23,10 @@ use super::journal::Outbox;
 pub trait Registry: Send + Sync + std::fmt::Debug {
     /// The destinations backed up to, as their URIs (which hold no secrets).
     fn destinations(&self) -> Vec<String>;
+    /// This server's or cluster's backup origin: what its sets and journal entries are
+    /// marked with, and the destinations it backs up to claimed for (see
+    /// [`ebb_backup::BackupStore::claim`]). A restored server keeps its set's.
+    async fn origin(&self) -> Result<String, BackupError>;
     /// Remembers destination `uri` (before a backup to it takes any part).
     async fn remember(&self, uri: &str) -> Result<(), BackupError>;
     /// Records `intent`, a request that deletes, before any shard applies it (see
@@ -90,6 +94,18 @@ impl LocalRegistry {
     }
 }
 
+/// The file in a single node's `<data dir>/backup` that holds its backup origin.
+pub const ORIGIN_FILE: &str = "origin";
+
+/// Writes `origin` as the backup origin of the single node whose backup directory is
+/// `backup_dir` (a restored node keeps its set's).
+pub fn write_origin(backup_dir: &Path, origin: &str) -> Result<(), BackupError> {
+    ebb_backup::transfer::private_dir(backup_dir)?;
+    let path = backup_dir.join(ORIGIN_FILE);
+    ebb_raft::sm::snapshot::write_atomic(&path, format!("{origin}\n").as_bytes())
+        .map_err(|e| BackupError::Source(Box::new(e)))
+}
+
 fn task(e: tokio::task::JoinError) -> BackupError {
     BackupError::Source(Box::new(e))
 }
@@ -100,6 +116,23 @@ impl Registry for LocalRegistry {
         std::fs::read_to_string(self.destinations_file())
             .map(|t| t.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect())
             .unwrap_or_default()
+    }
+
+    async fn origin(&self) -> Result<String, BackupError> {
+        // Under the write lock: two backups starting together create one origin.
+        let _one = self.unjournaled.write().await;
+        let path = self.dir.join(ORIGIN_FILE);
+        match std::fs::read_to_string(&path) {
+            Ok(t) if !t.trim().is_empty() => return Ok(t.trim().to_string()),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(BackupError::Io { path, source }),
+        }
+        let origin = ebb_backup::crypto::new_origin()?;
+        let dir = self.dir.clone();
+        let o = origin.clone();
+        tokio::task::spawn_blocking(move || write_origin(&dir, &o)).await.map_err(task)??;
+        Ok(origin)
     }
 
     async fn remember(&self, uri: &str) -> Result<(), BackupError> {

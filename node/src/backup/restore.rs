@@ -79,6 +79,10 @@ pub async fn restore(
         }
     };
     let entries = missing(&store, &set).await?;
+    let origin = match &set.origin {
+        Some(o) => Some(o.clone()),
+        None => store.origin().await?,
+    };
     let key_dir = keys.map(KeyDir::new);
     let object_keys = match crate::backup::purge::object_keys(&set, key_dir.as_ref()) {
         Err(BackupError::NoKey { set, key, dir }) if keys.is_none() => {
@@ -100,6 +104,11 @@ pub async fn restore(
         let destinations = backup_dir.join("destinations");
         std::fs::write(&destinations, format!("{dest}\n"))
             .map_err(|source| BackupError::Io { path: destinations.clone(), source })?;
+        // It continues the server the set was taken of: it keeps its backup origin, so it may
+        // go on backing up to this destination and its deletes reach these sets.
+        if let Some(origin) = &origin {
+            crate::backup::registry::write_origin(&backup_dir, origin)?;
+        }
         // It takes the place of the server that took the set: it keeps its keys, so its
         // purges can reach the encrypted sets there.
         if let Some(from) = &key_dir {

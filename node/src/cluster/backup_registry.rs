@@ -59,6 +59,17 @@ impl Registry for MetaRegistry {
         v.backup_destinations.into_iter().collect()
     }
 
+    async fn origin(&self) -> Result<String, BackupError> {
+        // A restored cluster keeps its set's origin; any other is known by its cluster id.
+        let router = self.router()?;
+        if let Some(o) = router.meta().view().backup_origin {
+            return Ok(o);
+        }
+        router.conns().cluster_id().ok_or_else(|| {
+            BackupError::Source("the cluster has no id yet to mark its backups with".into())
+        })
+    }
+
     async fn remember(&self, uri: &str) -> Result<(), BackupError> {
         let router = self.router()?;
         if router.meta().view().backup_destinations.contains(uri) {

@@ -21,7 +21,7 @@ use ebb_backup::{BackupError, BackupSet, BackupStore, Progress, SetKind};
 use ebb_storage::Engine;
 use serde::{Deserialize, Serialize};
 
-use super::view::{MetaView, Settings, ShardInfo, ACCESS, BACKUP_DEST};
+use super::view::{MetaView, Settings, ShardInfo, ACCESS, BACKUP_DEST, BACKUP_ORIGIN};
 use crate::error::{NodeError, Result};
 
 /// The plan's file in the restored data directory (removed once the cluster is created).
@@ -71,9 +71,19 @@ pub async fn prepare(
         let meta_dir = staging.join("meta-part");
         download_part(store, &set.id, meta, &meta_dir, progress, None).await?;
         let (dir, id) = (meta_dir.clone(), set.id.clone());
-        let plan = tokio::task::spawn_blocking(move || read_plan_from(&dir, id))
+        let mut plan = tokio::task::spawn_blocking(move || read_plan_from(&dir, id))
             .await
             .map_err(source)??;
+        // The new cluster continues the one the set was taken of: it keeps its backup origin,
+        // so it may go on backing up to this destination and its deletes reach these sets.
+        let origin = match &set.origin {
+            Some(o) => Some(o.clone()),
+            None => store.origin().await?,
+        };
+        if let Some(o) = origin {
+            plan.records.retain(|(k, _)| k.as_slice() != BACKUP_ORIGIN);
+            plan.records.push(super::view::backup_origin_record(&o));
+        }
         tokio::fs::remove_dir_all(&meta_dir)
             .await
             .map_err(|e| BackupError::Io { path: meta_dir.clone(), source: e })?;
@@ -142,7 +152,11 @@ fn read_plan_from(dir: &Path, set: String) -> std::result::Result<RestorePlan, B
     for item in engine.scan(lo..hi, None).map_err(source)? {
         let (k, v) = item.map_err(source)?;
         // The destinations too, so deletes issued on the new cluster reach the sets there.
-        if k.starts_with(ACCESS) || k.starts_with(INTENT) || k.starts_with(BACKUP_DEST) {
+        if k.starts_with(ACCESS)
+            || k.starts_with(INTENT)
+            || k.starts_with(BACKUP_DEST)
+            || k == BACKUP_ORIGIN
+        {
             records.push((k.to_vec(), v.to_vec()));
         }
     }

@@ -27,6 +27,9 @@ pub const ACCESS: &[u8] = b"meta/access/";
 const INTENT: &[u8] = b"meta/intent/";
 /// Prefix of the destinations the cluster's backups went to (`meta/backup/dest/` + URI).
 pub const BACKUP_DEST: &[u8] = b"meta/backup/dest/";
+/// The backup origin of a restored cluster (its set's; see
+/// `crate::backup::registry::Registry::origin`).
+pub const BACKUP_ORIGIN: &[u8] = b"meta/backup/origin";
 /// Prefix of the delete requests completed on every shard on their way to every backup
 /// destination's deletion journal (`meta/backup/journal/` + request id big-endian).
 const BACKUP_JOURNAL: &[u8] = b"meta/backup/journal/";
@@ -150,6 +153,9 @@ pub struct MetaView {
     pub intents: BTreeMap<u64, Intent>,
     /// The destinations the cluster's backups went to (URIs, which hold no secrets).
     pub backup_destinations: std::collections::BTreeSet<String>,
+    /// The backup origin a restore carried over; `None` for a cluster created anew (its
+    /// cluster id is its origin).
+    pub backup_origin: Option<String>,
     /// Delete requests completed on every shard that some destination's journal may lack,
     /// by request id.
     pub backup_journal: BTreeMap<u64, JournaledRequest>,
@@ -271,6 +277,9 @@ impl MetaView {
         } else if key.starts_with(INTENT) {
             let i: Intent = serde_json::from_slice(value).map_err(|e| err(e.to_string()))?;
             self.intents.insert(i.id, i);
+        } else if key == BACKUP_ORIGIN {
+            let o: String = serde_json::from_slice(value).map_err(|e| err(e.to_string()))?;
+            self.backup_origin = Some(o);
         } else if key.starts_with(BACKUP_DEST) {
             let uri =
                 std::str::from_utf8(&key[BACKUP_DEST.len()..]).map_err(|e| err(e.to_string()))?;
@@ -337,6 +346,11 @@ pub fn close_intent(batch: &mut WriteBatch, id: u64) {
 /// Adds the record of backup destination `uri` to `batch`.
 pub fn put_backup_destination(batch: &mut WriteBatch, uri: &str) {
     batch.put([BACKUP_DEST, uri.as_bytes()].concat(), b"{}".to_vec());
+}
+
+/// The record of a restored cluster's backup `origin` (key, value).
+pub fn backup_origin_record(origin: &str) -> (Vec<u8>, Vec<u8>) {
+    (BACKUP_ORIGIN.to_vec(), serde_json::to_vec(origin).unwrap_or_default())
 }
 
 /// Adds `request` to the requests on their way to every backup destination.

@@ -118,7 +118,9 @@ fn query_error(e: &QueryError) -> Response {
             }
             // The destination's store did not answer as it should.
             ebb_backup::BackupError::Store { .. } => StatusCode::BAD_GATEWAY,
-            ebb_backup::BackupError::Busy(_) => StatusCode::CONFLICT,
+            ebb_backup::BackupError::Busy(_) | ebb_backup::BackupError::OtherOrigin { .. } => {
+                StatusCode::CONFLICT
+            }
             ref b if b.is_disk_full() => StatusCode::INSUFFICIENT_STORAGE,
             _ if e.is_client_error() => StatusCode::BAD_REQUEST,
             _ => StatusCode::INTERNAL_SERVER_ERROR,

@@ -568,6 +568,8 @@ fn backup_sqlstate(e: &ebb_backup::BackupError) -> &'static str {
         B::NoSuchSet(_) | B::Empty => "42704",
         // Object in use: another backup or a prune holds the destination.
         B::Busy(_) => "55006",
+        // Object not in prerequisite state: the destination is another server's.
+        B::OtherOrigin { .. } => "55000",
         e if e.is_disk_full() => "53100",
         // Data corrupted.
         B::Missing { .. } | B::Damaged { .. } | B::Manifest { .. } => "XX001",

@@ -508,7 +508,31 @@ async fn an_erase_reaches_every_set_and_every_restore() {
         assert!(r.files_accounted > 0 && r.unaccounted.is_empty(), "{r:?}");
         assert!(r.sources.iter().any(|s| s.kind.contains("sst")), "{r:?}");
     }
+
+    // The destination is this server's: another server's backup to it is refused (its
+    // deletes must not reach these sets, nor these server's deletes its sets). The server
+    // restored from it continues this one, and backs up there.
+    let origin = set_at(&dest, id1).await.origin.expect("a set records its origin");
+    assert_eq!(set_at(&dest, id2).await.origin.as_deref(), Some(origin.as_str()));
+    {
+        let s = Server::start(&secured(&tmp.path().join("other"))).await.expect("start");
+        let h = Http::new(s.http_addr);
+        let a = As { http: &h, auth: basic("admin", ADMIN_PW) };
+        let (status, body) = a.sql(&format!("BACKUP TO '{}'", dest.display()));
+        assert_eq!(status, 409, "{body}");
+        assert!(body.contains("another server or cluster"), "{body}");
+        s.shutdown().await.expect("shutdown");
+    }
     server.shutdown().await.expect("shutdown");
+    {
+        let s = Server::start(&secured(&r1)).await.expect("start on the restored set");
+        let h = Http::new(s.http_addr);
+        let a = As { http: &h, auth: basic("admin", ADMIN_PW) };
+        let row = backup(&a, &dest);
+        let set = set_at(&dest, row["id"].as_str().expect("id")).await;
+        assert_eq!(set.origin.as_deref(), Some(origin.as_str()), "the restored server's set");
+        s.shutdown().await.expect("shutdown");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -674,6 +698,14 @@ async fn a_cluster_backup_under_writes_restores_into_a_cluster_of_another_size()
     // The users came with the metadata.
     let (s, b) = As { http: &hj, auth: basic("auditor", "a-pass") }.sql("SELECT 1");
     assert_eq!(s, 200, "{b}");
+    // The restored cluster continues the one backed up: it keeps its backup origin and backs
+    // up to the same destination.
+    let (s, b) = h.sql(&format!("BACKUP TO '{}'", dest.display()));
+    assert_eq!(s, 200, "{b}");
+    let next: serde_json::Value = serde_json::from_str(&b).expect("json");
+    let next = set_at(&dest, next[0]["id"].as_str().expect("id")).await;
+    assert!(set.origin.is_some(), "a cluster's set records its origin");
+    assert_eq!(next.origin, set.origin, "the restored cluster's set");
     joined.shutdown().await.expect("shutdown");
     first.shutdown().await.expect("shutdown");
 }
