@@ -60,13 +60,34 @@ impl Outbox {
         Ok(())
     }
 
-    /// Request `id`'s entry, if the outbox has it.
+    fn done_path(&self, id: u64) -> PathBuf {
+        self.dir.join(format!("{id:020}.done"))
+    }
+
+    /// Records that request `id` completed on every shard at `at_ms`, without a sync: on the
+    /// delete's path, and losing it costs nothing (an entry found incomplete at start is
+    /// taken as complete then, later than it was, so a set may only be purged of it again).
+    pub fn complete(&self, id: u64, at_ms: u64) {
+        let path = self.done_path(id);
+        if let Err(e) = std::fs::write(&path, at_ms.to_string()) {
+            tracing::warn!(path = %path.display(), error = %e, "recording a request as done");
+        }
+    }
+
+    /// Request `id`'s entry, if the outbox has it, with its completion if recorded.
     pub fn get(&self, id: u64) -> Option<JournalEntry> {
         let path = self.path(id);
         let bytes = std::fs::read(&path).ok()?;
         let key = ebb_backup::journal::entry_key(id);
         match JournalEntry::decode(&bytes, key.as_ref()) {
-            Ok(e) => Some(e),
+            Ok(mut e) => {
+                if e.completed_ms.is_none() {
+                    e.completed_ms = std::fs::read_to_string(self.done_path(id))
+                        .ok()
+                        .and_then(|t| t.trim().parse().ok());
+                }
+                Some(e)
+            }
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %e, "an unreadable journal entry");
                 None
@@ -92,6 +113,7 @@ impl Outbox {
     /// Removes request `id`'s entry.
     pub fn remove(&self, id: u64) {
         let _ = std::fs::remove_file(self.path(id));
+        let _ = std::fs::remove_file(self.done_path(id));
     }
 }
 
@@ -102,4 +124,38 @@ pub fn intent_of(entry: &JournalEntry) -> Result<Intent, BackupError> {
         object: entry.key().to_string(),
         why: format!("not a request this build reads: {e}"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_is_completed_apart_and_removed_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let outbox = Outbox::new(dir.path());
+        let intent = Intent {
+            id: 42,
+            database: "public".into(),
+            sql: "ERASE WHERE user = 'a'".into(),
+            op: None,
+            kind: "erase".into(),
+            deadline_ms: None,
+            issued_by: "admin".into(),
+            issued_at_ms: 1,
+        };
+        outbox.put(&Outbox::entry(&intent).unwrap()).unwrap();
+        assert_eq!(outbox.get(42).unwrap().completed_ms, None);
+        outbox.complete(42, 77);
+        assert_eq!(outbox.get(42).unwrap().completed_ms, Some(77));
+        assert_eq!(outbox.entries().len(), 1, "the completion is no entry of its own");
+        // A completion cut short reads as none: the entry is taken as incomplete.
+        std::fs::write(outbox.done_path(42), "7").unwrap();
+        assert_eq!(outbox.get(42).unwrap().completed_ms, Some(7));
+        std::fs::write(outbox.done_path(42), "").unwrap();
+        assert_eq!(outbox.get(42).unwrap().completed_ms, None);
+        outbox.remove(42);
+        assert!(outbox.get(42).is_none());
+        assert_eq!(std::fs::read_dir(&outbox.dir).unwrap().count(), 0);
+    }
 }

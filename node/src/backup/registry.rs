@@ -170,9 +170,14 @@ impl Registry for LocalRegistry {
     }
 
     async fn journal_done(&self, id: u64) {
-        let Some(mut entry) = self.outbox.get(id) else { return };
-        entry.completed_ms = Some(ebb_query::now_ms());
-        if let Err(e) = self.outbox.put(&entry) {
+        let outbox = Outbox::new(&self.dir);
+        let now = ebb_query::now_ms();
+        let done = tokio::task::spawn_blocking(move || {
+            if outbox.get(id).is_some() {
+                outbox.complete(id, now);
+            }
+        });
+        if let Err(e) = done.await {
             tracing::warn!(request = id, error = %e, "recording a journaled request as done");
         }
     }

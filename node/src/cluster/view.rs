@@ -435,6 +435,12 @@ mod tests {
         assert!(v.backup_destinations.contains("s3://b/p?region=x"));
         assert_eq!(v.backup_journal[&7].intent, intent);
         assert_eq!(v.backup_journal[&7].completed_ms, 5);
+        assert_eq!(v.backup_origin, None);
+        let (k, val) = backup_origin_record("0123abcd");
+        let mut o = WriteBatch::new();
+        o.put(k, val);
+        v.apply(&o).unwrap();
+        assert_eq!(v.backup_origin.as_deref(), Some("0123abcd"));
         let mut gone = WriteBatch::new();
         remove_journaled(&mut gone, 7);
         v.apply(&gone).unwrap();
