@@ -18,7 +18,13 @@ continue), split two shards so the new nodes have shards to lead (`ALTER CLUSTER
 decommission the two highest pods and `helm upgrade --set replicas=4` once they have drained,
 delete a pod (SIGKILL; the StatefulSet controller recreates it on the same volume), stop and
 start every pod, and checks each time that no acknowledged row is lost or read twice and every
-node holds its share of shard replicas.
+node holds its share of shard replicas. Then backups: the chart's backup CronJob (its rendered
+`ebb backup create` and `ebb backup prune` containers, through the client Service) runs under
+writes and once more at rest, into the backups claim (a directory bind-mounted at /mnt); a
+DELETE issued after the sets were taken must reach every set (`system.deletions`); then every
+pod and volume is lost, and the newest set is restored as the chart README says (`ebb restore`
+into the first pod's new volume) and the release installed again on it: every row of the set
+is back but the deleted ones.
 """
 
 import argparse
@@ -48,7 +54,15 @@ SECURED = [
     "--set", "auth.existingSecret=ebb-admin",
     "--set", "tls.existingSecret=ebb-tls",
     "--set", "tls.clusterSecret=ebb-cluster-tls",
+    # Backups to a directory in a ReadWriteMany claim (simulated at /mnt), two sets kept.
+    "--set", "backup.enabled=true",
+    "--set", "backup.existingClaim=ebb-backups",
+    "--set", "backup.mountPath=/mnt",
+    "--set", "backup.to=/mnt/sets",
+    "--set", "backup.keep=2",
 ]
+# The client Service's name (it routes to a ready pod; the simulation sends it to pod 0).
+CLIENT_SERVICE = f"{RELEASE}.{NAMESPACE}.svc.cluster.local"
 
 
 def log(msg):
@@ -169,12 +183,14 @@ class Sim:
             subprocess.run([self.ebb, "cert", "ca", "--dir", str(certs)], check=True,
                            stdout=subprocess.DEVNULL)
             hosts = [a for i in range(16) for a in ("--host", f"127.0.10.{i + 1}")]
+            hosts += ["--host", CLIENT_SERVICE]
             subprocess.run([self.ebb, "cert", "issue", "node", "--dir", str(certs), *hosts],
                            check=True, stdout=subprocess.DEVNULL)
         files = {
             "ebb-admin": {"admin-password": ADMIN_PASSWORD.encode()},
             "ebb-tls": {"tls.crt": (certs / "node.crt").read_bytes(),
-                        "tls.key": (certs / "node.key").read_bytes()},
+                        "tls.key": (certs / "node.key").read_bytes(),
+                        "ca.crt": (certs / "ca.crt").read_bytes()},
             "ebb-cluster-tls": {"ca.crt": (certs / "ca.crt").read_bytes(),
                                 "tls.crt": (certs / "node.crt").read_bytes(),
                                 "tls.key": (certs / "node.key").read_bytes()},
@@ -196,6 +212,7 @@ class Sim:
         """helm install/upgrade: renders, checks the manifests, and reconciles the pods."""
         docs = render(self.helm, self.chart, replicas, self.work / f"rendered-{replicas}")
         (sts,) = [d for d in docs if d["kind"] == "StatefulSet"]
+        (self.cronjob,) = [d for d in docs if d["kind"] == "CronJob"]
         # The server's configuration (the chart also ships the Grafana dashboard's ConfigMap).
         (cm,) = [d for d in docs if d["kind"] == "ConfigMap" and "config.toml" in d.get("data", {})]
         (headless,) = [
@@ -230,13 +247,47 @@ class Sim:
 
     def write_hosts(self, n):
         headless = f"{self.sts_name}-peers"
-        lines = ["127.0.0.1 localhost"]
+        lines = ["127.0.0.1 localhost", f"127.0.10.1 {CLIENT_SERVICE}"]
         for i in range(n):
             lines.append(
                 f"127.0.10.{i + 1} {self.sts_name}-{i}.{headless}.{NAMESPACE}.svc.cluster.local "
                 f"{self.sts_name}-{i}.{headless}"
             )
         pathlib.Path("/etc/hosts").write_text("\n".join(lines) + "\n")
+
+    def run_job(self, container):
+        """Runs one container of the backup CronJob's pod as Kubernetes would: its args, its
+        environment (Secrets read from their files), its mounts."""
+        spec = self.cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        (c,) = [c for c in spec.get("initContainers", []) + spec["containers"] if c["name"] == container]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("EBB_")}
+        for e in c.get("env", []):
+            if "value" in e:
+                env[e["name"]] = e["value"]
+            elif "secretKeyRef" in e.get("valueFrom", {}):
+                ref = e["valueFrom"]["secretKeyRef"]
+                path = self.secret_dir(ref["name"]) / ref["key"]
+                if path.exists():
+                    env[e["name"]] = path.read_text()
+                elif not ref.get("optional"):
+                    fail(f"the backup job needs Secret {ref['name']} key {ref['key']}")
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        for m in c.get("volumeMounts", []):
+            secret = volumes.get(m["name"], {}).get("secret")
+            if secret:
+                local = str(self.secret_dir(secret["secretName"]))
+                env = {k: v.replace(m["mountPath"] + "/", local + "/") for k, v in env.items()}
+        out = subprocess.run([self.ebb, *c["args"]], env=env, capture_output=True, text=True,
+                             timeout=600)
+        if out.returncode != 0:
+            fail(f"backup job container {container} exited {out.returncode}: {out.stderr}")
+        return out.stdout
+
+    def backup_job(self):
+        """One run of the backup CronJob: `ebb backup create`, then the prune."""
+        self.run_job("backup")
+        self.run_job("prune")
+        return [r["id"] for r in self.sql(self.pods[0], "SELECT id FROM system.backups WHERE state = 'done' ORDER BY id")]
 
     def sql(self, pod, query):
         req = urllib.request.Request(
@@ -455,6 +506,63 @@ def main():
         sim.check_counts("after the full restart")
         sim.write(sim.pods[-1], next(batches))
         log(f"full restart: {len(sim.pods)} pods ready again with their ids; {sim.written} rows")
+
+        # Backups: the chart's CronJob under writes, then at rest (its prune keeps two sets).
+        with writing("the backup under writes"):
+            sets = sim.backup_job()
+        log(f"backup CronJob under writes: sets {sets}")
+        sets = sim.backup_job()
+        if len(sets) != 2:
+            fail(f"the CronJob's prune keeps 2 sets; the destination lists {sets}")
+        newest, at_rest = sets[-1], sim.written
+        log(f"backup CronJob at rest: sets {sets}, {at_rest} rows in {newest}")
+        # Personal data erased after both sets were taken must leave both.
+        h3 = sim.sql(sim.pods[0], "SELECT count(*) AS n FROM cpu WHERE host = 'h3'")[0]["n"]
+        erasure = sim.sql(sim.pods[-1], "ERASE WHERE host = 'h3'")[0]["erasure_id"]
+
+        def reached_sets():
+            rows = sim.sql(
+                sim.pods[0],
+                f"SELECT copy, replica_status AS s FROM system.deletions WHERE id = {erasure} "
+                "AND copy <> 'replica'",
+            )
+            held = {r["copy"] for r in rows}
+            return len(held) >= 2 and all(r["s"] == "persisted" for r in rows)
+
+        wait_until(reached_sets, 300, f"erasure {erasure} to reach both backup sets")
+        log(f"ERASE of {h3} rows (request {erasure}) reached both sets")
+
+        # Every pod and every volume is lost. The chart README's restore: `ebb restore` into
+        # the first pod's new volume, what it wrote moved to the volume's root, then the release
+        # installed again.
+        for p in sim.pods:
+            p.kill()
+        (sim.work / "pvc").rename(sim.work / "pvc-lost")
+        sim.pods = []
+        first = sim.work / "pvc" / f"data-{sim.sts_name}-0"
+        first.mkdir(parents=True)
+        out = subprocess.run(
+            [sim.ebb, "restore", "--quiet", "--from", "/mnt/sets", "--backup", newest,
+             "--data-dir", str(first / "new")],
+            capture_output=True, text=True, timeout=600,
+        )
+        if out.returncode != 0:
+            fail(f"ebb restore exited {out.returncode}: {out.stderr}")
+        for x in (first / "new").iterdir():
+            x.rename(first / x.name)
+        (first / "new").rmdir()
+        log(f"restored set {newest} into {first.name}")
+        sim.written = at_rest - h3
+        log(f"helm install --set replicas={a.from_replicas} on the restored volume")
+        sim.apply(a.from_replicas)
+        sim.wait_balanced()
+        sim.check_counts("after the restore")
+        left = sim.sql(sim.pods[-1], "SELECT count(*) AS n FROM cpu WHERE host = 'h3'")[0]["n"]
+        if left != 0:
+            fail(f"the restored cluster serves {left} erased rows")
+        sim.write(sim.pods[-1], next(batches))
+        sim.check_counts("after a write to the restored cluster")
+        log(f"restore: {len(sim.pods)} pods, {sim.written} rows, none of the erased")
         log("PASSED")
     finally:
         for p in sim.pods:

@@ -297,6 +297,7 @@ fn run(work: &Path, a: &BackupArgs) -> Result<Vec<Comparison>, String> {
         s.ingest(one, rows(one), 1)?;
         backup(&s, &dest)?;
     }
+    let objects_before = files(&dest.join("objects"));
     let t = Instant::now();
     let body =
         s.sql(&format!("ERASE WHERE hostname = 'host_0' DEADLINE '{}s'", a.deadline.max(1)))?;
@@ -320,6 +321,29 @@ fn run(work: &Path, a: &BackupArgs) -> Result<Vec<Comparison>, String> {
     };
     println!("  one ERASE reached {} sets in {reached:.1} s (deadline {} s)", a.sets, a.deadline);
     let mut c = cmp("erase_reaches_sets_s", reached, "deadline", a.deadline as f64, Better::Lower);
+    c.params.push(param("sets", a.sets.to_string()));
+    out.push(c);
+    // What the purges wrote: objects new since the ERASE, against every object the sets had
+    // (what purges rewriting every file would write).
+    let objects_after = files(&dest.join("objects"));
+    let written: u64 = objects_after
+        .iter()
+        .filter(|(p, _)| !objects_before.contains_key(*p))
+        .map(|(_, len)| len)
+        .sum();
+    let had: u64 = objects_before.values().sum();
+    println!(
+        "  the purges wrote {:.1} MiB of objects; the sets' objects before the ERASE: {:.1} MiB",
+        written as f64 / MIB,
+        had as f64 / MIB
+    );
+    let mut c = cmp(
+        "purge_written_mib",
+        written as f64 / MIB,
+        "all_objects",
+        had as f64 / MIB,
+        Better::Lower,
+    );
     c.params.push(param("sets", a.sets.to_string()));
     out.push(c);
     drop(s);

@@ -38,8 +38,10 @@ fn source(e: impl std::error::Error + Send + Sync + 'static) -> BackupError {
 }
 
 /// Applies `entries` to the engine in `dir` (a part of a set of `kind`), then purges what its
-/// retention rules expire and compacts every file, so nothing the requests cover is left in
-/// any file: the database, open. Blocks.
+/// retention rules expire and compacts the files that hold keys a delete not yet persisted
+/// covers (every file, if those deletes span too many ranges), so nothing the requests cover
+/// is left in any file while files of other keys keep their objects: the database, open.
+/// Blocks.
 ///
 /// A cluster's part is a shard replica's engine, whose writes its Raft log holds instead of a
 /// write-ahead log: it is opened without one (the changes made here are flushed before the
@@ -70,9 +72,56 @@ pub fn apply_journal(
     db.purge_expired().map_err(source)?;
     db.flush().map_err(source)?;
     let engine = db.engine();
-    engine.compact_range(None, None).map_err(source)?;
+    match covered_ranges(&engine.deletions()) {
+        Some(ranges) => {
+            for (lo, hi) in ranges {
+                engine.compact_range(Some(&lo), hi.as_deref()).map_err(source)?;
+            }
+        }
+        None => engine.compact_range(None, None).map_err(source)?,
+    }
     engine.wait_for_background().map_err(source)?;
     Ok(db)
+}
+
+/// A key range: its first key and its last (`None`: the end of the key space).
+pub type KeyRange = (Vec<u8>, Option<Vec<u8>>);
+
+/// Ranges compacted one by one at most; more are compacted as one (every file).
+const MAX_RANGES: usize = 64;
+
+/// The key ranges the deletes of `deletions` not yet persisted cover, merged, each from its
+/// first key to its last (`None`: the end of the key space; a range's exclusive end taken as
+/// inclusive, one key more). `None` if there are more than [`MAX_RANGES`].
+pub fn covered_ranges(deletions: &[ebb_storage::Deletion]) -> Option<Vec<KeyRange>> {
+    use ebb_storage::DeletionKind;
+    let mut ranges: Vec<KeyRange> = deletions
+        .iter()
+        .filter(|d| !d.is_persisted())
+        .map(|d| match &d.kind {
+            DeletionKind::Point { key } => (key.clone(), Some(key.clone())),
+            DeletionKind::Range { lo, hi } | DeletionKind::TimeWindow { lo, hi, .. } => {
+                (lo.clone(), (!hi.is_empty()).then(|| hi.clone()))
+            }
+        })
+        .collect();
+    ranges.sort();
+    let mut merged: Vec<KeyRange> = Vec::with_capacity(ranges.len());
+    for (lo, hi) in ranges {
+        if let Some(last) = merged.last_mut() {
+            // Overlapping (or touching) the one before: one range to the further end.
+            let joins = last.1.as_ref().is_none_or(|end| lo <= *end);
+            if joins {
+                last.1 = match (last.1.take(), hi) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    _ => None,
+                };
+                continue;
+            }
+        }
+        merged.push((lo, hi));
+    }
+    (merged.len() <= MAX_RANGES).then_some(merged)
 }
 
 /// The keys of `set`'s objects, if it is encrypted (its key from `keys`).
@@ -324,4 +373,53 @@ async fn purge_set(
 /// The directory purges work in, under `<data dir>/backup`.
 pub fn work_dir(backup_dir: &Path) -> PathBuf {
     backup_dir.join("purge")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ebb_storage::ledger::Deadline;
+    use ebb_storage::{Deletion, DeletionKind};
+
+    fn d(id: u64, kind: DeletionKind, persisted: bool) -> Deletion {
+        Deletion {
+            id,
+            kind,
+            issued_at_ms: 1,
+            deadline_ms: Deadline::Never,
+            applied_at_ms: 1,
+            persisted_at_ms: persisted.then_some(2),
+        }
+    }
+
+    fn range(lo: &[u8], hi: &[u8]) -> DeletionKind {
+        DeletionKind::Range { lo: lo.to_vec(), hi: hi.to_vec() }
+    }
+
+    #[test]
+    fn only_the_keys_of_deletes_not_persisted_are_compacted() {
+        let ds = [
+            d(1, range(b"a", b"c"), true),
+            d(2, range(b"m", b"p"), false),
+            d(3, range(b"o", b"r"), false),
+            d(4, DeletionKind::Point { key: b"e".to_vec() }, false),
+            d(5, range(b"r", b"t"), false),
+        ];
+        let r = covered_ranges(&ds).unwrap();
+        let v = |s: &[u8]| s.to_vec();
+        assert_eq!(
+            r,
+            vec![(v(b"e"), Some(v(b"e"))), (v(b"m"), Some(v(b"t")))],
+            "persisted ones left out; overlapping and touching ones merged"
+        );
+        let open = [d(6, range(b"k", b""), false), d(7, range(b"x", b"z"), false)];
+        assert_eq!(covered_ranges(&open).unwrap(), vec![(v(b"k"), None)], "to the end");
+        let window = DeletionKind::TimeWindow { t_lo: 0, t_hi: 9, lo: vec![], hi: vec![] };
+        assert_eq!(covered_ranges(&[d(8, window, false)]).unwrap(), vec![(vec![], None)]);
+        let many: Vec<Deletion> = (0..=MAX_RANGES as u64)
+            .map(|i| d(i, DeletionKind::Point { key: i.to_be_bytes().to_vec() }, false))
+            .collect();
+        assert_eq!(covered_ranges(&many), None, "too many: every file at once");
+        assert_eq!(covered_ranges(&[]), Some(vec![]));
+    }
 }

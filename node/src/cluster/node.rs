@@ -173,12 +173,17 @@ impl ClusterNode {
             http_addr: cfg.http_addr.clone(),
             pg_addr: cfg.pg_addr.clone(),
         };
-        let mut bootstrap = stored.is_none() && (seeds.is_empty() || cfg.force_init);
         let restoring = super::restore::read_plan(&cfg.data_dir)?;
+        // A restored set on the initial node (pod 0 of the Helm chart, as its restore
+        // procedure places it) creates the new cluster without asking the seeds: asking is
+        // joining, and a restored node must never join a cluster (its set would be dropped).
+        let restored_init = restoring.is_some() && cfg.init_here;
+        let mut bootstrap =
+            stored.is_none() && (seeds.is_empty() || cfg.force_init || restored_init);
         if restoring.is_some() && stored.is_none() && !bootstrap {
             return Err(NodeError::Config(format!(
                 "{} holds a restored backup set: start it as the first node of a new cluster \
-                 (without --join), then join the other nodes to it",
+                 (without --join, or as --init-node), then join the other nodes to it",
                 cfg.data_dir.display()
             )));
         }
