@@ -56,6 +56,10 @@ impl Outbox {
             f.sync_all().map_err(io(&tmp))?;
         }
         std::fs::rename(&tmp, &path).map_err(io(&path))?;
+        // Whatever completion was recorded beside an entry of that id is not this one's.
+        if entry.completed_ms.is_none() {
+            let _ = std::fs::remove_file(self.done_path(entry.id));
+        }
         std::fs::File::open(&self.dir).and_then(|d| d.sync_all()).map_err(io(&self.dir))?;
         Ok(())
     }
@@ -82,9 +86,12 @@ impl Outbox {
         match JournalEntry::decode(&bytes, key.as_ref()) {
             Ok(mut e) => {
                 if e.completed_ms.is_none() {
+                    // A time before the request was issued is no completion of it (a write
+                    // cut short, or a leftover of another entry): the entry stays incomplete.
                     e.completed_ms = std::fs::read_to_string(self.done_path(id))
                         .ok()
-                        .and_then(|t| t.trim().parse().ok());
+                        .and_then(|t| t.trim().parse::<u64>().ok())
+                        .filter(|&at| at >= e.issued_at_ms);
                 }
                 Some(e)
             }
@@ -149,10 +156,15 @@ mod tests {
         outbox.complete(42, 77);
         assert_eq!(outbox.get(42).unwrap().completed_ms, Some(77));
         assert_eq!(outbox.entries().len(), 1, "the completion is no entry of its own");
-        // A completion cut short reads as none: the entry is taken as incomplete.
-        std::fs::write(outbox.done_path(42), "7").unwrap();
-        assert_eq!(outbox.get(42).unwrap().completed_ms, Some(7));
+        // A completion cut short (before the request's issue) or empty reads as none: the
+        // entry is taken as incomplete, never as complete too early.
+        std::fs::write(outbox.done_path(42), "0").unwrap();
+        assert_eq!(outbox.get(42).unwrap().completed_ms, None);
         std::fs::write(outbox.done_path(42), "").unwrap();
+        assert_eq!(outbox.get(42).unwrap().completed_ms, None);
+        // An entry written anew drops a completion left beside it.
+        outbox.complete(42, 77);
+        outbox.put(&Outbox::entry(&intent).unwrap()).unwrap();
         assert_eq!(outbox.get(42).unwrap().completed_ms, None);
         outbox.remove(42);
         assert!(outbox.get(42).is_none());

@@ -554,6 +554,9 @@ impl Service {
         if !self.registry.drives() {
             return Vec::new();
         }
+        if self.registry.destinations().is_empty() {
+            return Vec::new();
+        }
         let origin = match self.registry.origin().await {
             Ok(o) => o,
             Err(e) => {
@@ -574,8 +577,17 @@ impl Service {
             let done = async {
                 let dest = Destination::parse(&uri)?;
                 let store = BackupStore::open(&dest, ebb_backup::Throttle::new(self.rate)).await?;
-                // Only a destination of this server's (or, from before origins, unclaimed).
-                store.claim(&origin).await?;
+                // A destination from before origins is claimed now. One another server claimed
+                // (both backed up to it before origins were kept) still gets this server's
+                // requests: each is applied only to the sets of its origin, and to the sets of
+                // no recorded origin, as before.
+                match store.claim(&origin).await {
+                    Ok(()) => {}
+                    Err(e @ BackupError::OtherOrigin { .. }) => {
+                        tracing::warn!(to = %uri, error = %e, "journaling to a shared destination")
+                    }
+                    Err(e) => return Err(e),
+                }
                 for e in &entries {
                     let key = (uri.clone(), e.id, e.completed_ms.is_some());
                     if self.sent.lock().contains(&key) {

@@ -65,6 +65,8 @@ pub struct LocalRegistry {
     /// began) until it is done; taken exclusively to add a first destination, so a backup
     /// to it begins only once those requests are in the engine it copies.
     unjournaled: Arc<tokio::sync::RwLock<()>>,
+    /// Held while the origin file is created.
+    creating_origin: tokio::sync::Mutex<()>,
 }
 
 impl LocalRegistry {
@@ -86,6 +88,7 @@ impl LocalRegistry {
             outbox,
             keys,
             unjournaled: Default::default(),
+            creating_origin: Default::default(),
         }
     }
 
@@ -119,16 +122,41 @@ impl Registry for LocalRegistry {
     }
 
     async fn origin(&self) -> Result<String, BackupError> {
-        // Under the write lock: two backups starting together create one origin.
-        let _one = self.unjournaled.write().await;
         let path = self.dir.join(ORIGIN_FILE);
-        match std::fs::read_to_string(&path) {
-            Ok(t) if !t.trim().is_empty() => return Ok(t.trim().to_string()),
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => return Err(BackupError::Io { path, source }),
+        let read = |path: &Path| match std::fs::read_to_string(path) {
+            Ok(t) if !t.trim().is_empty() => Ok(Some(t.trim().to_string())),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(BackupError::Io { path: path.to_path_buf(), source }),
+        };
+        if let Some(o) = read(&path)? {
+            return Ok(o);
         }
-        let origin = ebb_backup::crypto::new_origin()?;
+        // Two backups starting together create one origin.
+        let _one = self.creating_origin.lock().await;
+        if let Some(o) = read(&path)? {
+            return Ok(o);
+        }
+        // A server that backed up before origins were kept (or lost the file) takes the
+        // origin its destinations were claimed with, so its deletes go on reaching its sets.
+        let mut origin = None;
+        for uri in self.destinations() {
+            let Ok(dest) = ebb_backup::Destination::parse(&uri) else { continue };
+            let Ok(store) =
+                ebb_backup::BackupStore::open(&dest, ebb_backup::Throttle::none()).await
+            else {
+                continue;
+            };
+            if let Ok(Some(o)) = store.origin().await {
+                tracing::info!(origin = %o, from = %uri, "the backup origin of a destination");
+                origin = Some(o);
+                break;
+            }
+        }
+        let origin = match origin {
+            Some(o) => o,
+            None => ebb_backup::crypto::new_origin()?,
+        };
         let dir = self.dir.clone();
         let o = origin.clone();
         tokio::task::spawn_blocking(move || write_origin(&dir, &o)).await.map_err(task)??;

@@ -65,9 +65,19 @@ impl Registry for MetaRegistry {
         if let Some(o) = router.meta().view().backup_origin {
             return Ok(o);
         }
-        router.conns().cluster_id().ok_or_else(|| {
-            BackupError::Source("the cluster has no id yet to mark its backups with".into())
-        })
+        if let Some(id) = router.conns().cluster_id() {
+            return Ok(id);
+        }
+        // A cluster created without an id: an origin of its own, recorded once.
+        let (k, v) = view::backup_origin_record(&ebb_backup::crypto::new_origin()?);
+        let mut b = ebb_storage::WriteBatch::new();
+        b.put(k, v);
+        router.meta().change(b).await.map_err(|e| BackupError::Source(Box::new(e)))?;
+        router
+            .meta()
+            .view()
+            .backup_origin
+            .ok_or_else(|| BackupError::Source("the cluster's backup origin was not kept".into()))
     }
 
     async fn remember(&self, uri: &str) -> Result<(), BackupError> {

@@ -372,6 +372,7 @@ pub fn forwardable(batch: &WriteBatch) -> bool {
             || k.starts_with(INTENT)
             || k.starts_with(BACKUP_DEST)
             || k.starts_with(BACKUP_JOURNAL)
+            || k == BACKUP_ORIGIN
     };
     batch.ops().iter().all(|op| match op {
         BatchOp::Put { key, .. } | BatchOp::Delete { key } => ours(key),
@@ -439,6 +440,7 @@ mod tests {
         let (k, val) = backup_origin_record("0123abcd");
         let mut o = WriteBatch::new();
         o.put(k, val);
+        assert!(forwardable(&o), "any node may record a cluster's first origin");
         v.apply(&o).unwrap();
         assert_eq!(v.backup_origin.as_deref(), Some("0123abcd"));
         let mut gone = WriteBatch::new();

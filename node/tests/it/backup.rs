@@ -514,6 +514,11 @@ async fn an_erase_reaches_every_set_and_every_restore() {
     // restored from it continues this one, and backs up there.
     let origin = set_at(&dest, id1).await.origin.expect("a set records its origin");
     assert_eq!(set_at(&dest, id2).await.origin.as_deref(), Some(origin.as_str()));
+    // A server that lost its origin file takes the one its destination was claimed with.
+    std::fs::remove_file(data.join("backup").join("origin")).expect("the origin file");
+    let again = backup(&admin, &dest);
+    let again = set_at(&dest, again["id"].as_str().expect("id")).await;
+    assert_eq!(again.origin.as_deref(), Some(origin.as_str()), "the destination's origin");
     {
         let s = Server::start(&secured(&tmp.path().join("other"))).await.expect("start");
         let h = Http::new(s.http_addr);

@@ -13,6 +13,10 @@ impl Inner {
     /// describing exactly them, and a copy of the deletion ledger.
     pub(super) fn checkpoint(&self, target: &Path) -> Result<u64> {
         refuse_existing(target)?;
+        // What the ledger holds as persisted before the files are read: a compaction that
+        // commits after the version is read and persists a delete must not make the copy say
+        // its data is gone from files the copy still holds.
+        let persisted = self.deletes.ledger.lock().persisted_ids();
         let (edit, version, seq) = {
             let meta = self.meta.lock();
             let version = self.current().version.clone();
@@ -27,7 +31,7 @@ impl Inner {
         let number = edit.next_file_id.unwrap_or(1);
         Manifest::create(&tmp, number, &edit, Default::default())?;
         // The deletion ledger, so issue times (and deadlines) survive the copy.
-        self.deletes.ledger.lock().write_copy(&tmp, number)?;
+        self.deletes.ledger.lock().write_copy_as_of(&tmp, number, &persisted)?;
         publish(&tmp, target)?;
         drop(version);
         Ok(seq)

@@ -457,6 +457,34 @@ impl Ledger {
         writer.sync()
     }
 
+    /// The ids of the deletes recorded as persisted.
+    pub fn persisted_ids(&self) -> std::collections::HashSet<u64> {
+        self.records.values().filter(|d| d.is_persisted()).map(|d| d.id).collect()
+    }
+
+    /// [`Ledger::write_copy`] for a copy of the engine's files taken after `persisted` was
+    /// read ([`Ledger::persisted_ids`]): a delete persisted since is written as not persisted,
+    /// since the files copied may predate the compaction that persisted it.
+    pub fn write_copy_as_of(
+        &self,
+        dir: &Path,
+        number: u64,
+        persisted: &std::collections::HashSet<u64>,
+    ) -> Result<()> {
+        let issued = self.records.values().map(|d| {
+            if d.is_persisted() && !persisted.contains(&d.id) {
+                encode(&Entry::Issued(Deletion { persisted_at_ms: None, ..d.clone() }))
+            } else {
+                encode(&Entry::Issued(d.clone()))
+            }
+        });
+        let requests = self.requests.values().map(|r| encode(&Entry::Request(r.clone())));
+        let state: Vec<Vec<u8>> = issued.chain(requests).collect();
+        let mut writer = RecordWriter::create(&dir.join(file_name(number)))?;
+        writer.append_all(&state)?;
+        writer.sync()
+    }
+
     /// Every recorded delete, oldest first.
     pub fn list(&self) -> Vec<Deletion> {
         self.records.values().cloned().collect()
@@ -555,6 +583,27 @@ mod tests {
         assert!(all[..5].iter().all(|d| d.persisted_at_ms == Some(500)));
         assert!(all[5..].iter().all(|d| d.persisted_at_ms.is_none()));
         assert_eq!(l.pending().map(|d| d.id).collect::<Vec<_>>(), vec![6, 7, 8, 9, 10]);
+    }
+
+    #[test]
+    fn a_copy_as_of_earlier_keeps_deletes_persisted_since_pending() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = Ledger::open(dir.path(), &[], 1).unwrap();
+        for id in 1..=3 {
+            l.issue(point(id, id * 10));
+        }
+        l.persist_one(1, 100);
+        let before = l.persisted_ids();
+        assert_eq!(before, [1].into_iter().collect());
+        // A compaction persists 2 after the copy's files were read.
+        l.persist_one(2, 200);
+        let copy = tempfile::tempdir().unwrap();
+        l.write_copy_as_of(copy.path(), 5, &before).unwrap();
+        let c = Ledger::open(copy.path(), &[5], 6).unwrap();
+        let persisted: Vec<u64> =
+            c.list().iter().filter(|d| d.is_persisted()).map(|d| d.id).collect();
+        assert_eq!(persisted, vec![1], "2 is pending in the copy");
+        assert_eq!(c.pending().map(|d| d.id).collect::<Vec<_>>(), vec![2, 3]);
     }
 
     #[test]
