@@ -31,6 +31,22 @@ impl ObjectRef {
     }
 }
 
+/// The largest object a set may name (no engine file comes near it).
+pub const MAX_OBJECT: u64 = 1 << 40;
+
+/// True for a file name a part may hold: a plain name in one directory, as engines write them.
+pub fn valid_file_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 255
+        && !name.starts_with('.')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+}
+
+/// True for an object's hash: BLAKE3 in lower-case hex.
+pub fn valid_hash(hash: &str) -> bool {
+    hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 /// The name of the object with hash `hash`.
 pub fn object_key(hash: &str) -> object_store::path::Path {
     let fan = hash.get(..2).unwrap_or("00");
@@ -207,7 +223,40 @@ impl BackupSet {
         if s.id != set {
             return Err(bad(format!("names set {} where its place says {set}", s.id)));
         }
+        s.check().map_err(bad)?;
         Ok(s)
+    }
+
+    /// Refuses what no server writes, so nothing read from a destination (which others may
+    /// write to) names a file outside a part, an object outside the store, or sizes beyond
+    /// any real file.
+    fn check(&self) -> std::result::Result<(), String> {
+        if self.generation == 0 || self.generation > u64::from(u32::MAX) {
+            return Err(format!("generation {}", self.generation));
+        }
+        let mut shards = std::collections::HashSet::new();
+        for (i, part) in self.all_parts().enumerate() {
+            // The metadata part is the last; a cluster's shards are never u64::MAX.
+            if i < self.parts.len() && !shards.insert(part.shard) {
+                return Err(format!("shard {} has two parts", part.shard));
+            }
+            let mut names = std::collections::HashSet::new();
+            for f in &part.files {
+                if !valid_file_name(&f.name) {
+                    return Err(format!("{:?} is not a file name of a part", f.name));
+                }
+                if !names.insert(f.name.as_str()) {
+                    return Err(format!("file {} is named twice in shard {}", f.name, part.shard));
+                }
+                if !valid_hash(&f.object.hash) {
+                    return Err(format!("{:?} is not an object's hash", f.object.hash));
+                }
+                if f.object.len > MAX_OBJECT {
+                    return Err(format!("file {} of {} bytes", f.name, f.object.len));
+                }
+            }
+        }
+        Ok(())
     }
 }
 

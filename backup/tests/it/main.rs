@@ -1,6 +1,7 @@
 //! The backup store against a directory destination (and, in `s3`, an S3-compatible server):
 //! incremental uploads, verification, downloads that refuse damage, locks and pruning.
 
+mod hostile;
 mod s3;
 
 use std::collections::HashSet;
