@@ -101,9 +101,7 @@ async fn hash_cached(
     let (object, body) = if meta.len() <= READ_WHOLE {
         let body = tokio::fs::read(path).await.at(path)?;
         throttle.take(body.len() as u64).await;
-        let (hash, body) = tokio::task::spawn_blocking(move || (blake3::hash(&body), body))
-            .await
-            .map_err(|e| BackupError::Source(Box::new(e)))?;
+        let (hash, body) = on_one_core(move || (blake3::hash(&body), body)).await?;
         (ObjectRef { hash: hash.to_hex().to_string(), len: body.len() as u64 }, Some(body))
     } else {
         (hash_file(path, throttle).await?, None)
@@ -112,6 +110,16 @@ async fn hash_cached(
         cache.lock().learn(id, object.hash.clone());
     }
     Ok((object, body))
+}
+
+/// Hashing and sealing run one at a time (on the blocking pool, beside the lanes' reads and
+/// writes): a backup takes at most one core from the server it copies, whatever its lanes.
+static ONE_CORE: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
+/// Runs `f` (hashing or sealing) on the blocking pool, one at a time (see [`ONE_CORE`]).
+async fn on_one_core<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+    let _core = ONE_CORE.acquire().await.map_err(|e| BackupError::Source(Box::new(e)))?;
+    tokio::task::spawn_blocking(f).await.map_err(|e| BackupError::Source(Box::new(e)))
 }
 
 /// Files up to this size are read whole to be hashed, and uploaded from memory.
@@ -129,12 +137,11 @@ pub async fn hash_file(path: &Path, throttle: &Throttle) -> Result<ObjectRef> {
             break;
         }
         throttle.take(n as u64).await;
-        (hasher, buf) = tokio::task::spawn_blocking(move || {
+        (hasher, buf) = on_one_core(move || {
             hasher.update(&buf[..n]);
             (hasher, buf)
         })
-        .await
-        .map_err(|e| BackupError::Source(Box::new(e)))?;
+        .await?;
         len += n as u64;
     }
     Ok(ObjectRef { hash: hasher.finalize().to_hex().to_string(), len })
@@ -232,7 +239,7 @@ async fn seal_object(
     let object = match body {
         Some(body) => {
             let k = key.clone();
-            let (object, sealed) = tokio::task::spawn_blocking(move || {
+            let (object, sealed) = on_one_core(move || {
                 let sealed = crate::crypto::seal(&k, &body)?;
                 let object = ObjectRef {
                     hash: blake3::hash(&sealed).to_hex().to_string(),
@@ -240,18 +247,14 @@ async fn seal_object(
                 };
                 Ok::<_, BackupError>((object, sealed))
             })
-            .await
-            .map_err(|e| BackupError::Source(Box::new(e)))??;
+            .await??;
             store.put_bytes(&object, sealed).await?;
             object
         }
         None => {
             let tmp = sibling(path, "sealed");
             let (k, src, dst) = (key.clone(), path.to_path_buf(), tmp.clone());
-            let sealed =
-                tokio::task::spawn_blocking(move || crate::crypto::seal_file(&k, &src, &dst))
-                    .await
-                    .map_err(|e| BackupError::Source(Box::new(e)))?;
+            let sealed = on_one_core(move || crate::crypto::seal_file(&k, &src, &dst)).await?;
             let put = match sealed {
                 Ok(object) => store.put_file(&tmp, &object).await.map(|()| object),
                 Err(e) => Err(e),
