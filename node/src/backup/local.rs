@@ -38,6 +38,9 @@ impl PartTaker for LocalParts {
     }
 }
 
+/// A part's write-ahead log is copied up to this size; above it, the engine flushes first.
+const FLUSH_ABOVE: u64 = 16 << 20;
+
 /// Checkpoints `db` (everything it acknowledged so far; what is not flushed travels as its
 /// write-ahead log) into the
 /// job's staging directory, uploads it as shard `shard`'s part, and removes the checkpoint.
@@ -52,7 +55,7 @@ pub async fn take_checkpoint(
     let target = dir.clone();
     let started = std::time::Instant::now();
     // Without a flush: the part carries the write-ahead log of what is not flushed yet.
-    let seq = tokio::task::spawn_blocking(move || engine.checkpoint_live(&target))
+    let seq = tokio::task::spawn_blocking(move || engine.checkpoint_live(&target, FLUSH_ABOVE))
         .await
         .map_err(|e| BackupError::Source(Box::new(e)))?
         .map_err(|e| BackupError::Source(Box::new(e)))?;

@@ -9,6 +9,24 @@ use crate::version::Manifest;
 use crate::{Error, Result};
 
 impl Inner {
+    /// The bytes of the write-ahead log segments that hold what is not flushed.
+    pub(super) fn unflushed_log_bytes(&self) -> Result<u64> {
+        let log_number = self.meta.lock().log_number;
+        let mut bytes = 0;
+        for e in std::fs::read_dir(&self.dir).at(&self.dir)? {
+            let e = e.at(&self.dir)?;
+            if let Some(crate::fs::FileKind::Wal(n)) =
+                e.file_name().to_str().and_then(crate::fs::parse_name)
+            {
+                if n >= log_number {
+                    // A segment removed meanwhile holds nothing unflushed.
+                    bytes += e.metadata().map(|m| m.len()).unwrap_or(0);
+                }
+            }
+        }
+        Ok(bytes)
+    }
+
     /// Hard-links every live SST and range-index file into `target` and writes a manifest
     /// describing exactly them, and a copy of the deletion ledger.
     pub(super) fn checkpoint(&self, target: &Path) -> Result<u64> {

@@ -235,9 +235,12 @@ impl Engine {
     /// memtables first: SSTs hard-linked, the write-ahead log segments holding what is not
     /// flushed copied (opening the copy replays them), so a backup does not wait for (or
     /// cause) a flush. Returns the last sequence number it holds. An engine without its own
-    /// WAL (under an external log) falls back to [`Engine::checkpoint`].
-    pub fn checkpoint_live(&self, target: impl AsRef<Path>) -> Result<u64> {
-        if !self.inner.opts.wal {
+    /// WAL (under an external log), or whose log of what is not flushed is over
+    /// `flush_above` bytes, flushes first ([`Engine::checkpoint`]), as RocksDB's checkpoints do
+    /// above their `log_size_for_flush`: a log segment is new content every time, so copying
+    /// a large one costs each copy what a flush costs once.
+    pub fn checkpoint_live(&self, target: impl AsRef<Path>, flush_above: u64) -> Result<u64> {
+        if !self.inner.opts.wal || self.inner.unflushed_log_bytes()? > flush_above {
             return self.checkpoint(target);
         }
         self.inner.checkpoint_live(target.as_ref())

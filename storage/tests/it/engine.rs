@@ -404,13 +404,20 @@ fn a_live_checkpoint_holds_unflushed_writes_and_deletes_and_nothing_after_it() {
             .filter(|f| f.as_ref().unwrap().file_name().to_string_lossy().ends_with(".wal"))
             .count()
     };
-    let last = e.checkpoint_live(d.path().join("cp")).unwrap();
+    let last = e.checkpoint_live(d.path().join("cp"), u64::MAX).unwrap();
     assert_eq!(last, seq);
     assert!(wal_files(&d.path().join("cp")) > 0, "the unflushed writes travel as WAL");
+    // Over the limit, the log is flushed first instead of copied.
+    let flushed = e.checkpoint_live(d.path().join("cp-flushed"), 0).unwrap();
+    assert_eq!(flushed, seq);
+    assert_eq!(wal_files(&d.path().join("cp-flushed")), 0, "flushed, not copied");
     // Written after: not in the copy.
     e.put(key(700), "after", seq + 1).unwrap();
     e.delete(key(0), seq + 2).unwrap();
     drop(e);
+    let f = Engine::open(d.path().join("cp-flushed"), o()).unwrap();
+    assert_eq!(all(&f), expected);
+    drop(f);
     let cp = Engine::open(d.path().join("cp"), o()).unwrap();
     assert_eq!(all(&cp), expected);
     assert_eq!(cp.last_seq(), seq);
