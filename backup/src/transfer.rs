@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncReadExt;
 
@@ -317,13 +317,37 @@ pub async fn upload_part(
     };
     // Several files at once, in the part's order: hashing uses every core, and uploads to a
     // remote store overlap their round trips.
-    let uploads: Vec<_> = files.into_iter().map(one).collect();
-    let entries: Vec<FileEntry> =
-        futures::stream::iter(uploads).buffered(LANES).try_collect().await?;
+    let entries = in_lanes(files.into_iter().map(one).collect()).await?;
     // Durable when the part is handed on (a cluster's part is named by a manifest another
     // node writes).
     store.sync_pending().await?;
     Ok(Part { shard: src.shard, seq: src.seq, applied: src.applied, files: entries })
+}
+
+/// Runs `jobs` [`LANES`] at a time, in order, until one fails: jobs not begun by then are
+/// skipped and those under way finish (an upload cut off midway would leave a multipart upload
+/// open at the store; a restore's file, a write racing the removal of its directory), so none
+/// runs once this returns. Their results in order, or the first error in that order.
+async fn in_lanes<T>(jobs: Vec<impl std::future::Future<Output = Result<T>>>) -> Result<Vec<T>> {
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let failed = &failed;
+    let guarded: Vec<_> = jobs
+        .into_iter()
+        .map(|job| async move {
+            if failed.load(std::sync::atomic::Ordering::Relaxed) {
+                return None;
+            }
+            let r = job.await;
+            if r.is_err() {
+                failed.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            Some(r)
+        })
+        .collect();
+    let results: Vec<Option<Result<T>>> =
+        futures::stream::iter(guarded).buffered(LANES).collect().await;
+    // A job skipped began after one before it in order had failed: that error comes first.
+    results.into_iter().flatten().collect()
 }
 
 /// Writes `part` of set `set` into the new directory `dir`, checking every object; on any
@@ -351,7 +375,7 @@ pub async fn download_part(
     // which the futures of a server's handlers cannot be proven `Send` with.)
     let fetches: Vec<_> =
         part.files.iter().map(|f| fetch_file(store, set, f, &tmp, progress, keys)).collect();
-    let fetched = futures::stream::iter(fetches).buffered(LANES).try_collect::<()>().await;
+    let fetched = in_lanes(fetches).await;
     if let Err(e) = fetched {
         let _ = tokio::fs::remove_dir_all(&tmp).await;
         return Err(e);
@@ -425,4 +449,36 @@ pub fn private_dir(dir: &Path) -> Result<()> {
 
 fn sync_dir(dir: &Path) -> Result<()> {
     std::fs::File::open(dir).and_then(|f| f.sync_all()).at(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn lanes_stop_at_a_failure_and_finish_what_runs() {
+        let (began, finished) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let (b, f) = (&began, &finished);
+        let jobs: Vec<_> = (0..20)
+            .map(|i| async move {
+                b.fetch_add(1, Ordering::SeqCst);
+                if i == 1 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    return Err(BackupError::Busy("job 1".into()));
+                }
+                tokio::time::sleep(Duration::from_millis(40)).await;
+                f.fetch_add(1, Ordering::SeqCst);
+                Ok(i)
+            })
+            .collect();
+        let r = in_lanes(jobs).await;
+        assert!(matches!(&r, Err(BackupError::Busy(w)) if w == "job 1"), "{r:?}");
+        let (began, finished) = (began.load(Ordering::SeqCst), finished.load(Ordering::SeqCst));
+        assert_eq!(began, finished + 1, "every job begun but the failed one ran to its end");
+        assert!(began < 20, "jobs after the failure were skipped: {began}");
+        let ok: Vec<_> = (0..6).map(|i| async move { Ok::<_, BackupError>(i) }).collect();
+        assert_eq!(in_lanes(ok).await.unwrap(), vec![0, 1, 2, 3, 4, 5], "in order");
+    }
 }
