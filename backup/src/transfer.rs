@@ -398,7 +398,7 @@ async fn fetch_file(
     progress: &Progress,
     keys: Option<&ObjectKeys>,
 ) -> Result<()> {
-    if f.name.contains('/') || f.name.starts_with('.') {
+    if !crate::set::valid_file_name(&f.name) {
         return Err(BackupError::Damaged {
             set: set.to_string(),
             file: f.name.clone(),

@@ -42,8 +42,8 @@ impl PartTaker for LocalParts {
 const FLUSH_ABOVE: u64 = 16 << 20;
 
 /// Checkpoints `db` (everything it acknowledged so far; what is not flushed travels as its
-/// write-ahead log) into the
-/// job's staging directory, uploads it as shard `shard`'s part, and removes the checkpoint.
+/// write-ahead log, or is flushed first above [`FLUSH_ABOVE`]) into the job's staging
+/// directory, uploads it as shard `shard`'s part, and removes the checkpoint.
 pub async fn take_checkpoint(
     db: &Arc<Database>,
     shard: u64,
@@ -54,7 +54,7 @@ pub async fn take_checkpoint(
     let engine = db.engine();
     let target = dir.clone();
     let started = std::time::Instant::now();
-    // Without a flush: the part carries the write-ahead log of what is not flushed yet.
+    // Without a flush unless the log of what is not flushed is large (see FLUSH_ABOVE).
     let seq = tokio::task::spawn_blocking(move || engine.checkpoint_live(&target, FLUSH_ABOVE))
         .await
         .map_err(|e| BackupError::Source(Box::new(e)))?

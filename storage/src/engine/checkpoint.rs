@@ -12,19 +12,12 @@ impl Inner {
     /// The bytes of the write-ahead log segments that hold what is not flushed.
     pub(super) fn unflushed_log_bytes(&self) -> Result<u64> {
         let log_number = self.meta.lock().log_number;
-        let mut bytes = 0;
-        for e in std::fs::read_dir(&self.dir).at(&self.dir)? {
-            let e = e.at(&self.dir)?;
-            if let Some(crate::fs::FileKind::Wal(n)) =
-                e.file_name().to_str().and_then(crate::fs::parse_name)
-            {
-                if n >= log_number {
-                    // A segment removed meanwhile holds nothing unflushed.
-                    bytes += e.metadata().map(|m| m.len()).unwrap_or(0);
-                }
-            }
-        }
-        Ok(bytes)
+        let segments = wal_segments(&self.dir)?.into_iter().filter(|&n| n >= log_number);
+        // A segment removed meanwhile holds nothing unflushed.
+        let len = |n: u64| {
+            std::fs::metadata(self.dir.join(crate::fs::wal_name(n))).map_or(0, |m| m.len())
+        };
+        Ok(segments.map(len).sum())
     }
 
     /// Hard-links every live SST and range-index file into `target` and writes a manifest
@@ -84,17 +77,8 @@ impl Inner {
         // read after no longer replays it. Older segments are linked (they are complete); the
         // one written to then is copied up to where it ended (a whole record), so nothing
         // appended later comes with it. No lock is held: flushes go on meanwhile.
-        let mut wals = Vec::new();
-        for e in std::fs::read_dir(&self.dir).at(&self.dir)? {
-            let e = e.at(&self.dir)?;
-            if let Some(crate::fs::FileKind::Wal(n)) =
-                e.file_name().to_str().and_then(crate::fs::parse_name)
-            {
-                if n <= pos.number {
-                    wals.push(n);
-                }
-            }
-        }
+        let wals: Vec<u64> =
+            wal_segments(&self.dir)?.into_iter().filter(|&n| n <= pos.number).collect();
         for &n in &wals {
             let src = self.dir.join(crate::fs::wal_name(n));
             let dst = tmp.join(crate::fs::wal_name(n));
@@ -131,6 +115,20 @@ impl Inner {
         drop(version);
         Ok(last_seq.max(persisted))
     }
+}
+
+/// The numbers of the write-ahead log segments in `dir`.
+fn wal_segments(dir: &Path) -> Result<Vec<u64>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).at(dir)? {
+        let e = e.at(dir)?;
+        if let Some(crate::fs::FileKind::Wal(n)) =
+            e.file_name().to_str().and_then(crate::fs::parse_name)
+        {
+            out.push(n);
+        }
+    }
+    Ok(out)
 }
 
 fn refuse_existing(target: &Path) -> Result<()> {
