@@ -19,6 +19,7 @@
 pub mod crypto;
 pub mod error;
 pub mod journal;
+mod local;
 pub mod lock;
 pub mod progress;
 pub mod prune;

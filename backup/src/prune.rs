@@ -62,6 +62,7 @@ pub async fn sweep(store: &BackupStore, lock: &Lock) -> Result<(u64, u64)> {
             }
         }
     }
+    store.clear_incoming().await?;
     let (mut removed, mut bytes) = (0, 0);
     for (hash, size) in store.object_sizes().await? {
         if referenced.contains(&hash) {

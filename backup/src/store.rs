@@ -7,6 +7,7 @@
 //! objects/<ab>/<blake3 hex>       immutable file contents, named by their hash
 //! sets/<id>/<generation:08>.set   set manifests (see crate::set)
 //! locks/{shared,exclusive}/<id>   who is backing up or pruning (see crate::lock)
+//! incoming/<random>               a directory destination's objects being copied in
 //! ```
 //!
 //! An object is uploaded only if no object of its hash is stored, so a file already backed up
@@ -53,6 +54,9 @@ const ORIGIN: &str = "ORIGIN";
 
 /// The largest marker read.
 const MAX_MARKER: u64 = 4 << 10;
+
+/// Where a directory destination's objects are copied in, before each is renamed to its name.
+const INCOMING: &str = "incoming";
 
 /// Files above this go up in parts.
 const MULTIPART_ABOVE: u64 = 16 << 20;
@@ -341,6 +345,54 @@ impl BackupStore {
             .collect())
     }
 
+    /// At a directory destination, copies the file at `path` in as an object, hashing it as
+    /// it is copied (one read of the file, where hashing first and copying after reads it
+    /// twice): into `incoming/`, then renamed to its hash's name. `expected` is the object the
+    /// file is known to be, if it is (a file that changed since is refused). `None` at other
+    /// destinations: the caller hashes the file, then uploads it if the store lacks it.
+    pub async fn copy_in(
+        &self,
+        path: &Path,
+        expected: Option<&ObjectRef>,
+    ) -> Result<Option<ObjectRef>> {
+        let Destination::Dir(root) = &self.dest else { return Ok(None) };
+        let incoming = root.join(INCOMING);
+        crate::transfer::private_dir(&incoming)?;
+        let tmp = incoming.join(crate::crypto::new_origin()?);
+        let object = crate::local::copy_hashing(path, &tmp, &self.throttle, set::MAX_OBJECT).await?;
+        let wrong = object.len > set::MAX_OBJECT || expected.is_some_and(|e| *e != object);
+        let key = object.key();
+        let dst = root.join(key.as_ref());
+        let placed = async {
+            if wrong {
+                return Err(changed(path));
+            }
+            if let Some(fan) = dst.parent() {
+                tokio::fs::create_dir_all(fan).await.at(fan)?;
+            }
+            // An object of the same name holds the same bytes; one of another size was cut
+            // short, and is replaced.
+            tokio::fs::rename(&tmp, &dst).await.at(&dst)
+        };
+        if let Err(e) = placed.await {
+            let _ = tokio::fs::remove_file(&tmp).await;
+            return Err(e);
+        }
+        self.durable_later(&key, true)?;
+        Ok(Some(object))
+    }
+
+    /// Removes what copies into a directory destination left behind (a server stopped
+    /// midway). Only under the exclusive lock: no backup is copying then.
+    pub(crate) async fn clear_incoming(&self) -> Result<()> {
+        let Destination::Dir(root) = &self.dest else { return Ok(()) };
+        let incoming = root.join(INCOMING);
+        match tokio::fs::remove_dir_all(&incoming).await {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e).at(&incoming),
+            _ => Ok(()),
+        }
+    }
+
     /// Uploads `body` (read and hashed by the caller) as `object`.
     pub async fn put_bytes(&self, object: &ObjectRef, body: Vec<u8>) -> Result<()> {
         let key = object.key();
@@ -417,17 +469,9 @@ impl BackupStore {
         mut sink: Sink<'_>,
     ) -> Result<()> {
         let key = object.key();
-        let missing = || BackupError::Missing {
-            set: set.to_string(),
-            file: file.to_string(),
-            object: key.to_string(),
-        };
-        let damaged = |why: String| BackupError::Damaged {
-            set: set.to_string(),
-            file: file.to_string(),
-            object: key.to_string(),
-            why,
-        };
+        let entry = FileEntry { name: file.to_string(), object: object.clone() };
+        let missing = || self.missing(set, &entry);
+        let damaged = |why: String| self.damaged(set, &entry, why);
         let got = match self.store.get(&key).await {
             Ok(g) => g,
             Err(object_store::Error::NotFound { .. }) => return Err(missing()),
@@ -460,8 +504,49 @@ impl BackupStore {
         Ok(())
     }
 
+    /// File `entry` of set `set` has no object.
+    fn missing(&self, set: &str, entry: &FileEntry) -> BackupError {
+        BackupError::Missing {
+            set: set.to_string(),
+            file: entry.name.clone(),
+            object: entry.object.key().to_string(),
+        }
+    }
+
+    /// File `entry` of set `set` has an object that is not what the set says, for `why`.
+    fn damaged(&self, set: &str, entry: &FileEntry, why: String) -> BackupError {
+        BackupError::Damaged {
+            set: set.to_string(),
+            file: entry.name.clone(),
+            object: entry.object.key().to_string(),
+            why,
+        }
+    }
+
     /// Writes file `entry` of set `set` to `path` (a new file), checked against its hash.
     pub async fn get_file(&self, set: &str, entry: &FileEntry, path: &Path) -> Result<()> {
+        if let Destination::Dir(root) = &self.dest {
+            let from = root.join(entry.object.key().as_ref());
+            if !tokio::fs::try_exists(&from).await.at(&from)? {
+                return Err(self.missing(set, entry));
+            }
+            let object = entry.object.clone();
+            let got = crate::local::copy_hashing(&from, path, &self.throttle, object.len).await?;
+            let why = if got.len > object.len {
+                Some(format!("longer than its {} bytes", object.len))
+            } else if got.len != object.len {
+                Some(format!("{} bytes where the set says {}", got.len, object.len))
+            } else if got.hash != object.hash {
+                Some("its content does not match its checksum".to_string())
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                let _ = tokio::fs::remove_file(path).await;
+                return Err(self.damaged(set, entry, why));
+            }
+            return tokio::fs::File::open(path).await.at(path)?.sync_all().await.at(path);
+        }
         let out = tokio::fs::File::create_new(path).await.at(path)?;
         let mut out = tokio::io::BufWriter::with_capacity(READ_CHUNK, out);
         self.read_object(set, &entry.name, &entry.object, Sink::File(&mut out, path)).await?;

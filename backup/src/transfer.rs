@@ -12,6 +12,7 @@ use tokio::io::AsyncReadExt;
 
 use crate::crypto::{Key, ObjectKey, ObjectKeys};
 use crate::error::{AtPath, BackupError, Result};
+use crate::local::on_one_core;
 use crate::lock::Lock;
 use crate::progress::Progress;
 use crate::set::{FileEntry, LogPosition, ObjectRef, Part};
@@ -27,6 +28,9 @@ pub struct HashCache {
     known: HashMap<String, String>,
     #[serde(skip)]
     seen: HashSet<String>,
+    /// Whether it knew files when it was loaded (a server that backed up before).
+    #[serde(skip)]
+    warm: bool,
 }
 
 impl HashCache {
@@ -35,6 +39,7 @@ impl HashCache {
         std::fs::read(path)
             .ok()
             .and_then(|b| serde_json::from_slice::<HashCache>(&b).ok())
+            .map(|c| HashCache { warm: !c.known.is_empty(), ..c })
             .unwrap_or_default()
     }
 
@@ -110,16 +115,6 @@ async fn hash_cached(
         cache.lock().learn(id, object.hash.clone());
     }
     Ok((object, body))
-}
-
-/// Hashing and sealing run one at a time (on the blocking pool, beside the lanes' reads and
-/// writes): a backup takes at most one core from the server it copies, whatever its lanes.
-static ONE_CORE: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
-
-/// Runs `f` (hashing or sealing) on the blocking pool, one at a time (see [`ONE_CORE`]).
-async fn on_one_core<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
-    let _core = ONE_CORE.acquire().await.map_err(|e| BackupError::Source(Box::new(e)))?;
-    tokio::task::spawn_blocking(f).await.map_err(|e| BackupError::Source(Box::new(e)))
 }
 
 /// Files up to this size are read whole to be hashed, and uploaded from memory.
@@ -268,6 +263,44 @@ async fn seal_object(
     Ok((object, true))
 }
 
+/// At a directory destination, the object holding the file at `path`, and whether it was
+/// copied: the one it is known to be if the store has it whole, else the file copied in.
+/// `None` at other destinations.
+///
+/// A file `cache` does not know is hashed as it is copied (one read, not two) when it is new
+/// since the last backup, as a rule: when the cache knew files before this backup, or the
+/// store holds nothing yet. Otherwise (a server restored from this store, or one whose cache
+/// was lost) it is hashed first, so a file the store already holds is not copied again.
+async fn copy_local(
+    store: &BackupStore,
+    cache: &parking_lot::Mutex<&mut HashCache>,
+    stored: &parking_lot::Mutex<&mut HashMap<String, u64>>,
+    path: &Path,
+) -> Result<Option<(ObjectRef, bool)>> {
+    if !matches!(store.destination(), crate::uri::Destination::Dir(_)) {
+        return Ok(None);
+    }
+    let meta = tokio::fs::metadata(path).await.at(path)?;
+    let (id, mut known) = cache.lock().lookup(path, &meta);
+    if known.is_none() && !cache.lock().warm && !stored.lock().is_empty() {
+        known = Some(hash_file(path, store.throttle()).await?);
+    }
+    if let Some(object) = &known {
+        if stored.lock().get(&object.hash) == Some(&object.len) {
+            if let Some(id) = id {
+                cache.lock().learn(id, object.hash.clone());
+            }
+            return Ok(Some((object.clone(), false)));
+        }
+    }
+    let Some(object) = store.copy_in(path, known.as_ref()).await? else { return Ok(None) };
+    if let Some(id) = id {
+        cache.lock().learn(id, object.hash.clone());
+    }
+    stored.lock().insert(object.hash.clone(), object.len);
+    Ok(Some((object, true)))
+}
+
 /// Backs up `src` into `store` under `lock` (renewed as it goes): each file's object is
 /// uploaded unless `stored` (the store's objects and their sizes, kept current here) already
 /// has it whole. With `encrypting`, each file is sealed with a key of its own (recorded in
@@ -294,6 +327,12 @@ pub async fn upload_part(
         let (stored, cache, encrypting) = (&stored, &cache, &encrypting);
         async move {
             store.keep(lock).await?;
+            if encrypting.is_none() {
+                if let Some((object, copy)) = copy_local(store, cache, stored, &path).await? {
+                    progress.file_done(object.len, copy);
+                    return Ok(FileEntry { name, object });
+                }
+            }
             let (plain, body) = hash_cached(cache, &path, store.throttle()).await?;
             if let Some(enc) = encrypting {
                 let (object, copy) = seal_object(enc, store, &path, &plain, body, stored).await?;

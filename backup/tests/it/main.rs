@@ -299,3 +299,48 @@ async fn a_destination_holds_one_origins_sets_and_entries_reach_only_their_own()
     set.origin = Some("bbbb".into());
     assert!(!entry.missing_from(&set), "another origin's set never held its data");
 }
+
+#[tokio::test]
+async fn a_server_that_backed_up_before_copies_new_files_in_one_pass_and_skips_known_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    write_files(&src, &[("a.sst", body(1, 3 << 20)), ("MANIFEST", body(3, 10))]);
+    let dest = Destination::parse(tmp.path().join("dest").to_str().unwrap()).unwrap();
+    let store = BackupStore::create(&dest, Throttle::none()).await.unwrap();
+    let cache_file = tmp.path().join("hash-cache");
+    let run = |id: &'static str| {
+        let (store, src, cache_file) = (&store, &src, &cache_file);
+        async move {
+            let lock = store.lock(LockKind::Shared, id).await.unwrap();
+            let mut stored = store.object_sizes().await.unwrap();
+            let mut cache = HashCache::load(cache_file);
+            let progress = Progress::default();
+            let part = upload_part(
+                store,
+                &lock,
+                PartSource { shard: 0, dir: src, seq: 1, applied: None },
+                &mut stored,
+                &mut cache,
+                &progress,
+                None,
+            )
+            .await
+            .unwrap();
+            cache.save(cache_file).unwrap();
+            store.unlock(&lock).await;
+            (part, progress.snapshot())
+        }
+    };
+    let (_, p1) = run("20231114T221320.000Z").await;
+    assert_eq!(p1.objects_copied, 2);
+    write_files(&src, &[("b.sst", body(4, 5000)), ("MANIFEST", body(5, 12))]);
+    let (part, p2) = run("20231114T221321.000Z").await;
+    assert_eq!((p2.objects_copied, p2.bytes_copied), (2, 5012), "{p2:?}");
+    for f in &part.files {
+        let stored = std::fs::read(object_path(tmp.path().join("dest").as_path(), &f.object.hash));
+        assert_eq!(stored.unwrap(), std::fs::read(src.join(&f.name)).unwrap(), "{}", f.name);
+    }
+    // Nothing is left half-copied.
+    let incoming = tmp.path().join("dest").join("incoming");
+    assert_eq!(std::fs::read_dir(incoming).unwrap().count(), 0);
+}
