@@ -279,8 +279,25 @@ pub struct SetEncryption {
 }
 
 impl SetEncryption {
-    /// `keys` sealed with `key`, whose id is `id`.
-    pub fn seal(id: &str, key: &Key, keys: &ObjectKeys) -> Result<SetEncryption> {
+    /// `keys`, the keys of `set`'s objects, sealed with `key`, whose id is `id`. Refused if
+    /// an object of the set has no key in `keys` (the set could not be restored).
+    pub fn seal(
+        set: &crate::BackupSet,
+        id: &str,
+        key: &Key,
+        keys: &ObjectKeys,
+    ) -> Result<SetEncryption> {
+        if let Some(f) = set
+            .all_parts()
+            .flat_map(|p| &p.files)
+            .find(|f| !keys.objects.contains_key(&f.object.hash))
+        {
+            return Err(BackupError::Manifest {
+                set: set.id.clone(),
+                object: f.object.key().to_string(),
+                why: format!("no key for the object holding {} (not written)", f.name),
+            });
+        }
         let json = serde_json::to_vec(keys).map_err(|e| BackupError::Source(Box::new(e)))?;
         let sealed = seal(key, &json)?;
         Ok(SetEncryption {
@@ -332,23 +349,37 @@ impl KeyDir {
         random(&mut raw)?;
         let id: String = raw.iter().map(|b| format!("{b:02x}")).collect();
         let key = Key::random()?;
+        self.keep(&id, &key)?;
+        Ok((id, key))
+    }
+
+    /// Keeps `key` (synced) as key `id`, as another server of the cluster made it. A key
+    /// already kept under `id` stays as it is.
+    pub fn keep(&self, id: &str, key: &Key) -> Result<()> {
+        let path = self.path(id)?;
+        if path.exists() {
+            return Ok(());
+        }
         crate::transfer::private_dir(&self.dir)?;
-        let path = self.path(&id)?;
-        let tmp = path.with_extension("tmp");
-        {
+        let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
+        let written = (|| {
             use std::os::unix::fs::OpenOptionsExt;
             let mut f = std::fs::OpenOptions::new()
                 .write(true)
-                .create_new(true)
+                .create(true)
+                .truncate(true)
                 .mode(0o600)
                 .open(&tmp)
                 .at(&tmp)?;
             f.write_all(key.to_hex().as_bytes()).at(&tmp)?;
             f.sync_all().at(&tmp)?;
+            std::fs::rename(&tmp, &path).at(&path)
+        })();
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
         }
-        std::fs::rename(&tmp, &path).at(&path)?;
-        sync(&self.dir)?;
-        Ok((id, key))
+        written?;
+        sync(&self.dir)
     }
 
     /// Key `id` of set `set`.
@@ -451,9 +482,35 @@ mod tests {
                 plain: ObjectRef { hash: "p".into(), len: 3 },
             },
         );
-        let enc = SetEncryption::seal(&id, &key, &objects).unwrap();
+        let file = |hash: &str| crate::FileEntry {
+            name: "1.sst".into(),
+            object: ObjectRef { hash: hash.into(), len: 3 },
+        };
+        let mut set = crate::BackupSet {
+            format: crate::set::FORMAT,
+            id: "s".into(),
+            kind: crate::SetKind::Cluster,
+            started_ms: 1,
+            finished_ms: 2,
+            generation: 1,
+            server_version: "test".into(),
+            purged: Vec::new(),
+            meta: Some(crate::Part { shard: 0, seq: 1, applied: None, files: vec![file("m")] }),
+            parts: vec![crate::Part { shard: 1, seq: 1, applied: None, files: vec![file("h")] }],
+            encryption: None,
+            origin: None,
+        };
+        let e = SetEncryption::seal(&set, &id, &key, &objects);
+        assert!(matches!(e, Err(BackupError::Manifest { .. })), "the metadata part has no key");
+        set.meta = None;
+        let enc = SetEncryption::seal(&set, &id, &key, &objects).unwrap();
         assert!(!enc.objects.contains(&objects.objects["h"].key), "keys are sealed");
         assert_eq!(enc.open(&key, "s").unwrap(), objects);
+        // Another server keeps a copy under the same id.
+        let other = KeyDir::new(dir.path().join("other"));
+        other.keep(&id, &key).unwrap();
+        other.keep(&id, &Key::random().unwrap()).unwrap();
+        assert_eq!(other.get(&id, "s").unwrap(), key, "a kept key stays as it is");
         keys.destroy(&id).unwrap();
         assert!(keys.ids().is_empty());
         assert!(matches!(keys.get(&id, "s"), Err(BackupError::NoKey { .. })));

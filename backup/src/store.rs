@@ -359,7 +359,24 @@ impl BackupStore {
         let incoming = root.join(INCOMING);
         crate::transfer::private_dir(&incoming)?;
         let tmp = incoming.join(crate::crypto::new_origin()?);
-        let object = crate::local::copy_hashing(path, &tmp, &self.throttle, set::MAX_OBJECT).await?;
+        let mut object =
+            crate::local::copy_hashing(path, &tmp, &self.throttle, set::MAX_OBJECT).await;
+        // Synced here, in the file's lane, so its write-back overlaps the copies of the
+        // others (synced all at the end, the disk idles while files are copied, then the
+        // copier while the disk writes).
+        if object.is_ok() {
+            let t = tmp.clone();
+            let synced = tokio::task::spawn_blocking(move || {
+                std::fs::File::open(&t).and_then(|f| f.sync_all()).at(&t)
+            })
+            .await
+            .map_err(|e| BackupError::Source(Box::new(e)));
+            if let Err(e) = synced.and_then(|r| r) {
+                let _ = tokio::fs::remove_file(&tmp).await;
+                object = Err(e);
+            }
+        }
+        let object = object?;
         let wrong = object.len > set::MAX_OBJECT || expected.is_some_and(|e| *e != object);
         let key = object.key();
         let dst = root.join(key.as_ref());
@@ -378,7 +395,8 @@ impl BackupStore {
             let _ = tokio::fs::remove_file(&tmp).await;
             return Err(e);
         }
-        self.durable_later(&key, true)?;
+        // The file is synced: only its directories are left to sync.
+        self.durable_later(&key, false)?;
         Ok(Some(object))
     }
 

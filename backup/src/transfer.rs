@@ -202,6 +202,24 @@ impl Encrypting {
         Some(object.clone())
     }
 
+    /// Every object sealed before that it knows, with its key (what a part taken on another
+    /// server of the cluster starts from).
+    pub fn known(&self) -> ObjectKeys {
+        let mut keys = ObjectKeys::default();
+        for (object, key) in self.by_plain.values() {
+            keys.objects.insert(object.hash.clone(), key.clone());
+        }
+        keys
+    }
+
+    /// Takes `keys`, those of the objects a part sealed elsewhere names, as used by the set.
+    pub fn adopt(&mut self, keys: &ObjectKeys) {
+        self.learn(keys);
+        for (hash, k) in &keys.objects {
+            self.used.objects.insert(hash.clone(), k.clone());
+        }
+    }
+
     /// Keeps `object`, sealed with `key`, as the one holding `key.plain`.
     fn record(&mut self, object: &ObjectRef, key: ObjectKey) {
         self.by_plain.insert(key.plain.hash.clone(), (object.clone(), key.clone()));

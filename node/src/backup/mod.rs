@@ -35,6 +35,12 @@ use ebb_query::backups::{BackupRequest, BackupRow, BackupState, Backups};
 use ebb_query::QueryError;
 use parking_lot::Mutex;
 
+/// Where a server whose backup directory is `backup_dir` (`<data dir>/backup`) keeps the keys
+/// of encrypted sets.
+pub fn key_dir(backup_dir: &Path) -> ebb_backup::crypto::KeyDir {
+    ebb_backup::crypto::KeyDir::new(backup_dir.join("keys"))
+}
+
 /// How many finished backups `system.backups` remembers besides the sets it finds.
 const REMEMBERED: usize = 64;
 
@@ -221,7 +227,7 @@ impl BackupService {
         let mut out = Vec::new();
         let waiting = self.service.registry.entries().into_iter().find(|e| e.id == id);
         for uri in self.service.registry.destinations() {
-            let keys = self.service.registry.keys();
+            let keys = Some(self.service.registry.keys());
             out.extend(audit::audit_destination(&uri, id, waiting.as_ref(), &work, keys).await);
         }
         let _ = tokio::fs::remove_dir_all(&work).await;
@@ -239,6 +245,7 @@ impl BackupService {
 /// journaled or completes, and every [`PURGE_EVERY`]; ends with the service.
 async fn purger(service: std::sync::Weak<Service>, wake: Arc<tokio::sync::Notify>) {
     let mut wait = PURGE_EVERY;
+    let mut last_collect = tokio::time::Instant::now();
     loop {
         let Some(registry) = service.upgrade().map(|s| s.registry.clone()) else { return };
         tokio::select! {
@@ -249,6 +256,12 @@ async fn purger(service: std::sync::Weak<Service>, wake: Arc<tokio::sync::Notify
         drop(registry);
         let Some(s) = service.upgrade() else { return };
         wait = PURGE_EVERY;
+        // A node that does not purge (not the metadata leader) still destroys its copies of
+        // the keys of sets that are gone, and gets those it lacks.
+        if !s.registry.drives() && last_collect.elapsed() >= PURGE_EVERY {
+            last_collect = tokio::time::Instant::now();
+            s.collect_keys().await;
+        }
         for (dest, r) in s.purge_all().await {
             match r {
                 Ok(report) if report == purge::PurgeReport::default() => {}
@@ -358,15 +371,7 @@ impl Service {
         store: BackupStore,
         encrypted: bool,
     ) -> Result<BackupSet, BackupError> {
-        let keys = match (encrypted, self.registry.keys()) {
-            (false, _) => None,
-            (true, Some(k)) => Some(k.clone()),
-            (true, None) => {
-                return Err(BackupError::Source(
-                    "encrypted backups of a cluster are not supported yet".into(),
-                ))
-            }
-        };
+        let keys = encrypted.then(|| self.registry.keys().clone());
         let dest = store.destination().clone();
         let origin = self.registry.origin().await?;
         store.claim(&origin).await?;
@@ -433,14 +438,21 @@ impl Service {
                 origin: Some(origin),
             };
             let mut set = set;
+            let mut set_key = None;
             if let (Some(keys), Some(enc)) = (&keys, &job.encrypting) {
                 let (id, key) = keys.create()?;
                 set.encryption =
-                    Some(ebb_backup::crypto::SetEncryption::seal(&id, &key, &enc.used)?);
+                    Some(ebb_backup::crypto::SetEncryption::seal(&set, &id, &key, &enc.used)?);
+                set_key = Some((id, key));
             }
             // The lock must still be held when the set names its objects.
             job.store.keep(&job.lock).await?;
             job.store.put_set(&set).await?;
+            // Shared once a manifest names it: a node that finds a key no set names
+            // destroys it.
+            if let Some((id, key)) = set_key {
+                self.registry.share_key(&id, &key).await;
+            }
             Ok::<_, BackupError>(set)
         };
         let set = taken.await;
@@ -596,7 +608,16 @@ impl Service {
                     store.put_journal(e).await?;
                     self.sent.lock().insert(key);
                 }
-                purge::purge(&store, &purge::work_dir(&self.dir), self.registry.keys()).await
+                let keys = self.registry.keys();
+                let report = purge::purge(&store, &purge::work_dir(&self.dir), Some(keys)).await;
+                // The keys of the new generations, once their manifests name them.
+                for id in report.as_ref().map(|r| r.new_keys.as_slice()).unwrap_or_default() {
+                    match keys.get(id, "") {
+                        Ok(key) => self.registry.share_key(id, &key).await,
+                        Err(e) => tracing::warn!(key = %id, error = %e, "sharing a set's key"),
+                    }
+                }
+                report
             };
             let r = done.await;
             for e in &entries {
@@ -619,12 +640,11 @@ impl Service {
     }
 
     /// Destroys the keys of encrypted sets that are gone (pruned, or replaced by a purge's
-    /// generation). Skipped while a backup runs here (its key exists before its manifest).
+    /// generation), and asks the other servers for the keys of sets this one lacks (a node
+    /// that was down when a set was taken). Skipped while a backup runs here (its key exists
+    /// before its manifest).
     async fn collect_keys(&self) {
-        let Some(keys) = self.registry.keys() else { return };
-        if keys.ids().is_empty() {
-            return;
-        }
+        let keys = self.registry.keys();
         let Ok(_busy) = self.busy.try_lock() else { return };
         let mut stores = Vec::new();
         for uri in self.registry.destinations() {
@@ -640,8 +660,23 @@ impl Service {
                 }
             }
         }
-        if let Err(e) = purge::collect_keys(&stores, keys).await {
-            tracing::warn!(error = %e, "destroying the keys of backup sets that are gone");
+        let lacking = match purge::collect_keys(&stores, keys).await {
+            Ok(lacking) => lacking,
+            Err(e) => {
+                tracing::warn!(error = %e, "destroying the keys of backup sets that are gone");
+                return;
+            }
+        };
+        if lacking.is_empty() {
+            return;
+        }
+        for (id, key) in self.registry.fetch_keys(&lacking).await {
+            match keys.keep(&id, &key) {
+                Ok(()) => {
+                    tracing::info!(key = %id, "kept the key of a backup set another node made")
+                }
+                Err(e) => tracing::warn!(key = %id, error = %e, "keeping a backup set's key"),
+            }
         }
     }
 }

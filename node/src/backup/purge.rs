@@ -31,6 +31,9 @@ pub struct PurgeReport {
     pub entries_removed: u64,
     /// Objects removed.
     pub objects_removed: u64,
+    /// The keys of the encrypted sets' new generations (to share with the other servers that
+    /// may purge or restore them).
+    pub new_keys: Vec<String>,
 }
 
 fn source(e: impl std::error::Error + Send + Sync + 'static) -> BackupError {
@@ -159,8 +162,16 @@ pub async fn learn_keys(store: &BackupStore, keys: &KeyDir) -> Result<Encrypting
 
 /// Destroys the keys in `keys` no set at `stores` names (sets pruned, or generations a purge
 /// replaced). Nothing is destroyed unless every set at every destination could be read.
-pub async fn collect_keys(stores: &[BackupStore], keys: &KeyDir) -> Result<u64, BackupError> {
-    let mut named = std::collections::HashSet::new();
+/// Returns the keys sets name that `keys` lacks.
+///
+/// The keys held are listed before the sets: a key another node shares once its set's
+/// manifest is written is either not seen here or named by a manifest listed after it.
+pub async fn collect_keys(
+    stores: &[BackupStore],
+    keys: &KeyDir,
+) -> Result<Vec<String>, BackupError> {
+    let held = keys.ids();
+    let mut named = std::collections::BTreeSet::new();
     for store in stores {
         for l in store.list().await? {
             let set = l.set?;
@@ -169,13 +180,12 @@ pub async fn collect_keys(stores: &[BackupStore], keys: &KeyDir) -> Result<u64, 
             }
         }
     }
-    let mut destroyed = 0;
-    for id in keys.ids().into_iter().filter(|id| !named.contains(id)) {
-        keys.destroy(&id)?;
+    for id in held.iter().filter(|id| !named.contains(*id)) {
+        keys.destroy(id)?;
         tracing::info!(key = %id, "destroyed the key of a backup set that is gone");
-        destroyed += 1;
     }
-    Ok(destroyed)
+    let held: std::collections::BTreeSet<&String> = held.iter().collect();
+    Ok(named.iter().filter(|id| !held.contains(id) && keys.get(id, "").is_err()).cloned().collect())
 }
 
 /// The engine options a part of a set of `kind` is opened with (see [`apply_journal`]).
@@ -280,6 +290,9 @@ pub async fn purge(
         for (set, entries) in todo {
             let ids: Vec<u64> = entries.iter().map(|e| e.id).collect();
             let next = purge_set(store, &lock, &set, entries, work, keys).await?;
+            if let Some(enc) = &next.encryption {
+                report.new_keys.push(enc.key.clone());
+            }
             tracing::info!(set = %set.id, generation = next.generation, requests = ?ids, "purged a backup set");
             if let Some(s) = purged.iter_mut().find(|s| s.id == set.id) {
                 *s = next;
@@ -345,6 +358,14 @@ async fn purge_set(
         }
         parts.push(new?);
     }
+    // The metadata part is kept as it is, and so are its objects' keys.
+    if let (Some(enc), Some(keys), Some(meta)) = (&mut encrypting, &object_keys, &set.meta) {
+        for f in &meta.files {
+            if let Some(k) = keys.objects.get(&f.object.hash) {
+                enc.used.objects.insert(f.object.hash.clone(), k.clone());
+            }
+        }
+    }
     let mut next = set.clone();
     next.generation += 1;
     next.parts = parts;
@@ -359,7 +380,7 @@ async fn purge_set(
     let old_key = set.encryption.as_ref().map(|e| e.key.clone());
     if let (Some(dir), Some(enc)) = (keys, &encrypting) {
         let (id, key) = dir.create()?;
-        next.encryption = Some(SetEncryption::seal(&id, &key, &enc.used)?);
+        next.encryption = Some(SetEncryption::seal(&next, &id, &key, &enc.used)?);
     }
     store.keep(lock).await?;
     store.put_set(&next).await?;

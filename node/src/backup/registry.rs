@@ -43,10 +43,19 @@ pub trait Registry: Send + Sync + std::fmt::Debug {
     fn drives(&self) -> bool {
         true
     }
-    /// Where the keys of encrypted sets are kept; `None` where sets cannot be encrypted yet
-    /// (a cluster's).
-    fn keys(&self) -> Option<&ebb_backup::crypto::KeyDir> {
-        None
+    /// Where this server keeps the keys of encrypted sets.
+    fn keys(&self) -> &ebb_backup::crypto::KeyDir;
+    /// Gives key `id` (just kept here, and named by a set's manifest) to every other server
+    /// that may purge or restore the set: in a cluster, every other node. A node that misses
+    /// it asks for it later ([`Registry::fetch_keys`]).
+    async fn share_key(&self, id: &str, key: &ebb_backup::crypto::Key) {
+        let _ = (id, key);
+    }
+    /// Asks the other servers for the keys `ids` that sets name and this server lacks: those
+    /// found.
+    async fn fetch_keys(&self, ids: &[String]) -> Vec<(String, ebb_backup::crypto::Key)> {
+        let _ = ids;
+        Vec::new()
     }
     /// Resolves when the requests or destinations may have changed elsewhere (another node
     /// journaled or completed a request); never, where only this server changes them.
@@ -82,7 +91,7 @@ impl LocalRegistry {
                 Err(err) => tracing::warn!(request = e.id, error = %err, "completing a request"),
             }
         }
-        let keys = ebb_backup::crypto::KeyDir::new(backup_dir.join("keys"));
+        let keys = super::key_dir(backup_dir);
         LocalRegistry {
             dir: backup_dir.to_path_buf(),
             outbox,
@@ -220,7 +229,7 @@ impl Registry for LocalRegistry {
         }
     }
 
-    fn keys(&self) -> Option<&ebb_backup::crypto::KeyDir> {
-        Some(&self.keys)
+    fn keys(&self) -> &ebb_backup::crypto::KeyDir {
+        &self.keys
     }
 }

@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use ebb_backup::crypto::KeyDir;
+use ebb_backup::crypto::{KeyDir, ObjectKeys};
 use ebb_backup::journal::JournalEntry;
 use ebb_backup::transfer::{download_part, sibling};
 use ebb_backup::{BackupError, BackupSet, BackupStore, Destination, Progress, SetKind, Throttle};
@@ -59,15 +59,13 @@ pub async fn restore(
                 })))
             }
         },
-        SetKind::Cluster if set.encryption.is_some() => {
-            return Err(NodeError::Config(format!(
-                "set {} is an encrypted cluster set, which this build cannot restore",
-                set.id
-            )))
-        }
         SetKind::Cluster => {
             let entries = missing(&store, &set).await?;
-            crate::cluster::restore::prepare(&store, &set, &entries, data_dir, progress).await?;
+            let key_dir = keys.map(KeyDir::new);
+            let object_keys = open_keys(&set, key_dir.as_ref())?;
+            let keys = object_keys.as_ref().zip(key_dir.as_ref());
+            crate::cluster::restore::prepare(&store, &set, &entries, data_dir, progress, keys)
+                .await?;
             return Ok(Restored { set, journal_applied: entries.iter().map(|e| e.id).collect() });
         }
         kind => {
@@ -84,16 +82,7 @@ pub async fn restore(
         None => store.origin().await?,
     };
     let key_dir = keys.map(KeyDir::new);
-    let object_keys = match crate::backup::purge::object_keys(&set, key_dir.as_ref()) {
-        Err(BackupError::NoKey { set, key, dir }) if keys.is_none() => {
-            return Err(NodeError::Config(format!(
-                "set {set} is encrypted (key {key}): give --key-dir, the key directory of the \
-                 server that took it (<data dir>/backup/keys; looked in {})",
-                dir.display()
-            )))
-        }
-        other => other?,
-    };
+    let object_keys = open_keys(&set, key_dir.as_ref())?;
     let staging = sibling(data_dir, "restore-journal");
     let _ = tokio::fs::remove_dir_all(&staging).await;
     let built = async {
@@ -112,14 +101,7 @@ pub async fn restore(
         // It takes the place of the server that took the set: it keeps its keys, so its
         // purges can reach the encrypted sets there.
         if let Some(from) = &key_dir {
-            let to = KeyDir::new(backup_dir.join("keys"));
-            ebb_backup::transfer::private_dir(to.dir())?;
-            for id in from.ids() {
-                let (src, dst) =
-                    (from.dir().join(format!("{id}.key")), to.dir().join(format!("{id}.key")));
-                std::fs::copy(&src, &dst)
-                    .map_err(|source| BackupError::Io { path: dst.clone(), source })?;
-            }
+            keep_keys(from, &backup_dir)?;
         }
         if !entries.is_empty() {
             let (dir, e) = (staging.clone(), entries.clone());
@@ -143,6 +125,32 @@ pub async fn restore(
         return Err(e.into());
     }
     Ok(Restored { set, journal_applied: entries.iter().map(|e| e.id).collect() })
+}
+
+/// The keys of `set`'s objects, if it is encrypted, opened with its key from `keys` (the
+/// key directory given, if one was).
+fn open_keys(set: &BackupSet, keys: Option<&KeyDir>) -> Result<Option<ObjectKeys>> {
+    match crate::backup::purge::object_keys(set, keys) {
+        Err(BackupError::NoKey { set, key, dir }) if keys.is_none() => {
+            Err(NodeError::Config(format!(
+                "set {set} is encrypted (key {key}): give --key-dir, the key directory of the \
+                 server that took it (<data dir>/backup/keys; looked in {})",
+                dir.display()
+            )))
+        }
+        other => Ok(other?),
+    }
+}
+
+/// Copies every key in `from` into the key directory of the server whose backup directory is
+/// `backup_dir`: it takes the place of the server (or cluster) that took the set, so its
+/// purges can reach the encrypted sets there.
+pub fn keep_keys(from: &KeyDir, backup_dir: &Path) -> std::result::Result<(), BackupError> {
+    let to = crate::backup::key_dir(backup_dir);
+    for id in from.ids() {
+        to.keep(&id, &from.get(&id, "")?)?;
+    }
+    Ok(())
 }
 
 /// The requests of `store`'s journal `set` may lack, read before anything is written: an

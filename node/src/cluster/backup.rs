@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ebb_backup::transfer::{private_dir, upload_part, HashCache, PartSource};
+use ebb_backup::crypto::{Key, KeyDir, ObjectKeys};
+use ebb_backup::transfer::{private_dir, upload_part, Encrypting, HashCache, PartSource};
 use ebb_backup::{
     BackupError, BackupStore, Destination, LockKind, LogPosition, Part, Progress, SetKind, Throttle,
 };
@@ -45,6 +46,10 @@ pub struct PartRequest {
     pub rate: Option<u64>,
     /// What the part is of.
     pub group: PartGroup,
+    /// For an encrypted set: the objects sealed before that the part may name again, with
+    /// their keys (every other file is sealed with a key of its own).
+    #[serde(default)]
+    pub encrypt: Option<ObjectKeys>,
 }
 
 /// How long one part may take before it is asked again.
@@ -81,6 +86,7 @@ impl ClusterParts {
             to: job.store.destination().to_string(),
             rate: job.rate,
             group,
+            encrypt: job.encrypting.as_ref().map(Encrypting::known),
         };
         let body = ebb_query::sql::shard::request::encode(&req);
         let deadline = tokio::time::Instant::now() + PART_RETRY;
@@ -115,6 +121,26 @@ impl ClusterParts {
         };
         let part: Part = serde_json::from_slice(&reply.part)
             .map_err(|e| BackupError::Source(format!("{}: {e}", describe(shard, group)).into()))?;
+        match (&mut job.encrypting, reply.keys.is_empty()) {
+            (None, true) => {}
+            (Some(enc), false) => {
+                let keys: ObjectKeys = serde_json::from_slice(&reply.keys).map_err(|e| {
+                    BackupError::Source(format!("{}'s keys: {e}", describe(shard, group)).into())
+                })?;
+                enc.adopt(&keys);
+            }
+            // A leader of a build that cannot seal a part answers without keys.
+            (Some(_), true) => {
+                return Err(BackupError::Source(
+                    format!("{}: its leader did not encrypt it", describe(shard, group)).into(),
+                ))
+            }
+            (None, false) => {
+                return Err(BackupError::Source(
+                    format!("{}: sealed, though not asked to be", describe(shard, group)).into(),
+                ))
+            }
+        }
         job.progress.add_done(reply.files, reply.bytes, reply.bytes_copied, reply.objects_copied);
         Ok(part)
     }
@@ -241,14 +267,33 @@ pub(super) async fn take_here(
             seq,
             applied: applied.map(|(term, index)| LogPosition { term, index }),
         };
-        let part = upload_part(&store, &lock, src, &mut stored, &mut cache, &progress, None).await;
+        let mut encrypting = req.encrypt.as_ref().map(|known| {
+            let mut e = Encrypting::default();
+            e.learn(known);
+            e
+        });
+        let part = upload_part(
+            &store,
+            &lock,
+            src,
+            &mut stored,
+            &mut cache,
+            &progress,
+            encrypting.as_mut(),
+        )
+        .await;
         if let Err(e) = cache.save(&cache_path) {
             tracing::warn!(error = %e, "keeping the backup hash cache");
         }
         let part = part?;
         let p = progress.snapshot();
         let body = serde_json::to_vec(&part).map_err(|e| BackupError::Source(Box::new(e)))?;
+        let keys = match &encrypting {
+            Some(e) => serde_json::to_vec(&e.used).map_err(|e| BackupError::Source(Box::new(e)))?,
+            None => Vec::new(),
+        };
         Ok(BackupPartReply {
+            keys,
             part: body,
             files: p.files_total,
             bytes: p.bytes_total,
@@ -272,3 +317,35 @@ pub(super) fn part_status(e: BackupError) -> Status {
         e => Status::internal(e.to_string()),
     }
 }
+
+/// Where the node holding `replica` keeps the keys of encrypted sets.
+pub(super) fn key_dir_of(replica: &Replica) -> KeyDir {
+    crate::backup::key_dir(&data_dir_of(replica).join("backup"))
+}
+
+/// Answers a `BackupKeys` call with the keys in `keys`: keeps those the call gives, and
+/// answers with those it asks for that are kept here.
+pub(super) fn keys_here(
+    keys: &KeyDir,
+    req: super::proto::BackupKeysRequest,
+) -> Result<super::proto::BackupKeysReply, BackupError> {
+    for k in req.keep.into_iter().take(MAX_KEYS_ASKED) {
+        let key = Key::from_hex(&k.key)
+            .ok_or_else(|| BackupError::Source(format!("key {} is not a key", k.id).into()))?;
+        keys.keep(&k.id, &key)?;
+    }
+    let mut reply = super::proto::BackupKeysReply::default();
+    for id in req.get.iter().take(MAX_KEYS_ASKED) {
+        match keys.get(id, "") {
+            Ok(key) => {
+                reply.keys.push(super::proto::BackupKey { id: id.clone(), key: key.to_hex() })
+            }
+            Err(BackupError::NoKey { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(reply)
+}
+
+/// The most keys one `BackupKeys` call keeps, and is answered with.
+const MAX_KEYS_ASKED: usize = 4096;

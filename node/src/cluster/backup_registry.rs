@@ -13,11 +13,14 @@
 use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
+use ebb_backup::crypto::{Key, KeyDir};
 use ebb_backup::journal::JournalEntry;
 use ebb_backup::BackupError;
 use ebb_query::backups::Journaled;
 use ebb_query::sql::shard::Intent;
 
+use super::proto;
+use super::proto::cluster_client::ClusterClient;
 use super::router::Router;
 use super::view;
 use crate::backup::journal::Outbox;
@@ -28,16 +31,62 @@ use crate::backup::registry::Registry;
 pub struct MetaRegistry {
     /// Weak: the router holds the backups that hold this.
     router: Weak<Router>,
+    /// This node's copies of the keys of encrypted sets.
+    keys: KeyDir,
 }
 
 impl MetaRegistry {
     /// The registry of the cluster `router` reaches.
     pub fn new(router: &Arc<Router>) -> MetaRegistry {
-        MetaRegistry { router: Arc::downgrade(router) }
+        let keys = super::backup::key_dir_of(&router.meta().group().replica);
+        MetaRegistry { router: Arc::downgrade(router), keys }
+    }
+
+    /// One `BackupKeys` call to every other node of the cluster: the replies of those that
+    /// answered.
+    async fn ask_every_node(&self, req: proto::BackupKeysRequest) -> Vec<proto::BackupKeysReply> {
+        let Ok(router) = self.router() else { return Vec::new() };
+        let v = router.meta().view();
+        let me = router.meta().node();
+        let router = &router;
+        let calls = v.nodes.values().filter(|n| n.id != me).map(|n| {
+            let req = req.clone();
+            async move {
+                let asked = async {
+                    let ch = router.conns().channel(&n.grpc_addr).map_err(|e| e.to_string())?;
+                    let mut c = ClusterClient::new(ch);
+                    let r = tokio::time::timeout(KEYS_TIMEOUT, c.backup_keys(req)).await;
+                    match r {
+                        Ok(Ok(reply)) => Ok(reply.into_inner()),
+                        Ok(Err(s)) => Err(s.message().to_string()),
+                        Err(_) => Err(format!("no answer in {KEYS_TIMEOUT:?}")),
+                    }
+                };
+                asked
+                    .await
+                    .inspect_err(|e| {
+                        tracing::warn!(node = n.id, error = %e, "backup keys: a node did not answer")
+                    })
+                    .ok()
+            }
+        });
+        futures::future::join_all(calls).await.into_iter().flatten().collect()
     }
 
     fn router(&self) -> Result<Arc<Router>, BackupError> {
         self.router.upgrade().ok_or_else(|| BackupError::Source("the node is stopping".into()))
+    }
+}
+
+/// How long a node is waited for when keys are shared or asked for.
+const KEYS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl MetaRegistry {
+    /// How many other nodes the cluster has.
+    fn nodes_asked(&self) -> usize {
+        let Ok(router) = self.router() else { return 0 };
+        let me = router.meta().node();
+        router.meta().view().nodes.values().filter(|n| n.id != me).count()
     }
 }
 
@@ -53,6 +102,36 @@ fn entry(intent: &Intent, completed_ms: Option<u64>) -> Option<JournalEntry> {
 
 #[async_trait]
 impl Registry for MetaRegistry {
+    fn keys(&self) -> &KeyDir {
+        &self.keys
+    }
+
+    async fn share_key(&self, id: &str, key: &Key) {
+        let keep = vec![proto::BackupKey { id: id.to_string(), key: key.to_hex() }];
+        let asked = self.nodes_asked();
+        let answered =
+            self.ask_every_node(proto::BackupKeysRequest { keep, get: Vec::new() }).await;
+        if answered.len() < asked {
+            tracing::warn!(key = %id, nodes = asked, answered = answered.len(), "a backup set's key reached only some nodes; the others ask for it later");
+        }
+    }
+
+    async fn fetch_keys(&self, ids: &[String]) -> Vec<(String, Key)> {
+        let req = proto::BackupKeysRequest { keep: Vec::new(), get: ids.to_vec() };
+        let mut found = std::collections::BTreeMap::new();
+        for reply in self.ask_every_node(req).await {
+            for k in reply.keys {
+                if !ids.contains(&k.id) {
+                    continue;
+                }
+                if let Some(key) = Key::from_hex(&k.key) {
+                    found.entry(k.id).or_insert(key);
+                }
+            }
+        }
+        found.into_iter().collect()
+    }
+
     fn destinations(&self) -> Vec<String> {
         let Ok(router) = self.router() else { return Vec::new() };
         let v = router.meta().view();

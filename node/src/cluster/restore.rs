@@ -15,6 +15,7 @@
 
 use std::path::{Path, PathBuf};
 
+use ebb_backup::crypto::{KeyDir, ObjectKeys};
 use ebb_backup::journal::JournalEntry;
 use ebb_backup::transfer::{download_part, private_dir, sibling};
 use ebb_backup::{BackupError, BackupSet, BackupStore, Progress, SetKind};
@@ -55,6 +56,7 @@ pub async fn prepare(
     journal: &[JournalEntry],
     data_dir: &Path,
     progress: &Progress,
+    keys: Option<(&ObjectKeys, &KeyDir)>,
 ) -> Result<RestorePlan> {
     let Some(meta) = &set.meta else {
         return Err(BackupError::Manifest {
@@ -69,7 +71,8 @@ pub async fn prepare(
     let built = async {
         private_dir(&staging)?;
         let meta_dir = staging.join("meta-part");
-        download_part(store, &set.id, meta, &meta_dir, progress, None).await?;
+        let object_keys = keys.map(|(k, _)| k);
+        download_part(store, &set.id, meta, &meta_dir, progress, object_keys).await?;
         let (dir, id) = (meta_dir.clone(), set.id.clone());
         let mut plan = tokio::task::spawn_blocking(move || read_plan_from(&dir, id))
             .await
@@ -107,7 +110,7 @@ pub async fn prepare(
             if let Some(parent) = engine.parent() {
                 private_dir(parent)?;
             }
-            download_part(store, &set.id, part, &engine, progress, None).await?;
+            download_part(store, &set.id, part, &engine, progress, object_keys).await?;
             if !journal.is_empty() {
                 let (dir, entries) = (engine.clone(), journal.to_vec());
                 tokio::task::spawn_blocking(move || {
@@ -116,6 +119,10 @@ pub async fn prepare(
                 .await
                 .map_err(source)??;
             }
+        }
+        // The new cluster's first node keeps the keys; nodes that join get them from it.
+        if let Some((_, from)) = keys {
+            crate::backup::restore::keep_keys(from, &staging.join("backup"))?;
         }
         let body = serde_json::to_vec_pretty(&plan).map_err(source)?;
         let plan_path = staging.join(PLAN_FILE);

@@ -348,6 +348,21 @@ impl Cluster for ClusterService {
         super::split::serve_trim(&self.shards, req.into_inner()).await.map(Response::new)
     }
 
+    async fn backup_keys(
+        &self,
+        req: Request<super::proto::BackupKeysRequest>,
+    ) -> std::result::Result<Response<super::proto::BackupKeysReply>, Status> {
+        let keys = super::backup::key_dir_of(&self.meta.group().replica);
+        let req = req.into_inner();
+        let answered =
+            tokio::task::spawn_blocking(move || super::backup::keys_here(&keys, req)).await;
+        match answered {
+            Ok(Ok(reply)) => Ok(Response::new(reply)),
+            Ok(Err(e)) => Err(Status::internal(e.to_string())),
+            Err(e) => Err(Status::internal(e.to_string())),
+        }
+    }
+
     async fn statements(
         &self,
         _req: Request<super::proto::StatementsRequest>,

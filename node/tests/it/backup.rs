@@ -546,12 +546,13 @@ async fn a_cluster_backup_under_writes_restores_into_a_cluster_of_another_size()
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().expect("tempdir")).collect();
     let dest_dir = tempfile::tempdir().expect("tempdir");
     let dest = dest_dir.path().join("backups");
-    // Backups throttled, so one is still running when a node is stopped.
+    // Backups throttled, so one is still running when a node is stopped (each part holds a
+    // few KiB; its leader's bucket starts with one second of bytes).
     let config = |d: &Path| ebb_node::config::Config {
         shards: 4,
         replication: 3,
         scaling: ebb_node::config::scaling::Scaling {
-            backup_rate: Some(16 << 10),
+            backup_rate: Some(2 << 10),
             ..Default::default()
         },
         ..secured(d)
@@ -987,4 +988,116 @@ async fn an_encrypted_set_is_unreadable_once_its_key_is_destroyed() {
     let r3 = tmp.path().join("r3");
     restore_with_keys(&dest, &id2, &r3, Some(&keys)).await.expect("restore the newest set");
     server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_encrypted_cluster_set_is_sealed_on_each_leader_and_its_keys_shredded_on_every_node() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().expect("tempdir")).collect();
+    let dest_dir = tempfile::tempdir().expect("tempdir");
+    let dest = dest_dir.path().join("backups");
+    let config = |d: &Path| ebb_node::config::Config { shards: 2, replication: 3, ..secured(d) };
+    let servers = crate::common::start_cluster(&dirs, config).await;
+    let hs: Vec<Http> = servers.iter().map(|s| Http::new(s.http_addr)).collect();
+    let admin = |i: usize| As { http: &hs[i], auth: basic("admin", ADMIN_PW) };
+    let key_dirs: Vec<ebb_backup::crypto::KeyDir> = dirs
+        .iter()
+        .map(|d| ebb_backup::crypto::KeyDir::new(d.path().join("backup/keys")))
+        .collect();
+    placed(&admin(0), 2, 3).await;
+    write_users(&admin(0), &["alice", "bob"], 0, 100);
+    let encrypted = |i: usize| -> serde_json::Value {
+        let sql = format!("BACKUP TO '{}' ENCRYPTED", dest.display());
+        let rows: serde_json::Value = serde_json::from_str(&admin(i).ok(&sql)).expect("json");
+        assert_eq!(rows[0]["state"], "done", "{rows}");
+        rows[0].clone()
+    };
+    let first = encrypted(1);
+    let id1 = first["id"].as_str().expect("id").to_string();
+    let set1 = set_at(&dest, &id1).await;
+    let key1 = set1.encryption.as_ref().expect("an encrypted set").key.clone();
+    // Every node keeps the set's key: any of them may lead the metadata group and purge it.
+    until_async(30, "the key on every node", || async {
+        key_dirs.iter().all(|k| k.ids() == std::slice::from_ref(&key1))
+    })
+    .await;
+    // Each part was sealed where it was taken: no object is an SST or holds a value.
+    let scratch = tempfile::tempdir().expect("tempdir");
+    for (i, o) in object_files(&dest).into_iter().enumerate() {
+        let bytes = std::fs::read(&o).expect("read");
+        assert!(!bytes.windows(7).any(|w| w == b"secret-"), "{} holds a value", o.display());
+        let copy = scratch.path().join(format!("{i}.sst"));
+        std::fs::copy(&o, &copy).expect("copy");
+        assert!(ebb_storage::audit::plaintext(&copy).is_err(), "{} reads as an SST", o.display());
+    }
+    assert_eq!(set1.all_parts().count(), 3, "two shards and the metadata part");
+    // A node that lost its copy (it was down when the set was taken) gets it back.
+    key_dirs[0].destroy(&key1).expect("destroy a copy");
+    until_async(150, "the lost copy fetched again", || async {
+        key_dirs[0].ids() == std::slice::from_ref(&key1)
+    })
+    .await;
+    // A later encrypted backup, through another node, reuses the sealed objects it can open.
+    write_users(&admin(0), &["bob"], 100, 110);
+    let second = encrypted(2);
+    let (bytes, copied) = (second["bytes"].as_u64(), second["bytes_copied"].as_u64());
+    assert!(copied < bytes, "{second}");
+    let id2 = second["id"].as_str().expect("id").to_string();
+    let by_hand = dest_dir.path().join("copied-by-hand");
+    copy_dir(&dest, &by_hand);
+
+    // An erasure: the metadata leader purges both sets, seals their next generations with new
+    // keys and every node destroys its copies of the old ones.
+    let erased: serde_json::Value =
+        serde_json::from_str(&admin(0).ok("ERASE WHERE user = 'alice'")).expect("json");
+    let erasure = erased[0]["erasure_id"].as_u64().expect("an erasure id");
+    let at = ebb_backup::Destination::parse(dest.to_str().expect("utf-8")).expect("uri");
+    let store =
+        ebb_backup::BackupStore::open(&at, ebb_backup::Throttle::none()).await.expect("open");
+    until_async(180, "both sets purged", || async {
+        set_at(&dest, &id1).await.purged(erasure) && set_at(&dest, &id2).await.purged(erasure)
+    })
+    .await;
+    let mut live: Vec<String> = Vec::new();
+    for id in [&id1, &id2] {
+        let s = set_at(&dest, id).await;
+        live.push(s.encryption.as_ref().expect("still encrypted").key.clone());
+        assert!(store.verify(&s, &ebb_backup::Progress::default()).await.expect("v").is_empty());
+    }
+    live.sort();
+    assert!(!live.contains(&key1), "{live:?}");
+    // Each node looks every 30 s; a loaded machine may run it late.
+    until_async(150, "only the live sets' keys on every node", || async {
+        key_dirs.iter().all(|k| k.ids() == live)
+    })
+    .await;
+    // A copy of the store taken by hand before the erasure no longer opens with any node's keys.
+    let e =
+        restore_with_keys(&by_hand, &id1, &dest_dir.path().join("r-hand"), Some(key_dirs[2].dir()))
+            .await;
+    let e = e.expect_err("the copy taken by hand still opened").to_string();
+    assert!(e.contains(&key1), "{e}");
+    // The purged set restores into a new cluster with a node's keys, without the erased rows,
+    // and the restored node keeps the keys.
+    let restored_dir = tempfile::tempdir().expect("tempdir");
+    let r = restored_dir.path().join("data");
+    let e = restore_with_keys(&dest, &id2, &restored_dir.path().join("nokey"), None).await;
+    assert!(e.expect_err("restored without keys").to_string().contains("--key-dir"));
+    restore_with_keys(&dest, &id2, &r, Some(key_dirs[2].dir())).await.expect("restore");
+    assert_eq!(crate::cluster_erasure::files_with(&r, b"secret-alice-"), Vec::<String>::new());
+    assert_eq!(ebb_backup::crypto::KeyDir::new(r.join("backup/keys")).ids(), live);
+    {
+        let s = Server::start(&ebb_node::config::Config { cluster: true, ..config(&r) })
+            .await
+            .expect("start the restored cluster");
+        let h = Http::new(s.http_addr);
+        let a = As { http: &h, auth: basic("admin", ADMIN_PW) };
+        placed(&a, 2, 1).await;
+        let per_user =
+            |u: &str| count(&a, &format!("SELECT count(*) AS c FROM temp WHERE user = '{u}'"));
+        assert_eq!((per_user("alice"), per_user("bob")), (0, 110));
+        s.shutdown().await.expect("shutdown");
+    }
+    for s in servers {
+        s.shutdown().await.expect("shutdown");
+    }
 }
