@@ -33,7 +33,7 @@ value_sets=(
   "$auth --set tls.certManager.enabled=true --set tls.certManager.issuerRef.name=ebb-ca --set networkPolicy.clientFrom[0].namespaceSelector.matchLabels.team=metrics"
   "--set auth.insecure=true --set networkPolicy.enabled=false"
   "$auth --set clientLimits.query_memory=1GiB --set clientLimits.statement_timeout=60s --set clientLimits.max_series_per_request=50000 --set clientLimits.max_nesting=20"
-  "$auth --set backup.enabled=true --set backup.to=/backups --set backup.existingClaim=ebb-backups --set backup.rate=100MiB --set networkPolicy.clientFrom[0].namespaceSelector.matchLabels.team=metrics"
+  "$auth --set backup.enabled=true --set backup.to=/backups --set backup.existingClaim=ebb-backups --set backup.encrypt=true --set backup.rate=100MiB --set networkPolicy.clientFrom[0].namespaceSelector.matchLabels.team=metrics"
   "$auth --set backup.enabled=true --set backup.to=s3://ebb-backups/prod?region=eu-west-1 --set backup.s3Secret=ebb-s3 --set backup.keep=0 --set tls.certManager.enabled=true --set tls.certManager.issuerRef.name=ebb-ca"
 )
 

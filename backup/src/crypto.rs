@@ -354,32 +354,70 @@ impl KeyDir {
     }
 
     /// Keeps `key` (synced) as key `id`, as another server of the cluster made it. A key
-    /// already kept under `id` stays as it is.
+    /// already kept under `id` stays as it is. The key is written to a temporary file of its
+    /// own, then linked into place (never over another).
     pub fn keep(&self, id: &str, key: &Key) -> Result<()> {
         let path = self.path(id)?;
-        if path.exists() {
+        if self.get(id, "").is_ok() {
             return Ok(());
         }
         crate::transfer::private_dir(&self.dir)?;
-        let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
+        let tmp = self.dir.join(format!("{}.{PARTIAL}", new_origin()?));
         let written = (|| {
             use std::os::unix::fs::OpenOptionsExt;
             let mut f = std::fs::OpenOptions::new()
                 .write(true)
-                .create(true)
-                .truncate(true)
+                .create_new(true)
                 .mode(0o600)
                 .open(&tmp)
                 .at(&tmp)?;
             f.write_all(key.to_hex().as_bytes()).at(&tmp)?;
             f.sync_all().at(&tmp)?;
-            std::fs::rename(&tmp, &path).at(&path)
+            // A file there that holds no key (cut short) is replaced.
+            if path.exists() && self.get(id, "").is_err() {
+                std::fs::remove_file(&path).at(&path)?;
+            }
+            match std::fs::hard_link(&tmp, &path) {
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+                r => r.at(&path),
+            }
         })();
-        if written.is_err() {
-            let _ = std::fs::remove_file(&tmp);
+        // Linked, the temporary name shares the key's bytes: only that name goes.
+        match &written {
+            Ok(()) => {
+                let _ = std::fs::remove_file(&tmp);
+            }
+            Err(_) => {
+                let _ = destroy_file(&tmp);
+            }
         }
         written?;
         sync(&self.dir)
+    }
+
+    /// Destroys what keeps left half-written (a server stopped midway) over `older` ago: key
+    /// material no id names.
+    pub fn clear_partial(&self, older: std::time::Duration) -> Result<()> {
+        let Ok(rd) = std::fs::read_dir(&self.dir) else { return Ok(()) };
+        for e in rd.flatten() {
+            let partial = e.file_name().to_str().is_some_and(|n| n.ends_with(PARTIAL));
+            let old = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|m| m.elapsed().ok())
+                .is_some_and(|age| age >= older);
+            if partial && old {
+                destroy_file(&e.path())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// How long ago key `id` was kept here (`None` if it is not).
+    pub fn age(&self, id: &str) -> Option<std::time::Duration> {
+        let path = self.path(id).ok()?;
+        std::fs::metadata(path).and_then(|m| m.modified()).ok()?.elapsed().ok()
     }
 
     /// Key `id` of set `set`.
@@ -412,16 +450,29 @@ impl KeyDir {
     /// synced. A key already gone is no error.
     pub fn destroy(&self, id: &str) -> Result<()> {
         let path = self.path(id)?;
-        match std::fs::OpenOptions::new().write(true).open(&path) {
-            Ok(mut f) => {
-                f.write_all(&[0u8; 64]).at(&path)?;
-                f.sync_all().at(&path)?;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(BackupError::Io { path, source: e }),
+        if destroy_file(&path)? {
+            sync(&self.dir)?;
         }
-        std::fs::remove_file(&path).at(&path)?;
-        sync(&self.dir)
+        Ok(())
+    }
+}
+
+/// The suffix of a key file being written.
+const PARTIAL: &str = "partial";
+
+/// Overwrites the file at `path` (synced) and removes it; false if there was none.
+fn destroy_file(path: &Path) -> Result<bool> {
+    match std::fs::OpenOptions::new().write(true).open(path) {
+        Ok(mut f) => {
+            f.write_all(&[0u8; 64]).at(path)?;
+            f.sync_all().at(path)?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(BackupError::Io { path: path.to_path_buf(), source: e }),
+    }
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(true),
+        r => r.at(path).map(|()| true),
     }
 }
 

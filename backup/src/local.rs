@@ -28,6 +28,16 @@ pub(crate) async fn on_one_core<T: Send + 'static>(
     tokio::task::spawn_blocking(f).await.map_err(|e| BackupError::Source(Box::new(e)))
 }
 
+/// Which cores a copy may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cores {
+    /// One at a time with the other hashing and sealing (see [`ONE_CORE`]): a backup of a
+    /// server that goes on serving.
+    One,
+    /// As many as copies run at once: a restore (of a server that is not running yet).
+    Any,
+}
+
 /// The size of a copy's reads and writes.
 pub(crate) const COPY_CHUNK: usize = 1 << 20;
 
@@ -67,6 +77,7 @@ pub(crate) async fn copy_hashing(
     to: &Path,
     throttle: &Throttle,
     most: u64,
+    cores: Cores,
 ) -> Result<ObjectRef> {
     let src = std::fs::File::open(from).at(from)?;
     let dst = std::fs::OpenOptions::new().write(true).create_new(true).open(to).at(to)?;
@@ -79,11 +90,16 @@ pub(crate) async fn copy_hashing(
     };
     let copied = async {
         loop {
-            let (back, n) = on_one_core(move || {
+            let step = move || {
                 let n = c.step();
                 (c, n)
-            })
-            .await?;
+            };
+            let (back, n) = match cores {
+                Cores::One => on_one_core(step).await?,
+                Cores::Any => tokio::task::spawn_blocking(step)
+                    .await
+                    .map_err(|e| BackupError::Source(Box::new(e)))?,
+            };
             c = back;
             let n = n?;
             throttle.take(n as u64).await;
@@ -111,15 +127,16 @@ mod tests {
         let (from, to) = (dir.path().join("from"), dir.path().join("to"));
         let body: Vec<u8> = (0..(COPY_CHUNK * 2 + 17)).map(|i| (i * 7 % 251) as u8).collect();
         std::fs::write(&from, &body).unwrap();
-        let object = copy_hashing(&from, &to, &Throttle::none(), u64::MAX).await.unwrap();
+        let object =
+            copy_hashing(&from, &to, &Throttle::none(), u64::MAX, Cores::One).await.unwrap();
         assert_eq!(object.len, body.len() as u64);
         assert_eq!(object.hash, blake3::hash(&body).to_hex().to_string());
         assert_eq!(std::fs::read(&to).unwrap(), body);
         // The target must be new.
-        assert!(copy_hashing(&from, &to, &Throttle::none(), u64::MAX).await.is_err());
+        assert!(copy_hashing(&from, &to, &Throttle::none(), u64::MAX, Cores::One).await.is_err());
         // A limit stops the copy early.
         let short = dir.path().join("short");
-        let object = copy_hashing(&from, &short, &Throttle::none(), 10).await.unwrap();
+        let object = copy_hashing(&from, &short, &Throttle::none(), 10, Cores::Any).await.unwrap();
         assert!(object.len > 10 && object.len <= COPY_CHUNK as u64, "{object:?}");
     }
 }

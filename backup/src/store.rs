@@ -27,6 +27,7 @@ use object_store::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::error::{AtPath, BackupError, InStore, Result};
+use crate::local::{copy_hashing, Cores};
 use crate::progress::Progress;
 use crate::set::{self, BackupSet, FileEntry, ObjectRef};
 use crate::throttle::Throttle;
@@ -360,7 +361,7 @@ impl BackupStore {
         crate::transfer::private_dir(&incoming)?;
         let tmp = incoming.join(crate::crypto::new_origin()?);
         let mut object =
-            crate::local::copy_hashing(path, &tmp, &self.throttle, set::MAX_OBJECT).await;
+            copy_hashing(path, &tmp, &self.throttle, set::MAX_OBJECT, Cores::One).await;
         // Synced here, in the file's lane, so its write-back overlaps the copies of the
         // others (synced all at the end, the disk idles while files are copied, then the
         // copier while the disk writes).
@@ -549,7 +550,7 @@ impl BackupStore {
                 return Err(self.missing(set, entry));
             }
             let object = entry.object.clone();
-            let got = crate::local::copy_hashing(&from, path, &self.throttle, object.len).await?;
+            let got = copy_hashing(&from, path, &self.throttle, object.len, Cores::Any).await?;
             let why = if got.len > object.len {
                 Some(format!("longer than its {} bytes", object.len))
             } else if got.len != object.len {

@@ -173,6 +173,8 @@ struct Service {
     runs: Mutex<VecDeque<Arc<Run>>>,
     /// Held while a backup runs (one at a time).
     busy: tokio::sync::Mutex<()>,
+    /// The keys of sets being written here (made, not yet named by a manifest): kept.
+    making: Mutex<std::collections::HashSet<String>>,
     /// Held while deletes are applied to sets (a backup waits for it).
     purging: tokio::sync::Mutex<()>,
     /// Entries each destination has, as last written there: (destination, request, complete).
@@ -310,6 +312,7 @@ impl Service {
             rate,
             runs: Mutex::new(VecDeque::new()),
             busy: tokio::sync::Mutex::new(()),
+            making: Mutex::new(Default::default()),
         }
     }
 
@@ -413,6 +416,7 @@ impl Service {
             rate: self.rate,
             encrypting: None,
         };
+        let mut set_key = None;
         let taken = async {
             if let Some(keys) = &keys {
                 job.encrypting = Some(purge::learn_keys(&job.store, keys).await?);
@@ -438,9 +442,14 @@ impl Service {
                 origin: Some(origin),
             };
             let mut set = set;
-            let mut set_key = None;
             if let (Some(keys), Some(enc)) = (&keys, &job.encrypting) {
-                let (id, key) = keys.create()?;
+                // Made and noted as in the making at once (see `collect_keys`).
+                let (id, key) = {
+                    let mut making = self.making.lock();
+                    let (id, key) = keys.create()?;
+                    making.insert(id.clone());
+                    (id, key)
+                };
                 set.encryption =
                     Some(ebb_backup::crypto::SetEncryption::seal(&set, &id, &key, &enc.used)?);
                 set_key = Some((id, key));
@@ -450,12 +459,15 @@ impl Service {
             job.store.put_set(&set).await?;
             // Shared once a manifest names it: a node that finds a key no set names
             // destroys it.
-            if let Some((id, key)) = set_key {
-                self.registry.share_key(&id, &key).await;
+            if let Some((id, key)) = &set_key {
+                self.registry.share_key(id, key).await;
             }
             Ok::<_, BackupError>(set)
         };
         let set = taken.await;
+        if let Some((id, _)) = &set_key {
+            self.making.lock().remove(id);
+        }
         // The hashes learned stay useful whether or not the set was written.
         if let Err(e) = job.cache.save(&cache_path) {
             tracing::warn!(error = %e, "keeping the backup hash cache");
@@ -608,16 +620,7 @@ impl Service {
                     store.put_journal(e).await?;
                     self.sent.lock().insert(key);
                 }
-                let keys = self.registry.keys();
-                let report = purge::purge(&store, &purge::work_dir(&self.dir), Some(keys)).await;
-                // The keys of the new generations, once their manifests name them.
-                for id in report.as_ref().map(|r| r.new_keys.as_slice()).unwrap_or_default() {
-                    match keys.get(id, "") {
-                        Ok(key) => self.registry.share_key(id, &key).await,
-                        Err(e) => tracing::warn!(key = %id, error = %e, "sharing a set's key"),
-                    }
-                }
-                report
+                purge::purge(&store, &purge::work_dir(&self.dir), self.registry.as_ref()).await
             };
             let r = done.await;
             for e in &entries {
@@ -632,7 +635,7 @@ impl Service {
             self.registry.forget(&everywhere).await;
             self.sent.lock().retain(|(_, id, _)| !everywhere.contains(id));
         }
-        self.collect_keys().await;
+        self.collect_keys_purging().await;
         if out.iter().any(|(_, r)| r.as_ref().is_ok_and(|p| !p.sets.is_empty())) {
             self.seen.lock().clear();
         }
@@ -641,13 +644,24 @@ impl Service {
 
     /// Destroys the keys of encrypted sets that are gone (pruned, or replaced by a purge's
     /// generation), and asks the other servers for the keys of sets this one lacks (a node
-    /// that was down when a set was taken). Skipped while a backup runs here (its key exists
-    /// before its manifest).
+    /// that was down when a set was taken). Not while a purge runs here (which makes keys
+    /// before their manifests).
     async fn collect_keys(&self) {
+        let _purging = self.purging.lock().await;
+        self.collect_keys_purging().await;
+    }
+
+    /// [`Service::collect_keys`], for the caller holding `purging`.
+    async fn collect_keys_purging(&self) {
         let keys = self.registry.keys();
-        let Ok(_busy) = self.busy.try_lock() else { return };
+        let destinations = self.registry.destinations();
+        // No destination known (or the cluster out of reach): no set is known either, and
+        // nothing may be taken as gone.
+        if destinations.is_empty() {
+            return;
+        }
         let mut stores = Vec::new();
-        for uri in self.registry.destinations() {
+        for uri in destinations {
             let opened = match Destination::parse(&uri) {
                 Ok(d) => BackupStore::open(&d, ebb_backup::Throttle::none()).await,
                 Err(e) => Err(e),
@@ -660,7 +674,9 @@ impl Service {
                 }
             }
         }
-        let lacking = match purge::collect_keys(&stores, keys).await {
+        let making = || self.making.lock().clone();
+        let grace = self.registry.key_grace();
+        let lacking = match purge::collect_keys(&stores, keys, &making, grace).await {
             Ok(lacking) => lacking,
             Err(e) => {
                 tracing::warn!(error = %e, "destroying the keys of backup sets that are gone");
@@ -670,7 +686,14 @@ impl Service {
         if lacking.is_empty() {
             return;
         }
-        for (id, key) in self.registry.fetch_keys(&lacking).await {
+        let ids: Vec<String> = lacking.iter().map(|l| l.id.clone()).collect();
+        for (id, key) in self.registry.fetch_keys(&ids).await {
+            // Kept only if it opens the set that names it.
+            let Some(l) = lacking.iter().find(|l| l.id == id) else { continue };
+            if let Err(e) = l.sealed.open(&key, &l.set) {
+                tracing::warn!(key = %id, set = %l.set, error = %e, "a key another node gave does not open its set");
+                continue;
+            }
             match keys.keep(&id, &key) {
                 Ok(()) => {
                     tracing::info!(key = %id, "kept the key of a backup set another node made")

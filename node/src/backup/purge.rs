@@ -14,6 +14,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::registry::Registry;
 use ebb_backup::crypto::{KeyDir, ObjectKeys, SetEncryption};
 use ebb_backup::journal::JournalEntry;
 use ebb_backup::transfer::{download_part, upload_part, Encrypting, HashCache, PartSource};
@@ -31,9 +32,6 @@ pub struct PurgeReport {
     pub entries_removed: u64,
     /// Objects removed.
     pub objects_removed: u64,
-    /// The keys of the encrypted sets' new generations (to share with the other servers that
-    /// may purge or restore them).
-    pub new_keys: Vec<String>,
 }
 
 fn source(e: impl std::error::Error + Send + Sync + 'static) -> BackupError {
@@ -160,32 +158,57 @@ pub async fn learn_keys(store: &BackupStore, keys: &KeyDir) -> Result<Encrypting
     Ok(enc)
 }
 
+/// A key sets at a destination name that this server lacks: its id, and a set it opens (to
+/// check a key another server gives for it).
+#[derive(Debug, Clone)]
+pub struct Lacking {
+    /// The key's id.
+    pub id: String,
+    /// A set sealed with it.
+    pub set: String,
+    /// That set's sealed object keys.
+    pub sealed: SetEncryption,
+}
+
 /// Destroys the keys in `keys` no set at `stores` names (sets pruned, or generations a purge
-/// replaced). Nothing is destroyed unless every set at every destination could be read.
-/// Returns the keys sets name that `keys` lacks.
+/// replaced), except those `making` holds once the sets are listed (made for a set whose
+/// manifest is not written yet) and those kept here less than `grace` ago (given by another
+/// server for a set whose destination this server may not know yet). Nothing is destroyed
+/// unless every set at every destination could be read. Returns the keys sets name that
+/// `keys` lacks.
 ///
 /// The keys held are listed before the sets: a key another node shares once its set's
 /// manifest is written is either not seen here or named by a manifest listed after it.
 pub async fn collect_keys(
     stores: &[BackupStore],
     keys: &KeyDir,
-) -> Result<Vec<String>, BackupError> {
+    making: &(dyn Fn() -> std::collections::HashSet<String> + Sync),
+    grace: std::time::Duration,
+) -> Result<Vec<Lacking>, BackupError> {
     let held = keys.ids();
-    let mut named = std::collections::BTreeSet::new();
+    let mut named = std::collections::BTreeMap::new();
     for store in stores {
         for l in store.list().await? {
             let set = l.set?;
             if let Some(enc) = set.encryption {
-                named.insert(enc.key);
+                named.entry(enc.key.clone()).or_insert((set.id, enc));
             }
         }
     }
-    for id in held.iter().filter(|id| !named.contains(*id)) {
+    let making = making();
+    for id in held.iter().filter(|id| !named.contains_key(*id) && !making.contains(*id)) {
+        if keys.age(id).is_some_and(|age| age < grace) {
+            continue;
+        }
         keys.destroy(id)?;
         tracing::info!(key = %id, "destroyed the key of a backup set that is gone");
     }
-    let held: std::collections::BTreeSet<&String> = held.iter().collect();
-    Ok(named.iter().filter(|id| !held.contains(id) && keys.get(id, "").is_err()).cloned().collect())
+    keys.clear_partial(std::time::Duration::from_secs(60))?;
+    Ok(named
+        .into_iter()
+        .filter(|(id, _)| keys.get(id, "").is_err())
+        .map(|(id, (set, sealed))| Lacking { id, set, sealed })
+        .collect())
 }
 
 /// The engine options a part of a set of `kind` is opened with (see [`apply_journal`]).
@@ -265,7 +288,7 @@ impl Plan {
 pub async fn purge(
     store: &BackupStore,
     work: &Path,
-    keys: Option<&KeyDir>,
+    registry: &dyn Registry,
 ) -> Result<PurgeReport, BackupError> {
     // A first look, without the lock, to know whether to take it.
     if Plan::read(store).await?.idle() {
@@ -289,10 +312,7 @@ pub async fn purge(
         let mut purged = readable.clone();
         for (set, entries) in todo {
             let ids: Vec<u64> = entries.iter().map(|e| e.id).collect();
-            let next = purge_set(store, &lock, &set, entries, work, keys).await?;
-            if let Some(enc) = &next.encryption {
-                report.new_keys.push(enc.key.clone());
-            }
+            let next = purge_set(store, &lock, &set, entries, work, registry).await?;
             tracing::info!(set = %set.id, generation = next.generation, requests = ?ids, "purged a backup set");
             if let Some(s) = purged.iter_mut().find(|s| s.id == set.id) {
                 *s = next;
@@ -319,8 +339,9 @@ async fn purge_set(
     set: &BackupSet,
     entries: Vec<JournalEntry>,
     work: &Path,
-    keys: Option<&KeyDir>,
+    registry: &dyn Registry,
 ) -> Result<BackupSet, BackupError> {
+    let keys = Some(registry.keys());
     ebb_backup::transfer::private_dir(work)?;
     let object_keys = object_keys(set, keys)?;
     // Files the purge leaves as they were keep their objects (and keys).
@@ -378,12 +399,19 @@ async fn purge_set(
     // A new key for the new generation: the old one, which opens the keys of the objects
     // that held the deleted data, is destroyed once no manifest names it.
     let old_key = set.encryption.as_ref().map(|e| e.key.clone());
+    let mut new_key = None;
     if let (Some(dir), Some(enc)) = (keys, &encrypting) {
         let (id, key) = dir.create()?;
         next.encryption = Some(SetEncryption::seal(&next, &id, &key, &enc.used)?);
+        new_key = Some((id, key));
     }
     store.keep(lock).await?;
     store.put_set(&next).await?;
+    // Shared as soon as the manifest names it, before anything else may fail: the old key is
+    // about to go everywhere.
+    if let Some((id, key)) = &new_key {
+        registry.share_key(id, key).await;
+    }
     store.remove_older_generations(&next).await?;
     if let (Some(dir), Some(old)) = (keys, old_key) {
         dir.destroy(&old)?;

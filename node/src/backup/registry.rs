@@ -51,6 +51,12 @@ pub trait Registry: Send + Sync + std::fmt::Debug {
     async fn share_key(&self, id: &str, key: &ebb_backup::crypto::Key) {
         let _ = (id, key);
     }
+    /// How long a key kept here is kept even if no set names it: a key another server shared
+    /// may be of a set at a destination this server does not know yet (its view of the
+    /// cluster lags). Zero where only this server makes keys.
+    fn key_grace(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
     /// Asks the other servers for the keys `ids` that sets name and this server lacks: those
     /// found.
     async fn fetch_keys(&self, ids: &[String]) -> Vec<(String, ebb_backup::crypto::Key)> {

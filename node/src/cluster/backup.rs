@@ -241,15 +241,17 @@ pub(super) async fn take_here(
     }
     let data = data_dir_of(&replica);
     let backup_dir = data.join("backup");
-    let name = match req.group {
-        PartGroup::Shard => format!("{}-{shard}", req.set_id),
-        PartGroup::Meta => format!("{}-meta", req.set_id),
+    let name_of_group = match req.group {
+        PartGroup::Shard => shard.to_string(),
+        PartGroup::Meta => "meta".to_string(),
     };
+    let name = format!("{}-{name_of_group}", req.set_id);
     let dest = Destination::parse(&req.to)?;
     let store = BackupStore::open(&dest, Throttle::new(req.rate)).await?;
     let lock = store.lock(LockKind::Shared, &name).await?;
     let staging = backup_dir.join("staging").join(&name);
-    let cache_path = backup_dir.join("hashes");
+    // A cache per group: each part's files are of its own engine.
+    let cache_path = backup_dir.join(format!("hashes-{name_of_group}"));
     let taken = async {
         private_dir(&backup_dir.join("staging"))?;
         let _ = tokio::fs::remove_dir_all(&staging).await;
@@ -340,8 +342,8 @@ pub(super) fn keys_here(
             Ok(key) => {
                 reply.keys.push(super::proto::BackupKey { id: id.clone(), key: key.to_hex() })
             }
-            Err(BackupError::NoKey { .. }) => {}
-            Err(e) => return Err(e),
+            // Not kept here, not a key id, or unreadable: the others are still answered.
+            Err(e) => tracing::debug!(key = %id, error = %e, "a backup key asked for"),
         }
     }
     Ok(reply)

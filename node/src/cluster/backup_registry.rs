@@ -109,11 +109,19 @@ impl Registry for MetaRegistry {
     async fn share_key(&self, id: &str, key: &Key) {
         let keep = vec![proto::BackupKey { id: id.to_string(), key: key.to_hex() }];
         let asked = self.nodes_asked();
+        if self.router.upgrade().is_none() {
+            tracing::warn!(key = %id, "a backup set's key not shared: the node is stopping; the other nodes ask for it later");
+            return;
+        }
         let answered =
             self.ask_every_node(proto::BackupKeysRequest { keep, get: Vec::new() }).await;
         if answered.len() < asked {
             tracing::warn!(key = %id, nodes = asked, answered = answered.len(), "a backup set's key reached only some nodes; the others ask for it later");
         }
+    }
+
+    fn key_grace(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(60)
     }
 
     async fn fetch_keys(&self, ids: &[String]) -> Vec<(String, Key)> {
