@@ -26,7 +26,8 @@ impl Drop for Server {
     }
 }
 
-fn run(bin: &Path, args: &[&str]) -> Result<String, String> {
+/// Runs `bin` with `args`: its standard output, or its standard error as the error.
+pub(crate) fn run(bin: &Path, args: &[&str]) -> Result<String, String> {
     let out = Command::new(bin).args(args).output().map_err(|e| e.to_string())?;
     if !out.status.success() {
         return Err(format!("ebb {args:?}: {}", String::from_utf8_lossy(&out.stderr)));

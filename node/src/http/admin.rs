@@ -82,10 +82,11 @@ pub(super) async fn decommission(State(state): State<AppState>, caller: Caller) 
     }
 }
 
-/// `POST /v1/admin/flush`: writes every memtable of this node's engines (on a cluster node,
-/// of every shard replica it holds) to level-0 files and waits for them: before snapshotting
-/// its volume, or so a measurement starts from empty memtables. Needs `ADMIN` on all
-/// databases.
+/// `POST /v1/admin/flush[?wait=compactions]`: writes every memtable of this node's engines
+/// (on a cluster node, of every shard replica it holds) to level-0 files and waits for them
+/// (with `wait=compactions`, also until no compaction is pending): before snapshotting its
+/// volume, or so a measurement starts from empty memtables (and settled files). Needs
+/// `ADMIN` on all databases.
 pub(super) async fn flush(State(state): State<AppState>, caller: Caller) -> Response {
     let who = match admin(&state, &caller).await {
         Ok(w) => w,
@@ -95,9 +96,28 @@ pub(super) async fn flush(State(state): State<AppState>, caller: Caller) -> Resp
         Serving::Node(db) => vec![db.engine()],
         Serving::Cluster(router) => router.shards().all().iter().map(|s| s.db.engine()).collect(),
     };
+    let settle = match caller.query.get("wait").map(String::as_str) {
+        None => false,
+        Some("compactions") => true,
+        Some(other) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("wait={other:?}: the only thing a flush waits for is \"compactions\""),
+            )
+        }
+    };
     let count = engines.len();
     let flushed = tokio::task::spawn_blocking(move || {
-        engines.iter().try_for_each(|e| e.flush()).map_err(|e| e.to_string())
+        engines
+            .iter()
+            .try_for_each(|e| {
+                e.flush()?;
+                if settle {
+                    e.wait_for_background()?;
+                }
+                Ok::<_, ebb_storage::Error>(())
+            })
+            .map_err(|e| e.to_string())
     })
     .await;
     match flushed {
