@@ -23,8 +23,9 @@
 //! not flushed, and the next set the tables that log became, which says nothing of how much
 //! an incremental backup copies.
 //!
-//! Both sides of each comparison use the same disk and the same files; backups run
-//! unthrottled (no `--backup-rate`), as `cp` does.
+//! Both sides of each comparison use the same disk and the same files, and each starts with
+//! nothing left to write back (`sync` first); backups run unthrottled (no `--backup-rate`), as
+//! `cp` does.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -99,6 +100,7 @@ fn files(dir: &Path) -> HashMap<PathBuf, u64> {
 
 /// Seconds `cp -r from to` then `sync -f to` (the copy made durable) take.
 fn cp(from: &Path, to: &Path) -> Result<f64, String> {
+    clean_disk()?;
     let t = Instant::now();
     let out = std::process::Command::new("cp").arg("-r").arg(from).arg(to).output().map_err(err)?;
     if !out.status.success() {
@@ -109,6 +111,17 @@ fn cp(from: &Path, to: &Path) -> Result<f64, String> {
         return Err(format!("sync: {}", String::from_utf8_lossy(&out.stderr)));
     }
     Ok(t.elapsed().as_secs_f64())
+}
+
+/// Writes back everything written so far (`sync`), so the copy timed next does not pay for the
+/// write-back of what ran before it (the first sync after a load writes back every file the
+/// load's flushes and compactions left in the page cache, whichever copy calls it).
+fn clean_disk() -> Result<(), String> {
+    let out = std::process::Command::new("sync").output().map_err(err)?;
+    if !out.status.success() {
+        return Err(format!("sync: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(())
 }
 
 /// Runs `BACKUP TO dest`: the backup's row.
@@ -220,6 +233,7 @@ fn run(work: &Path, a: &BackupArgs) -> Result<Vec<Comparison>, String> {
     // flushes memtables whose log is over 16 MiB first; cp copies the log), then after a flush
     // (both copy the same files), each to a destination of its own.
     let full_to = |to: &str| -> Result<(f64, f64), String> {
+        clean_disk()?;
         let t = Instant::now();
         let set = backup(&s, &work.join(to))?;
         Ok((field(&set, "bytes")? as f64 / MIB, t.elapsed().as_secs_f64()))
@@ -287,6 +301,7 @@ fn run(work: &Path, a: &BackupArgs) -> Result<Vec<Comparison>, String> {
 
     // Restore against cp -r of the destination.
     let restored = work.join("restored");
+    clean_disk()?;
     let t = Instant::now();
     let bin = ebb_binary()?;
     let o = std::process::Command::new(&bin)
@@ -317,8 +332,8 @@ fn run(work: &Path, a: &BackupArgs) -> Result<Vec<Comparison>, String> {
         Better::Higher,
     ));
 
-    // One ERASE reaching `sets` sets.
-    for i in 3..a.sets {
+    // One ERASE reaching `sets` sets (two are at `dest` already).
+    for i in 2..a.sets {
         // A little new data each time, so each set has files of its own.
         let one = &new[i % new.len()..i % new.len() + 1];
         s.ingest(one, rows(one), 1)?;

@@ -788,18 +788,8 @@ async fn an_erase_reaches_a_clusters_sets_and_its_restores() {
     let restored = restore_with_keys(&dest, id1, &r1, None).await.expect("restore");
     assert_eq!(restored.journal_applied, [erasure]);
     assert_eq!(crate::cluster_erasure::files_with(&r1, marker), Vec::<String>::new());
-    {
-        let s = Server::start(&ebb_node::config::Config { cluster: true, ..config(&r1) })
-            .await
-            .expect("start the restored cluster");
-        let h = Http::new(s.http_addr);
-        let a = As { http: &h, auth: basic("admin", ADMIN_PW) };
-        placed(&a, 2, 1).await;
-        let per_user =
-            |u: &str| count(&a, &format!("SELECT count(*) AS c FROM temp WHERE user = '{u}'"));
-        assert_eq!((per_user("alice"), per_user("bob")), (0, 100));
-        s.shutdown().await.expect("shutdown");
-    }
+    let rows = alice_and_bob_in_restored_cluster(config(&r1)).await;
+    assert_eq!(rows, (0, 100));
 
     // Once the destination is free, the metadata leader purges both sets.
     store.unlock(&other).await;
@@ -829,21 +819,27 @@ async fn an_erase_reaches_a_clusters_sets_and_its_restores() {
     let r2 = restored_dir.path().join("data2");
     let again = restore_with_keys(&dest, id2, &r2, None).await.expect("restore the purged set");
     assert!(again.journal_applied.is_empty(), "{:?}", again.journal_applied);
-    {
-        let s = Server::start(&ebb_node::config::Config { cluster: true, ..config(&r2) })
-            .await
-            .expect("start the restored cluster");
-        let h = Http::new(s.http_addr);
-        let a = As { http: &h, auth: basic("admin", ADMIN_PW) };
-        placed(&a, 2, 1).await;
-        let per_user =
-            |u: &str| count(&a, &format!("SELECT count(*) AS c FROM temp WHERE user = '{u}'"));
-        assert_eq!((per_user("alice"), per_user("bob")), (0, 200));
-        s.shutdown().await.expect("shutdown");
-    }
+    let rows = alice_and_bob_in_restored_cluster(config(&r2)).await;
+    assert_eq!(rows, (0, 200));
     for s in servers {
         s.shutdown().await.expect("shutdown");
     }
+}
+
+/// Starts the cluster restored into `config`'s data directory (2 shards) and counts the rows of
+/// users alice and bob there.
+async fn alice_and_bob_in_restored_cluster(config: ebb_node::config::Config) -> (u64, u64) {
+    let s = Server::start(&ebb_node::config::Config { cluster: true, ..config })
+        .await
+        .expect("start the restored cluster");
+    let h = Http::new(s.http_addr);
+    let a = As { http: &h, auth: basic("admin", ADMIN_PW) };
+    placed(&a, 2, 1).await;
+    let per_user =
+        |u: &str| count(&a, &format!("SELECT count(*) AS c FROM temp WHERE user = '{u}'"));
+    let rows = (per_user("alice"), per_user("bob"));
+    s.shutdown().await.expect("shutdown");
+    rows
 }
 
 /// Every object file at the directory destination `dest`.
@@ -1086,18 +1082,8 @@ async fn an_encrypted_cluster_set_is_sealed_on_each_leader_and_its_keys_shredded
     restore_with_keys(&dest, &id2, &r, Some(key_dirs[2].dir())).await.expect("restore");
     assert_eq!(crate::cluster_erasure::files_with(&r, b"secret-alice-"), Vec::<String>::new());
     assert_eq!(ebb_backup::crypto::KeyDir::new(r.join("backup/keys")).ids(), live);
-    {
-        let s = Server::start(&ebb_node::config::Config { cluster: true, ..config(&r) })
-            .await
-            .expect("start the restored cluster");
-        let h = Http::new(s.http_addr);
-        let a = As { http: &h, auth: basic("admin", ADMIN_PW) };
-        placed(&a, 2, 1).await;
-        let per_user =
-            |u: &str| count(&a, &format!("SELECT count(*) AS c FROM temp WHERE user = '{u}'"));
-        assert_eq!((per_user("alice"), per_user("bob")), (0, 110));
-        s.shutdown().await.expect("shutdown");
-    }
+    let rows = alice_and_bob_in_restored_cluster(config(&r)).await;
+    assert_eq!(rows, (0, 110));
     for s in servers {
         s.shutdown().await.expect("shutdown");
     }
