@@ -42,7 +42,7 @@ impl Inner {
         let number = edit.next_file_id.unwrap_or(1);
         Manifest::create(&tmp, number, &edit, Default::default())?;
         // The deletion ledger, so issue times (and deadlines) survive the copy.
-        self.deletes.ledger.lock().write_copy_as_of(&tmp, number, &persisted)?;
+        self.deletes.ledger.lock().write_copy_as_of(&tmp, number, &persisted, seq)?;
         publish(&tmp, target)?;
         drop(version);
         Ok(seq)
@@ -58,19 +58,17 @@ impl Inner {
         let tmp = target.with_extension("checkpoint.tmp");
         let _ = std::fs::remove_dir_all(&tmp);
         crate::durable::create_dir_all(&tmp).at(&tmp)?;
-        let ledger_copy = tmp.join(crate::ledger::file_name(0));
-        // Where the log ends, and the deletes issued up to there: under the writer's lock,
-        // so both stop at the same write.
-        let (pos, last_seq) = {
+        // Where the log ends, and the deletes persisted then: under the writer's lock, so both
+        // stop at the same write. (The ledger is copied once the files are known: a delete
+        // issued after this point may be in the tables a flush wrote meanwhile.)
+        let (pos, last_seq, persisted_ids) = {
             let w = self.writer.lock();
             let Some(wal) = &w.wal else {
                 return Err(Error::InvalidArgument(
                     "a checkpoint without a flush needs the engine's write-ahead log".into(),
                 ));
             };
-            let pos = wal.pos();
-            self.deletes.ledger.lock().write_copy(&tmp, 0)?;
-            (pos, w.last_seq)
+            (wal.pos(), w.last_seq, self.deletes.ledger.lock().persisted_ids())
         };
         // The segments up to that one, before the manifest is read: a segment removed
         // before it is linked held only writes a flush had already persisted, so the manifest
@@ -109,11 +107,14 @@ impl Inner {
         link_files(&version, &tmp)?;
         let number = edit.next_file_id.unwrap_or(1);
         Manifest::create(&tmp, number, &edit, Default::default())?;
-        let ledger = tmp.join(crate::ledger::file_name(number));
-        std::fs::rename(&ledger_copy, &ledger).at(&ledger)?;
+        // Every delete the copy holds: those up to the log cut, and those a flush since put in
+        // the tables it links (up to what the manifest read says is persisted); none persisted
+        // after the cut is written as persisted.
+        let upto = last_seq.max(persisted);
+        self.deletes.ledger.lock().write_copy_as_of(&tmp, number, &persisted_ids, upto)?;
         publish(&tmp, target)?;
         drop(version);
-        Ok(last_seq.max(persisted))
+        Ok(upto)
     }
 }
 

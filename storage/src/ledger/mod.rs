@@ -449,36 +449,37 @@ impl Ledger {
         Ok(())
     }
 
-    /// Writes every record as it stands now into ledger file `number` of `dir` (a checkpoint's
-    /// copy: issue times and persistence times carry over).
-    pub fn write_copy(&self, dir: &Path, number: u64) -> Result<()> {
-        let mut writer = RecordWriter::create(&dir.join(file_name(number)))?;
-        writer.append_all(&self.encoded_state())?;
-        writer.sync()
-    }
-
     /// The ids of the deletes recorded as persisted.
     pub fn persisted_ids(&self) -> std::collections::HashSet<u64> {
         self.records.values().filter(|d| d.is_persisted()).map(|d| d.id).collect()
     }
 
-    /// [`Ledger::write_copy`] for a copy of the engine's files taken after `persisted` was
-    /// read ([`Ledger::persisted_ids`]): a delete persisted since is written as not persisted,
-    /// since the files copied may predate the compaction that persisted it.
+    /// Writes every record into ledger file `number` of `dir` (a checkpoint's copy: issue times
+    /// and persistence times carry over), for a copy of the engine's files taken after `persisted` was
+    /// read ([`Ledger::persisted_ids`]) that holds every write up to sequence number `upto`:
+    /// a delete persisted since is written as not persisted, since the files copied may
+    /// predate the compaction that persisted it; a delete (or request batch) after `upto` is
+    /// left out, since the copy does not hold it (a record of it would later be taken as
+    /// persisted while the data it covers is still in the copy).
     pub fn write_copy_as_of(
         &self,
         dir: &Path,
         number: u64,
         persisted: &std::collections::HashSet<u64>,
+        upto: u64,
     ) -> Result<()> {
-        let issued = self.records.values().map(|d| {
+        let issued = self.records.values().filter(|d| d.id <= upto).map(|d| {
             if d.is_persisted() && !persisted.contains(&d.id) {
                 encode(&Entry::Issued(Deletion { persisted_at_ms: None, ..d.clone() }))
             } else {
                 encode(&Entry::Issued(d.clone()))
             }
         });
-        let requests = self.requests.values().map(|r| encode(&Entry::Request(r.clone())));
+        let requests = self
+            .requests
+            .values()
+            .filter(|r| r.first_seq <= upto)
+            .map(|r| encode(&Entry::Request(r.clone())));
         let state: Vec<Vec<u8>> = issued.chain(requests).collect();
         let mut writer = RecordWriter::create(&dir.join(file_name(number)))?;
         writer.append_all(&state)?;
@@ -598,12 +599,18 @@ mod tests {
         // A compaction persists 2 after the copy's files were read.
         l.persist_one(2, 200);
         let copy = tempfile::tempdir().unwrap();
-        l.write_copy_as_of(copy.path(), 5, &before).unwrap();
+        l.write_copy_as_of(copy.path(), 5, &before, 3).unwrap();
         let c = Ledger::open(copy.path(), &[5], 6).unwrap();
         let persisted: Vec<u64> =
             c.list().iter().filter(|d| d.is_persisted()).map(|d| d.id).collect();
         assert_eq!(persisted, vec![1], "2 is pending in the copy");
         assert_eq!(c.pending().map(|d| d.id).collect::<Vec<_>>(), vec![2, 3]);
+        // A copy holding writes up to 2 only: delete 3 is not in it, and has no record there
+        // (one would later be taken as persisted while the copy still holds what it covers).
+        let short = tempfile::tempdir().unwrap();
+        l.write_copy_as_of(short.path(), 5, &before, 2).unwrap();
+        let c = Ledger::open(short.path(), &[5], 6).unwrap();
+        assert_eq!(c.list().iter().map(|d| d.id).collect::<Vec<_>>(), vec![1, 2]);
     }
 
     #[test]
