@@ -360,6 +360,8 @@ impl BackupStore {
         let incoming = root.join(INCOMING);
         crate::transfer::private_dir(&incoming)?;
         let tmp = incoming.join(crate::crypto::new_origin()?);
+        // Removed on every way out but the rename, a task cancelled midway included.
+        let mut partial = Partial { path: tmp.clone(), placed: false };
         let mut object =
             copy_hashing(path, &tmp, &self.throttle, set::MAX_OBJECT, Cores::One).await;
         // Synced here, in the file's lane, so its write-back overlaps the copies of the
@@ -373,7 +375,6 @@ impl BackupStore {
             .await
             .map_err(|e| BackupError::Source(Box::new(e)));
             if let Err(e) = synced.and_then(|r| r) {
-                let _ = tokio::fs::remove_file(&tmp).await;
                 object = Err(e);
             }
         }
@@ -392,10 +393,8 @@ impl BackupStore {
             // short, and is replaced.
             tokio::fs::rename(&tmp, &dst).await.at(&dst)
         };
-        if let Err(e) = placed.await {
-            let _ = tokio::fs::remove_file(&tmp).await;
-            return Err(e);
-        }
+        placed.await?;
+        partial.placed = true;
         // The file is synced: only its directories are left to sync.
         self.durable_later(&key, false)?;
         Ok(Some(object))
@@ -761,6 +760,21 @@ fn chunks(got: GetResult) -> BoxStream<'static, object_store::Result<Bytes>> {
             .boxed()
         }
         GetResultPayload::Stream(s) => s,
+    }
+}
+
+/// A file being copied into a directory destination: removed when dropped unless it was
+/// placed (renamed to its object's name).
+struct Partial {
+    path: std::path::PathBuf,
+    placed: bool,
+}
+
+impl Drop for Partial {
+    fn drop(&mut self) {
+        if !self.placed {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 

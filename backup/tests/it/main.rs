@@ -344,3 +344,31 @@ async fn a_server_that_backed_up_before_copies_new_files_in_one_pass_and_skips_k
     let incoming = tmp.path().join("dest").join("incoming");
     assert_eq!(std::fs::read_dir(incoming).unwrap().count(), 0);
 }
+
+#[tokio::test]
+async fn a_copy_cut_off_midway_leaves_nothing_at_the_destination() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    write_files(&src, &[("a.sst", body(1, 3 << 20))]);
+    let root = tmp.path().join("dest");
+    let dest = Destination::parse(root.to_str().unwrap()).unwrap();
+    // The first chunk goes through; the throttle then holds the copy for minutes.
+    let store = BackupStore::create(&dest, Throttle::new(Some(1024))).await.unwrap();
+    let file = src.join("a.sst");
+    let copy = store.copy_in(&file, None);
+    let cut = tokio::time::timeout(std::time::Duration::from_millis(300), copy).await;
+    assert!(cut.is_err(), "the copy finished: {cut:?}");
+    let incoming: Vec<_> = std::fs::read_dir(root.join("incoming")).unwrap().collect();
+    assert!(incoming.is_empty(), "{incoming:?}");
+    assert!(!root.join("objects").exists() || object_files_in(&root).is_empty());
+}
+
+fn object_files_in(root: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for fan in std::fs::read_dir(root.join("objects")).unwrap() {
+        for o in std::fs::read_dir(fan.unwrap().path()).unwrap() {
+            out.push(o.unwrap().path());
+        }
+    }
+    out
+}
