@@ -365,9 +365,9 @@ async fn a_copy_cut_off_midway_leaves_nothing_at_the_destination() {
 
 fn object_files_in(root: &Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
-    for fan in std::fs::read_dir(root.join("objects")).unwrap() {
-        for o in std::fs::read_dir(fan.unwrap().path()).unwrap() {
-            out.push(o.unwrap().path());
+    for fan in std::fs::read_dir(root.join("objects")).expect("objects") {
+        for o in std::fs::read_dir(fan.expect("entry").path()).expect("fan") {
+            out.push(o.expect("entry").path());
         }
     }
     out
