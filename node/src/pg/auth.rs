@@ -107,10 +107,11 @@ impl Startup {
         tls_required: bool,
     ) -> Startup {
         let scram = ScramAuth::new(Arc::new(Verifiers { door: door.clone() }));
-        let scram =
-            SASLAuthStartupHandler::new(Arc::new(DefaultServerParameterProvider::default()))
-                .with_scram(scram)
-                .with_connection_manager(connections.clone());
+        let mut parameters = DefaultServerParameterProvider::default();
+        parameters.server_version = ebb_query::sql::pg_catalog::PG_VERSION.to_string();
+        let scram = SASLAuthStartupHandler::new(Arc::new(parameters))
+            .with_scram(scram)
+            .with_connection_manager(connections.clone());
         Startup { door, tls_required, trust: Trust { connections }, scram }
     }
 }

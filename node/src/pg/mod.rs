@@ -307,7 +307,7 @@ fn special(sql: &str) -> Option<Special> {
 /// The PostgreSQL settings `SHOW` answers (others go to the engine, e.g. `SHOW TABLES`).
 fn pg_setting(name: &str) -> Option<(&'static str, &'static str)> {
     Some(match name.to_ascii_lowercase().as_str() {
-        "server_version" => ("server_version", "16.6"),
+        "server_version" => ("server_version", ebb_query::sql::pg_catalog::PG_VERSION),
         "server_version_num" => ("server_version_num", "160006"),
         "server_encoding" => ("server_encoding", "UTF8"),
         "client_encoding" => ("client_encoding", "UTF8"),

@@ -6,6 +6,7 @@
 mod audit;
 mod auth;
 mod backup;
+mod clients;
 mod cluster;
 mod cluster_balance;
 mod cluster_ddl;

@@ -11,7 +11,8 @@
 //! privilege on the database of every table they name. Tables of `system` need `READ` on the
 //! database `system`, but for `system.users`, `system.grants`, `system.tokens` and
 //! `system.backups` (where backups are kept says where a copy of every table is), which need
-//! `ADMIN` on all databases; `information_schema` only needs a login.
+//! `ADMIN` on all databases; `information_schema` and `pg_catalog` (which list only what the
+//! user may read) only need a login.
 
 use datafusion::execution::context::SessionState;
 use datafusion::sql::parser::Statement as DfStatement;
@@ -145,7 +146,7 @@ pub fn needs(stmt: &DfStatement, state: &SessionState, default: &str) -> Result<
 /// What reading or changing `table` of `db` needs, with `privilege` on an ordinary table.
 fn table_need(db: String, table: &str, privilege: Privilege, out: &mut Vec<Need>) {
     match db.as_str() {
-        "information_schema" if privilege == Privilege::Read => {}
+        "information_schema" | "pg_catalog" if privilege == Privilege::Read => {}
         "system" if ACCESS_TABLES.contains(&table) || ADMIN_TABLES.contains(&table) => {
             out.push((None, Privilege::Admin))
         }

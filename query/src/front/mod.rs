@@ -326,6 +326,7 @@ impl FrontDoor {
         SqlSession::on(t.shards.clone(), t.access.clone(), database)
             .limited(self.runtime.clone(), self.limits)
             .visible_to(visible)
+            .as_user(who.user.as_deref())
     }
 
     /// A session of its own for `who` (a connection's, whose `SET`s last as long as it does),

@@ -78,12 +78,32 @@ pub fn parse(sql: &str, bounds: &SqlBounds) -> Result<VecDeque<DfStatement>> {
 
 /// [`parse`] of text that already passed [`check_text`].
 pub fn parse_checked(sql: &str, bounds: &SqlBounds) -> Result<VecDeque<DfStatement>> {
-    let statements =
+    let mut statements =
         DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {}).map_err(QueryError::syntax)?;
+    // PostgreSQL clients' catalog queries, rewritten so DataFusion plans them.
+    let plain = statements.iter().all(|s| matches!(s, DfStatement::Statement(_)));
+    match super::pg_catalog::rewritten(sql) {
+        Some(pg) if plain && pg.len() == statements.len() => {
+            statements = pg.into_iter().map(|s| DfStatement::Statement(Box::new(s))).collect();
+        }
+        _ => {
+            for s in statements.iter_mut() {
+                if let DfStatement::Statement(b) = s {
+                    let taken = std::mem::replace(&mut **b, empty_statement());
+                    **b = super::pg_catalog::rewrite(taken);
+                }
+            }
+        }
+    }
     for s in &statements {
         check_relations(s, bounds.max_relations)?;
     }
     Ok(statements)
+}
+
+/// A statement standing in for one taken out to be rewritten.
+fn empty_statement() -> datafusion::sql::sqlparser::ast::Statement {
+    datafusion::sql::sqlparser::ast::Statement::Commit { chain: false, end: false, modifier: None }
 }
 
 /// Checks `sql`'s length, operator chains, lists and statement count on its tokens.

@@ -31,6 +31,27 @@ pub struct EbbCatalog {
     listing: Arc<RwLock<Listing>>,
     /// The databases listed (`None`: all).
     visible: Option<Visible>,
+    /// The session's `pg_catalog`, made at its first use, for the session's database.
+    pg: Arc<PgSchema>,
+}
+
+/// A session's `pg_catalog` schema: its database and user, and the schema once made.
+#[derive(Default)]
+struct PgSchema {
+    database: String,
+    user: Option<String>,
+    made: std::sync::OnceLock<Arc<dyn SchemaProvider>>,
+}
+
+impl PgSchema {
+    /// The same session's, not made yet.
+    fn unmade(&self) -> Arc<PgSchema> {
+        Arc::new(PgSchema {
+            database: self.database.clone(),
+            user: self.user.clone(),
+            made: Default::default(),
+        })
+    }
 }
 
 impl std::fmt::Debug for EbbCatalog {
@@ -42,12 +63,40 @@ impl std::fmt::Debug for EbbCatalog {
 impl EbbCatalog {
     /// The catalog of `shards`, whose users `access` keeps.
     pub fn new(shards: Arc<dyn Shards>, access: Arc<dyn AccessStore>) -> Self {
-        EbbCatalog { shards, access, listing: Arc::default(), visible: None }
+        EbbCatalog { shards, access, listing: Arc::default(), visible: None, pg: Arc::default() }
     }
 
     /// The catalog listing only the databases `visible` admits.
     pub fn visible_to(self, visible: Visible) -> Self {
-        EbbCatalog { visible: Some(visible), ..self }
+        EbbCatalog { visible: Some(visible), pg: self.pg.unmade(), ..self }
+    }
+
+    /// The catalog of `user`'s session on `database`, whose `pg_catalog` describes that
+    /// database to that user.
+    pub fn for_session(self, database: &str, user: Option<&str>) -> Self {
+        let pg = PgSchema {
+            database: database.to_string(),
+            user: user.map(String::from),
+            made: Default::default(),
+        };
+        EbbCatalog { pg: Arc::new(pg), ..self }
+    }
+
+    /// The session's `pg_catalog`: it lists the databases and tables through a copy of this
+    /// catalog that does not hold the schema (which would hold itself).
+    fn pg_catalog(&self) -> Option<Arc<dyn SchemaProvider>> {
+        if let Some(made) = self.pg.made.get() {
+            return Some(made.clone());
+        }
+        let lister = EbbCatalog { pg: Arc::default(), ..self.clone() };
+        let (access, database, user) = (self.access.clone(), &self.pg.database, &self.pg.user);
+        match super::pg_catalog::schema(Arc::new(lister), access, database, user.as_deref()) {
+            Ok(schema) => Some(self.pg.made.get_or_init(|| schema).clone()),
+            Err(e) => {
+                tracing::warn!("pg_catalog: {e}");
+                None
+            }
+        }
     }
 
     /// Takes the listing from the shards again.
@@ -76,6 +125,9 @@ impl CatalogProvider for EbbCatalog {
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
         if name == SYSTEM_SCHEMA {
             return Some(Arc::new(SystemSchema::new(self.shards.clone(), self.access.clone())));
+        }
+        if name == super::pg_catalog::PG_CATALOG {
+            return self.pg_catalog();
         }
         // Every name resolves, so a query on a database that has no table yet says which table
         // is missing rather than that the schema is.

@@ -12,6 +12,7 @@ pub mod limits;
 mod newest;
 pub mod parameters;
 mod partial;
+pub mod pg_catalog;
 pub mod pushdown;
 pub mod rollup;
 pub mod rows;

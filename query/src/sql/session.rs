@@ -80,7 +80,8 @@ impl SqlSession {
     /// A session over `shards`, whose users `access` keeps, with `database` as its default.
     pub fn on(shards: Arc<dyn Shards>, access: Arc<dyn AccessStore>, database: &str) -> SqlSession {
         let ctx = new_context(database, true);
-        let catalog = EbbCatalog::new(shards.clone(), access);
+        super::pg_catalog::register_session(&ctx, database, "");
+        let catalog = EbbCatalog::new(shards.clone(), access).for_session(database, None);
         ctx.register_catalog(CATALOG, Arc::new(catalog.clone()));
         SqlSession { shards, ctx, catalog, database: database.to_string(), limits: None }
     }
@@ -95,6 +96,15 @@ impl SqlSession {
     /// The session listing only the databases `visible` admits (in `information_schema`).
     pub fn visible_to(mut self, visible: super::catalog::Visible) -> SqlSession {
         self.catalog = self.catalog.clone().visible_to(visible);
+        self.ctx.register_catalog(CATALOG, Arc::new(self.catalog.clone()));
+        self
+    }
+
+    /// The session as `user`'s (`None`: a server without users): what `current_user`
+    /// answers and which users `pg_roles` lists.
+    pub fn as_user(mut self, user: Option<&str>) -> SqlSession {
+        super::pg_catalog::register_session(&self.ctx, &self.database, user.unwrap_or("ebb"));
+        self.catalog = self.catalog.clone().for_session(&self.database, user);
         self.ctx.register_catalog(CATALOG, Arc::new(self.catalog.clone()));
         self
     }
@@ -160,7 +170,10 @@ impl SqlSession {
     pub async fn plan(&self, stmt: DfStatement) -> Result<LogicalPlan> {
         let state = self.ctx.state();
         let lists = state.resolve_table_references(&stmt).map_or(true, |refs| {
-            refs.iter().any(|r| r.schema().is_some_and(|s| s == INFORMATION_SCHEMA))
+            refs.iter().any(|r| {
+                r.schema()
+                    .is_some_and(|s| s == INFORMATION_SCHEMA || s == super::pg_catalog::PG_CATALOG)
+            })
         });
         if lists {
             self.catalog.refresh().await?;
@@ -351,13 +364,14 @@ pub(crate) fn new_context(database: &str, information_schema: bool) -> SessionCo
         let mut rules = datafusion::optimizer::Optimizer::new().rules;
         // Before `DISTINCT ON` becomes an aggregate.
         rules.insert(0, Arc::new(super::newest::NewestPerSeries));
-        datafusion::execution::SessionStateBuilder::new()
+        let state = datafusion::execution::SessionStateBuilder::new()
             .with_config(SessionConfig::new().with_create_default_catalog_and_schema(false))
             .with_default_features()
             .with_optimizer_rules(rules)
             .with_physical_optimizer_rule(Arc::new(super::partial::PartialAggregates))
             .with_physical_optimizer_rule(Arc::new(super::coop::YieldingAmplifiers))
-            .build()
+            .build();
+        super::pg_catalog::register_shared(state)
     });
     let mut state = base.clone();
     let options = state.config_mut().options_mut();

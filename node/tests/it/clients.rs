@@ -1,0 +1,109 @@
+//! PostgreSQL clients nobody here wrote, unchanged, against a server with users: psql's
+//! meta-commands (`\l \dt \d TABLE \dn \du`), the PostgreSQL JDBC driver (typed prepared
+//! statements, a batch INSERT, `DatabaseMetaData`: `JdbcCheck.java`) and SQLAlchemy 2 with
+//! psycopg 3 and pandas (`sqlalchemy_check.py`). Each user sees only the databases and tables
+//! it may read.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::common::{psql_as, secured, ADMIN_PW};
+use ebb_node::server::Server;
+
+/// The client programs' directory.
+fn clients() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
+}
+
+/// What `.ci/run` installs the clients into (`EBB_CI_VENV`, and the jars beside it).
+fn venv() -> PathBuf {
+    std::env::var_os("EBB_CI_VENV").map(PathBuf::from).unwrap_or_else(|| {
+        Path::new(&std::env::var_os("HOME").unwrap_or_default()).join(".cache/ebb-ci-venv")
+    })
+}
+
+/// Runs `program` with `args`, failing the test with its output unless it exits 0 having
+/// printed `passed`.
+fn run_client(mut program: Command, passed: &str) {
+    let out = program.output().expect("run the client");
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && stdout.contains(passed), "client failed:\n{stdout}\n{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn psql_jdbc_and_sqlalchemy_read_the_catalog_as_each_user_may() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&secured(dir.path())).await.expect("start");
+    let port = server.pg_addr.port();
+    tokio::task::spawn_blocking(move || {
+        let admin = |sql: &str| {
+            let (ok, out, err) = psql_as(port, "admin", ADMIN_PW, sql);
+            assert!(ok, "{sql}: {err}");
+            out
+        };
+        admin("CREATE TABLE cpu (host TAG, usage DOUBLE, idle BIGINT)");
+        admin("INSERT INTO cpu (time, host, usage, idle) VALUES ('2024-01-01T00:00:00Z', 'a', 1.5, 2)");
+        admin("CREATE DATABASE secret");
+        admin("CREATE TABLE secret.salaries (name TAG, amount DOUBLE)");
+        admin("CREATE USER reader WITH PASSWORD 'r-pass'");
+        admin("GRANT READ ON DATABASE public TO reader");
+        admin("CREATE USER writer WITH PASSWORD 'w-pass'");
+        admin("GRANT WRITE ON DATABASE public TO writer");
+
+        // psql's meta-commands (unaligned, tuples only: one row a line, `|` between fields).
+        assert_eq!(admin("\\dt"), "public|cpu|table|postgres");
+        let columns = admin("\\d cpu");
+        assert!(
+            columns.contains("time|timestamp without time zone||not null|")
+                && columns.contains("host|text|||")
+                && columns.contains("usage|double precision|||")
+                && columns.contains("idle|bigint|||"),
+            "{columns}"
+        );
+        let databases = admin("\\l");
+        assert!(databases.contains("public|") && databases.contains("secret|"), "{databases}");
+        assert_eq!(admin("\\dn"), "public|postgres");
+        let roles = admin("\\du");
+        for user in ["admin", "reader", "writer"] {
+            assert!(roles.lines().any(|l| l.starts_with(&format!("{user}|"))), "{roles}");
+        }
+        assert_eq!(
+            admin("SELECT current_database(), current_schema(), current_user, version() LIKE 'PostgreSQL 16%'"),
+            "public|public|admin|t"
+        );
+
+        // A reader sees its database, not the secret one, and only itself among the users.
+        let reader = |sql: &str| {
+            let (ok, out, err) = psql_as(port, "reader", "r-pass", sql);
+            assert!(ok, "{sql}: {err}");
+            out
+        };
+        assert_eq!(reader("\\dt"), "public|cpu|table|postgres");
+        let listed = reader("\\l");
+        assert!(listed.contains("public|") && !listed.contains("secret"), "{listed}");
+        let roles = reader("\\du");
+        assert!(roles.starts_with("reader|") && roles.lines().count() == 1, "{roles}");
+        assert_eq!(reader("SELECT count(*) FROM pg_catalog.pg_class WHERE relname = 'salaries'"), "0");
+        // A writer may not read, so it is shown no table at all.
+        let (ok, out, err) = psql_as(port, "writer", "w-pass", "\\dt");
+        assert!(ok && out.is_empty(), "{out} {err}");
+
+        // pgjdbc, as DBeaver and Metabase use it.
+        let jar = venv().join("jars/postgresql-42.7.14.jar");
+        assert!(jar.exists(), "{} is missing: run .ci/run once", jar.display());
+        let mut java = Command::new("java");
+        java.arg("-cp").arg(&jar).arg(clients().join("JdbcCheck.java"));
+        java.args([&port.to_string(), "admin", ADMIN_PW, "jdbc_check"]);
+        run_client(java, "JDBC CHECKS PASSED");
+
+        // SQLAlchemy 2 + psycopg 3 + pandas, as notebooks and Superset use them.
+        let mut python = Command::new(venv().join("bin/python"));
+        python.arg(clients().join("sqlalchemy_check.py"));
+        python.args([&port.to_string(), "admin", ADMIN_PW, "sqlalchemy_check"]);
+        run_client(python, "SQLALCHEMY CHECKS PASSED");
+    })
+    .await
+    .expect("clients");
+    server.shutdown().await.expect("stop");
+}
