@@ -323,6 +323,24 @@ fn regproc_names(sql: &str) -> std::borrow::Cow<'_, str> {
     let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
         return sql.into();
     };
+    // The text is rebuilt from its tokens, which write a quote inside a literal or a quoted
+    // name back unescaped: such text (and any other kind of string) is left as it is.
+    let plain = |t: &Token| match t {
+        Token::SingleQuotedString(v) => !v.contains(['\'', '\\']),
+        Token::Word(w) => !w.value.contains('"'),
+        Token::EscapedStringLiteral(_)
+        | Token::DollarQuotedString(_)
+        | Token::NationalStringLiteral(_)
+        | Token::HexStringLiteral(_)
+        | Token::DoubleQuotedString(_)
+        | Token::SingleQuotedByteStringLiteral(_)
+        | Token::DoubleQuotedByteStringLiteral(_)
+        | Token::UnicodeStringLiteral(_) => false,
+        _ => true,
+    };
+    if !tokens.iter().all(plain) {
+        return sql.into();
+    }
     let is = |t: Option<&Token>, w: &str| matches!(t, Some(Token::Word(x)) if x.value.eq_ignore_ascii_case(w));
     let mut out = Vec::with_capacity(tokens.len());
     let mut i = 0;
@@ -640,4 +658,33 @@ fn expand_array() -> datafusion::logical_expr::ScalarUDF {
     datafusion::logical_expr::ScalarUDF::new_from_impl(ExpandArray {
         signature: datafusion::logical_expr::Signature::any(1, Volatility::Immutable),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regproc_names_are_rewritten_and_other_text_kept_as_written() {
+        assert_eq!(
+            regproc_names("SELECT typinput='pg_catalog.array_in'::regproc FROM pg_type"),
+            "SELECT typinput='array_in' FROM pg_type"
+        );
+        assert_eq!(regproc_names("SELECT 'boolin'::regproc"), "SELECT 'boolin'");
+        // A quote inside a literal would come back unescaped: the text stays as written.
+        let quoted = "SELECT 'it''s' AS x, 'f'::regproc";
+        assert_eq!(regproc_names(quoted), quoted);
+        let other = "SELECT E'a\\'' , 'f'::regproc";
+        assert_eq!(regproc_names(other), other);
+        let plain = "SELECT 1";
+        assert_eq!(regproc_names(plain), plain);
+    }
+
+    #[test]
+    fn sizes_read_as_postgresql_writes_them() {
+        assert_eq!(pretty(8192), "8192 bytes");
+        assert_eq!(pretty(20_000), "20 kB");
+        assert_eq!(pretty(5 * 1024 * 1024), "5120 kB");
+        assert_eq!(pretty(50 * 1024 * 1024), "50 MB");
+    }
 }
