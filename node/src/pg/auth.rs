@@ -3,19 +3,23 @@
 //! front door keeps (the password never crosses the wire, nor is it stored). Which of the two
 //! a connection gets is decided at its startup message and kept for its life.
 
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use ebb_query::front::{FrontDoor, Principal, Protocol};
-use futures::Sink;
+use futures::{Sink, SinkExt};
 use pgwire::api::auth::noop::NoopStartupHandler;
 use pgwire::api::auth::sasl::scram::{ScramAuth, ScramSecret};
 use pgwire::api::auth::sasl::SASLAuthStartupHandler;
 use pgwire::api::auth::StartupHandler;
-use pgwire::api::auth::{AuthSource, DefaultServerParameterProvider, LoginInfo, Password};
+use pgwire::api::auth::{
+    AuthSource, DefaultServerParameterProvider, LoginInfo, Password, ServerParameterProvider,
+};
 use pgwire::api::{ClientInfo, ConnectionManager, METADATA_USER};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::startup::ParameterStatus;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use tracing::debug;
 
@@ -79,6 +83,28 @@ pub(super) fn principal<C: ClientInfo + ?Sized>(client: &C) -> Principal {
     }
 }
 
+/// The parameters a connection is told at its start: pgwire's, with PostgreSQL's version as
+/// EbbDB answers `version()`, and the connection's database as its `search_path` (the schema
+/// its tables are listed in).
+#[derive(Debug)]
+struct Parameters(DefaultServerParameterProvider);
+
+impl Parameters {
+    fn new() -> Parameters {
+        let mut parameters = DefaultServerParameterProvider::default();
+        parameters.server_version = ebb_query::sql::pg_catalog::PG_VERSION.to_string();
+        Parameters(parameters)
+    }
+}
+
+impl ServerParameterProvider for Parameters {
+    fn server_parameters<C: ClientInfo>(&self, client: &C) -> Option<HashMap<String, String>> {
+        let mut parameters = self.0.server_parameters(client)?;
+        parameters.insert("search_path".to_string(), super::database_name(client));
+        Some(parameters)
+    }
+}
+
 /// A startup handler without authentication (for a server without users).
 struct Trust {
     connections: Arc<ConnectionManager>,
@@ -89,6 +115,28 @@ impl NoopStartupHandler for Trust {
     fn connection_manager(&self) -> Option<Arc<ConnectionManager>> {
         Some(Arc::clone(&self.connections))
     }
+
+    /// pgwire's trusted startup sends its own default parameters: those that differ follow
+    /// (a client keeps the last value it is sent).
+    async fn post_startup<C>(
+        &self,
+        client: &mut C,
+        _message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let parameters = Parameters::new().server_parameters(client).unwrap_or_default();
+        for name in ["server_version", "search_path"] {
+            if let Some(value) = parameters.get(name) {
+                let status = ParameterStatus::new(name.to_string(), value.clone());
+                client.send(PgWireBackendMessage::ParameterStatus(status)).await?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The startup handler of every connection.
@@ -97,7 +145,7 @@ pub(super) struct Startup {
     /// The port has a certificate: a client must use TLS.
     tls_required: bool,
     trust: Trust,
-    scram: SASLAuthStartupHandler<DefaultServerParameterProvider>,
+    scram: SASLAuthStartupHandler<Parameters>,
 }
 
 impl Startup {
@@ -107,9 +155,7 @@ impl Startup {
         tls_required: bool,
     ) -> Startup {
         let scram = ScramAuth::new(Arc::new(Verifiers { door: door.clone() }));
-        let mut parameters = DefaultServerParameterProvider::default();
-        parameters.server_version = ebb_query::sql::pg_catalog::PG_VERSION.to_string();
-        let scram = SASLAuthStartupHandler::new(Arc::new(parameters))
+        let scram = SASLAuthStartupHandler::new(Arc::new(Parameters::new()))
             .with_scram(scram)
             .with_connection_manager(connections.clone());
         Startup { door, tls_required, trust: Trust { connections }, scram }

@@ -21,8 +21,11 @@
 //!   the PostgreSQL settings drivers ask for (`server_version`, `transaction_isolation`...).
 //! - `INSERT` answers `INSERT 0 <rows>`. `DELETE` answers `DELETE <rows>` and sends a notice with
 //!   the delete id, to look up in `system.deletions`.
-//! - Failures become `ErrorResponse`s with a SQLSTATE, and the connection stays usable. Catalog
-//!   queries against `pg_catalog` tables EbbDB does not have fail the same way.
+//! - Failures become `ErrorResponse`s with a SQLSTATE, and the connection stays usable.
+//! - Clients' catalog queries (psql's `\\d`, pgjdbc's `DatabaseMetaData`, SQLAlchemy's
+//!   inspector) read `pg_catalog` (`ebb_query::sql::pg_catalog`): the connection's database is
+//!   its `current_database()`, and its tables are in a schema of the same name, which is the
+//!   connection's `search_path`.
 //! - A cancel request (Ctrl-C in psql) interrupts the connection's running statement.
 
 mod auth;
@@ -304,6 +307,9 @@ fn special(sql: &str) -> Option<Special> {
     })
 }
 
+/// The setting naming the schemas unqualified names resolve in: the connection's database.
+const SEARCH_PATH: &str = "search_path";
+
 /// The PostgreSQL settings `SHOW` answers (others go to the engine, e.g. `SHOW TABLES`).
 fn pg_setting(name: &str) -> Option<(&'static str, &'static str)> {
     Some(match name.to_ascii_lowercase().as_str() {
@@ -322,7 +328,7 @@ fn pg_setting(name: &str) -> Option<(&'static str, &'static str)> {
         "default_transaction_isolation" => ("default_transaction_isolation", "read committed"),
         "transaction_read_only" => ("transaction_read_only", "off"),
         "max_identifier_length" => ("max_identifier_length", "63"),
-        "search_path" => ("search_path", "\"$user\", public"),
+        SEARCH_PATH => (SEARCH_PATH, DEFAULT_DATABASE),
         "is_superuser" => ("is_superuser", "on"),
         _ => return None,
     })
@@ -365,6 +371,8 @@ where
             return Ok(Outcome::Tag(Tag::new(tag)));
         }
         Some(Special::Setting(name, value)) => {
+            // The schema the connection's tables are listed in is its database's.
+            let value = if name == SEARCH_PATH { session.database() } else { value };
             let schema = setting_schema(name);
             let column: ArrayRef = Arc::new(StringArray::from(vec![value]));
             let batch = RecordBatch::try_new(Arc::clone(&schema), vec![column])

@@ -23,7 +23,8 @@ public class JdbcCheck {
         String table = a[3];
         try (Connection c = DriverManager.getConnection(url, p)) {
             DatabaseMetaData md = c.getMetaData();
-            check(md.getDatabaseProductName().equals("PostgreSQL"), "product " + md.getDatabaseProductVersion());
+            check(md.getDatabaseProductName().equals("PostgreSQL") && md.getDatabaseProductVersion().equals("16.6"),
+                    "product " + md.getDatabaseProductVersion());
             try (Statement s = c.createStatement()) {
                 s.execute("CREATE TABLE " + table + " (host TAG, usage DOUBLE, n BIGINT, ok BOOLEAN, note TEXT)");
             }

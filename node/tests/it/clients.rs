@@ -72,6 +72,7 @@ async fn psql_jdbc_and_sqlalchemy_read_the_catalog_as_each_user_may() {
             admin("SELECT current_database(), current_schema(), current_user, version() LIKE 'PostgreSQL 16%'"),
             "public|public|admin|t"
         );
+        assert_eq!(admin("SHOW search_path"), "public");
 
         // A reader sees its database, not the secret one, and only itself among the users.
         let reader = |sql: &str| {
@@ -85,6 +86,25 @@ async fn psql_jdbc_and_sqlalchemy_read_the_catalog_as_each_user_may() {
         let roles = reader("\\du");
         assert!(roles.starts_with("reader|") && roles.lines().count() == 1, "{roles}");
         assert_eq!(reader("SELECT count(*) FROM pg_catalog.pg_class WHERE relname = 'salaries'"), "0");
+        // What clients ask before offering a table: the user's own grants (another user's
+        // only to an admin).
+        assert_eq!(
+            reader(
+                "SELECT has_table_privilege('cpu', 'SELECT'), has_table_privilege('cpu', 'INSERT'), \
+                 has_table_privilege('secret.salaries', 'SELECT'), \
+                 has_database_privilege('secret', 'CONNECT'), \
+                 has_table_privilege('admin', 'cpu', 'SELECT')"
+            ),
+            "t|f|f|f|"
+        );
+        assert_eq!(
+            admin(
+                "SELECT has_table_privilege('writer', 'cpu', 'INSERT'), \
+                 has_table_privilege('writer', 'cpu', 'SELECT, INSERT'), \
+                 has_table_privilege('writer', 'cpu', 'SELECT')"
+            ),
+            "t|t|f"
+        );
         // A writer may not read, so it is shown no table at all.
         let (ok, out, err) = psql_as(port, "writer", "w-pass", "\\dt");
         assert!(ok && out.is_empty(), "{out} {err}");

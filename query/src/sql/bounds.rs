@@ -80,19 +80,26 @@ pub fn parse(sql: &str, bounds: &SqlBounds) -> Result<VecDeque<DfStatement>> {
 pub fn parse_checked(sql: &str, bounds: &SqlBounds) -> Result<VecDeque<DfStatement>> {
     let mut statements =
         DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {}).map_err(QueryError::syntax)?;
-    // PostgreSQL clients' catalog queries, rewritten so DataFusion plans them.
-    let plain = statements.iter().all(|s| matches!(s, DfStatement::Statement(_)));
-    match super::pg_catalog::rewritten(sql) {
-        Some(pg) if plain && pg.len() == statements.len() => {
-            statements = pg.into_iter().map(|s| DfStatement::Statement(Box::new(s))).collect();
-        }
-        _ => {
-            for s in statements.iter_mut() {
-                if let DfStatement::Statement(b) = s {
-                    let taken = std::mem::replace(&mut **b, empty_statement());
-                    **b = super::pg_catalog::rewrite(taken);
+    if super::pg_catalog::is_catalog_query(sql) {
+        // PostgreSQL clients' catalog queries, rewritten so DataFusion plans them.
+        let plain = statements.iter().all(|s| matches!(s, DfStatement::Statement(_)));
+        match super::pg_catalog::rewritten(sql) {
+            Some(pg) if plain && pg.len() == statements.len() => {
+                statements = pg.into_iter().map(|s| DfStatement::Statement(Box::new(s))).collect();
+            }
+            _ => {
+                for s in statements.iter_mut() {
+                    if let DfStatement::Statement(b) = s {
+                        let taken = std::mem::replace(&mut **b, empty_statement());
+                        **b = super::pg_catalog::rewrite(taken);
+                    }
                 }
             }
+        }
+        // A rewrite can add subqueries or turn a literal into a list: what it made is held to
+        // the same bounds as what the client sent.
+        for s in &statements {
+            check_text(&s.to_string(), bounds)?;
         }
     }
     for s in &statements {

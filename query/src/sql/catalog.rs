@@ -99,6 +99,11 @@ impl EbbCatalog {
         }
     }
 
+    /// Where the users are kept.
+    pub fn access(&self) -> &Arc<dyn AccessStore> {
+        &self.access
+    }
+
     /// Takes the listing from the shards again.
     pub async fn refresh(&self) -> Result<()> {
         let listing = self.shards.listing().await?;

@@ -129,8 +129,10 @@ impl CatalogInfo for Listing {
         schema: &str,
         table: &str,
     ) -> Result<Option<TableType>, DataFusionError> {
+        // From the listing: loading each table again only to learn it is one would cost a
+        // request to every shard per table.
         let Some(s) = self.schema(catalog, schema) else { return Ok(None) };
-        s.table_type(table).await
+        Ok(s.table_exist(table).then_some(TableType::Base))
     }
 }
 
@@ -211,10 +213,6 @@ pub fn register_shared(state: SessionState) -> SessionState {
     let ctx = SessionContext::new_with_state(state);
     for udf in [
         pg::create_pg_get_userbyid_udf(),
-        pg::has_privilege_udf::create_has_privilege_udf("has_table_privilege"),
-        pg::has_privilege_udf::create_has_privilege_udf("has_schema_privilege"),
-        pg::has_privilege_udf::create_has_privilege_udf("has_database_privilege"),
-        pg::has_privilege_udf::create_has_privilege_udf("has_any_column_privilege"),
         pg::create_pg_table_is_visible(),
         pg::format_type::create_format_type_udf(),
         pg::pg_get_expr_udf::create_pg_get_expr_udf(),
@@ -256,12 +254,31 @@ pub fn register_shared(state: SessionState) -> SessionState {
 }
 
 /// Adds the functions whose answer is the session's own: its database (`current_database()`,
-/// `current_schema()`, `current_schemas(bool)`) and its user (`session_user`, `current_user`).
-pub fn register_session(ctx: &SessionContext, database: &str, user: &str) {
+/// `current_schema()`, `current_schemas(bool)`), its user (`session_user`, `current_user`;
+/// `None`: a server without users) and what the user may do (`has_table_privilege`, ...),
+/// from the users `access` keeps.
+pub fn register_session(
+    ctx: &SessionContext,
+    access: Arc<dyn AccessStore>,
+    database: &str,
+    user: Option<&str>,
+) {
+    let name = user.unwrap_or("ebb").to_string();
     ctx.register_udf(constant("current_database", database.to_string()));
+    ctx.register_udf(constant("current_catalog", database.to_string()));
     ctx.register_udf(constant("current_schema", database.to_string()));
-    ctx.register_udf(constant("session_user", user.to_string()));
-    ctx.register_udf(constant("current_user", user.to_string()));
+    ctx.register_udf(constant("session_user", name.clone()));
+    ctx.register_udf(constant("current_user", name));
+    for on in [On::Table, On::Schema, On::Database, On::AnyColumn] {
+        let check = HasPrivilege {
+            on,
+            access: access.clone(),
+            user: user.map(String::from),
+            database: database.to_string(),
+            signature: datafusion::logical_expr::Signature::variadic_any(Volatility::Stable),
+        };
+        ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(check));
+    }
     let db = database.to_string();
     let schemas = move |args: &[ColumnarValue]| {
         let args = ColumnarValue::values_to_arrays(args)?;
@@ -274,7 +291,9 @@ pub fn register_session(ctx: &SessionContext, database: &str, user: &str) {
             names.extend([PG_CATALOG, "information_schema"]);
         }
         let list = SingleRowListArrayBuilder::new(Arc::new(StringArray::from(names)));
-        Ok(ColumnarValue::Array(Arc::new(list.build_list_array()) as ArrayRef))
+        Ok(ColumnarValue::Scalar(datafusion::scalar::ScalarValue::List(Arc::new(
+            list.build_list_array(),
+        ))))
     };
     ctx.register_udf(create_udf(
         "current_schemas",
@@ -283,6 +302,139 @@ pub fn register_session(ctx: &SessionContext, database: &str, user: &str) {
         Volatility::Immutable,
         Arc::new(schemas),
     ));
+}
+
+/// What a `has_..._privilege` function asks about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum On {
+    Table,
+    Schema,
+    Database,
+    AnyColumn,
+}
+
+/// `has_table_privilege([user,] table, privilege)` and its kin, answered from EbbDB's grants:
+/// `SELECT` (and a schema's `USAGE`, a database's `CONNECT`) is `READ`, `INSERT` is `WRITE`,
+/// `DELETE` and `TRUNCATE` are `DELETE`, `CREATE` is `ADMIN`; what EbbDB does not have
+/// (`UPDATE`, `REFERENCES`, `TRIGGER`) is never held. A privilege list is held if any of it
+/// is. A table or schema is named (`cpu`, `db.cpu`) or given by its oid, which names a table
+/// of the session's database (the only one `pg_class` lists). Another user's privileges are
+/// answered to an admin only (null to anyone else), as `system.grants` is shown.
+struct HasPrivilege {
+    on: On,
+    access: Arc<dyn AccessStore>,
+    user: Option<String>,
+    database: String,
+    signature: datafusion::logical_expr::Signature,
+}
+
+impl std::fmt::Debug for HasPrivilege {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HasPrivilege").field("on", &self.on).finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for HasPrivilege {
+    fn eq(&self, other: &Self) -> bool {
+        self.on == other.on && self.user == other.user && self.database == other.database
+    }
+}
+
+impl Eq for HasPrivilege {}
+
+impl std::hash::Hash for HasPrivilege {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (self.on, &self.user, &self.database).hash(state);
+    }
+}
+
+impl HasPrivilege {
+    /// Whether `user` holds `privileges` on `object`; `None` if the session may not ask.
+    fn holds(&self, user: Option<&str>, object: &str, privileges: &str) -> Option<bool> {
+        let state = self.access.access();
+        if !state.has_users() {
+            return Some(true);
+        }
+        let me = self.user.as_deref()?;
+        let who = user.unwrap_or(me);
+        if who != me && !state.allows(me, None, Privilege::Admin) {
+            return None;
+        }
+        let object = object.trim();
+        let database = if object.is_empty() || object.bytes().all(|b| b.is_ascii_digit()) {
+            self.database.clone()
+        } else {
+            let names: Vec<String> =
+                object.split('.').map(|p| p.trim().trim_matches('"').to_string()).collect();
+            match (self.on, names.as_slice()) {
+                (On::Schema | On::Database, [.., name]) => name.clone(),
+                (_, [db, _table]) => db.clone(),
+                _ => self.database.clone(),
+            }
+        };
+        Some(privileges.split(',').any(|p| {
+            let p = p.trim().to_ascii_uppercase();
+            let p = p.strip_suffix(" WITH GRANT OPTION").unwrap_or(&p).trim().to_string();
+            let needed = match p.as_str() {
+                "SELECT" | "USAGE" | "CONNECT" | "TEMP" | "TEMPORARY" => Privilege::Read,
+                "INSERT" => Privilege::Write,
+                "DELETE" | "TRUNCATE" => Privilege::Delete,
+                "CREATE" => Privilege::Admin,
+                _ => return false,
+            };
+            state.allows(who, Some(&database), needed)
+        }))
+    }
+}
+
+impl datafusion::logical_expr::ScalarUDFImpl for HasPrivilege {
+    fn name(&self) -> &str {
+        match self.on {
+            On::Table => "has_table_privilege",
+            On::Schema => "has_schema_privilege",
+            On::Database => "has_database_privilege",
+            On::AnyColumn => "has_any_column_privilege",
+        }
+    }
+
+    fn signature(&self) -> &datafusion::logical_expr::Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _: &[DataType]) -> datafusion::error::Result<DataType> {
+        Ok(DataType::Boolean)
+    }
+
+    fn invoke_with_args(
+        &self,
+        args: datafusion::logical_expr::ScalarFunctionArgs,
+    ) -> datafusion::error::Result<ColumnarValue> {
+        use datafusion::arrow::array::Array;
+        let rows = args.number_rows;
+        let texts = args
+            .args
+            .iter()
+            .map(|a| {
+                let a = a.to_array(rows)?;
+                let t = datafusion::arrow::compute::cast(&a, &DataType::Utf8)?;
+                t.as_any().downcast_ref::<StringArray>().cloned().ok_or_else(|| {
+                    DataFusionError::Internal(format!("{}: an argument as text", self.name()))
+                })
+            })
+            .collect::<datafusion::error::Result<Vec<StringArray>>>()?;
+        let text = |a: &StringArray, i: usize| (!a.is_null(i)).then(|| a.value(i).to_string());
+        let out: BooleanArray = (0..rows)
+            .map(|i| match texts.as_slice() {
+                [object, privileges] => self.holds(None, &text(object, i)?, &text(privileges, i)?),
+                [user, object, privileges] => {
+                    let user = text(user, i)?;
+                    self.holds(Some(&user), &text(object, i)?, &text(privileges, i)?)
+                }
+                _ => None,
+            })
+            .collect();
+        Ok(ColumnarValue::Array(Arc::new(out)))
+    }
 }
 
 /// A function of no arguments answering `value`.
@@ -301,6 +453,36 @@ fn constant(name: &str, value: String) -> datafusion::logical_expr::ScalarUDF {
 fn compat() -> &'static PostgresCompatibilityParser {
     static PARSER: OnceLock<PostgresCompatibilityParser> = OnceLock::new();
     PARSER.get_or_init(PostgresCompatibilityParser::new)
+}
+
+/// True if `sql` may be a PostgreSQL client's catalog query: it names a word of the catalog
+/// (`pg_...`, `information_schema`, an oid type such as `regclass`, `to_regtype`,
+/// `current_schema`). Only such
+/// text is rewritten: the rewrites are PostgreSQL's rules for catalog lookups, not for users'
+/// queries (a correlated subquery or `= ANY(subquery)` of a user's query plans as DataFusion
+/// plans it).
+pub fn is_catalog_query(sql: &str) -> bool {
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+    const WORDS: [&str; 4] = ["pg_", "information_schema", "reg", "current_schema"];
+    let bytes = sql.as_bytes();
+    let mentions = |w: &str| bytes.windows(w.len()).any(|b| b.eq_ignore_ascii_case(w.as_bytes()));
+    if !WORDS.iter().any(|w| mentions(w)) {
+        return false;
+    }
+    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else { return false };
+    tokens.iter().any(|t| {
+        let Token::Word(w) = t else { return false };
+        let v = w.value.to_ascii_lowercase();
+        v.starts_with("pg_")
+            || v == "information_schema"
+            || v == "to_regtype"
+            // Written without parentheses, as PostgreSQL allows.
+            || v == "current_schema"
+            || (v.starts_with("reg")
+                && ["regclass", "regproc", "regprocedure", "regtype", "regnamespace", "regrole"]
+                    .contains(&v.as_str()))
+    })
 }
 
 /// `sql`'s statements as PostgreSQL clients' catalog queries need them rewritten: whole queries
@@ -370,92 +552,125 @@ pub fn rewrite(statement: Statement) -> Statement {
     own_rewrites(compat().rewrite(statement))
 }
 
+/// `name(arg)`, built as a tree (never by parsing text made from a client's: its literals
+/// would be read again as SQL).
+fn call(
+    name: &str,
+    arg: datafusion::sql::sqlparser::ast::Expr,
+) -> Option<datafusion::sql::sqlparser::ast::Expr> {
+    use datafusion::sql::sqlparser::ast::{Expr, FunctionArg, FunctionArgExpr, FunctionArguments};
+    // The name is one of ours: the text parsed is fixed.
+    let mut call = parse_fixed(&format!("{name}(NULL)"))?;
+    let Expr::Function(f) = &mut call else { return None };
+    let FunctionArguments::List(list) = &mut f.args else { return None };
+    list.args = vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(arg))];
+    Some(call)
+}
+
+/// An expression of EbbDB's own, fixed text.
+fn parse_fixed(text: &str) -> Option<datafusion::sql::sqlparser::ast::Expr> {
+    datafusion::sql::sqlparser::parser::Parser::new(
+        &datafusion::sql::sqlparser::dialect::PostgreSqlDialect {},
+    )
+    .try_with_sql(text)
+    .and_then(|mut p| p.parse_expr())
+    .ok()
+}
+
+/// `to_regtype(arg)` as `(SELECT oid FROM pg_catalog.pg_type WHERE typname = arg LIMIT 1)`.
+fn type_lookup(
+    arg: datafusion::sql::sqlparser::ast::Expr,
+) -> Option<datafusion::sql::sqlparser::ast::Expr> {
+    use datafusion::sql::sqlparser::ast::{BinaryOperator, Expr, SetExpr};
+    let mut lookup =
+        parse_fixed("(SELECT oid FROM pg_catalog.pg_type WHERE typname = NULL LIMIT 1)")?;
+    let Expr::Subquery(q) = &mut lookup else { return None };
+    let SetExpr::Select(select) = q.body.as_mut() else { return None };
+    let Some(Expr::BinaryOp { op: BinaryOperator::Eq, right, .. }) = &mut select.selection else {
+        return None;
+    };
+    **right = arg;
+    Some(lookup)
+}
+
 /// EbbDB's rewrites of what PostgreSQL clients send, beside the crate's:
 ///
 /// - `ARRAY(SELECT e FROM ...)` (psql's `\du`, DBeaver's role lists) as the scalar subquery
 ///   `(SELECT array_agg(e) FROM ...)`, which DataFusion plans, correlated or not (a subquery
-///   with more than one column, or with `ORDER BY`, `LIMIT` or `GROUP BY`, stays as it is);
+///   with more than one column, or with `DISTINCT`, `ORDER BY`, `LIMIT` or `GROUP BY`, stays
+///   as it is; an empty one gives null, not `{}`);
 /// - a field of a composite value, `(expr).field` (pgjdbc's `getPrimaryKeys`), as
-///   `(expr)['field']`, the form DataFusion plans.
+///   `(expr)['field']`, the form DataFusion plans (a column's path, `t.col[1]`, stays as it is);
+/// - `to_regtype(name)` as a lookup in `pg_type`;
+/// - a one-column scalar subquery over `pg_catalog` ([`one_row_of_catalog`]).
 fn own_rewrites(mut statement: Statement) -> Statement {
     use datafusion::sql::sqlparser::ast::{
-        AccessExpr, Expr, FunctionArguments, SelectItem, SetExpr, Value, VisitMut, VisitorMut,
+        AccessExpr, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, GroupByExpr, SelectItem,
+        SetExpr, Value, VisitMut, VisitorMut,
     };
     use std::ops::ControlFlow;
-    struct ArraySubquery;
-    impl VisitorMut for ArraySubquery {
+    struct Own;
+    impl VisitorMut for Own {
         type Break = ();
         fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
-            if let Expr::CompoundFieldAccess { access_chain, .. } = expr {
-                for access in access_chain.iter_mut() {
-                    if let AccessExpr::Dot(Expr::Identifier(i)) = access {
-                        let name = Value::SingleQuotedString(i.value.clone());
-                        *access = AccessExpr::Dot(Expr::Value(name.into()));
-                    }
-                }
-                return ControlFlow::Continue(());
-            }
-            if let Expr::Subquery(q) = expr {
-                one_row_of_catalog(q);
-                return ControlFlow::Continue(());
-            }
-            let Expr::Function(f) = expr else { return ControlFlow::Continue(()) };
-            if f.name.to_string().eq_ignore_ascii_case("to_regtype") {
-                if let FunctionArguments::List(list) = &f.args {
-                    if let [datafusion::sql::sqlparser::ast::FunctionArg::Unnamed(
-                        datafusion::sql::sqlparser::ast::FunctionArgExpr::Expr(arg),
-                    )] = list.args.as_slice()
-                    {
-                        let lookup = format!(
-                            "(SELECT oid FROM pg_catalog.pg_type WHERE typname = {arg} LIMIT 1)"
-                        );
-                        if let Ok(e) = datafusion::sql::sqlparser::parser::Parser::new(
-                            &datafusion::sql::sqlparser::dialect::PostgreSqlDialect {},
-                        )
-                        .try_with_sql(&lookup)
-                        .and_then(|mut p| p.parse_expr())
-                        {
-                            *expr = e;
+            match expr {
+                Expr::CompoundFieldAccess { root, access_chain }
+                    if !matches!(**root, Expr::Identifier(_) | Expr::CompoundIdentifier(_)) =>
+                {
+                    for access in access_chain.iter_mut() {
+                        if let AccessExpr::Dot(Expr::Identifier(i)) = access {
+                            let name = Value::SingleQuotedString(i.value.clone());
+                            *access = AccessExpr::Dot(Expr::Value(name.into()));
                         }
                     }
                 }
-                return ControlFlow::Continue(());
+                Expr::Subquery(q) => one_row_of_catalog(q),
+                Expr::Function(f) if f.name.to_string().eq_ignore_ascii_case("to_regtype") => {
+                    let FunctionArguments::List(list) = &f.args else {
+                        return ControlFlow::Continue(());
+                    };
+                    let [FunctionArg::Unnamed(FunctionArgExpr::Expr(arg))] = list.args.as_slice()
+                    else {
+                        return ControlFlow::Continue(());
+                    };
+                    if let Some(lookup) = type_lookup(arg.clone()) {
+                        *expr = lookup;
+                    }
+                }
+                Expr::Function(f) if f.name.to_string().eq_ignore_ascii_case("array") => {
+                    let FunctionArguments::Subquery(q) = &f.args else {
+                        return ControlFlow::Continue(());
+                    };
+                    if q.order_by.is_some() || q.limit_clause.is_some() {
+                        return ControlFlow::Continue(());
+                    }
+                    let mut q = q.clone();
+                    let SetExpr::Select(select) = q.body.as_mut() else {
+                        return ControlFlow::Continue(());
+                    };
+                    let grouped = !matches!(
+                        &select.group_by, GroupByExpr::Expressions(e, _) if e.is_empty()
+                    );
+                    if grouped || select.distinct.is_some() || select.having.is_some() {
+                        return ControlFlow::Continue(());
+                    }
+                    let [SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. }] =
+                        select.projection.as_mut_slice()
+                    else {
+                        return ControlFlow::Continue(());
+                    };
+                    let Some(agg) = call("array_agg", e.clone()) else {
+                        return ControlFlow::Continue(());
+                    };
+                    *e = agg;
+                    *expr = Expr::Subquery(q);
+                }
+                _ => {}
             }
-            let FunctionArguments::Subquery(q) = &f.args else { return ControlFlow::Continue(()) };
-            if !f.name.to_string().eq_ignore_ascii_case("array")
-                || q.order_by.is_some()
-                || q.limit_clause.is_some()
-            {
-                return ControlFlow::Continue(());
-            }
-            let mut q = q.clone();
-            let SetExpr::Select(select) = q.body.as_mut() else { return ControlFlow::Continue(()) };
-            let grouped = !matches!(
-                &select.group_by,
-                datafusion::sql::sqlparser::ast::GroupByExpr::Expressions(e, _) if e.is_empty()
-            );
-            let [SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. }] =
-                select.projection.as_mut_slice()
-            else {
-                return ControlFlow::Continue(());
-            };
-            if grouped {
-                return ControlFlow::Continue(());
-            }
-            let agg = format!("array_agg({e})");
-            let Ok(parsed) = datafusion::sql::sqlparser::parser::Parser::new(
-                &datafusion::sql::sqlparser::dialect::PostgreSqlDialect {},
-            )
-            .try_with_sql(&agg)
-            .and_then(|mut p| p.parse_expr()) else {
-                return ControlFlow::Continue(());
-            };
-            *e = parsed;
-            *expr = Expr::Subquery(q);
             ControlFlow::Continue(())
         }
     }
-    let _ = statement.visit(&mut ArraySubquery);
+    let _ = statement.visit(&mut Own);
     statement
 }
 
@@ -465,13 +680,19 @@ fn own_rewrites(mut statement: Statement) -> Statement {
 /// DataFusion plans when it is correlated. Other subqueries are left alone, so a user's
 /// subquery of several rows is still refused.
 fn one_row_of_catalog(q: &mut datafusion::sql::sqlparser::ast::Query) {
-    use datafusion::sql::sqlparser::ast::{GroupByExpr, SelectItem, SetExpr, TableFactor};
+    use datafusion::sql::sqlparser::ast::{Expr, GroupByExpr, SelectItem, SetExpr, TableFactor};
     let SetExpr::Select(select) = q.body.as_mut() else { return };
+    // Only `pg_catalog`'s relations (qualified, as the crate's rules leave them): a user's
+    // table named `pg_...` keeps PostgreSQL's rule of one row.
     let catalog = select.from.iter().all(|t| match &t.relation {
-        TableFactor::Table { name, .. } => {
-            let n = name.to_string().to_ascii_lowercase();
-            n.starts_with("pg_catalog.") || n.starts_with("pg_")
-        }
+        TableFactor::Table { name, .. } => match name.0.as_slice() {
+            [schema, table] => {
+                schema.to_string().eq_ignore_ascii_case(PG_CATALOG)
+                    && pg::PG_CATALOG_TABLES
+                        .contains(&table.to_string().to_ascii_lowercase().as_str())
+            }
+            _ => false,
+        },
         _ => false,
     });
     let grouped = !matches!(&select.group_by, GroupByExpr::Expressions(e, _) if e.is_empty());
@@ -483,22 +704,17 @@ fn one_row_of_catalog(q: &mut datafusion::sql::sqlparser::ast::Query) {
     else {
         return;
     };
-    let text = e.to_string();
-    let lower = text.to_ascii_lowercase();
-    // Already one row: an aggregate (a crude test; an aggregate inside stays as it is).
-    if ["count(", "max(", "min(", "sum(", "array_agg(", "first_value(", "bool_"]
-        .iter()
-        .any(|a| lower.contains(a))
-    {
-        return;
+    // Already one row: an aggregate at the top.
+    if let Expr::Function(f) = e {
+        let name = f.name.to_string().to_ascii_lowercase();
+        if ["count", "max", "min", "sum", "array_agg", "first_value", "bool_and", "bool_or"]
+            .contains(&name.as_str())
+        {
+            return;
+        }
     }
-    if let Ok(parsed) = datafusion::sql::sqlparser::parser::Parser::new(
-        &datafusion::sql::sqlparser::dialect::PostgreSqlDialect {},
-    )
-    .try_with_sql(&format!("first_value({text})"))
-    .and_then(|mut p| p.parse_expr())
-    {
-        *e = parsed;
+    if let Some(first) = call("first_value", e.clone()) {
+        *e = first;
     }
 }
 
@@ -678,6 +894,69 @@ mod tests {
         assert_eq!(regproc_names(other), other);
         let plain = "SELECT 1";
         assert_eq!(regproc_names(plain), plain);
+    }
+
+    fn parsed(sql: &str) -> crate::Result<Vec<String>> {
+        let bounds = crate::sql::bounds::SqlBounds::default();
+        Ok(crate::sql::bounds::parse(sql, &bounds)?.iter().map(ToString::to_string).collect())
+    }
+
+    #[test]
+    fn only_catalog_queries_are_rewritten() {
+        assert!(is_catalog_query("select * from pg_catalog.pg_class"));
+        assert!(is_catalog_query("SELECT 'cpu'::REGCLASS"));
+        assert!(is_catalog_query("select table_name from information_schema.tables"));
+        assert!(!is_catalog_query("SELECT region FROM cpu"));
+        assert!(!is_catalog_query("SELECT 'pg_class' AS name FROM cpu"));
+        // A user's correlated subquery and `= ANY(subquery)` stay as DataFusion plans them.
+        for sql in [
+            "SELECT (SELECT max(v) FROM cpu AS c2 WHERE c2.host = c1.host) FROM cpu AS c1",
+            "SELECT * FROM cpu WHERE host = ANY(SELECT host FROM hosts)",
+            "SELECT t.arr[1], m.labels['k'] FROM t, m",
+        ] {
+            assert_eq!(parsed(sql).expect(sql), vec![sql.to_string()]);
+        }
+    }
+
+    #[test]
+    fn catalog_rewrites_build_trees() {
+        let got = parsed(
+            "SELECT r.rolname, ARRAY(SELECT b.rolname FROM pg_catalog.pg_roles AS b \
+             WHERE b.oid = r.oid) AS memberof FROM pg_catalog.pg_roles AS r",
+        )
+        .expect("parse");
+        assert!(got[0].contains("(SELECT array_agg(b.rolname) FROM"), "{got:?}");
+        let got = parsed("SELECT oid FROM pg_type WHERE oid = to_regtype('it''s')").expect("parse");
+        assert!(
+            got[0].contains("(SELECT oid FROM pg_catalog.pg_type WHERE typname = 'it''s' LIMIT 1)"),
+            "{got:?}"
+        );
+        let got = parsed("SELECT (f(pg_catalog.pg_class.oid)).n FROM pg_catalog.pg_class")
+            .expect("parse");
+        assert!(got[0].contains(".'n'") || got[0].contains("['n']"), "{got:?}");
+    }
+
+    #[test]
+    fn what_a_rewrite_makes_is_bounded_as_the_text_is() {
+        // A literal the crate splits into array elements, holding a chain the text's check
+        // never saw as one: refused, not parsed a second time into a tree deep enough to
+        // overflow a stack.
+        let chain = format!("{}1", "1+".repeat(100_000));
+        for sql in [
+            format!("SELECT to_regtype('{{{chain}}}'::int[]) FROM pg_class"),
+            format!("SELECT ARRAY(SELECT '{{{chain}}}'::int[] FROM pg_class)"),
+        ] {
+            assert!(
+                matches!(parsed(&sql), Err(crate::QueryError::Limit(_))),
+                "{}: {:?}",
+                &sql[..40],
+                parsed(&sql).map(|v| v.len())
+            );
+        }
+        // An array literal split into more elements than a list may hold.
+        let many = vec!["1"; 20_000].join(",");
+        let sql = format!("SELECT oid FROM pg_class WHERE oid = ANY('{{{many}}}')");
+        assert!(matches!(parsed(&sql), Err(crate::QueryError::Limit(_))));
     }
 
     #[test]

@@ -80,7 +80,7 @@ impl SqlSession {
     /// A session over `shards`, whose users `access` keeps, with `database` as its default.
     pub fn on(shards: Arc<dyn Shards>, access: Arc<dyn AccessStore>, database: &str) -> SqlSession {
         let ctx = new_context(database, true);
-        super::pg_catalog::register_session(&ctx, database, "");
+        super::pg_catalog::register_session(&ctx, access.clone(), database, None);
         let catalog = EbbCatalog::new(shards.clone(), access).for_session(database, None);
         ctx.register_catalog(CATALOG, Arc::new(catalog.clone()));
         SqlSession { shards, ctx, catalog, database: database.to_string(), limits: None }
@@ -103,7 +103,8 @@ impl SqlSession {
     /// The session as `user`'s (`None`: a server without users): what `current_user`
     /// answers and which users `pg_roles` lists.
     pub fn as_user(mut self, user: Option<&str>) -> SqlSession {
-        super::pg_catalog::register_session(&self.ctx, &self.database, user.unwrap_or("ebb"));
+        let access = self.catalog.access().clone();
+        super::pg_catalog::register_session(&self.ctx, access, &self.database, user);
         self.catalog = self.catalog.clone().for_session(&self.database, user);
         self.ctx.register_catalog(CATALOG, Arc::new(self.catalog.clone()));
         self
