@@ -235,12 +235,17 @@ pub fn register_shared(state: SessionState) -> SessionState {
         size_pretty(),
         unknown_size("pg_table_size"),
         unknown_size("pg_indexes_size"),
-        NullText::udf("obj_description"),
-        NullText::udf("col_description"),
-        NullText::udf("shobj_description"),
-        NullText::udf("pg_get_serial_sequence"),
-        NullText::udf("pg_get_indexdef"),
-        NullText::udf("pg_get_viewdef"),
+        like_escape(),
+        JsonObject::udf(),
+        Fixed::visible("pg_collation_is_visible"),
+        Fixed::visible("pg_type_is_visible"),
+        Fixed::visible("pg_function_is_visible"),
+        Fixed::null_text("obj_description"),
+        Fixed::null_text("col_description"),
+        Fixed::null_text("shobj_description"),
+        Fixed::null_text("pg_get_serial_sequence"),
+        Fixed::null_text("pg_get_indexdef"),
+        Fixed::null_text("pg_get_viewdef"),
     ] {
         ctx.register_udf(udf);
     }
@@ -602,6 +607,8 @@ fn type_lookup(
 /// - a field of a composite value, `(expr).field` (pgjdbc's `getPrimaryKeys`), as
 ///   `(expr)['field']`, the form DataFusion plans (a column's path, `t.col[1]`, stays as it is);
 /// - `to_regtype(name)` as a lookup in `pg_type`;
+/// - `x LIKE p ESCAPE 'c'` (SQLAlchemy's schema names) as `x LIKE like_escape(p, 'c')`, the
+///   pattern written with DataFusion's only escape, the backslash;
 /// - a one-column scalar subquery over `pg_catalog` ([`one_row_of_catalog`]).
 fn own_rewrites(mut statement: Statement) -> Statement {
     use datafusion::sql::sqlparser::ast::{
@@ -625,6 +632,26 @@ fn own_rewrites(mut statement: Statement) -> Statement {
                     }
                 }
                 Expr::Subquery(q) => one_row_of_catalog(q),
+                Expr::Like { pattern, escape_char, .. }
+                | Expr::ILike { pattern, escape_char, .. } => {
+                    let Some(Value::SingleQuotedString(c)) = escape_char.as_ref().map(|e| &e.value)
+                    else {
+                        return ControlFlow::Continue(());
+                    };
+                    if c == "\\" {
+                        return ControlFlow::Continue(());
+                    }
+                    let escape = Expr::Value(Value::SingleQuotedString(c.clone()).into());
+                    if let Some(mut translated) = call("like_escape", (**pattern).clone()) {
+                        if let Expr::Function(f) = &mut translated {
+                            if let FunctionArguments::List(list) = &mut f.args {
+                                list.args.push(FunctionArg::Unnamed(FunctionArgExpr::Expr(escape)));
+                            }
+                        }
+                        **pattern = translated;
+                        *escape_char = None;
+                    }
+                }
                 Expr::Function(f) if f.name.to_string().eq_ignore_ascii_case("to_regtype") => {
                     let FunctionArguments::List(list) = &f.args else {
                         return ControlFlow::Continue(());
@@ -741,24 +768,69 @@ fn size_pretty() -> datafusion::logical_expr::ScalarUDF {
     )
 }
 
-/// A text function about what EbbDB does not have (comments, sequences, indexes, views):
-/// null, whatever its arguments.
+/// `like_escape(pattern, c)`: a `LIKE` pattern escaped with `c` as the same pattern escaped
+/// with a backslash (`pg/_%` with `/` is `pg\\_%`).
+fn like_escape() -> datafusion::logical_expr::ScalarUDF {
+    use datafusion::arrow::array::Array;
+    let f = |args: &[ColumnarValue]| {
+        let args = ColumnarValue::values_to_arrays(args)?;
+        let text = |a: &ArrayRef| -> datafusion::error::Result<StringArray> {
+            let t = datafusion::arrow::compute::cast(a, &DataType::Utf8)?;
+            t.as_any()
+                .downcast_ref::<StringArray>()
+                .cloned()
+                .ok_or_else(|| DataFusionError::Internal("like_escape: an argument as text".into()))
+        };
+        let (patterns, escapes) = (text(&args[0])?, text(&args[1])?);
+        let out: StringArray = (0..patterns.len())
+            .map(|i| {
+                if patterns.is_null(i) || escapes.is_null(i) {
+                    return None;
+                }
+                let escape = escapes.value(i).chars().next();
+                let mut out = String::with_capacity(patterns.value(i).len());
+                let mut chars = patterns.value(i).chars();
+                while let Some(c) = chars.next() {
+                    if Some(c) == escape {
+                        out.push('\\');
+                        out.extend(chars.next());
+                    } else if c == '\\' {
+                        out.push_str("\\\\");
+                    } else {
+                        out.push(c);
+                    }
+                }
+                Some(out)
+            })
+            .collect();
+        Ok(ColumnarValue::Array(Arc::new(out) as ArrayRef))
+    };
+    create_udf(
+        "like_escape",
+        vec![DataType::Utf8, DataType::Utf8],
+        DataType::Utf8,
+        Volatility::Immutable,
+        Arc::new(f),
+    )
+}
+
+/// `json_build_object(key, value, ...)` as JSON text: keys as strings, numbers and booleans as
+/// themselves, null as `null`, anything else as its text.
 #[derive(Debug, PartialEq, Eq, Hash)]
-struct NullText {
-    name: &'static str,
+struct JsonObject {
     signature: datafusion::logical_expr::Signature,
 }
 
-impl NullText {
-    fn udf(name: &'static str) -> datafusion::logical_expr::ScalarUDF {
+impl JsonObject {
+    fn udf() -> datafusion::logical_expr::ScalarUDF {
         let signature = datafusion::logical_expr::Signature::variadic_any(Volatility::Immutable);
-        datafusion::logical_expr::ScalarUDF::new_from_impl(NullText { name, signature })
+        datafusion::logical_expr::ScalarUDF::new_from_impl(JsonObject { signature })
     }
 }
 
-impl datafusion::logical_expr::ScalarUDFImpl for NullText {
+impl datafusion::logical_expr::ScalarUDFImpl for JsonObject {
     fn name(&self) -> &str {
-        self.name
+        "json_build_object"
     }
 
     fn signature(&self) -> &datafusion::logical_expr::Signature {
@@ -771,9 +843,97 @@ impl datafusion::logical_expr::ScalarUDFImpl for NullText {
 
     fn invoke_with_args(
         &self,
+        args: datafusion::logical_expr::ScalarFunctionArgs,
+    ) -> datafusion::error::Result<ColumnarValue> {
+        use datafusion::arrow::array::Array;
+        if !args.args.len().is_multiple_of(2) {
+            return Err(DataFusionError::Plan(
+                "json_build_object: takes keys and values in pairs".into(),
+            ));
+        }
+        let rows = args.number_rows;
+        let columns = args
+            .args
+            .iter()
+            .map(|a| {
+                let a = a.to_array(rows)?;
+                let kind = a.data_type().clone();
+                let t = datafusion::arrow::compute::cast(&a, &DataType::Utf8)?;
+                let t = t.as_any().downcast_ref::<StringArray>().cloned().ok_or_else(|| {
+                    DataFusionError::Internal("json_build_object: a value as text".into())
+                })?;
+                Ok((kind, t))
+            })
+            .collect::<datafusion::error::Result<Vec<_>>>()?;
+        let out: StringArray = (0..rows)
+            .map(|i| {
+                let mut object = serde_json::Map::new();
+                for pair in columns.chunks(2) {
+                    let [(_, key), (kind, value)] = pair else { continue };
+                    let key = if key.is_null(i) { String::new() } else { key.value(i).to_string() };
+                    let value = if value.is_null(i) {
+                        serde_json::Value::Null
+                    } else if kind.is_numeric() || *kind == DataType::Boolean {
+                        serde_json::from_str(value.value(i))
+                            .unwrap_or_else(|_| serde_json::Value::String(value.value(i).into()))
+                    } else {
+                        serde_json::Value::String(value.value(i).to_string())
+                    };
+                    object.insert(key, value);
+                }
+                Some(serde_json::Value::Object(object).to_string())
+            })
+            .collect();
+        Ok(ColumnarValue::Array(Arc::new(out)))
+    }
+}
+
+/// A function answering the same value whatever its arguments: null text about what EbbDB
+/// does not have (comments, sequences, indexes, views), or true for whether a type, collation
+/// or function is visible (all are `pg_catalog`'s, which every session sees).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Fixed {
+    name: &'static str,
+    value: datafusion::scalar::ScalarValue,
+    signature: datafusion::logical_expr::Signature,
+}
+
+impl Fixed {
+    fn udf(
+        name: &'static str,
+        value: datafusion::scalar::ScalarValue,
+    ) -> datafusion::logical_expr::ScalarUDF {
+        let signature = datafusion::logical_expr::Signature::variadic_any(Volatility::Immutable);
+        datafusion::logical_expr::ScalarUDF::new_from_impl(Fixed { name, value, signature })
+    }
+
+    fn null_text(name: &'static str) -> datafusion::logical_expr::ScalarUDF {
+        Fixed::udf(name, datafusion::scalar::ScalarValue::Utf8(None))
+    }
+
+    fn visible(name: &'static str) -> datafusion::logical_expr::ScalarUDF {
+        Fixed::udf(name, datafusion::scalar::ScalarValue::Boolean(Some(true)))
+    }
+}
+
+impl datafusion::logical_expr::ScalarUDFImpl for Fixed {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &datafusion::logical_expr::Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _: &[DataType]) -> datafusion::error::Result<DataType> {
+        Ok(self.value.data_type())
+    }
+
+    fn invoke_with_args(
+        &self,
         _: datafusion::logical_expr::ScalarFunctionArgs,
     ) -> datafusion::error::Result<ColumnarValue> {
-        Ok(ColumnarValue::Scalar(datafusion::scalar::ScalarValue::Utf8(None)))
+        Ok(ColumnarValue::Scalar(self.value.clone()))
     }
 }
 
@@ -957,6 +1117,41 @@ mod tests {
         let many = vec!["1"; 20_000].join(",");
         let sql = format!("SELECT oid FROM pg_class WHERE oid = ANY('{{{many}}}')");
         assert!(matches!(parsed(&sql), Err(crate::QueryError::Limit(_))));
+    }
+
+    /// The one row `sql` answers in a fresh context, its columns as text.
+    fn one_row(sql: &str) -> Vec<String> {
+        let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+        runtime.block_on(async {
+            let ctx = crate::sql::session::new_context("public", false);
+            let mut statements = parsed(sql).expect("parse");
+            let batches =
+                ctx.sql(&statements.remove(0)).await.expect("plan").collect().await.expect("run");
+            let batch = &batches[0];
+            (0..batch.num_columns())
+                .map(|c| {
+                    datafusion::arrow::util::display::array_value_to_string(batch.column(c), 0)
+                        .expect("text")
+                })
+                .collect()
+        })
+    }
+
+    #[test]
+    fn json_objects_and_escaped_patterns() {
+        assert_eq!(
+            one_row("SELECT json_build_object('a', 1, 'b', 'x\"y', 'c', NULL, 'd', true)"),
+            vec![r#"{"a":1,"b":"x\"y","c":null,"d":true}"#.to_string()]
+        );
+        // SQLAlchemy's schema names: `LIKE ... ESCAPE '/'` in a catalog query (one naming a
+        // `pg_` function).
+        assert_eq!(
+            one_row(
+                "SELECT 'pg_x' LIKE 'pg/_%' ESCAPE '/', 'pgax' LIKE 'pg/_%' ESCAPE '/', \
+                 'a\\b' LIKE 'a\\b' ESCAPE '/', pg_size_pretty(1)"
+            ),
+            vec!["true", "false", "true", "1 bytes"]
+        );
     }
 
     #[test]
