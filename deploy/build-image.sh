@@ -5,11 +5,14 @@
 # (uid 10001) and the default configuration (`deploy/docker/config.toml`). It is the image
 # `deploy/Dockerfile` describes, for machines that cannot pull `rust` and `debian` images.
 #
-#   deploy/build-image.sh [--profile dist|release|dev] [--tag ebbdb/ebb:0.1.0] [--check]
+#   deploy/build-image.sh [--profile dist|release|dev | --bin PATH] [--tag ebbdb/ebb:0.1.0] [--check]
 #
 # --profile: the cargo profile (default dist: thin LTO, about 44 minutes from a clean target
-#   on 2 cores; release builds in minutes; CI checks the image with the dev build it has). --check: runs the image with podman and checks
-#   /health, a line-protocol write and a SQL query through it, then removes the container.
+#   on 2 cores; release builds in minutes). --bin: an `ebb` binary already built, put in the image
+#   as it is (CI checks the image with the debug binary its tests built: a build of the binary
+#   alone would resolve dependency features without the tests' and compile much of the tree
+#   again). --check: runs the image with podman and checks /health, a line-protocol write and a
+#   SQL query through it, then removes the container.
 # Needs podman (Debian: apt install podman buildah runc uidmap tini) and a build machine of the
 # same glibc as the image's users (Debian 12 here).
 set -euo pipefail
@@ -20,15 +23,17 @@ version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 tag="ebbdb/ebb:${version}"
 check=false
 strict=true
+bin=
 while [ $# -gt 0 ]; do
   case $1 in
     --profile) profile=$2; shift 2 ;;
+    --bin) bin=$2; shift 2 ;;
     --tag) tag=$2; shift 2 ;;
     --check) check=true; shift ;;
     # As --check, but a host where no container can start at all (no namespaces, no cgroups)
     # only builds the image: CI on an unknown sandbox.
     --check-if-runnable) check=true; strict=false; shift ;;
-    *) echo "usage: $0 [--profile dist|release] [--tag NAME:TAG] [--check]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--profile dist|release|dev | --bin PATH] [--tag NAME:TAG] [--check]" >&2; exit 2 ;;
   esac
 done
 step() { echo "[build-image $(date +%T)] $*" >&2; }
@@ -40,12 +45,15 @@ tini=$(command -v tini-static || true)
 podman=(podman --storage-driver "${EBB_PODMAN_STORAGE:-vfs}")
 runtime=(--runtime "${EBB_PODMAN_RUNTIME:-runc}")
 
-step "building ebb (profile $profile)"
-# The whole workspace's features, as `cargo test --workspace` builds them: with `-p ebb-node`
-# alone cargo would resolve other dependency features and build DataFusion and the rest again.
-cargo build --locked --profile "$profile" --workspace --bin ebb
-case $profile in dev | test) dir=debug ;; *) dir=$profile ;; esac
-bin=$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/$dir/ebb
+if [ -n "$bin" ]; then
+  [ -x "$bin" ] || { echo "no executable at $bin" >&2; exit 1; }
+  step "taking the binary $bin"
+else
+  step "building ebb (profile $profile)"
+  cargo build --locked --profile "$profile" --workspace --bin ebb
+  case $profile in dev | test) dir=debug ;; *) dir=$profile ;; esac
+  bin=$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/$dir/ebb
+fi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
