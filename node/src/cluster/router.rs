@@ -315,7 +315,7 @@ impl Router {
             if !part.tables.contains(line.measurement.as_ref()) {
                 part.tables.insert(line.measurement.to_string());
             }
-            let t = line.timestamp.map_or(Some(now_ns), |ts| precision.to_nanos(ts));
+            let t = precision.time_of(line.timestamp, now_ns);
             part.oldest_ns = part.oldest_ns.min(t.unwrap_or(i64::MIN));
         }
         Ok(parts

@@ -308,12 +308,9 @@ impl Database {
         now_ns: i64,
         key_buf: &mut Vec<u8>,
     ) -> Result<()> {
-        let time = match line.timestamp {
-            Some(ts) => precision
-                .to_nanos(ts)
-                .ok_or_else(|| line_err(no, format!("timestamp {ts} out of range")))?,
-            None => now_ns,
-        };
+        let time = precision.time_of(line.timestamp, now_ns).ok_or_else(|| {
+            line_err(no, format!("timestamp {} out of range", line.timestamp.unwrap_or_default()))
+        })?;
         let limits = plan.limits;
         let def = plan.table(&line.measurement, no)?;
         if let Some(r) = def.retention_ns {

@@ -1,17 +1,23 @@
-//! InfluxDB line protocol.
+//! InfluxDB line protocol, read as InfluxData's reference decoder
+//! (`github.com/influxdata/line-protocol/v2`) reads it; the test suite checks every decode case
+//! of its corpus.
 //!
 //! ```text
 //! measurement[,tag=value...] field=value[,field=value...] [timestamp]
 //! ```
 //!
-//! - Measurement names escape `,` and space with a backslash; tag keys, tag values and field keys
-//!   also escape `=`. A backslash before any other byte is kept as it is.
-//! - Field values: floats (`1`, `-1.5`, `2e10`), signed integers (`1i`), unsigned integers (`1u`),
-//!   booleans (`t`, `T`, `true`, `True`, `TRUE` and the same for false) and double-quoted
-//!   strings (escapes `\"` and `\\`).
-//! - The timestamp is a signed integer in the request's [`Precision`]; without one the server's
-//!   receive time is used.
-//! - Empty lines and lines starting with `#` are skipped; `\r\n` line ends are accepted.
+//! - A backslash escapes the separators of its place: `,` and space in a measurement; `,`, `=`
+//!   and space in tag keys, tag values and field keys. Before any other byte (a backslash too)
+//!   it is kept as it is.
+//! - Names may not hold control characters (bytes 0-31 and 127); a tag value may, other than
+//!   line ends. A tag key given twice refuses the line.
+//! - Field values: floats (`1`, `-1.5`, `2e10`, decimal only), signed integers (`1i`), unsigned
+//!   integers (`1u`), booleans (`t`, `T`, `true`, `True`, `TRUE` and the same for false) and
+//!   double-quoted strings (escapes `\"` and `\\`), which may hold line ends.
+//! - The timestamp is a signed integer in the request's [`Precision`]; without one the point
+//!   gets the receive time truncated to the precision ([`Precision::time_of`]).
+//! - Lines of spaces, empty lines and comment lines (`#` then printable text) are skipped;
+//!   `\r\n` line ends are accepted. A line indented by a tab is refused.
 //!
 //! The parser borrows from the request body: names and strings are copied only when they
 //! contain escapes, and tags and fields live inline for up to 8 of each, so parsing a line
@@ -141,5 +147,15 @@ impl Precision {
     /// `ts` in nanoseconds, or `None` if it does not fit in an i64.
     pub fn to_nanos(self, ts: i64) -> Option<i64> {
         ts.checked_mul(self.nanos())
+    }
+
+    /// The time of a point with timestamp `ts` in this precision, received at `now_ns`: a point
+    /// without a timestamp gets the receive time truncated to the precision, as InfluxDB gives
+    /// it. `None` if the timestamp does not fit in nanoseconds.
+    pub fn time_of(self, ts: Option<i64>, now_ns: i64) -> Option<i64> {
+        match ts {
+            Some(ts) => self.to_nanos(ts),
+            None => Some(now_ns - now_ns.rem_euclid(self.nanos())),
+        }
     }
 }

@@ -5,10 +5,11 @@ use std::fmt::Write;
 
 use super::{FieldValue, Line};
 
-/// Appends `s` with a backslash before `\` and every byte of `stops`.
+/// Appends `s` with a backslash before every byte of `stops`. A backslash before anything
+/// else is read as itself, so backslashes are written as they are.
 fn escaped(out: &mut String, s: &str, stops: &[char]) {
     for c in s.chars() {
-        if c == '\\' || stops.contains(&c) {
+        if stops.contains(&c) {
             out.push('\\');
         }
         out.push(c);
@@ -19,13 +20,27 @@ fn escaped(out: &mut String, s: &str, stops: &[char]) {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum WriteError {
-    /// A name or string value with a line break.
-    #[error("{what} {text:?} contains a line break, which line protocol cannot carry")]
-    LineBreak {
-        /// What holds it: `measurement`, `tag`, `tag value`, `field` or `string value`.
+    /// A name with a control character, or a tag value with a line break.
+    #[error("{what} {text:?} holds a control character, which line protocol cannot carry there")]
+    ControlCharacter {
+        /// What holds it: `measurement`, `tag`, `tag value` or `field`.
         what: &'static str,
         /// The name or value.
         text: String,
+    },
+    /// A name ending with a backslash, which would escape the separator after it.
+    #[error("{what} {text:?} ends with a backslash, which line protocol cannot carry")]
+    TrailingBackslash {
+        /// What ends so: `measurement`, `tag`, `tag value` or `field`.
+        what: &'static str,
+        /// The name or value.
+        text: String,
+    },
+    /// An empty tag key, tag value or field key.
+    #[error("an empty {what} cannot be written as line protocol")]
+    Empty {
+        /// What is empty: `tag`, `tag value` or `field`.
+        what: &'static str,
     },
     /// An empty measurement, or one a reader would take for a comment (`#`).
     #[error("measurement {0:?} cannot be written as line protocol")]
@@ -43,17 +58,30 @@ pub enum WriteError {
     },
 }
 
-fn no_line_breaks(what: &'static str, s: &str) -> Result<(), WriteError> {
-    if s.contains(['\n', '\r']) {
-        return Err(WriteError::LineBreak { what, text: s.to_string() });
+/// Checks that a name reads back as itself: not empty, no control characters (a tag value may
+/// hold any but line breaks), no backslash at its end.
+fn writable(what: &'static str, s: &str) -> Result<(), WriteError> {
+    if s.is_empty() {
+        return Err(WriteError::Empty { what });
+    }
+    let control = |c: char| match what {
+        "tag value" => c == '\n' || c == '\r',
+        _ => c.is_ascii_control(),
+    };
+    if s.contains(control) {
+        return Err(WriteError::ControlCharacter { what, text: s.to_string() });
+    }
+    if s.ends_with('\\') {
+        return Err(WriteError::TrailingBackslash { what, text: s.to_string() });
     }
     Ok(())
 }
 
 impl Line<'_> {
     /// Appends the line and a newline to `out` (the timestamp as it is, in the precision the
-    /// reader is told). Fails, appending nothing, for what line protocol cannot carry: line
-    /// breaks, a measurement starting with `#`, a non-finite float, a line without fields.
+    /// reader is told). Fails, appending nothing, for what line protocol cannot carry: control
+    /// characters in names, a name ending with a backslash, a measurement starting with `#`, a
+    /// non-finite float, a line without fields.
     pub fn write_to(&self, out: &mut String) -> Result<(), WriteError> {
         let start = out.len();
         let res = self.write_unchecked(out);
@@ -65,24 +93,24 @@ impl Line<'_> {
 
     fn write_unchecked(&self, out: &mut String) -> Result<(), WriteError> {
         let m = self.measurement.as_ref();
-        no_line_breaks("measurement", m)?;
         if m.is_empty() || m.starts_with('#') {
             return Err(WriteError::Measurement(m.to_string()));
         }
+        writable("measurement", m)?;
         if self.fields.is_empty() {
             return Err(WriteError::NoFields);
         }
         escaped(out, m, &[',', ' ']);
         for (k, v) in &self.tags {
-            no_line_breaks("tag", k)?;
-            no_line_breaks("tag value", v)?;
+            writable("tag", k)?;
+            writable("tag value", v)?;
             out.push(',');
             escaped(out, k, &[',', '=', ' ']);
             out.push('=');
             escaped(out, v, &[',', '=', ' ']);
         }
         for (i, (k, v)) in self.fields.iter().enumerate() {
-            no_line_breaks("field", k)?;
+            writable("field", k)?;
             out.push(if i == 0 { ' ' } else { ',' });
             escaped(out, k, &[',', '=', ' ']);
             out.push('=');
@@ -101,9 +129,8 @@ impl Line<'_> {
                 }
                 FieldValue::Boolean(b) => out.push_str(if *b { "true" } else { "false" }),
                 FieldValue::String(s) => {
-                    no_line_breaks("string value", s)?;
                     out.push('"');
-                    escaped(out, s, &['"']);
+                    escaped(out, &s.replace('\\', "\\\\"), &['"']);
                     out.push('"');
                 }
             }
@@ -129,6 +156,7 @@ mod tests {
     fn name() -> impl Strategy<Value = String> {
         // Printable ASCII and some multi-byte characters, including every escaped byte.
         "[a-zA-Z0-9 ,=\"\\\\_.\\-éλ]{1,12}"
+            .prop_filter("no backslash at the end", |s| !s.ends_with('\\'))
     }
 
     fn value() -> impl Strategy<Value = FieldValue<'static>> {
@@ -137,7 +165,7 @@ mod tests {
             any::<i64>().prop_map(FieldValue::Integer),
             any::<u64>().prop_map(FieldValue::UInteger),
             any::<bool>().prop_map(FieldValue::Boolean),
-            "[a-z \"\\\\,=]{0,10}".prop_map(|s| FieldValue::String(Cow::Owned(s))),
+            "[a-z \"\\\\,=\n]{0,10}".prop_map(|s| FieldValue::String(Cow::Owned(s))),
         ]
     }
 
@@ -176,9 +204,13 @@ mod tests {
         let mut out = String::new();
         assert!(line("#m", FieldValue::Integer(1)).write_to(&mut out).is_err());
         assert!(line("m", FieldValue::Float(f64::NAN)).write_to(&mut out).is_err());
-        assert!(line("m", FieldValue::String(Cow::Borrowed("a\nb"))).write_to(&mut out).is_err());
+        assert!(line("m\\", FieldValue::Integer(1)).write_to(&mut out).is_err());
+        assert!(line("m\u{1}", FieldValue::Integer(1)).write_to(&mut out).is_err());
         assert_eq!(out, "", "a refused line leaves nothing behind");
         line("m", FieldValue::Integer(1)).write_to(&mut out).unwrap();
         assert_eq!(out, "m f=1i\n");
+        // A string value may hold line ends and backslashes.
+        line("m", FieldValue::String(Cow::Borrowed("a\n\\b"))).write_to(&mut out).unwrap();
+        assert_eq!(out, "m f=1i\nm f=\"a\n\\\\b\"\n");
     }
 }

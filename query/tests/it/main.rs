@@ -8,6 +8,7 @@ mod common;
 mod concurrent_writes;
 mod erase;
 mod line_protocol;
+mod lp_corpus;
 mod newest;
 mod prepared;
 mod rollup;
