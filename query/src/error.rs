@@ -47,8 +47,13 @@ pub enum QueryError {
     #[error("not supported: {0}")]
     Unsupported(String),
     /// A write older than the table's retention horizon.
-    #[error("{0}")]
-    BeyondRetention(String),
+    #[error("{message}")]
+    BeyondRetention {
+        /// What is too old, of which table, and the horizon (times in RFC 3339).
+        message: String,
+        /// Line of the request, for line protocol.
+        line: Option<usize>,
+    },
     /// Stored data that does not decode.
     #[error("corrupt data: {0}")]
     Corrupt(String),
@@ -131,6 +136,18 @@ const CLIENT_FAULTS: &[&str] =
     &["Placeholder", "Types don't match", "Scalar subquery returned more than one row"];
 
 impl QueryError {
+    /// The line of a line-protocol request the error is about, if it is about one.
+    pub fn line(&self) -> Option<usize> {
+        match self {
+            QueryError::Line(e) => Some(e.line),
+            QueryError::NotHeld { line } => Some(*line),
+            QueryError::TypeConflict { line, .. } | QueryError::BeyondRetention { line, .. } => {
+                *line
+            }
+            _ => None,
+        }
+    }
+
     /// A [`QueryError::Syntax`] from the tokenizer's or the parser's error.
     pub fn syntax(e: impl std::error::Error + Send + Sync + 'static) -> Self {
         QueryError::Syntax(Box::new(e))
@@ -167,7 +184,7 @@ impl QueryError {
             | QueryError::Invalid(_)
             | QueryError::Unsupported(_)
             | QueryError::Limit(_)
-            | QueryError::BeyondRetention(_) => true,
+            | QueryError::BeyondRetention { .. } => true,
             QueryError::Access(e) => !matches!(e, crate::access::AccessError::Corrupt { .. }),
             QueryError::Storage(e) => matches!(
                 e,

@@ -39,6 +39,12 @@ pub use db::{
     WriteLimits, WriteSummary, DEFAULT_DATABASE,
 };
 pub use error::{QueryError, Result};
+
+/// Nanoseconds since the Unix epoch as an RFC 3339 UTC time, to the nanosecond where it has
+/// any (`2023-11-14T22:13:20Z`, `2023-11-14T22:13:20.000000001Z`): how messages give times.
+pub fn rfc3339(ns: i64) -> String {
+    chrono::DateTime::from_timestamp_nanos(ns).to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+}
 pub use sql::{QueryOutput, SqlSession, StatementKind};
 
 /// Now, in nanoseconds since the Unix epoch.

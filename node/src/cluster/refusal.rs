@@ -29,7 +29,10 @@ pub fn to_wire(e: &QueryError) -> proto::Refusal {
             r.set_kind(Kind::Limit);
             (r.what, r.limit, r.setting) = (l.what.clone(), l.limit as u64, l.setting.to_string());
         }
-        QueryError::BeyondRetention(_) => r.set_kind(Kind::BeyondRetention),
+        QueryError::BeyondRetention { line, .. } => {
+            r.set_kind(Kind::BeyondRetention);
+            r.line = line.map(|l| l as u64);
+        }
         _ => r.set_kind(Kind::Other),
     }
     r
@@ -56,7 +59,7 @@ pub fn from_wire(refusal: Option<proto::Refusal>, rejected: String) -> QueryErro
             Some(setting) => QueryError::Limit(LimitError { what: r.what, limit, setting }),
             None => QueryError::Invalid(r.message),
         },
-        Kind::BeyondRetention => QueryError::BeyondRetention(r.message),
+        Kind::BeyondRetention => QueryError::BeyondRetention { message: r.message, line },
         Kind::Other => QueryError::Invalid(r.message),
     }
 }
@@ -102,7 +105,10 @@ mod tests {
                 limit: 256,
                 setting: "max_tags_per_line",
             }),
-            QueryError::BeyondRetention("line 1: time 5 is older than ...".into()),
+            QueryError::BeyondRetention {
+                message: "line 1: time 1970-01-01T00:00:00.000000005Z is older than ...".into(),
+                line: Some(1),
+            },
             QueryError::Invalid("table name too long".into()),
         ];
         for e in refusals {

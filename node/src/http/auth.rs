@@ -122,7 +122,12 @@ fn simple_content_type(headers: &HeaderMap) -> bool {
 
 /// A JSON error response.
 pub fn error(status: StatusCode, msg: impl std::fmt::Display) -> Response {
-    let body = serde_json::json!({ "error": msg.to_string() }).to_string();
+    error_json(status, serde_json::json!({ "error": msg.to_string() }))
+}
+
+/// A JSON error response with this body (an object with `error` and, say, `line`).
+pub fn error_json(status: StatusCode, body: serde_json::Value) -> Response {
+    let body = body.to_string();
     let mut r = (status, [(header::CONTENT_TYPE, "application/json")], body).into_response();
     if status == StatusCode::UNAUTHORIZED {
         // Never a Basic challenge: a browser that answered one would attach the credentials

@@ -141,7 +141,13 @@ fn query_error(e: &QueryError) -> Response {
         e if e.is_client_error() => StatusCode::BAD_REQUEST,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
-    error(status, e)
+    match e.line() {
+        // The line a write was refused for, for a client that resends the rest.
+        Some(line) => {
+            auth::error_json(status, serde_json::json!({ "error": e.to_string(), "line": line }))
+        }
+        None => error(status, e),
+    }
 }
 
 /// The body as text, gunzipped if `Content-Encoding: gzip` (every member of a multi-member

@@ -551,7 +551,7 @@ fn sqlstate(err: &QueryError) -> &'static str {
         QueryError::UnknownDatabase(_) => "3D000",
         QueryError::TypeConflict { .. } => "42804",
         QueryError::Line(_) => "22P02",
-        QueryError::BeyondRetention(_) => "22008",
+        QueryError::BeyondRetention { .. } => "22008",
         QueryError::Corrupt(_) => "XX001",
         QueryError::Backup(b) => backup_sqlstate(b),
         e if e.is_disk_full() => "53100",

@@ -220,8 +220,16 @@ impl Database {
         let seq = w.next_seq;
         let n = change.batch.len() as u64;
         let staged = self.apply(&self.engine(), change, seq).map_err(|e| match e {
-            ebb_storage::Error::BeyondRetention { .. } => {
-                QueryError::BeyondRetention(e.to_string())
+            ebb_storage::Error::BeyondRetention { delete_key, horizon } => {
+                let time = |k| crate::rfc3339(crate::model::keys::u64_to_time(k));
+                QueryError::BeyondRetention {
+                    message: format!(
+                        "a row at {} is older than its table's retention horizon, {}",
+                        time(delete_key),
+                        time(horizon)
+                    ),
+                    line: None,
+                }
             }
             e => QueryError::Storage(e),
         })?;

@@ -316,10 +316,15 @@ impl Database {
         if let Some(r) = def.retention_ns {
             let horizon = now_ns.saturating_sub(r.min(i64::MAX as u64) as i64);
             if time < horizon {
-                return Err(QueryError::BeyondRetention(format!(
-                    "line {no}: time {time} is older than the retention horizon {horizon} of table {}",
-                    def.name
-                )));
+                return Err(QueryError::BeyondRetention {
+                    message: format!(
+                        "line {no}: time {} is older than table {}'s retention horizon, {}",
+                        crate::rfc3339(time),
+                        def.name,
+                        crate::rfc3339(horizon)
+                    ),
+                    line: Some(no),
+                });
             }
         }
         if line.tags.len() > limits.max_tags_per_line {

@@ -11,7 +11,9 @@
 //!   it is kept as it is.
 //! - Names may not hold control characters (bytes 0-31 and 127); a tag value may, other than
 //!   line ends. A tag key given twice refuses the line.
-//! - Field values: floats (`1`, `-1.5`, `2e10`, decimal only), signed integers (`1i`), unsigned
+//! - Field values: floats (`1`, `-1.5`, `2e10`; decimal only: the reference decoder also takes
+//!   Go's hexadecimal floats and `_` between digits, InfluxDB's server does not), signed
+//!   integers (`1i`), unsigned
 //!   integers (`1u`), booleans (`t`, `T`, `true`, `True`, `TRUE` and the same for false) and
 //!   double-quoted strings (escapes `\"` and `\\`), which may hold line ends.
 //! - The timestamp is a signed integer in the request's [`Precision`]; without one the point
@@ -20,7 +22,7 @@
 //!   `\r\n` line ends are accepted. A line indented by a tab is refused.
 //!
 //! The parser borrows from the request body: names and strings are copied only when they
-//! contain escapes, and tags and fields live inline for up to 8 of each, so parsing a line
+//! contain escapes, and tags and fields live inline for up to 12 of each, so parsing a line
 //! allocates nothing in the common case.
 
 mod parser;

@@ -252,12 +252,34 @@ fn take_line_end(b: &[u8], pos: &mut usize, line_no: &mut usize) -> bool {
     }
 }
 
-/// Parses the point at `pos` and its line end; `pos` is left where it went wrong on an error.
+/// Parses the point at `pos` and its line end; `pos` is left where it went wrong on an error,
+/// before the line end of the point's last line at the latest.
 fn parse_point<'a>(
     body: &'a str,
     pos: &mut usize,
     line_no: &mut usize,
 ) -> Result<Line<'a>, ParseError> {
+    let line = point(body, pos, line_no)?;
+    // Checked once the whole point is read: a refused point is passed over whole, a string
+    // value spanning lines included.
+    if let Some(key) = duplicate_tag(&line.tags) {
+        return Err(ParseError::DuplicateTag { key });
+    }
+    take_line_end(body.as_bytes(), pos, line_no);
+    Ok(line)
+}
+
+/// Whether a line end (or the end of the body) is at `pos`.
+fn at_line_end(b: &[u8], pos: usize) -> bool {
+    match b.get(pos) {
+        None | Some(b'\n') => true,
+        Some(b'\r') => matches!(b.get(pos + 1), None | Some(b'\n')),
+        Some(_) => false,
+    }
+}
+
+/// The point at `pos`, up to its line end (not taken).
+fn point<'a>(body: &'a str, pos: &mut usize, line_no: &mut usize) -> Result<Line<'a>, ParseError> {
     let b = body.as_bytes();
     let measurement = take_escaped(body, pos, &MEASUREMENT_END, &MEASUREMENT_ESCAPES);
     if measurement.is_empty() {
@@ -301,9 +323,6 @@ fn parse_point<'a>(
         tags.push((key, value));
         tag_comma(b, pos)?;
     }
-    if let Some(key) = duplicate_tag(&tags) {
-        return Err(ParseError::DuplicateTag { key });
-    }
     let mut fields = SmallVec::new();
     loop {
         let key = take_escaped(body, pos, &NAME_END, &NAME_ESCAPES);
@@ -335,7 +354,7 @@ fn parse_point<'a>(
     while *pos < b.len() && b[*pos] == b' ' {
         *pos += 1;
     }
-    if take_line_end(b, pos, line_no) {
+    if at_line_end(b, *pos) {
         return Ok(Line { measurement, tags, fields, timestamp: None });
     }
     let start = *pos;
@@ -348,21 +367,18 @@ fn parse_point<'a>(
             .iter()
             .position(|&c| c == b'\n' || c == b'\r')
             .map_or(b.len(), |i| start + i);
-        return Err(ParseError::InvalidTimestamp {
-            text: body[start..end].to_string(),
-            error: None,
-        });
+        return Err(ParseError::InvalidTimestamp { text: excerpt(&body[start..end]), error: None });
     }
     while *pos < b.len() && b[*pos] == b' ' {
         *pos += 1;
     }
     let after = *pos;
-    if !take_line_end(b, pos, line_no) {
+    if !at_line_end(b, after) {
         let end = b[after..]
             .iter()
             .position(|&c| c == b'\n' || c == b'\r')
             .map_or(b.len(), |i| after + i);
-        return Err(ParseError::AfterTimestamp { text: body[after..end].to_string() });
+        return Err(ParseError::AfterTimestamp { text: excerpt(&body[after..end]) });
     }
     let timestamp = if text.is_empty() {
         None
@@ -372,6 +388,14 @@ fn parse_point<'a>(
         Some(text.parse::<i64>().map_err(invalid)?)
     };
     Ok(Line { measurement, tags, fields, timestamp })
+}
+
+/// At most 64 characters of `text`, for an error message.
+fn excerpt(text: &str) -> String {
+    match text.char_indices().nth(64) {
+        Some((i, _)) => format!("{}...", &text[..i]),
+        None => text.to_string(),
+    }
 }
 
 /// After a comma that ends a measurement or a tag, a tag key must follow.
@@ -663,6 +687,14 @@ mod tests {
         );
         assert_eq!(got[1].as_ref().map(|(n, l)| (*n, l.timestamp)), Ok((3, Some(6))));
         assert_eq!(got[2].as_ref().map_err(|e| e.line), Err(4));
+        // A refused point is passed over whole, a string spanning lines included, and a bad
+        // timestamp does not take the next line with it.
+        let numbers = |body: &str| -> Vec<Result<usize, usize>> {
+            Lines::new(body).map(|r| r.map(|(n, _)| n).map_err(|e| e.line)).collect()
+        };
+        assert_eq!(numbers("m,a=1,a=2 s=\"\nn v=1\n\"\nm v=3 3\n"), [Err(1), Ok(4)]);
+        assert_eq!(numbers("m v=1 -\nm v=2 2\nm v=3 3"), [Err(1), Ok(2), Ok(3)]);
+        assert_eq!(numbers("m v=1 99999999999999999999\nm v=2"), [Err(1), Ok(2)]);
         // After a point that does not parse, the next line is read.
         let got: Vec<_> =
             Lines::new("m v=x y\nm v=2").map(|r| r.map(|(n, _)| n).map_err(|e| e.line)).collect();

@@ -190,7 +190,9 @@ async fn ddl_retention_and_system_tables() {
             now,
         )
         .expect_err("beyond retention");
-    assert!(matches!(e, QueryError::BeyondRetention(_)), "{e}");
+    assert!(matches!(e, QueryError::BeyondRetention { line: Some(1), .. }), "{e}");
+    // Times in the message as RFC 3339, not nanoseconds.
+    assert!(e.to_string().contains(&ebb_query::rfc3339(old)), "{e}");
     db.write_lines(
         "public",
         &format!("weather,city=a temp=1 {}\n", now - H / 2),

@@ -403,7 +403,9 @@ fn copy_failure(e: &QueryError) -> QueryError {
         QueryError::Replication(s) => QueryError::Replication(s.clone()),
         QueryError::Unavailable(s) => QueryError::Unavailable(s.clone()),
         QueryError::Invalid(s) => QueryError::Invalid(s.clone()),
-        QueryError::BeyondRetention(s) => QueryError::BeyondRetention(s.clone()),
+        QueryError::BeyondRetention { message, line } => {
+            QueryError::BeyondRetention { message: message.clone(), line: *line }
+        }
         QueryError::DiskFull(s) => QueryError::DiskFull(s.clone()),
         QueryError::Corrupt(s) => QueryError::Corrupt(s.clone()),
         QueryError::Storage(e) => QueryError::Storage(e.clone()),

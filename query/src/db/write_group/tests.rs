@@ -181,7 +181,7 @@ fn a_group_refused_for_one_write_sends_each_back_alone_and_others_fail_together(
         (Member { queued: q.clone(), summary: WriteSummary::default(), decided: false }, q)
     };
     let (members, queued): (Vec<_>, Vec<_>) = (0..3).map(|_| member()).unzip();
-    fail(members, &QueryError::BeyondRetention("row too old".into()));
+    fail(members, &QueryError::BeyondRetention { message: "row too old".into(), line: None });
     assert!(queued.iter().all(|q| matches!(q.wait(), Outcome::Alone)));
     let (members, queued): (Vec<_>, Vec<_>) = (0..3).map(|_| member()).unzip();
     fail(members, &QueryError::NotLeader(Some(2)));
@@ -190,8 +190,8 @@ fn a_group_refused_for_one_write_sends_each_back_alone_and_others_fail_together(
         .all(|q| matches!(q.wait(), Outcome::Failed(QueryError::NotLeader(Some(2))))));
     // A write alone in its group fails with the group.
     let (m, q) = member();
-    fail(vec![m], &QueryError::BeyondRetention("row too old".into()));
-    assert!(matches!(q.wait(), Outcome::Failed(QueryError::BeyondRetention(_))));
+    fail(vec![m], &QueryError::BeyondRetention { message: "row too old".into(), line: None });
+    assert!(matches!(q.wait(), Outcome::Failed(QueryError::BeyondRetention { .. })));
     // A write dropped undecided (its committer panicked) fails.
     let (m, q) = member();
     drop(m);
