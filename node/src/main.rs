@@ -251,9 +251,16 @@ enum Command {
         /// Timestamp precision of the file: ns, us, ms, s, m, h.
         #[arg(long, default_value = "ns")]
         precision: String,
-        /// Lines per request.
+        /// Points per request.
         #[arg(long, default_value_t = 5000)]
         batch: usize,
+        /// The first line of the file to import: to resume an import that stopped.
+        #[arg(long, default_value_t = 1)]
+        from_line: u64,
+        /// Leave out lines the server refuses (listed at the end) instead of stopping at the
+        /// first.
+        #[arg(long)]
+        skip_invalid: bool,
     },
 }
 
@@ -554,8 +561,16 @@ fn main() -> ExitCode {
             ))
             .map(|out| print!("{out}"))
         }
-        Command::Import { file, url, db, precision, batch } => {
-            ebb_node::cli::import::import(&url, &db, &file, &precision, batch.max(1)).map(|_| ())
+        Command::Import { file, url, db, precision, batch, from_line, skip_invalid } => {
+            import(ebb_node::cli::import::ImportOptions {
+                base: url,
+                db,
+                path: file,
+                precision,
+                batch: batch.max(1),
+                from_line,
+                skip_invalid,
+            })
         }
     };
     match result {
@@ -565,6 +580,24 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `ebb import`: imports, prints what was written, and on a stop where and how to resume.
+fn import(opts: ebb_node::cli::import::ImportOptions) -> Result<(), NodeError> {
+    use ebb_node::cli::import::ImportError;
+    let start = std::time::Instant::now();
+    let (report, stopped) = ebb_node::cli::import::import(&opts);
+    println!("{}", report.summary(start.elapsed().as_secs_f64()));
+    let Some(e) = stopped else { return Ok(()) };
+    let file = &opts.path;
+    let hint = match &e {
+        ImportError::Line { line, .. } => format!(
+            "nothing from line {line} on was written. Fix line {line} and resume with \
+             `ebb import {file} --from-line {line}`, or leave refused lines out with --skip-invalid"
+        ),
+        _ => format!("resume with `ebb import {file} --from-line {}`", report.done_through + 1),
+    };
+    Err(format!("import stopped: {e}\n{hint}").into())
 }
 
 /// `ebb server --check-config`: resolves the configuration as the server would and prints it.

@@ -22,6 +22,7 @@ mod flight;
 mod fuzz;
 mod grafana;
 mod hostile;
+mod import;
 mod limits;
 mod linearizable;
 mod local_cluster;
