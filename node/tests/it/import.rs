@@ -82,5 +82,5 @@ async fn import_names_file_lines_resumes_and_skips() {
         assert_eq!(count("cpu"), cpu);
     });
     checks.await.expect("checks");
-    server.shutdown().await;
+    server.shutdown().await.expect("shutdown");
 }
