@@ -38,7 +38,7 @@ pub enum QueryError {
     #[error("database {0} does not exist")]
     UnknownDatabase(String),
     /// SQL text that does not tokenize or parse; the parser's error is the source.
-    #[error("SQL syntax: {0}")]
+    #[error("SQL syntax: {}", syntax_text(.0.as_ref()))]
     Syntax(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// Bad SQL, bad arguments or an invalid name.
     #[error("{0}")]
@@ -101,6 +101,30 @@ pub enum QueryError {
     /// A bug or an unexpected state.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// What a tokenizer's or parser's error says, as a sentence: `expected an SQL statement, found
+/// SELEC at line 1, column 1`, not the parser's debug form.
+fn syntax_text(e: &(dyn std::error::Error + 'static)) -> String {
+    use datafusion::sql::sqlparser::parser::ParserError;
+    use datafusion::sql::sqlparser::tokenizer::TokenizerError;
+    let parser = |p: &ParserError| match p {
+        ParserError::ParserError(m) | ParserError::TokenizerError(m) => m.clone(),
+        ParserError::RecursionLimitExceeded => "the statement is nested too deeply".to_string(),
+    };
+    let raw = if let Some(DataFusionError::SQL(p, _)) = e.downcast_ref::<DataFusionError>() {
+        parser(p)
+    } else if let Some(p) = e.downcast_ref::<ParserError>() {
+        parser(p)
+    } else if let Some(t) = e.downcast_ref::<TokenizerError>() {
+        t.to_string()
+    } else {
+        e.to_string()
+    };
+    raw.replace("Expected: ", "expected ")
+        .replace(", found: ", ", found ")
+        .replace(" at Line: ", " at line ")
+        .replace(", Column: ", ", column ")
 }
 
 /// A request over one of the server's limits on what a client may ask for: the size of SQL

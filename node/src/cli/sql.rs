@@ -8,11 +8,11 @@ use crate::error::{NodeError, Result};
 /// Output format of `ebb sql`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OutputFormat {
-    /// A text table.
+    /// A text table per statement.
     Table,
-    /// CSV with a header.
+    /// CSV with a header (the last statement's result).
     Csv,
-    /// JSON rows.
+    /// JSON rows (the last statement's result).
     Json,
 }
 
@@ -45,9 +45,8 @@ pub fn run_one(base: &str, db: &str, sql: &str, format: OutputFormat) -> Result<
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_string();
-        if body.trim().is_empty()
-            || (format == OutputFormat::Table && body.trim() == "(0 rows)" && tag != "SELECT")
-        {
+        // A table shows every statement's result; CSV and JSON the last one's, or its tag.
+        if body.trim().is_empty() {
             return Ok(format!("{tag}\n"));
         }
         Ok(body)

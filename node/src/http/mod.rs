@@ -323,6 +323,23 @@ async fn sql(State(state): State<AppState>, caller: Caller, body: UnreadBody) ->
     };
     let database = q.get("db").cloned().unwrap_or_else(|| ebb_query::DEFAULT_DATABASE.into());
     let session = state.door.request_session(who, &database, &text);
+    if format_of(&headers) == Format::Table {
+        // A prompt's format: every statement's result, one after another.
+        return match all_as_text(&session, &text).await {
+            Ok((tag, body)) => (
+                [
+                    (header::CONTENT_TYPE, "text/plain; charset=utf-8".to_string()),
+                    (header::HeaderName::from_static("x-ebb-statement"), tag),
+                ],
+                body,
+            )
+                .into_response(),
+            Err(e) => {
+                m.sql_errors.inc();
+                query_error(&e)
+            }
+        };
+    }
     let result = async {
         let mut statements = session.statements(&text).await?;
         loop {
@@ -345,41 +362,12 @@ async fn sql(State(state): State<AppState>, caller: Caller, body: UnreadBody) ->
             return query_error(&e);
         }
     };
-    let tag = match &last.kind {
-        StatementKind::Command(t) => t.clone(),
-        StatementKind::Insert => "INSERT".into(),
-        StatementKind::Delete => "DELETE".into(),
-        StatementKind::Erase => "ERASE".into(),
-        StatementKind::Query => "SELECT".into(),
-    };
-    let statement = (header::HeaderName::from_static("x-ebb-statement"), tag);
+    let statement = (header::HeaderName::from_static("x-ebb-statement"), tag_of(&last.kind));
     let streamed = match format_of(&headers) {
         Format::Json => stream::Streamed::Json,
         Format::Csv => stream::Streamed::Csv,
-        Format::Arrow => stream::Streamed::Arrow,
-        Format::Table => {
-            // A text table needs every row to size its columns: collected (a prompt's format).
-            let (schema, mut rows) = (last.schema.clone(), last.stream);
-            let mut batches = Vec::new();
-            while let Some(b) = rows.next().await {
-                match b {
-                    Ok(b) => batches.push(b),
-                    Err(e) => {
-                        m.sql_errors.inc();
-                        return query_error(&QueryError::from(e));
-                    }
-                }
-            }
-            return match text_table(&schema, &batches) {
-                Ok((ctype, body)) => {
-                    ([(header::CONTENT_TYPE, ctype), statement], body).into_response()
-                }
-                Err(e) => {
-                    m.sql_errors.inc();
-                    error(StatusCode::INTERNAL_SERVER_ERROR, e)
-                }
-            };
-        }
+        // (A text table was answered above.)
+        Format::Arrow | Format::Table => stream::Streamed::Arrow,
     };
     // The first batch decides the status (most failures, such as a memory limit, come before
     // it); the rest is sent as it comes.
@@ -421,22 +409,54 @@ async fn sql(State(state): State<AppState>, caller: Caller, body: UnreadBody) ->
         .into_response()
 }
 
-/// A result as a text table (what `Accept: text/plain` asks for).
-fn text_table(
-    schema: &datafusion::arrow::datatypes::SchemaRef,
-    batches: &[RecordBatch],
-) -> Result<(String, Vec<u8>), datafusion::arrow::error::ArrowError> {
+/// The command tag of a statement's result (`x-ebb-statement`).
+fn tag_of(kind: &StatementKind) -> String {
+    match kind {
+        StatementKind::Command(t) => t.clone(),
+        StatementKind::Insert => "INSERT".into(),
+        StatementKind::Delete => "DELETE".into(),
+        StatementKind::Erase => "ERASE".into(),
+        StatementKind::Query => "SELECT".into(),
+    }
+}
+
+/// Every statement of `text` run in turn, each result as text (what `Accept: text/plain`
+/// asks for, a prompt's format): a query's rows as a table with its header, also when it has
+/// no rows, and its row count; another statement's rows if it returns some, else its tag.
+/// The last statement's tag and the text.
+async fn all_as_text(
+    session: &ebb_query::front::Session,
+    text: &str,
+) -> Result<(String, String), QueryError> {
     use datafusion::arrow;
-    let t = if schema.fields().is_empty() {
-        String::new()
-    } else {
-        arrow::util::pretty::pretty_format_batches(batches)?.to_string()
-    };
-    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-    Ok((
-        "text/plain; charset=utf-8".into(),
-        format!("{t}\n({rows} {})\n", if rows == 1 { "row" } else { "rows" }).into_bytes(),
-    ))
+    let mut statements = session.statements(text).await?;
+    let (mut out, mut tag) = (String::new(), None);
+    while let Some(result) = statements.next().await {
+        let result = result?;
+        let batches = datafusion::physical_plan::common::collect(result.stream).await?;
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        let this = tag_of(&result.kind);
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        if result.schema.fields().is_empty() || (rows == 0 && result.kind != StatementKind::Query) {
+            out.push_str(&this);
+            out.push('\n');
+        } else {
+            // With no batch, an empty one: the header is printed all the same.
+            let empty = [RecordBatch::new_empty(result.schema.clone())];
+            let shown = if batches.is_empty() { &empty[..] } else { &batches[..] };
+            let table = arrow::util::pretty::pretty_format_batches(shown)
+                .map_err(|e| QueryError::Internal(format!("formatting a result: {e}")))?;
+            out.push_str(&format!(
+                "{table}\n({rows} {})\n",
+                if rows == 1 { "row" } else { "rows" }
+            ));
+        }
+        tag = Some(this);
+    }
+    let tag = tag.ok_or_else(|| QueryError::invalid("empty query"))?;
+    Ok((tag, out))
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {

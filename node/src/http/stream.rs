@@ -110,6 +110,10 @@ impl Encoder {
     pub fn end(&mut self) -> Result<Vec<u8>, EncodeError> {
         match self.format {
             Streamed::Json => Ok(b"]\n".to_vec()),
+            // A result without rows still has its header line.
+            Streamed::Csv if !self.header_written && !self.schema.fields().is_empty() => {
+                self.batch(&RecordBatch::new_empty(self.schema.clone()))
+            }
             Streamed::Csv => Ok(Vec::new()),
             Streamed::Arrow => {
                 let mut w = self.ipc.take().ok_or(EncodeError::NotBegun)?;

@@ -193,16 +193,20 @@ impl StartupHandler for Startup {
             Login::Trusted => self.trust.on_startup(client, message).await,
             Login::Scram => {
                 let r = self.scram.on_startup(client, message).await;
-                if let Err(PgWireError::InvalidPassword(user)) = &r {
-                    let why = format!("SCRAM login of {user:?} failed");
-                    self.door.note_auth_failure(
-                        Protocol::Postgres,
-                        user,
-                        Some(client.socket_addr()),
-                        &why,
-                    );
-                }
-                r
+                let Err(PgWireError::InvalidPassword(named)) = r else { return r };
+                // pgwire names no user when the proof is wrong: the startup packet's is the one.
+                let user = match named.is_empty() {
+                    true => client.metadata().get("user").cloned().unwrap_or_default(),
+                    false => named,
+                };
+                let why = format!("SCRAM login of {user:?} failed");
+                self.door.note_auth_failure(
+                    Protocol::Postgres,
+                    &user,
+                    Some(client.socket_addr()),
+                    &why,
+                );
+                Err(PgWireError::InvalidPassword(user))
             }
         }
     }

@@ -6,6 +6,7 @@
 mod audit;
 mod auth;
 mod backup;
+mod cli;
 mod clients;
 mod cluster;
 mod cluster_balance;
@@ -22,7 +23,7 @@ mod flight;
 mod fuzz;
 mod grafana;
 mod hostile;
-mod import;
+
 mod limits;
 mod linearizable;
 mod local_cluster;

@@ -101,6 +101,8 @@ pub fn parse_checked(sql: &str, bounds: &SqlBounds) -> Result<VecDeque<DfStateme
         for s in &statements {
             check_text(&s.to_string(), bounds)?;
         }
+    } else {
+        statements.iter_mut().for_each(super::column_names::name_literal_columns);
     }
     for s in &statements {
         check_relations(s, bounds.max_relations)?;

@@ -114,5 +114,25 @@ fn refusal(def: &TableDef, e: &Expr) -> QueryError {
         "DELETE supports tag predicates (=, !=, IN, IS NULL) and time ranges joined by AND/OR"
             .to_string()
     };
-    QueryError::Unsupported(format!("cannot delete WHERE {e}: {why}"))
+    QueryError::Unsupported(format!("cannot delete WHERE {}: {why}", as_sql(e)))
+}
+
+/// `e` as SQL text, columns unqualified (`"usage" > 5.0`, not `cpu.usage > Float64(5)`).
+fn as_sql(e: &Expr) -> String {
+    use datafusion::common::tree_node::{Transformed, TreeNode};
+    let plain = e.clone().transform(|x| {
+        Ok(match x {
+            Expr::Column(c) => Transformed::yes(Expr::Column(c.name.into())),
+            other => Transformed::no(other),
+        })
+    });
+    plain
+        .ok()
+        .and_then(|p| {
+            datafusion::sql::unparser::Unparser::default()
+                .with_pretty(true)
+                .expr_to_sql(&p.data)
+                .ok()
+        })
+        .map_or_else(|| e.to_string(), |sql| sql.to_string())
 }

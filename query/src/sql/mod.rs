@@ -4,6 +4,7 @@
 pub mod alter_cluster;
 pub mod bounds;
 pub mod catalog;
+mod column_names;
 pub mod coop;
 pub mod ddl;
 pub mod delete;

@@ -1,23 +1,37 @@
-//! `ebb import` against a running server: what it writes and where it stops, named by the
-//! file's own line numbers (a string value spanning lines counts its lines), `--from-line` to
-//! resume and `--skip-invalid` to leave refused lines out.
+//! The command-line clients against a running server: `ebb import` (what it writes and where it
+//! stops, named by the file's own line numbers, a string value spanning lines counting its
+//! lines; `--from-line` to resume and `--skip-invalid` to leave refused lines out) and
+//! `ebb sql` (every statement's result, headers on empty results, errors as sentences).
 
 use std::process::Command;
 
 use crate::common::{loopback, Http};
 use ebb_node::server::Server;
 
-/// `ebb import FILE ARGS...` against `url`: exit success, standard output, standard error.
-fn import(url: &str, file: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+/// `ebb ARGS...` against `url`: exit success, standard output, standard error.
+fn ebb(url: &str, args: &[&std::ffi::OsStr]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_ebb"))
-        .arg("import")
-        .arg(file)
-        .args(["--url", url])
         .args(args)
+        .env("EBB_URL", url)
         .output()
-        .expect("run ebb import");
+        .expect("run ebb");
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+/// `ebb import FILE ARGS...` against `url`.
+fn import(url: &str, file: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+    let mut all = vec![std::ffi::OsStr::new("import"), file.as_os_str()];
+    all.extend(args.iter().map(std::ffi::OsStr::new));
+    ebb(url, &all)
+}
+
+/// `ebb sql ARGS... -c SQL` against `url`.
+fn sql(url: &str, args: &[&str], sql: &str) -> (bool, String, String) {
+    let mut all = vec![std::ffi::OsStr::new("sql")];
+    all.extend(args.iter().map(std::ffi::OsStr::new));
+    all.extend([std::ffi::OsStr::new("-c"), std::ffi::OsStr::new(sql)]);
+    ebb(url, &all)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -80,6 +94,71 @@ async fn import_names_file_lines_resumes_and_skips() {
         assert!(out.contains("skipped 2 refused lines:\n  line 2002: "), "{out}");
         assert!(out.contains("\n  line 2501: field \"usage\""), "{out}");
         assert_eq!(count("cpu"), cpu);
+    });
+    checks.await.expect("checks");
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_shows_every_result_with_headers_and_errors_as_sentences() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&loopback(dir.path())).await.expect("start");
+    let http_addr = server.http_addr;
+    let checks = tokio::task::spawn_blocking(move || {
+        let h = Http::new(http_addr);
+        let url = format!("http://{http_addr}");
+        let (s, b) = h.post("/write?db=public", "cpu,host=a usage=1 1700000000000000000");
+        assert_eq!(s, 204, "{b}");
+
+        // Every statement's result, in order; an empty result keeps its header.
+        let (ok, out, err) = sql(
+            &url,
+            &[],
+            "SELECT * FROM cpu WHERE host = 'none'; SELECT 1; CREATE TABLE t (host TAG, v DOUBLE)",
+        );
+        assert!(ok, "{err}");
+        let expected = "\
++------+------+-------+
+| time | host | usage |
++------+------+-------+
++------+------+-------+
+(0 rows)
+
++---+
+| 1 |
++---+
+| 1 |
++---+
+(1 row)
+
+CREATE TABLE
+";
+        assert_eq!(out, expected);
+        let (ok, out, err) =
+            sql(&url, &["--format", "csv"], "SELECT host, usage FROM cpu WHERE host = 'none'");
+        assert!(ok, "{err}");
+        assert_eq!(out, "host,usage\n");
+        let (s, body) = h.post_with(
+            "/v1/sql",
+            b"SELECT host FROM cpu WHERE host = 'none'",
+            &[("Accept", "text/csv")],
+        );
+        assert_eq!((s, body.as_str()), (200, "host\n"));
+
+        // Errors as sentences, with the statement's own text.
+        let (ok, _, err) = sql(&url, &[], "SELEC 1");
+        assert!(!ok);
+        assert!(
+            err.contains("SQL syntax: expected an SQL statement, found SELEC at line 1, column 1"),
+            "{err}"
+        );
+        let (ok, _, err) = sql(&url, &[], "DELETE FROM cpu WHERE usage > 5");
+        assert!(!ok);
+        assert!(
+            err.contains("cannot delete WHERE \"usage\" > 5.0: it filters on field usage"),
+            "{err}"
+        );
+        assert!(!err.contains("Float64"), "{err}");
     });
     checks.await.expect("checks");
     server.shutdown().await.expect("shutdown");
