@@ -120,6 +120,17 @@ case ${1:-} in
     for p in "$dir"/n*.pid; do
       [[ -f $p ]] && kill "$(cat "$p")" 2>/dev/null || true
     done
+    # Returns once every node has exited (a clean shutdown flushes first): a `start` right
+    # after finds none still running. A node still up after 60 s is killed.
+    for p in "$dir"/n*.pid; do
+      [[ -f $p ]] || continue
+      i=${p##*/n}; i=${i%.pid}
+      for _ in $(seq 1 600); do running "$i" || break; sleep 0.1; done
+      if running "$i"; then
+        echo "node $i did not exit within 60 s of SIGTERM: killed" >&2
+        kill -9 "$(cat "$p")" 2>/dev/null || true
+      fi
+    done
     echo "stopped"
     ;;
   status)

@@ -48,6 +48,17 @@ check("the same statement, another value", cur.fetchall() == [("h7", ROWS // 10)
 cur.execute("SELECT count(*) FROM cpu WHERE usage >= $1 AND host = $2", parameters=(50.0, "h1"))
 n = cur.fetchone()[0]
 check("two parameters of two types", 0 < n < ROWS // 10, n)
+# The driver's own placeholder style (DB-API qmark), and a computed column whose nullability
+# the FlightInfo announces as the data carries it.
+check("the driver's paramstyle", flight.paramstyle == "qmark", flight.paramstyle)
+cur.execute("SELECT count(*) FROM cpu WHERE usage >= ? AND host = ?", parameters=(50.0, "h1"))
+check("? placeholders", cur.fetchone()[0] == n)
+cur.execute("SELECT 1 + ?", parameters=(41,))
+check("select 1 + ?", cur.fetchone()[0] == 42)
+cur.execute("SELECT 1 + $1", parameters=(41,))
+check("select 1 + $1", cur.fetchone()[0] == 42)
+cur.execute("SELECT '?' AS q, 1 + ? AS v", parameters=(1,))
+check("a ? inside a string is text", cur.fetchone() == ("?", 2))
 
 # A large result streams in batches.
 cur.execute("SELECT time, host, usage FROM cpu")

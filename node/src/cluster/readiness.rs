@@ -20,6 +20,13 @@ pub async fn check(router: &Router, reserve: &ebb_storage::disk::Reserve) -> Rea
         out.fail("the metadata group has no leader");
     }
     let me = meta.node();
+    if let Some(why) = router.left() {
+        out.fail(why);
+        return out;
+    }
+    if meta.view().nodes.get(&me).is_some_and(|n| n.state == super::view::NodeState::Draining) {
+        out.fail("decommissioning: its replicas are moving to other nodes");
+    }
     let shards = router.shards().all();
     // Replicas the metadata places here (or moves here) that this node has not opened yet.
     for info in meta.view().shards.values().filter(|i| i.involves(me)) {

@@ -163,6 +163,28 @@ impl Router {
 pub const DEFAULT_INTENT_PATIENCE: Duration = Duration::from_secs(30);
 
 impl Router {
+    /// Why this node no longer serves, if it has left the cluster: decommissioned, and either
+    /// marked removed or holding no replica any more (a node dropped from the metadata group may
+    /// never see the entry that marks it removed). Its view of the cluster is no longer kept up
+    /// to date, so it takes no request.
+    pub fn left(&self) -> Option<String> {
+        use super::view::NodeState;
+        let me = self.meta.node();
+        let v = self.meta.view();
+        let n = v.nodes.get(&me)?;
+        let left = match n.state {
+            NodeState::Removed => true,
+            NodeState::Draining => !v.shards.values().any(|s| s.involves(me)),
+            NodeState::Active => false,
+        };
+        left.then(|| {
+            format!(
+                "node {me} was decommissioned and has left the cluster: it holds no data and may \
+                 be stopped; send requests to another node"
+            )
+        })
+    }
+
     /// The router over this node's metadata, shard replicas, connections and Raft groups.
     pub fn new(
         meta: Arc<Meta>,
@@ -256,6 +278,9 @@ impl Router {
         precision: Precision,
         now_ns: i64,
     ) -> Result<WriteSummary, RouteError> {
+        if let Some(why) = self.left() {
+            return Err(RouteError::Unavailable(why));
+        }
         let deadline = Instant::now() + PROPOSE_TIMEOUT;
         let mut total = WriteSummary::default();
         let mut routed = self.route(db, lines, precision, now_ns)?;

@@ -236,6 +236,9 @@ impl ebb_query::sql::shard::Shards for Router {
     }
 
     async fn listing(&self) -> Result<Listing, QueryError> {
+        if let Some(why) = self.left() {
+            return Err(QueryError::Unavailable(why));
+        }
         let mut listing = Listing::new();
         for (shard, _) in self.routing() {
             let reply = retrying(shard, || async {
@@ -334,6 +337,9 @@ impl ebb_query::sql::shard::Shards for Router {
     }
 
     async fn table(&self, database: &str, name: &str) -> Result<Vec<TablePart>, QueryError> {
+        if let Some(why) = self.left() {
+            return Err(QueryError::Unavailable(why));
+        }
         let request = TableRequest { database: database.to_string(), name: name.to_string() };
         let body = request::encode(&request);
         let mut parts = Vec::new();

@@ -36,7 +36,7 @@ use datafusion::arrow::array::RecordBatch;
 use ebb_query::access::AccessError;
 use ebb_query::front::{FrontDoor, Principal, Session};
 use ebb_query::{QueryError, QueryOutput};
-use futures::{Stream, TryStreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use prost::Message;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -81,11 +81,16 @@ fn query_status(e: &QueryError) -> Status {
     }
 }
 
-/// Streams `batches` as Flight data.
+/// Streams a query's batches as Flight data, every column nullable as its `FlightInfo` said
+/// ([`statements::nullable`]).
 fn stream_batches(out: QueryOutput) -> DataStream {
-    let schema = out.schema.clone();
-    let batches =
-        out.stream.map_err(|e| arrow_flight::error::FlightError::ExternalError(Box::new(e)));
+    let schema = statements::nullable(&out.schema);
+    let announced = schema.clone();
+    let batches = out.stream.map(move |b| {
+        let b = b.map_err(|e| arrow_flight::error::FlightError::ExternalError(Box::new(e)))?;
+        RecordBatch::try_new(announced.clone(), b.columns().to_vec())
+            .map_err(arrow_flight::error::FlightError::Arrow)
+    });
     let data = FlightDataEncoderBuilder::new().with_schema(schema).build(batches);
     Box::pin(data.map_err(Status::from))
 }

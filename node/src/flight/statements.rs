@@ -194,11 +194,58 @@ pub fn check_length(sql: &str) -> Result<(), Status> {
 }
 
 /// The columns a statement answers with: its plan's for a query, none known ahead for others.
+/// Every column is nullable, in the `FlightInfo` and in the data alike ([`nullable`]): a plan
+/// and its execution may disagree on which columns can hold nulls, and clients refuse a stream
+/// whose schema differs from the one announced.
 pub fn answer_schema(plan: Option<&LogicalPlan>) -> SchemaRef {
     match plan {
         // EbbDB runs these itself; their answers (`rows_deleted`...) are not the plan's.
         Some(LogicalPlan::Ddl(_) | LogicalPlan::Dml(_)) | None => Arc::new(Schema::empty()),
-        Some(p) => Arc::new(p.schema().as_arrow().clone()),
+        Some(p) => nullable(p.schema().as_arrow()),
+    }
+}
+
+/// `schema` with every column nullable (what Flight SQL answers announce and carry).
+pub fn nullable(schema: &Schema) -> SchemaRef {
+    let fields: Vec<Field> =
+        schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+/// `sql` with each `?` placeholder (ODBC, JDBC and ADBC's `qmark` style) numbered in order as
+/// `$1`, `$2`, ..., the form the planner reads. Text without `?` outside strings and comments
+/// is returned as it is.
+pub fn numbered_placeholders(sql: &str) -> std::borrow::Cow<'_, str> {
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+    if !sql.contains('?') {
+        return sql.into();
+    }
+    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
+        return sql.into();
+    };
+    let mut n = 0;
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut changed = false;
+    for t in tokens {
+        match t {
+            Token::Question => {
+                n += 1;
+                changed = true;
+                out.push_str(&format!("${n}"));
+            }
+            Token::Placeholder(p) if p.starts_with('?') => {
+                n += 1;
+                changed = true;
+                out.push_str(&format!("${n}"));
+            }
+            t => out.push_str(&t.to_string()),
+        }
+    }
+    if changed {
+        out.into()
+    } else {
+        sql.into()
     }
 }
 
@@ -292,6 +339,7 @@ impl PreparedStore {
         who: &Principal,
         sql: &str,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
+        let sql = &*numbered_placeholders(sql);
         let plan = plan(session, sql).await?;
         let schema = answer_schema(plan.as_ref());
         let mut params: Vec<(usize, DataType)> = Vec::new();

@@ -460,6 +460,11 @@ async fn a_decommissioned_node_is_drained_and_leaves() {
             .any(|(id, _)| *id == victim)
     })
     .await;
+    // The node that left takes no more requests, and says why.
+    let left = h.nodes[&3].router.write_lines("db", &cpu_lines(1, 0, 1), p, 0).await;
+    let refused = left.expect_err("a node that left takes no writes").to_string();
+    assert!(refused.contains("decommissioned and has left the cluster"), "{refused}");
+    assert!(h.nodes[&3].router.left().is_some());
     h.stop(3).await;
     wait_settled(&h, 3).await;
     wait_rows(&h, &expected(60, 5, 4)).await;

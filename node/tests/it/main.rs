@@ -31,6 +31,7 @@ mod nemesis;
 mod nemesis_processes;
 mod prometheus;
 mod readiness;
+mod readme;
 mod replicated_shard;
 mod rollup;
 mod server;
