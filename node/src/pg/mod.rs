@@ -314,7 +314,7 @@ const SEARCH_PATH: &str = "search_path";
 fn pg_setting(name: &str) -> Option<(&'static str, &'static str)> {
     Some(match name.to_ascii_lowercase().as_str() {
         "server_version" => ("server_version", ebb_query::sql::pg_catalog::PG_VERSION),
-        "server_version_num" => ("server_version_num", "160006"),
+        "server_version_num" => ("server_version_num", ebb_query::sql::pg_catalog::PG_VERSION_NUM),
         "server_encoding" => ("server_encoding", "UTF8"),
         "client_encoding" => ("client_encoding", "UTF8"),
         "standard_conforming_strings" => ("standard_conforming_strings", "on"),

@@ -1,8 +1,9 @@
 //! PostgreSQL clients nobody here wrote, unchanged, against a server with users: psql's
 //! meta-commands (`\l \dt \d TABLE \dn \du`), the PostgreSQL JDBC driver (typed prepared
-//! statements, a batch INSERT, `DatabaseMetaData`: `JdbcCheck.java`) and SQLAlchemy 2 with
-//! psycopg 3 and pandas (`sqlalchemy_check.py`). Each user sees only the databases and tables
-//! it may read.
+//! statements, a batch INSERT, `DatabaseMetaData`: `JdbcCheck.java`), SQLAlchemy 2 with
+//! psycopg 3 and pandas (`sqlalchemy_check.py`) and node-postgres (`pg_check.js`). Each user
+//! sees only the databases and tables it may read. The InfluxDB v2 Python client writes line
+//! protocol with an API token (`influx_v2_check.py`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -122,8 +123,46 @@ async fn psql_jdbc_and_sqlalchemy_read_the_catalog_as_each_user_may() {
         python.arg(clients().join("sqlalchemy_check.py"));
         python.args([&port.to_string(), "admin", ADMIN_PW, "sqlalchemy_check"]);
         run_client(python, "SQLALCHEMY CHECKS PASSED");
+
+        // node-postgres, as Node.js services use it (installed beside the venv by .ci/run).
+        let mut node = Command::new("node");
+        node.env("NODE_PATH", venv().join("node/node_modules"));
+        node.arg(clients().join("pg_check.js"));
+        node.args([&port.to_string(), "admin", ADMIN_PW, "node_pg_check"]);
+        run_client(node, "NODE-POSTGRES CHECKS PASSED");
+        // A current_setting() as drivers ask for it.
+        assert_eq!(admin("SELECT current_setting('search_path'), current_setting('server_version_num')"), "public|160006");
     })
     .await
     .expect("clients");
+    server.shutdown().await.expect("stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_influxdb_v2_client_writes_with_a_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&secured(dir.path())).await.expect("start");
+    let (port, http) = (server.pg_addr.port(), server.http_addr);
+    tokio::task::spawn_blocking(move || {
+        let admin = |sql: &str| {
+            let (ok, out, err) = psql_as(port, "admin", ADMIN_PW, sql);
+            assert!(ok, "{sql}: {err}");
+            out
+        };
+        admin("CREATE USER telegraf WITH PASSWORD 't-pass'");
+        admin("GRANT WRITE ON DATABASE public TO telegraf");
+        let token = admin("CREATE TOKEN FOR telegraf");
+        let token = token.split('|').find(|f| f.starts_with("ebb_")).expect("a token").to_string();
+        let mut python = Command::new(venv().join("bin/python"));
+        python.arg(clients().join("influx_v2_check.py"));
+        python.args([&format!("http://{http}"), &token, "public"]);
+        run_client(python, "INFLUX V2 CHECKS PASSED");
+        assert_eq!(
+            admin("SELECT count(*), count(DISTINCT city), sum(CASE WHEN rain THEN 1 ELSE 0 END) FROM weather"),
+            "11|4|5"
+        );
+    })
+    .await
+    .expect("client");
     server.shutdown().await.expect("stop");
 }

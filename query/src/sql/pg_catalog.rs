@@ -42,6 +42,8 @@ pub const PG_CATALOG: &str = "pg_catalog";
 /// The server version PostgreSQL clients are told (`server_version`, `version()`): the
 /// protocol and catalog EbbDB speaks are PostgreSQL 16's.
 pub const PG_VERSION: &str = "16.6";
+/// [`PG_VERSION`] as a number (`server_version_num`).
+pub const PG_VERSION_NUM: &str = "160006";
 
 /// `version()`: what SQLAlchemy and pgjdbc parse (`PostgreSQL <major>.<minor>`), then EbbDB's own.
 pub fn version_string() -> String {
@@ -300,6 +302,40 @@ pub fn register_session(
             list.build_list_array(),
         ))))
     };
+    // `current_setting(name)`: the settings a client's connection reports (ParameterStatus),
+    // the search path being the session's database. Others are null, as a missing setting is
+    // with `current_setting(name, true)`.
+    let db = database.to_string();
+    let setting = move |args: &[ColumnarValue]| {
+        let args = ColumnarValue::values_to_arrays(args)?;
+        let names = args.first().and_then(|a| a.as_any().downcast_ref::<StringArray>());
+        let value = |name: &str| -> Option<String> {
+            Some(match name.to_ascii_lowercase().as_str() {
+                "search_path" => db.clone(),
+                "server_version" => PG_VERSION.to_string(),
+                "server_version_num" => PG_VERSION_NUM.to_string(),
+                "server_encoding" | "client_encoding" => "UTF8".to_string(),
+                "timezone" => "UTC".to_string(),
+                "datestyle" => "ISO, MDY".to_string(),
+                "standard_conforming_strings" | "integer_datetimes" => "on".to_string(),
+                _ => return None,
+            })
+        };
+        let out: StringArray = match names {
+            Some(n) => n.iter().map(|x| x.and_then(value)).collect(),
+            None => StringArray::new_null(1),
+        };
+        Ok(ColumnarValue::Array(Arc::new(out)))
+    };
+    for args in [vec![DataType::Utf8], vec![DataType::Utf8, DataType::Boolean]] {
+        ctx.register_udf(create_udf(
+            "current_setting",
+            args,
+            DataType::Utf8,
+            Volatility::Stable,
+            Arc::new(setting.clone()),
+        ));
+    }
     ctx.register_udf(create_udf(
         "current_schemas",
         vec![DataType::Boolean],
