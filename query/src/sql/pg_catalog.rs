@@ -327,15 +327,21 @@ pub fn register_session(
         };
         Ok(ColumnarValue::Array(Arc::new(out)))
     };
-    for args in [vec![DataType::Utf8], vec![DataType::Utf8, DataType::Boolean]] {
-        ctx.register_udf(create_udf(
-            "current_setting",
-            args,
-            DataType::Utf8,
-            Volatility::Stable,
-            Arc::new(setting.clone()),
-        ));
-    }
+    use datafusion::logical_expr::{Signature, SimpleScalarUDF, TypeSignature};
+    let either = Signature::one_of(
+        vec![
+            TypeSignature::Exact(vec![DataType::Utf8]),
+            TypeSignature::Exact(vec![DataType::Utf8, DataType::Boolean]),
+        ],
+        Volatility::Stable,
+    );
+    let udf = SimpleScalarUDF::new_with_signature(
+        "current_setting",
+        either,
+        DataType::Utf8,
+        Arc::new(setting),
+    );
+    ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(udf));
     ctx.register_udf(create_udf(
         "current_schemas",
         vec![DataType::Boolean],
@@ -1108,7 +1114,7 @@ mod tests {
         for sql in [
             "SELECT (SELECT max(v) FROM cpu AS c2 WHERE c2.host = c1.host) FROM cpu AS c1",
             "SELECT * FROM cpu WHERE host = ANY(SELECT host FROM hosts)",
-            "SELECT t.arr[1], m.labels['k'] FROM t, m",
+            "SELECT t.arr[1] AS a, m.labels['k'] AS b FROM t, m",
         ] {
             assert_eq!(parsed(sql).expect(sql), vec![sql.to_string()]);
         }
