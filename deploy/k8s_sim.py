@@ -151,6 +151,16 @@ class Pod:
             time.sleep(0.2)
         fail(f"pod {self.name} not ready within {timeout} s")
 
+    def unready(self):
+        """What /ready answers when the pod is not ready ('' if it is, or does not answer)."""
+        try:
+            with urllib.request.urlopen(self.url() + "/ready", timeout=2, context=self.sim.tls):
+                return ""
+        except urllib.error.HTTPError as e:
+            return e.read().decode(errors="replace")
+        except (urllib.error.URLError, OSError):
+            return ""
+
     def kill(self):
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
@@ -472,6 +482,17 @@ def main():
                 300,
                 "the decommissioned nodes to drain and leave",
             )
+            # A pod that has left says so on /ready (503), as the readiness probe sees it, and
+            # refuses writes, so the Service sends it nothing more.
+            for p in leaving:
+                wait_until(lambda p=p: "has left the cluster" in p.unready(), 60, f"{p.name} to report it left")
+                with contextlib.suppress(urllib.error.HTTPError):
+                    req = urllib.request.Request(
+                        p.url() + "/write?db=public", data=b"cpu,host=x v=1", method="POST", headers=sim.auth
+                    )
+                    with urllib.request.urlopen(req, timeout=10, context=sim.tls):
+                        fail(f"{p.name} took a write after it left the cluster")
+            log("the decommissioned pods report they left and refuse writes")
             log(f"helm upgrade --set replicas={a.down_to}")
             for p in leaving:
                 p.stop()
