@@ -100,6 +100,31 @@ fn client(flight: SocketAddr) {
     assert!(stdout.contains("all checks passed"), "{stdout}");
 }
 
+/// The Flight SQL JDBC driver (installed beside the venv by `.ci/run`) against `flight`.
+fn jdbc(flight: SocketAddr) {
+    let venv = std::env::var_os("EBB_CI_VENV").map(std::path::PathBuf::from).unwrap_or_else(|| {
+        Path::new(&std::env::var_os("HOME").unwrap_or_default()).join(".cache/ebb-ci-venv")
+    });
+    let jar = venv.join("jars/flight-sql-jdbc-driver-18.3.0.jar");
+    assert!(jar.exists(), "{} is missing: run .ci/run once", jar.display());
+    let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/FlightJdbcCheck.java");
+    let out = Command::new("java")
+        // Arrow's memory needs this on Java 17.
+        .arg("--add-opens=java.base/java.nio=ALL-UNNAMED")
+        .arg("-cp")
+        .arg(&jar)
+        .arg(&program)
+        .args([&flight.port().to_string(), "admin", ADMIN_PW, "cpu", "host", "h1", "usage"])
+        .output()
+        .expect("run java");
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success() && stdout.contains("FLIGHT JDBC CHECKS PASSED"),
+        "Flight SQL JDBC client failed:\n{stdout}\n{stderr}"
+    );
+}
+
 fn secured(dir: &Path) -> Config {
     Config { admin_password: Some(Secret(ADMIN_PW.into())), ..loopback(dir) }
 }
@@ -112,6 +137,7 @@ async fn adbc_flight_sql_on_one_node() {
     tokio::task::spawn_blocking(move || {
         prepare(http);
         client(flight);
+        jdbc(flight);
     })
     .await
     .expect("client");
@@ -131,6 +157,7 @@ async fn adbc_flight_sql_on_a_cluster() {
         }
         prepare(http);
         client(flight);
+        jdbc(flight);
     })
     .await
     .expect("client");
