@@ -8,7 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::common::{psql_as, secured, ADMIN_PW};
+use crate::common::{psql_as, secured, start_cluster, until, Http, ADMIN_PW};
+use ebb_node::config::Config;
 use ebb_node::server::Server;
 
 /// The client programs' directory.
@@ -37,7 +38,34 @@ async fn psql_jdbc_and_sqlalchemy_read_the_catalog_as_each_user_may() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = Server::start(&secured(dir.path())).await.expect("start");
     let port = server.pg_addr.port();
+    tokio::task::spawn_blocking(move || postgres_clients(port)).await.expect("clients");
+    server.shutdown().await.expect("stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_postgresql_clients_on_a_three_node_cluster() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().expect("tempdir")).collect();
+    let servers =
+        start_cluster(&dirs, |d| Config { shards: 4, replication: 2, ..secured(d) }).await;
+    // Through a node that is not the first: it routes to every shard's leader.
+    let (port, ready) = (servers[2].pg_addr.port(), [servers[0].http_addr, servers[2].http_addr]);
     tokio::task::spawn_blocking(move || {
+        for a in ready {
+            until(60, "the cluster ready", || Http::new(a).get("/ready").0 == 200);
+        }
+        postgres_clients(port)
+    })
+    .await
+    .expect("clients");
+    for s in servers {
+        s.shutdown().await.expect("stop");
+    }
+}
+
+/// psql, pgjdbc, SQLAlchemy and node-postgres against the PostgreSQL port `port` of a server
+/// (or cluster node) with users.
+fn postgres_clients(port: u16) {
+    {
         let admin = |sql: &str| {
             let (ok, out, err) = psql_as(port, "admin", ADMIN_PW, sql);
             assert!(ok, "{sql}: {err}");
@@ -86,7 +114,10 @@ async fn psql_jdbc_and_sqlalchemy_read_the_catalog_as_each_user_may() {
         assert!(listed.contains("public|") && !listed.contains("secret"), "{listed}");
         let roles = reader("\\du");
         assert!(roles.starts_with("reader|") && roles.lines().count() == 1, "{roles}");
-        assert_eq!(reader("SELECT count(*) FROM pg_catalog.pg_class WHERE relname = 'salaries'"), "0");
+        assert_eq!(
+            reader("SELECT count(*) FROM pg_catalog.pg_class WHERE relname = 'salaries'"),
+            "0"
+        );
         // What clients ask before offering a table: the user's own grants (another user's
         // only to an admin).
         assert_eq!(
@@ -131,11 +162,11 @@ async fn psql_jdbc_and_sqlalchemy_read_the_catalog_as_each_user_may() {
         node.args([&port.to_string(), "admin", ADMIN_PW, "node_pg_check"]);
         run_client(node, "NODE-POSTGRES CHECKS PASSED");
         // A current_setting() as drivers ask for it.
-        assert_eq!(admin("SELECT current_setting('search_path'), current_setting('server_version_num')"), "public|160006");
-    })
-    .await
-    .expect("clients");
-    server.shutdown().await.expect("stop");
+        assert_eq!(
+            admin("SELECT current_setting('search_path'), current_setting('server_version_num')"),
+            "public|160006"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
