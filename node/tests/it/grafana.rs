@@ -136,3 +136,61 @@ async fn every_dashboard_panel_answers_through_postgres() {
         s.shutdown().await.expect("shutdown");
     }
 }
+
+/// What Grafana's PostgreSQL data source sends while a user builds a panel: its table picker
+/// (every table outside the system schemas, named relative to the search path), its column
+/// picker for the chosen table (`parse_ident` of the qualified name), and a time-series query
+/// as its `$__timeGroupAlias` and `$__timeFilter` macros expand. Each answers through `psql`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_data_source_pickers_and_a_time_series_query_answer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = ebb_node::server::Server::start(&loopback(dir.path())).await.expect("start");
+    let (http, pg) = (server.http_addr, server.pg_addr.port());
+    tokio::task::spawn_blocking(move || {
+        let lines: String = (0..120)
+            .map(|i| {
+                format!("weather,city=c{} temp={}.5 {}\n", i % 3, i % 40, 1_704_067_200 + i * 30)
+            })
+            .collect();
+        let (s, b) = Http::new(http).post("/write?db=public&precision=s", &lines);
+        assert_eq!(s, 204, "{b}");
+        let run = |sql: &str| {
+            let (ok, out, err) = psql(pg, sql);
+            assert!(ok, "{sql}\n{err}");
+            out
+        };
+        // The search path's schemas, as the pickers compute them.
+        let in_path = "quote_ident(table_schema) IN (SELECT CASE WHEN trim(s[i]) = '\"$user\"' \
+             THEN user ELSE trim(s[i]) END FROM generate_series(array_lower(string_to_array(\
+             current_setting('search_path'), ','), 1), array_upper(string_to_array(\
+             current_setting('search_path'), ','), 1)) AS i, \
+             string_to_array(current_setting('search_path'), ',') s)";
+        let tables = run(&format!(
+            "SELECT CASE WHEN {in_path} THEN quote_ident(table_name) \
+             ELSE quote_ident(table_schema) || '.' || quote_ident(table_name) END AS \"table\" \
+             FROM information_schema.tables \
+             WHERE quote_ident(table_schema) NOT IN ('information_schema', 'pg_catalog') \
+             ORDER BY CASE WHEN {in_path} THEN 0 ELSE 1 END, 1"
+        ));
+        assert!(tables.lines().any(|t| t == "weather" || t == "public.weather"), "{tables}");
+        let columns = run("SELECT quote_ident(column_name) AS \"column\", data_type AS \"type\" \
+             FROM information_schema.columns WHERE \
+             CASE WHEN array_length(parse_ident('public.weather'), 1) = 2 \
+             THEN quote_ident(table_schema) = (parse_ident('public.weather'))[1] \
+             AND quote_ident(table_name) = (parse_ident('public.weather'))[2] \
+             ELSE quote_ident(table_name) = 'public.weather' END");
+        let names: Vec<&str> = columns.lines().filter_map(|l| l.split('|').next()).collect();
+        assert_eq!(names, ["time", "city", "temp"], "{columns}");
+        let series =
+            run("SELECT floor(extract(epoch from time)/600)*600 AS \"time\", city AS metric, \
+             avg(temp) AS value FROM weather \
+             WHERE time BETWEEN '2024-01-01T00:00:00Z' AND '2024-01-01T01:00:00Z' \
+             GROUP BY 1, 2 ORDER BY 1, 2");
+        // 120 points 30 s apart: an hour, six 10-minute buckets for each of three cities.
+        assert_eq!(series.lines().count(), 18, "{series}");
+        assert!(series.starts_with("1704067200|c0|"), "{series}");
+    })
+    .await
+    .expect("queries");
+    server.shutdown().await.expect("stop");
+}

@@ -624,6 +624,23 @@ fn parse_fixed(text: &str) -> Option<datafusion::sql::sqlparser::ast::Expr> {
     .ok()
 }
 
+/// Whether `q` computes the schemas of the search path from its text, as Grafana's table and
+/// column pickers do (`FROM generate_series(...) AS i, string_to_array(current_setting(
+/// 'search_path'), ',') s`, a table function DataFusion does not have). The search path is the
+/// session's database alone, so `x IN (that)` is `x = current_schema()`.
+fn splits_search_path(q: &datafusion::sql::sqlparser::ast::Query) -> bool {
+    use datafusion::sql::sqlparser::ast::{SetExpr, TableFactor};
+    let SetExpr::Select(select) = q.body.as_ref() else { return false };
+    let table_function = |name: &str| {
+        select.from.iter().any(|t| {
+            matches!(&t.relation, TableFactor::Table { name: n, args: Some(_), .. }
+                if n.to_string().eq_ignore_ascii_case(name))
+        })
+    };
+    table_function("string_to_array")
+        && q.to_string().to_ascii_lowercase().contains("current_setting('search_path')")
+}
+
 /// `to_regtype(arg)` as `(SELECT oid FROM pg_catalog.pg_type WHERE typname = arg LIMIT 1)`.
 fn type_lookup(
     arg: datafusion::sql::sqlparser::ast::Expr,
@@ -674,6 +691,15 @@ fn own_rewrites(mut statement: Statement) -> Statement {
                     }
                 }
                 Expr::Subquery(q) => one_row_of_catalog(q),
+                Expr::InSubquery { expr: e, subquery, negated } if splits_search_path(subquery) => {
+                    if let Some(schema) = parse_fixed("current_schema()") {
+                        let op = match negated {
+                            true => datafusion::sql::sqlparser::ast::BinaryOperator::NotEq,
+                            false => datafusion::sql::sqlparser::ast::BinaryOperator::Eq,
+                        };
+                        *expr = Expr::BinaryOp { left: e.clone(), op, right: Box::new(schema) };
+                    }
+                }
                 Expr::Like { pattern, escape_char, .. }
                 | Expr::ILike { pattern, escape_char, .. } => {
                     let Some(Value::SingleQuotedString(c)) = escape_char.as_ref().map(|e| &e.value)
