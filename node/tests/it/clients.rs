@@ -174,7 +174,34 @@ async fn the_influxdb_v2_client_writes_with_a_token() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = Server::start(&secured(dir.path())).await.expect("start");
     let (port, http) = (server.pg_addr.port(), server.http_addr);
+    tokio::task::spawn_blocking(move || influx_client(port, http)).await.expect("client");
+    server.shutdown().await.expect("stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_influxdb_v2_client_writes_to_a_three_node_cluster() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().expect("tempdir")).collect();
+    let servers =
+        start_cluster(&dirs, |d| Config { shards: 4, replication: 2, ..secured(d) }).await;
+    let (port, http) = (servers[1].pg_addr.port(), servers[2].http_addr);
+    let ready = [servers[1].http_addr, servers[2].http_addr];
     tokio::task::spawn_blocking(move || {
+        for a in ready {
+            until(60, "the cluster ready", || Http::new(a).get("/ready").0 == 200);
+        }
+        influx_client(port, http)
+    })
+    .await
+    .expect("client");
+    for s in servers {
+        s.shutdown().await.expect("stop");
+    }
+}
+
+/// The InfluxDB v2 client writes through HTTP address `http` with a token minted over the
+/// PostgreSQL port `port`; what it wrote is read back there.
+fn influx_client(port: u16, http: std::net::SocketAddr) {
+    {
         let admin = |sql: &str| {
             let (ok, out, err) = psql_as(port, "admin", ADMIN_PW, sql);
             assert!(ok, "{sql}: {err}");
@@ -192,8 +219,5 @@ async fn the_influxdb_v2_client_writes_with_a_token() {
             admin("SELECT count(*), count(DISTINCT city), sum(CASE WHEN rain THEN 1 ELSE 0 END) FROM weather"),
             "11|4|5"
         );
-    })
-    .await
-    .expect("client");
-    server.shutdown().await.expect("stop");
+    }
 }
