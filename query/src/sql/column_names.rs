@@ -1,8 +1,9 @@
 //! Names of result columns the statement did not name. DataFusion names an expression by its
 //! typed form (`Int64(1)`, `date_bin(IntervalMonthDayNano(...), cpu.time)`); a result column
 //! whose expression holds a literal is named by its SQL text instead (`1`,
-//! `date_bin(INTERVAL '1 minute', time)`), as the client wrote it. Columns and expressions
-//! without literals keep DataFusion's names (`host`, `count(*)`, `max(cpu.usage)`).
+//! `date_bin(INTERVAL '1 minute', time)`), as the client wrote it, and a call without
+//! arguments by its function (`version`, `current_database`), as PostgreSQL names it. Other
+//! columns and expressions keep DataFusion's names (`host`, `count(*)`, `max(cpu.usage)`).
 
 use std::ops::ControlFlow;
 
@@ -29,8 +30,17 @@ fn name_in(q: &mut Query) {
             SetExpr::Select(select) => {
                 for item in select.projection.iter_mut() {
                     let SelectItem::UnnamedExpr(e) = item else { continue };
-                    if has_literal(e) {
-                        let alias = Ident::with_quote('"', e.to_string());
+                    let name = match e {
+                        _ if has_literal(e) => Some(e.to_string()),
+                        // A call without arguments is named by its function, as PostgreSQL
+                        // names it (`version`, `current_database`, `now`).
+                        Expr::Function(f) if no_arguments(&f.args) => {
+                            f.name.0.last().map(|part| part.to_string())
+                        }
+                        _ => None,
+                    };
+                    if let Some(name) = name {
+                        let alias = Ident::with_quote('"', name);
                         let expr = std::mem::replace(
                             e,
                             Expr::Value(datafusion::sql::sqlparser::ast::Value::Null.into()),
@@ -42,6 +52,15 @@ fn name_in(q: &mut Query) {
             }
             _ => return,
         }
+    }
+}
+
+fn no_arguments(args: &datafusion::sql::sqlparser::ast::FunctionArguments) -> bool {
+    use datafusion::sql::sqlparser::ast::FunctionArguments;
+    match args {
+        FunctionArguments::None => true,
+        FunctionArguments::List(l) => l.args.is_empty(),
+        FunctionArguments::Subquery(_) => false,
     }
 }
 
@@ -80,5 +99,9 @@ mod tests {
             r#"SELECT 'a' AS "'a'" UNION ALL SELECT 'b'"#
         );
         assert_eq!(named("SELECT count(*) FROM cpu"), "SELECT count(*) FROM cpu");
+        assert_eq!(
+            named("SELECT current_database(), version(), now() AS t"),
+            r#"SELECT current_database() AS "current_database", version() AS "version", now() AS t"#
+        );
     }
 }
