@@ -19,9 +19,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 use super::url;
 use crate::error::Result;
 
-/// The largest point the importer assembles (a string value spanning lines): past it, the
-/// point's first line is refused and reading goes on at its second.
+/// The largest point the importer assembles (a string value spanning lines), in bytes and in
+/// lines: past either, the point's first line is refused and reading goes on at its second.
+/// (The point is parsed again as each line that could close its string comes, so the line
+/// bound also bounds that work.)
 const MAX_POINT_BYTES: usize = 1 << 20;
+const MAX_POINT_LINES: usize = 1_000;
 
 /// The most bytes sent in one request, whatever the batch's line count.
 const MAX_BATCH_BYTES: usize = 8 << 20;
@@ -211,27 +214,25 @@ impl<R: BufRead> Points<R> {
         }
         let mut point = Point { text, first, last: first };
         let mut taken = vec![];
+        // Whether the text read so far can have closed the open string: a line without `"`
+        // cannot, so the point is parsed again only after one with.
+        let mut may_close = true;
         loop {
-            let parsed = parse_line(point.text.trim_end_matches(['\n', '\r'])).map(|_| ());
-            let refused = match parsed {
-                Ok(()) => return Ok(Some(Read::Point(point))),
-                // A string value open at the end: it may go on on the next line.
-                Err(ParseError::Field { error: ValueError::UnterminatedString, .. })
-                    if point.text.len() < MAX_POINT_BYTES =>
-                {
-                    None
+            if may_close {
+                let parsed = parse_line(point.text.trim_end_matches(['\n', '\r'])).map(|_| ());
+                match parsed {
+                    Ok(()) => return Ok(Some(Read::Point(point))),
+                    Err(ParseError::Field { error: ValueError::UnterminatedString, .. }) => {}
+                    Err(e) => return Ok(Some(self.refuse(first, e.to_string(), taken))),
                 }
-                Err(e) => Some(e.to_string()),
-            };
-            if let Some(reason) = refused {
-                // Refused at its first line: the lines taken for it are read again.
-                for l in taken.into_iter().rev() {
-                    self.queue.push_front(l);
-                }
-                return Ok(Some(Read::Refused(first, reason)));
+            }
+            // A string value open at the end: it may go on on the next line, within bounds.
+            if point.text.len() >= MAX_POINT_BYTES || taken.len() >= MAX_POINT_LINES {
+                return Ok(Some(self.refuse(first, "unterminated string".into(), taken)));
             }
             match self.next_line()? {
                 Some((no, more)) => {
+                    may_close = more.contains('"');
                     point.text.push_str(&more);
                     point.last = no;
                     taken.push((no, more));
@@ -239,6 +240,15 @@ impl<R: BufRead> Points<R> {
                 None => return Ok(Some(Read::Refused(first, "unterminated string".into()))),
             }
         }
+    }
+
+    /// Line `first` refused for `reason`; the lines taken after it for its point are read
+    /// again.
+    fn refuse(&mut self, first: u64, reason: String, taken: Vec<(u64, String)>) -> Read {
+        for l in taken.into_iter().rev() {
+            self.queue.push_front(l);
+        }
+        Read::Refused(first, reason)
     }
 }
 

@@ -136,6 +136,11 @@ impl Meta {
         self.view.read().clone()
     }
 
+    /// `f` of the metadata view, read in place (no copy of it): for a check on a hot path.
+    pub fn with_view<R>(&self, f: impl FnOnce(&MetaView) -> R) -> R {
+        f(&self.view.read())
+    }
+
     /// A receiver that changes whenever the metadata does.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.clone()

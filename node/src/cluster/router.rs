@@ -170,13 +170,12 @@ impl Router {
     pub fn left(&self) -> Option<String> {
         use super::view::NodeState;
         let me = self.meta.node();
-        let v = self.meta.view();
-        let n = v.nodes.get(&me)?;
-        let left = match n.state {
-            NodeState::Removed => true,
-            NodeState::Draining => !v.shards.values().any(|s| s.involves(me)),
-            NodeState::Active => false,
-        };
+        // Asked on every write and table lookup: read in place, not copied.
+        let left = self.meta.with_view(|v| match v.nodes.get(&me).map(|n| n.state) {
+            Some(NodeState::Removed) => true,
+            Some(NodeState::Draining) => !v.shards.values().any(|s| s.involves(me)),
+            Some(NodeState::Active) | None => false,
+        });
         left.then(|| {
             format!(
                 "node {me} was decommissioned and has left the cluster: it holds no data and may \

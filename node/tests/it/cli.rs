@@ -94,6 +94,20 @@ async fn import_names_file_lines_resumes_and_skips() {
         assert!(out.contains("skipped 2 refused lines:\n  line 2002: "), "{out}");
         assert!(out.contains("\n  line 2501: field \"usage\""), "{out}");
         assert_eq!(count("cpu"), cpu);
+
+        // A string left open swallows no more than its bound: its line is refused and the
+        // lines after it are read again as points of their own.
+        let mut open = String::from("open,h=a v=1 1\nopen,h=b s=\"never closed 2\n");
+        for i in 0..1_500 {
+            open.push_str(&format!("open,h=c{i} v=1 {}\n", 3 + i));
+        }
+        let open_file = file.with_file_name("open.lp");
+        std::fs::write(&open_file, &open).expect("write file");
+        let (ok, out, err) = import(&url, &open_file, &["--skip-invalid"]);
+        assert!(ok, "{out}{err}");
+        assert!(out.contains("wrote 1501 points from lines 1-1502"), "{out}");
+        assert!(out.contains("skipped 1 refused line:\n  line 2: unterminated string"), "{out}");
+        assert_eq!(count("open"), 1_501);
     });
     checks.await.expect("checks");
     server.shutdown().await.expect("shutdown");
