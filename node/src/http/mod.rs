@@ -420,6 +420,9 @@ fn tag_of(kind: &StatementKind) -> String {
     }
 }
 
+/// The most a request's text tables hold in memory (`Accept: text/plain`).
+const MAX_TEXT_TABLE_BYTES: usize = 64 << 20;
+
 /// Every statement of `text` run in turn, each result as text (what `Accept: text/plain`
 /// asks for, a prompt's format): a query's rows as a table with its header, also when it has
 /// no rows, and its row count; another statement's rows if it returns some, else its tag.
@@ -431,9 +434,24 @@ async fn all_as_text(
     use datafusion::arrow;
     let mut statements = session.statements(text).await?;
     let (mut out, mut tag) = (String::new(), None);
+    // Every row is held to size the columns: the results together stay under a bound.
+    let mut held = 0usize;
     while let Some(result) = statements.next().await {
         let result = result?;
-        let batches = datafusion::physical_plan::common::collect(result.stream).await?;
+        let mut batches = Vec::new();
+        let mut stream = result.stream;
+        while let Some(b) = stream.next().await {
+            let b = b?;
+            held += b.get_array_memory_size();
+            if held > MAX_TEXT_TABLE_BYTES {
+                return Err(QueryError::invalid(format!(
+                    "the results hold over {} MiB, more than a text table shows: ask for CSV \
+                     (Accept: text/csv) or Arrow, which are streamed",
+                    MAX_TEXT_TABLE_BYTES >> 20
+                )));
+            }
+            batches.push(b);
+        }
         let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
         let this = tag_of(&result.kind);
         if !out.is_empty() {

@@ -173,6 +173,18 @@ CREATE TABLE
             "{err}"
         );
         assert!(!err.contains("Float64"), "{err}");
+
+        // A text table holds every row to size its columns: past its bound, the answer says
+        // to ask for a streamed format instead of holding more.
+        let (ok, _, err) = sql(&url, &[], "SELECT * FROM generate_series(1, 10000000)");
+        assert!(!ok);
+        assert!(err.contains("more than a text table shows: ask for CSV"), "{err}");
+        let (s, body) = h.post_with(
+            "/v1/sql",
+            b"SELECT count(*) AS c FROM (SELECT * FROM generate_series(1, 10000000))",
+            &[("Accept", "text/plain")],
+        );
+        assert!(s == 200 && body.contains("10000000"), "{s} {body}");
     });
     checks.await.expect("checks");
     server.shutdown().await.expect("shutdown");
