@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::common::{psql_as, secured, start_cluster, until, Http, ADMIN_PW};
+use crate::common::{psql_as, ready_cluster, secured, ADMIN_PW};
 use ebb_node::config::Config;
 use ebb_node::server::Server;
 
@@ -46,17 +46,10 @@ async fn psql_jdbc_and_sqlalchemy_read_the_catalog_as_each_user_may() {
 async fn the_postgresql_clients_on_a_three_node_cluster() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().expect("tempdir")).collect();
     let servers =
-        start_cluster(&dirs, |d| Config { shards: 4, replication: 2, ..secured(d) }).await;
+        ready_cluster(&dirs, |d| Config { shards: 4, replication: 2, ..secured(d) }).await;
     // Through a node that is not the first: it routes to every shard's leader.
-    let (port, ready) = (servers[2].pg_addr.port(), [servers[0].http_addr, servers[2].http_addr]);
-    tokio::task::spawn_blocking(move || {
-        for a in ready {
-            until(60, "the cluster ready", || Http::new(a).get("/ready").0 == 200);
-        }
-        postgres_clients(port)
-    })
-    .await
-    .expect("clients");
+    let port = servers[2].pg_addr.port();
+    tokio::task::spawn_blocking(move || postgres_clients(port)).await.expect("clients");
     for s in servers {
         s.shutdown().await.expect("stop");
     }
@@ -182,17 +175,9 @@ async fn the_influxdb_v2_client_writes_with_a_token() {
 async fn the_influxdb_v2_client_writes_to_a_three_node_cluster() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().expect("tempdir")).collect();
     let servers =
-        start_cluster(&dirs, |d| Config { shards: 4, replication: 2, ..secured(d) }).await;
+        ready_cluster(&dirs, |d| Config { shards: 4, replication: 2, ..secured(d) }).await;
     let (port, http) = (servers[1].pg_addr.port(), servers[2].http_addr);
-    let ready = [servers[1].http_addr, servers[2].http_addr];
-    tokio::task::spawn_blocking(move || {
-        for a in ready {
-            until(60, "the cluster ready", || Http::new(a).get("/ready").0 == 200);
-        }
-        influx_client(port, http)
-    })
-    .await
-    .expect("client");
+    tokio::task::spawn_blocking(move || influx_client(port, http)).await.expect("client");
     for s in servers {
         s.shutdown().await.expect("stop");
     }

@@ -53,6 +53,23 @@ pub async fn start_cluster(
     servers
 }
 
+/// [`start_cluster`], then waits (up to 60 s) until every node answers `/ready`.
+pub async fn ready_cluster(
+    dirs: &[tempfile::TempDir],
+    config: impl Fn(&Path) -> Config,
+) -> Vec<Server> {
+    let servers = start_cluster(dirs, config).await;
+    let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.http_addr).collect();
+    tokio::task::spawn_blocking(move || {
+        for a in addrs {
+            until(60, "the cluster ready", || Http::new(a).get("/ready").0 == 200);
+        }
+    })
+    .await
+    .expect("ready");
+    servers
+}
+
 /// A blocking HTTP client for one server that returns every status instead of failing on 4xx.
 pub struct Http {
     /// `http://host:port`.

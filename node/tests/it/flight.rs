@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::common::{loopback, start_cluster, until, Http};
+use crate::common::{loopback, ready_cluster, Http};
 use ebb_node::config::{Config, Secret};
 use ebb_node::server::Server;
 
@@ -148,13 +148,9 @@ async fn adbc_flight_sql_on_one_node() {
 async fn adbc_flight_sql_on_a_cluster() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().expect("tempdir")).collect();
     let servers =
-        start_cluster(&dirs, |d| Config { shards: 4, replication: 2, ..secured(d) }).await;
+        ready_cluster(&dirs, |d| Config { shards: 4, replication: 2, ..secured(d) }).await;
     let (http, flight) = (servers[0].http_addr, servers[2].flight_addr);
-    let ready = servers[2].http_addr;
     tokio::task::spawn_blocking(move || {
-        for a in [http, ready] {
-            until(60, "the cluster ready", || Http::new(a).get("/ready").0 == 200);
-        }
         prepare(http);
         client(flight);
         jdbc(flight);
