@@ -339,6 +339,8 @@ impl PreparedStore {
         who: &Principal,
         sql: &str,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
+        // Held to the statement's bound before it is tokenized to number its placeholders.
+        check_length(sql)?;
         let sql = &*numbered_placeholders(sql);
         let plan = plan(session, sql).await?;
         let schema = answer_schema(plan.as_ref());
