@@ -97,40 +97,23 @@ impl<'a> Reader<'a> {
 
     /// The tables of the database that hold samples: those with a float `value` column.
     async fn tables(&self) -> Result<Vec<Table>, ReadError> {
-        let db = self.session.database().to_string();
-        let sql = format!(
-            "SELECT table_name, column_name, data_type FROM information_schema.columns \
-             WHERE table_schema = {} ORDER BY table_name, ordinal_position",
-            literal(&db)
-        );
-        let mut out = self.session.execute(&sql).await?.stream;
-        let mut columns: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
-        // Columns seen per table: a shard answers for each table it holds, once each.
-        let mut seen: std::collections::HashSet<(String, String, String)> = Default::default();
-        while let Some(batch) = out.next().await {
-            let batch = batch.map_err(QueryError::from)?;
-            let text = |i: usize| batch.column(i).as_string_opt::<i32>().cloned();
-            let (Some(t), Some(c), Some(d)) = (text(0), text(1), text(2)) else {
-                continue;
-            };
-            for r in 0..batch.num_rows() {
-                let (table, col, ty) = (t.value(r), c.value(r), d.value(r));
-                if seen.insert((table.to_string(), col.to_string(), ty.to_string())) {
-                    let cols = columns.entry(table.to_string()).or_default();
-                    cols.push((col.to_string(), ty.to_string()));
-                }
-            }
-        }
-        Ok(columns
+        let has = |schema: &datafusion::arrow::datatypes::Schema, name: &str, ty: &DataType| {
+            schema.field_with_name(name).is_ok_and(|f| f.data_type() == ty)
+        };
+        Ok(self
+            .session
+            .tables()
+            .await?
             .into_iter()
-            .filter(|(_, cols)| cols.iter().any(|(c, d)| c == "value" && d == "Float64"))
-            .map(|(name, cols)| Table {
+            .filter(|(_, schema)| has(schema, "value", &DataType::Float64))
+            .map(|(name, schema)| Table {
                 name,
-                has_stale: cols.iter().any(|(c, d)| c == "stale" && d == "Boolean"),
-                labels: cols
-                    .into_iter()
-                    .filter(|(c, d)| d == "Utf8" && c != "time")
-                    .map(|(c, _)| c)
+                has_stale: has(&schema, "stale", &DataType::Boolean),
+                labels: schema
+                    .fields()
+                    .iter()
+                    .filter(|f| f.data_type() == &DataType::Utf8 && f.name() != "time")
+                    .map(|f| f.name().clone())
                     .collect(),
             })
             .collect())

@@ -62,4 +62,33 @@ names = inspector.get_table_names()
 check(table in names, f"get_table_names {names}")
 schemas = inspector.get_schema_names()
 check(schemas == ["public"], f"get_schema_names {schemas}")
+columns = {c["name"]: c for c in inspector.get_columns(table)}
+check(list(columns) == ["time", "host", "usage", "n"], f"get_columns {list(columns)}")
+check(
+    isinstance(columns["usage"]["type"], sqlalchemy.types.Float)
+    and isinstance(columns["n"]["type"], sqlalchemy.types.BigInteger)
+    and isinstance(columns["host"]["type"], sqlalchemy.types.Text)
+    and isinstance(columns["time"]["type"], sqlalchemy.types.DateTime),
+    f"column types {[str(c['type']) for c in columns.values()]}",
+)
+check(
+    not columns["time"]["nullable"] and columns["usage"]["nullable"],
+    "column nullability",
+)
+check(all(c["default"] is None for c in columns.values()), "no column defaults")
+pk = inspector.get_pk_constraint(table)
+check(pk["constrained_columns"] == [], f"get_pk_constraint {pk}")
+check(inspector.get_indexes(table) == [], "get_indexes")
+check(inspector.get_unique_constraints(table) == [], "get_unique_constraints")
+check(inspector.get_foreign_keys(table) == [], "get_foreign_keys")
+reflected = sqlalchemy.Table(table, sqlalchemy.MetaData(), autoload_with=engine)
+check(list(reflected.columns.keys()) == ["time", "host", "usage", "n"], "Table reflection")
+with engine.connect() as conn:
+    rows = conn.execute(
+        sqlalchemy.select(reflected.c.host, sqlalchemy.func.count())
+        .where(reflected.c.n >= 10)
+        .group_by(reflected.c.host)
+        .order_by(reflected.c.host)
+    ).all()
+    check([tuple(r) for r in rows] == [("h0", 6), ("h1", 7), ("h2", 7)], f"select of a reflected table {rows}")
 print("SQLALCHEMY CHECKS PASSED")

@@ -1,7 +1,8 @@
 //! PostgreSQL clients nobody here wrote, unchanged, against a server with users: psql's
 //! meta-commands (`\l \dt \d TABLE \dn \du`), the PostgreSQL JDBC driver (typed prepared
 //! statements, a batch INSERT, `DatabaseMetaData`: `JdbcCheck.java`), SQLAlchemy 2 with
-//! psycopg 3 and pandas (`sqlalchemy_check.py`) and node-postgres (`pg_check.js`). Each user
+//! psycopg 3 and pandas (`sqlalchemy_check.py`), node-postgres (`pg_check.js`) and the catalog
+//! queries of DBeaver's navigator and Metabase's sync (`catalog_replay.py`). Each user
 //! sees only the databases and tables it may read. The InfluxDB v2 Python client writes line
 //! protocol with an API token (`influx_v2_check.py`).
 
@@ -83,8 +84,16 @@ fn postgres_clients(port: u16) {
                 && columns.contains("idle|bigint|||"),
             "{columns}"
         );
+        let described = admin("\\d+ cpu");
+        assert!(
+            described.contains("time|timestamp without time zone||not null||plain|")
+                && described.contains("host|text||||extended|"),
+            "{described}"
+        );
         let databases = admin("\\l");
-        assert!(databases.contains("public|") && databases.contains("secret|"), "{databases}");
+        let names: Vec<&str> = databases.lines().filter_map(|l| l.split('|').next()).collect();
+        // The databases there are, and no other (no `postgres`).
+        assert_eq!(names, ["public", "secret"], "{databases}");
         assert_eq!(admin("\\dn"), "public|postgres");
         let roles = admin("\\du");
         for user in ["admin", "reader", "writer"] {
@@ -147,6 +156,13 @@ fn postgres_clients(port: u16) {
         python.arg(clients().join("sqlalchemy_check.py"));
         python.args([&port.to_string(), "admin", ADMIN_PW, "sqlalchemy_check"]);
         run_client(python, "SQLALCHEMY CHECKS PASSED");
+
+        // The catalog queries of DBeaver's navigator and Metabase's sync, as their sources
+        // write them, with pgjdbc's server-side parameters.
+        let mut python = Command::new(venv().join("bin/python"));
+        python.arg(clients().join("catalog_replay.py"));
+        python.args([&port.to_string(), "admin", ADMIN_PW, "public", "cpu"]);
+        run_client(python, "CATALOG REPLAY PASSED");
 
         // node-postgres, as Node.js services use it (installed beside the venv by .ci/run).
         let mut node = Command::new("node");

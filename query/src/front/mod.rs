@@ -425,6 +425,13 @@ impl Session {
         self.door.queries.run(async move { this.sql.plan(statement).await }).await
     }
 
+    /// The tables of the session's database with their columns, sorted by name, once its
+    /// principal may read the database (what `information_schema.columns` lists, as types).
+    pub async fn tables(&self) -> Result<Vec<(String, datafusion::arrow::datatypes::SchemaRef)>> {
+        self.door.authorize(&self.who, Some(self.database()), Privilege::Read)?;
+        self.sql.tables().await
+    }
+
     /// Checks `sql` against the server's bounds on SQL text, for a protocol that splits a
     /// request's statements itself.
     pub fn check(&self, sql: &str) -> Result<()> {

@@ -182,6 +182,23 @@ impl SqlSession {
         Ok(state.statement_to_plan(stmt).await?)
     }
 
+    /// The tables of the session's database with their columns, sorted by name, from a
+    /// listing taken now.
+    pub async fn tables(&self) -> Result<Vec<(String, SchemaRef)>> {
+        self.catalog.refresh().await?;
+        let schema = self.ctx.catalog(CATALOG).and_then(|c| c.schema(&self.database));
+        let Some(schema) = schema else { return Ok(Vec::new()) };
+        let mut names = schema.table_names();
+        names.sort();
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            if let Some(table) = schema.table(&name).await? {
+                out.push((name, table.schema()));
+            }
+        }
+        Ok(out)
+    }
+
     /// The change `sql` (one `DELETE`, `ERASE` or DDL statement) makes on every shard, as this
     /// session plans it; `None` for any other statement.
     pub async fn shard_op(&self, sql: &str) -> Result<Option<ShardOp>> {

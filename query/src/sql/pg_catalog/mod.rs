@@ -36,6 +36,8 @@ use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 
 use crate::access::{AccessStore, Privilege};
 
+mod format;
+
 /// The schema's name.
 pub const PG_CATALOG: &str = "pg_catalog";
 
@@ -207,7 +209,91 @@ pub fn schema(
 ) -> Result<Arc<dyn SchemaProvider>, DataFusionError> {
     let listing = Listing { catalog, database: database.to_string() };
     let roles = Roles { access, user: user.map(String::from) };
-    Ok(Arc::new(pg::PgCatalogSchemaProvider::try_new(listing, static_tables()?, roles)?))
+    let inner = pg::PgCatalogSchemaProvider::try_new(listing.clone(), static_tables()?, roles)?;
+    Ok(Arc::new(OwnDatabases { inner: Arc::new(inner), listing }))
+}
+
+/// The crate's `pg_catalog` schema with `pg_database` listing EbbDB's databases alone: the
+/// crate's adds a `postgres` database that does not exist here (psql `\l` would show it, and a
+/// client that connects to it would find nothing).
+#[derive(Debug)]
+struct OwnDatabases {
+    inner: Arc<dyn SchemaProvider>,
+    listing: Listing,
+}
+
+#[async_trait]
+impl SchemaProvider for OwnDatabases {
+    fn table_names(&self) -> Vec<String> {
+        self.inner.table_names()
+    }
+
+    async fn table(
+        &self,
+        name: &str,
+    ) -> Result<Option<Arc<dyn datafusion::catalog::TableProvider>>, DataFusionError> {
+        let table = self.inner.table(name).await?;
+        if !name.eq_ignore_ascii_case("pg_database") {
+            return Ok(table);
+        }
+        Ok(table.map(|inner| {
+            Arc::new(ListedDatabases { inner, listing: self.listing.clone() })
+                as Arc<dyn datafusion::catalog::TableProvider>
+        }))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.inner.table_exist(name)
+    }
+}
+
+/// `pg_database` holding the rows of the databases [`Listing::databases`] lists.
+#[derive(Debug)]
+struct ListedDatabases {
+    inner: Arc<dyn datafusion::catalog::TableProvider>,
+    listing: Listing,
+}
+
+#[async_trait]
+impl datafusion::catalog::TableProvider for ListedDatabases {
+    fn schema(&self) -> SchemaRef {
+        self.inner.schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        self.inner.table_type()
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn datafusion::catalog::Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[datafusion::prelude::Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>, DataFusionError> {
+        // A few rows: read whole, then kept as a table in memory.
+        let all = self.inner.scan(state, None, &[], None).await?;
+        let batches = datafusion::physical_plan::collect(all, state.task_ctx()).await?;
+        let listed = self.listing.databases();
+        let schema = self.schema();
+        let at = schema.index_of("datname")?;
+        let kept = batches
+            .iter()
+            .map(|b| {
+                let names = datafusion::arrow::compute::cast(b.column(at), &DataType::Utf8)?;
+                let names = names.as_any().downcast_ref::<StringArray>().ok_or_else(|| {
+                    DataFusionError::Internal("pg_database.datname: not text".into())
+                })?;
+                let keep: BooleanArray = names
+                    .iter()
+                    .map(|n| Some(n.is_some_and(|n| listed.iter().any(|l| l == n))))
+                    .collect();
+                Ok(datafusion::arrow::compute::filter_record_batch(b, &keep)?)
+            })
+            .collect::<Result<Vec<_>, DataFusionError>>()?;
+        let table = datafusion::datasource::MemTable::try_new(schema, vec![kept])?;
+        datafusion::catalog::TableProvider::scan(&table, state, projection, filters, limit).await
+    }
 }
 
 /// Adds the functions and planners every session shares to `state` (once per process).
@@ -223,8 +309,6 @@ pub fn register_shared(state: SessionState) -> SessionState {
         pg::create_pg_get_statisticsobjdef_columns_udf(),
         pg::create_pg_encoding_to_char_udf(),
         pg::create_pg_backend_pid_udf(),
-        pg::create_pg_relation_size_udf(),
-        pg::create_pg_total_relation_size_udf(),
         pg::create_pg_stat_get_numscans(),
         pg::create_pg_get_constraintdef(),
         pg::create_pg_get_partition_ancestors_udf(),
@@ -236,9 +320,12 @@ pub fn register_shared(state: SessionState) -> SessionState {
         expand_array(),
         size_pretty(),
         unknown_size("pg_table_size"),
+        unknown_size("pg_relation_size"),
+        unknown_size("pg_total_relation_size"),
         unknown_size("pg_indexes_size"),
         like_escape(),
         JsonObject::udf(),
+        format::udf(),
         Fixed::visible("pg_collation_is_visible"),
         Fixed::visible("pg_type_is_visible"),
         Fixed::visible("pg_function_is_visible"),
@@ -668,7 +755,16 @@ fn type_lookup(
 /// - `to_regtype(name)` as a lookup in `pg_type`;
 /// - `x LIKE p ESCAPE 'c'` (SQLAlchemy's schema names) as `x LIKE like_escape(p, 'c')`, the
 ///   pattern written with DataFusion's only escape, the backslash;
-/// - a one-column scalar subquery over `pg_catalog` ([`one_row_of_catalog`]).
+/// - a one-column scalar subquery over `pg_catalog` ([`one_row_of_catalog`]);
+/// - `information_schema.columns` as PostgreSQL's, and its constraint tables (empty), in place
+///   of DataFusion's ([`information_schema_view`]);
+/// - `CAST(name AS regclass)` of a computed name as a lookup in `pg_class`
+///   ([`REGCLASS_LOOKUP`]);
+/// - a scalar subquery over a table EbbDB never fills ([`over_nothing`]) as null;
+/// - the numbers of an index's vector columns (`unnest(i.indkey)`,
+///   `generate_subscripts(i.indkey, 1)`) read from their text ([`takes_index_vector`]);
+/// - a table's options, `c.reloptions`, and the array of its toast table's (psql's `\d+`), as
+///   the null array of a table without options ([`no_options`]).
 fn own_rewrites(mut statement: Statement) -> Statement {
     use datafusion::sql::sqlparser::ast::{
         AccessExpr, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, GroupByExpr, SelectItem,
@@ -678,6 +774,15 @@ fn own_rewrites(mut statement: Statement) -> Statement {
     struct Own;
     impl VisitorMut for Own {
         type Break = ();
+        fn post_visit_table_factor(
+            &mut self,
+            factor: &mut datafusion::sql::sqlparser::ast::TableFactor,
+        ) -> ControlFlow<()> {
+            if let Some(view) = information_schema_table(factor) {
+                *factor = view;
+            }
+            ControlFlow::Continue(())
+        }
         fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
             match expr {
                 Expr::CompoundFieldAccess { root, access_chain }
@@ -690,7 +795,72 @@ fn own_rewrites(mut statement: Statement) -> Statement {
                         }
                     }
                 }
+                Expr::Subquery(q) if over_nothing(q) => {
+                    *expr = Expr::Value(Value::Null.into());
+                }
                 Expr::Subquery(q) => one_row_of_catalog(q),
+                Expr::Cast { expr: name, data_type, .. }
+                    if data_type.to_string().to_ascii_lowercase().ends_with("regclass")
+                        && !matches!(**name, Expr::Value(_)) =>
+                {
+                    // `CAST(format('%I.%I', s, t) AS regclass)` (Metabase's column comments):
+                    // the table of that name in the session's database (the only one
+                    // `pg_class` lists), or null.
+                    if let Some(lookup) = filled(REGCLASS_LOOKUP, (**name).clone()) {
+                        *expr = lookup;
+                    }
+                }
+                Expr::Function(f) if f.name.to_string().eq_ignore_ascii_case("array_contains") => {
+                    // `x = ANY(c.conkey)` (Metabase's foreign keys), as the crate writes it.
+                    let FunctionArguments::List(list) = &mut f.args else {
+                        return ControlFlow::Continue(());
+                    };
+                    let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(keys))) =
+                        list.args.first_mut()
+                    else {
+                        return ControlFlow::Continue(());
+                    };
+                    if names_column(keys, &["conkey", "confkey"]) {
+                        if let Some(numbers) = constraint_keys(keys.clone()) {
+                            *keys = numbers;
+                        }
+                    }
+                }
+                Expr::Function(f) if takes_index_vector(f) => {
+                    let FunctionArguments::List(list) = &mut f.args else {
+                        return ControlFlow::Continue(());
+                    };
+                    let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(vector))) =
+                        list.args.first_mut()
+                    else {
+                        return ControlFlow::Continue(());
+                    };
+                    let Some(numbers) = index_vector(vector.clone()) else {
+                        return ControlFlow::Continue(());
+                    };
+                    if f.name.to_string().eq_ignore_ascii_case("generate_subscripts") {
+                        // `generate_subscripts(v, 1)`: the positions 1..=len of `v`'s numbers.
+                        if let Some(positions) = subscripts(numbers) {
+                            *expr = positions;
+                        }
+                    } else {
+                        *vector = numbers;
+                    }
+                }
+                Expr::Identifier(i) if i.value.eq_ignore_ascii_case("reloptions") => {
+                    *expr = no_options();
+                }
+                Expr::CompoundIdentifier(parts)
+                    if parts.last().is_some_and(|i| i.value.eq_ignore_ascii_case("reloptions")) =>
+                {
+                    *expr = no_options();
+                }
+                Expr::Function(f)
+                    if f.name.to_string().eq_ignore_ascii_case("array")
+                        && matches!(&f.args, FunctionArguments::Subquery(q) if unnests_no_options(q)) =>
+                {
+                    *expr = no_options();
+                }
                 Expr::InSubquery { expr: e, subquery, negated } if splits_search_path(subquery) => {
                     if let Some(schema) = parse_fixed("current_schema()") {
                         let op = match negated {
@@ -767,6 +937,255 @@ fn own_rewrites(mut statement: Statement) -> Statement {
     }
     let _ = statement.visit(&mut Own);
     statement
+}
+
+/// `information_schema.columns` as PostgreSQL's, over `pg_catalog` (so of the session's database
+/// alone, with PostgreSQL's type names: `data_type` `double precision`, `udt_name` `float8`),
+/// what Metabase's sync and other JDBC tools read.
+const COLUMNS: &str =
+    "SELECT CAST(current_database() AS TEXT) AS table_catalog, n.nspname AS table_schema, \
+     c.relname AS table_name, a.attname AS column_name, CAST(a.attnum AS INT) AS \
+     ordinal_position, CAST(NULL AS TEXT) AS column_default, CASE WHEN a.attnotnull THEN \
+     'NO' ELSE 'YES' END AS is_nullable, format_type(a.atttypid, NULL) AS \
+     data_type, CAST(NULL AS INT) AS character_maximum_length, CAST(CASE WHEN t.typname = \
+     'text' THEN 1073741824 END AS INT) AS character_octet_length, CAST(CASE t.typname \
+     WHEN 'float8' THEN 53 WHEN 'float4' THEN 24 WHEN 'int8' THEN 64 WHEN 'int4' THEN 32 \
+     WHEN 'int2' THEN 16 END AS INT) AS numeric_precision, CAST(CASE WHEN t.typname IN \
+     ('float8', 'float4', 'int8', 'int4', 'int2') THEN 2 END AS INT) AS \
+     numeric_precision_radix, CAST(CASE WHEN t.typname IN ('int8', 'int4', 'int2') THEN 0 \
+     END AS INT) AS numeric_scale, CAST(CASE WHEN t.typname IN ('timestamp', \
+     'timestamptz') THEN 6 END AS INT) AS datetime_precision, CAST(NULL AS TEXT) AS \
+     interval_type, CAST(NULL AS INT) AS interval_precision, CAST(NULL AS TEXT) AS \
+     collation_name, CAST(NULL AS TEXT) AS domain_name, CAST(current_database() AS TEXT) \
+     AS udt_catalog, 'pg_catalog' AS udt_schema, t.typname AS udt_name, 'NO' AS \
+     is_identity, CAST(NULL AS TEXT) AS identity_generation, 'NEVER' AS is_generated, \
+     CAST(NULL AS TEXT) AS generation_expression, 'YES' AS is_updatable FROM \
+     pg_catalog.pg_attribute AS a JOIN pg_catalog.pg_class AS c ON a.attrelid = c.oid \
+     JOIN pg_catalog.pg_namespace AS n ON c.relnamespace = n.oid JOIN pg_catalog.pg_type \
+     AS t ON a.atttypid = t.oid WHERE a.attnum > 0 AND NOT a.attisdropped";
+
+/// `information_schema.table_constraints`: EbbDB tables have no constraints.
+const TABLE_CONSTRAINTS: &str =
+    "SELECT CAST(NULL AS TEXT) AS constraint_catalog, CAST(NULL AS TEXT) AS \
+     constraint_schema, CAST(NULL AS TEXT) AS constraint_name, CAST(NULL AS TEXT) AS \
+     table_catalog, CAST(NULL AS TEXT) AS table_schema, CAST(NULL AS TEXT) AS table_name, \
+     CAST(NULL AS TEXT) AS constraint_type, CAST(NULL AS TEXT) AS is_deferrable, \
+     CAST(NULL AS TEXT) AS initially_deferred, CAST(NULL AS TEXT) AS enforced, CAST(NULL \
+     AS TEXT) AS nulls_distinct WHERE false";
+
+/// `information_schema.key_column_usage`: none.
+const KEY_COLUMN_USAGE: &str =
+    "SELECT CAST(NULL AS TEXT) AS constraint_catalog, CAST(NULL AS TEXT) AS \
+     constraint_schema, CAST(NULL AS TEXT) AS constraint_name, CAST(NULL AS TEXT) AS \
+     table_catalog, CAST(NULL AS TEXT) AS table_schema, CAST(NULL AS TEXT) AS table_name, \
+     CAST(NULL AS TEXT) AS column_name, CAST(NULL AS INT) AS ordinal_position, CAST(NULL \
+     AS INT) AS position_in_unique_constraint WHERE false";
+
+/// `information_schema.referential_constraints`: none.
+const REFERENTIAL_CONSTRAINTS: &str =
+    "SELECT CAST(NULL AS TEXT) AS constraint_catalog, CAST(NULL AS TEXT) AS \
+     constraint_schema, CAST(NULL AS TEXT) AS constraint_name, CAST(NULL AS TEXT) AS \
+     unique_constraint_catalog, CAST(NULL AS TEXT) AS unique_constraint_schema, CAST(NULL \
+     AS TEXT) AS unique_constraint_name, CAST(NULL AS TEXT) AS match_option, CAST(NULL AS \
+     TEXT) AS update_rule, CAST(NULL AS TEXT) AS delete_rule WHERE false";
+
+/// `information_schema.constraint_column_usage`: none.
+const CONSTRAINT_COLUMN_USAGE: &str =
+    "SELECT CAST(NULL AS TEXT) AS table_catalog, CAST(NULL AS TEXT) AS table_schema, \
+     CAST(NULL AS TEXT) AS table_name, CAST(NULL AS TEXT) AS column_name, CAST(NULL AS \
+     TEXT) AS constraint_catalog, CAST(NULL AS TEXT) AS constraint_schema, CAST(NULL AS \
+     TEXT) AS constraint_name WHERE false";
+
+/// The query standing for `information_schema.<table>` in a catalog query, for the tables
+/// PostgreSQL clients read that DataFusion's `information_schema` lacks or describes in its
+/// own terms; `None` for the others (`tables`, `schemata`, ... stay DataFusion's).
+fn information_schema_view(table: &str) -> Option<&'static str> {
+    Some(match table.to_ascii_lowercase().as_str() {
+        "columns" => COLUMNS,
+        "table_constraints" => TABLE_CONSTRAINTS,
+        "key_column_usage" => KEY_COLUMN_USAGE,
+        "referential_constraints" => REFERENTIAL_CONSTRAINTS,
+        "constraint_column_usage" => CONSTRAINT_COLUMN_USAGE,
+        _ => return None,
+    })
+}
+
+/// `information_schema.<table> [AS alias]` as the derived table of [`information_schema_view`]
+/// (named `alias`, or `<table>`), if it has one.
+fn information_schema_table(
+    factor: &datafusion::sql::sqlparser::ast::TableFactor,
+) -> Option<datafusion::sql::sqlparser::ast::TableFactor> {
+    use datafusion::sql::sqlparser::ast::{SetExpr, TableFactor};
+    let TableFactor::Table { name, alias, args: None, .. } = factor else { return None };
+    let [schema, table] = name.0.as_slice() else { return None };
+    let schema = schema.as_ident()?;
+    let table = table.as_ident()?;
+    if !schema.value.eq_ignore_ascii_case("information_schema") {
+        return None;
+    }
+    let view = information_schema_view(&table.value)?;
+    // The text is EbbDB's own; the client's alias is set on the tree.
+    let text = format!("SELECT * FROM ({view}) AS {table}");
+    let mut q = datafusion::sql::sqlparser::parser::Parser::new(
+        &datafusion::sql::sqlparser::dialect::PostgreSqlDialect {},
+    )
+    .try_with_sql(&text)
+    .and_then(|mut p| p.parse_query())
+    .ok()?;
+    let SetExpr::Select(select) = q.body.as_mut() else { return None };
+    let mut from = select.from.pop()?.relation;
+    if let (TableFactor::Derived { alias: derived, .. }, Some(alias)) = (&mut from, alias) {
+        *derived = Some(alias.clone());
+    }
+    Some(from)
+}
+
+/// The oid of the table a name computed in the query names (`schema.table`, quoted or not),
+/// for `CAST(name AS regclass)` of a name that is not a literal; the name is `NULL`'s place.
+const REGCLASS_LOOKUP: &str = "(SELECT first_value(k.oid) FROM pg_catalog.pg_class AS k \
+     WHERE k.relname = array_element(parse_ident(CAST(NULL AS TEXT)), -1))";
+
+/// `pg_catalog` tables that hold no row in EbbDB: a table has no column defaults
+/// (`pg_attrdef`), sequences, triggers, inheritance, row policies, extended statistics,
+/// partitions, foreign tables or publications. The crate's copies are empty (a test holds it
+/// to that).
+const ALWAYS_EMPTY: [&str; 9] = [
+    "pg_attrdef",
+    "pg_sequence",
+    "pg_trigger",
+    "pg_inherits",
+    "pg_policy",
+    "pg_statistic_ext",
+    "pg_partitioned_table",
+    "pg_foreign_table",
+    "pg_publication",
+];
+
+/// Whether `q` is a scalar subquery over one of the [`ALWAYS_EMPTY`] tables with no aggregate,
+/// which is null (SQLAlchemy's column defaults and identity options: `CASE WHEN
+/// a.atthasdef THEN (SELECT pg_get_expr(...) FROM pg_attrdef WHERE a.atthasdef AND ...)`, a
+/// correlation DataFusion cannot plan inside `CASE`).
+fn over_nothing(q: &datafusion::sql::sqlparser::ast::Query) -> bool {
+    use datafusion::sql::sqlparser::ast::{Expr, GroupByExpr, SelectItem, SetExpr, TableFactor};
+    let SetExpr::Select(select) = q.body.as_ref() else { return false };
+    let [from] = select.from.as_slice() else { return false };
+    let TableFactor::Table { name, args: None, .. } = &from.relation else { return false };
+    let empty = match name.0.as_slice() {
+        [schema, table] => {
+            schema.to_string().eq_ignore_ascii_case(PG_CATALOG)
+                && ALWAYS_EMPTY.contains(&table.to_string().to_ascii_lowercase().as_str())
+        }
+        _ => false,
+    };
+    let grouped = !matches!(&select.group_by, GroupByExpr::Expressions(e, _) if e.is_empty());
+    let aggregate = select.projection.iter().any(|item| match item {
+        SelectItem::UnnamedExpr(Expr::Function(f))
+        | SelectItem::ExprWithAlias { expr: Expr::Function(f), .. } => {
+            let name = f.name.to_string().to_ascii_lowercase();
+            ["count", "max", "min", "sum", "array_agg", "bool_and", "bool_or", "string_agg"]
+                .contains(&name.as_str())
+        }
+        _ => false,
+    });
+    empty && from.joins.is_empty() && !grouped && select.having.is_none() && !aggregate
+}
+
+/// Whether `f` is `unnest(v)` or `generate_subscripts(v, 1)` of an index's vector column
+/// (`pg_index.indkey`, `indclass`, `indcollation`, `indoption`: PostgreSQL's `int2vector` and
+/// `oidvector`, which the catalog holds as their text, numbers separated by spaces), as
+/// SQLAlchemy's primary key, unique constraint and index queries read them.
+fn takes_index_vector(f: &datafusion::sql::sqlparser::ast::Function) -> bool {
+    use datafusion::sql::sqlparser::ast::{FunctionArg, FunctionArgExpr, FunctionArguments};
+    let name = f.name.to_string().to_ascii_lowercase();
+    let name = name.strip_prefix("pg_catalog.").unwrap_or(&name);
+    if name != "unnest" && name != "generate_subscripts" {
+        return false;
+    }
+    let FunctionArguments::List(list) = &f.args else { return false };
+    let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(e))) = list.args.first() else {
+        return false;
+    };
+    names_column(e, &["indkey", "indclass", "indcollation", "indoption"])
+}
+
+/// Whether `e` is a column (`col`, `t.col`) named one of `names`.
+fn names_column(e: &datafusion::sql::sqlparser::ast::Expr, names: &[&str]) -> bool {
+    use datafusion::sql::sqlparser::ast::Expr;
+    let column = match e {
+        Expr::Identifier(i) => Some(i),
+        Expr::CompoundIdentifier(parts) => parts.last(),
+        _ => None,
+    };
+    column.is_some_and(|c| names.contains(&c.value.to_ascii_lowercase().as_str()))
+}
+
+/// The numbers of a constraint's key columns (`pg_constraint.conkey`, `confkey`: PostgreSQL's
+/// `int2[]`, which the catalog holds as text such as `[2, 3]`).
+fn constraint_keys(
+    v: datafusion::sql::sqlparser::ast::Expr,
+) -> Option<datafusion::sql::sqlparser::ast::Expr> {
+    filled("CAST(string_to_array(replace(btrim(NULL, '[]{}'), ' ', ''), ',') AS BIGINT[])", v)
+}
+
+/// The numbers of an index vector's text `v`, as `CAST(string_to_array(v, ' ') AS BIGINT[])`.
+fn index_vector(
+    v: datafusion::sql::sqlparser::ast::Expr,
+) -> Option<datafusion::sql::sqlparser::ast::Expr> {
+    filled("CAST(string_to_array(NULL, ' ') AS BIGINT[])", v)
+}
+
+/// `unnest(range(1, array_length(numbers) + 1))`: the subscripts of `numbers`, one row each.
+fn subscripts(
+    numbers: datafusion::sql::sqlparser::ast::Expr,
+) -> Option<datafusion::sql::sqlparser::ast::Expr> {
+    filled("unnest(range(1, CAST(array_length(NULL) AS BIGINT) + 1))", numbers)
+}
+
+/// The fixed expression `text` with its one `NULL` replaced by `arg` (built as a tree: `arg`,
+/// a client's, is never parsed again).
+fn filled(
+    text: &str,
+    arg: datafusion::sql::sqlparser::ast::Expr,
+) -> Option<datafusion::sql::sqlparser::ast::Expr> {
+    use datafusion::sql::sqlparser::ast::{Expr, Value, VisitMut, VisitorMut};
+    use std::ops::ControlFlow;
+    struct Fill(Option<Expr>);
+    impl VisitorMut for Fill {
+        type Break = ();
+        fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+            if matches!(expr, Expr::Value(v) if v.value == Value::Null) {
+                if let Some(arg) = self.0.take() {
+                    *expr = arg;
+                    return ControlFlow::Break(());
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut out = parse_fixed(text)?;
+    let mut fill = Fill(Some(arg));
+    let _ = out.visit(&mut fill);
+    fill.0.is_none().then_some(out)
+}
+
+/// A table's storage options (`pg_class.reloptions`, which the catalog does not have: EbbDB
+/// tables have none), as the null array PostgreSQL holds for a table without options.
+fn no_options() -> datafusion::sql::sqlparser::ast::Expr {
+    use datafusion::sql::sqlparser::ast::{Expr, Value};
+    parse_fixed("CAST(NULL AS TEXT[])").unwrap_or(Expr::Value(Value::Null.into()))
+}
+
+/// Whether `q` reads the elements of options [`no_options`] stands for (`SELECT 'toast.' || x
+/// FROM pg_catalog.unnest(tc.reloptions) x`, psql's `\d+`): the array it makes is empty.
+fn unnests_no_options(q: &datafusion::sql::sqlparser::ast::Query) -> bool {
+    use datafusion::sql::sqlparser::ast::{FunctionArg, FunctionArgExpr, SetExpr, TableFactor};
+    let SetExpr::Select(select) = q.body.as_ref() else { return false };
+    let [from] = select.from.as_slice() else { return false };
+    let TableFactor::Table { name, args: Some(args), .. } = &from.relation else { return false };
+    let unnest = name.0.last().is_some_and(|p| p.to_string().eq_ignore_ascii_case("unnest"));
+    unnest
+        && from.joins.is_empty()
+        && matches!(args.args.as_slice(), [FunctionArg::Unnamed(FunctionArgExpr::Expr(e))] if *e == no_options())
 }
 
 /// A scalar subquery over `pg_catalog` with one column and no aggregate (pgjdbc's
@@ -1007,15 +1426,17 @@ impl datafusion::logical_expr::ScalarUDFImpl for Fixed {
 
 /// A size EbbDB does not keep per table (`\\dt+`): null.
 fn unknown_size(name: &str) -> datafusion::logical_expr::ScalarUDF {
-    create_udf(
+    // Any one argument: an oid as a client binds it (int4 or int8) or a name.
+    let unknown = |_: &[ColumnarValue]| {
+        Ok(ColumnarValue::Scalar(datafusion::scalar::ScalarValue::Int64(None)))
+    };
+    let udf = datafusion::logical_expr::SimpleScalarUDF::new_with_signature(
         name,
-        vec![DataType::Int32],
+        datafusion::logical_expr::Signature::any(1, Volatility::Immutable),
         DataType::Int64,
-        Volatility::Immutable,
-        Arc::new(|_: &[ColumnarValue]| {
-            Ok(ColumnarValue::Scalar(datafusion::scalar::ScalarValue::Int64(None)))
-        }),
-    )
+        Arc::new(unknown),
+    );
+    datafusion::logical_expr::ScalarUDF::new_from_impl(udf)
 }
 
 /// PostgreSQL's rounding: a unit is used once the value is at least 10240 of the one below.
@@ -1187,11 +1608,39 @@ mod tests {
         assert!(matches!(parsed(&sql), Err(crate::QueryError::Limit(_))));
     }
 
+    /// A server without users.
+    #[derive(Debug)]
+    struct NoUsers;
+
+    #[async_trait]
+    impl AccessStore for NoUsers {
+        fn access(&self) -> Arc<crate::access::AccessState> {
+            Arc::default()
+        }
+
+        async fn write_access(&self, _: Vec<crate::access::AccessOp>) -> crate::Result<()> {
+            Ok(())
+        }
+    }
+
     /// The one row `sql` answers in a fresh context, its columns as text.
     fn one_row(sql: &str) -> Vec<String> {
         let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
         runtime.block_on(async {
             let ctx = crate::sql::session::new_context("public", false);
+            let catalog = Arc::new(datafusion::catalog::MemoryCatalogProvider::new());
+            let public = Arc::new(datafusion::catalog::MemorySchemaProvider::new());
+            let fields = vec![Field::new("v", DataType::Float64, true)];
+            let table = datafusion::datasource::MemTable::try_new(
+                Arc::new(datafusion::arrow::datatypes::Schema::new(fields)),
+                vec![vec![]],
+            )
+            .expect("table");
+            public.register_table("cpu".into(), Arc::new(table)).expect("cpu");
+            catalog.register_schema("public", public).expect("public");
+            let pg = schema(catalog.clone(), Arc::new(NoUsers), "public", None).expect("schema");
+            catalog.register_schema(PG_CATALOG, pg).expect("pg_catalog");
+            ctx.register_catalog(crate::sql::CATALOG, catalog);
             let mut statements = parsed(sql).expect("parse");
             let batches =
                 ctx.sql(&statements.remove(0)).await.expect("plan").collect().await.expect("run");
@@ -1220,6 +1669,39 @@ mod tests {
             ),
             vec!["true", "false", "true", "1 bytes"]
         );
+    }
+
+    #[test]
+    fn tables_ebbdb_never_fills_are_empty_and_their_subqueries_null() {
+        for table in ALWAYS_EMPTY {
+            let count = one_row(&format!("SELECT count(*) FROM pg_catalog.{table}"));
+            assert_eq!(count, vec!["0"], "{table}");
+        }
+        // SQLAlchemy's column defaults: a subquery correlated inside `CASE`.
+        let sql = "SELECT a.attname, CASE WHEN a.atthasdef THEN (SELECT \
+                   pg_catalog.pg_get_expr(d.adbin, d.adrelid) FROM pg_catalog.pg_attrdef d \
+                   WHERE a.atthasdef AND d.adrelid = a.attrelid AND d.adnum = a.attnum) \
+                   ELSE NULL END FROM pg_catalog.pg_attribute a";
+        assert_eq!(one_row(sql)[1], "");
+        // An aggregate over no rows is a row: kept.
+        let got =
+            parsed("SELECT (SELECT count(*) FROM pg_catalog.pg_attrdef) FROM pg_catalog.pg_class")
+                .expect("parse");
+        assert!(got[0].contains("count(*)"), "{got:?}");
+    }
+
+    #[test]
+    fn index_vectors_read_as_numbers_and_options_as_none() {
+        // pgjdbc's and SQLAlchemy's index columns: PostgreSQL's own index 827 is on (2, 3, 4).
+        let sql = "SELECT array_agg(k ORDER BY o), array_agg(o ORDER BY o) FROM (SELECT \
+                   unnest(i.indkey) AS k, generate_subscripts(i.indkey, 1) AS o \
+                   FROM pg_catalog.pg_index i WHERE i.indexrelid = 827) AS t";
+        assert_eq!(one_row(sql), vec!["[2, 3, 4]", "[1, 2, 3]"]);
+        // psql's `\d+`.
+        let sql = "SELECT pg_catalog.array_to_string(c.reloptions || array(select 'toast.' || x \
+                   from pg_catalog.unnest(tc.reloptions) x), ', ') FROM pg_catalog.pg_class c \
+                   LEFT JOIN pg_catalog.pg_class tc ON (c.reltoastrelid = tc.oid)";
+        assert_eq!(one_row(sql), vec![""]);
     }
 
     #[test]
