@@ -60,9 +60,10 @@ pub enum QueryError {
     /// The storage engine failed.
     #[error("storage: {0}")]
     Storage(#[from] ebb_storage::Error),
-    /// DataFusion failed (planning or execution).
+    /// DataFusion failed (planning or execution). A table DataFusion does not find is
+    /// [`QueryError::UnknownTable`] instead (see the `From` conversion).
     #[error("{0}")]
-    DataFusion(#[from] DataFusionError),
+    DataFusion(DataFusionError),
     /// This replica does not lead its shard; the leader's node id if known.
     #[error("not the shard leader (leader: {})", .0.map(|l| l.to_string()).unwrap_or_else(|| "unknown".into()))]
     NotLeader(Option<u64>),
@@ -158,6 +159,25 @@ impl From<ebb_storage::disk::BelowReserve> for QueryError {
 /// inserted into; a scalar subquery of more than one row (PostgreSQL's 21000).
 const CLIENT_FAULTS: &[&str] =
     &["Placeholder", "Types don't match", "Scalar subquery returned more than one row"];
+
+impl From<DataFusionError> for QueryError {
+    /// DataFusion's error, or [`QueryError::UnknownTable`] for a table it did not find
+    /// (`table 'ebb.public.x' not found`), named as EbbDB names tables (`public.x`).
+    fn from(e: DataFusionError) -> Self {
+        match missing_table(&e) {
+            Some(name) => QueryError::UnknownTable(name),
+            None => QueryError::DataFusion(e),
+        }
+    }
+}
+
+/// The `database.table` DataFusion's planner did not find, if `e` says so.
+fn missing_table(e: &DataFusionError) -> Option<String> {
+    let DataFusionError::Plan(m) = e.find_root() else { return None };
+    let name = m.strip_prefix("table '")?.strip_suffix("' not found")?;
+    let ours = name.strip_prefix(crate::sql::CATALOG).and_then(|n| n.strip_prefix('.'));
+    Some(ours.unwrap_or(name).to_string())
+}
 
 impl QueryError {
     /// The line of a line-protocol request the error is about, if it is about one.
@@ -296,5 +316,14 @@ mod cause_tests {
         assert!(matches!(wrapped.cause(), QueryError::Unavailable(m) if m.contains("shard 3")));
         let plain = QueryError::DataFusion(DataFusionError::Plan("no".into()));
         assert!(matches!(plain.cause(), QueryError::DataFusion(_)));
+    }
+
+    #[test]
+    fn a_table_datafusion_does_not_find_is_an_unknown_table() {
+        let missing = DataFusionError::Plan("table 'ebb.public.x' not found".into());
+        let e = QueryError::from(DataFusionError::Context("plan".into(), Box::new(missing)));
+        assert_eq!(e.to_string(), "table public.x does not exist");
+        let other = QueryError::from(DataFusionError::Plan("column 'y' not found".into()));
+        assert!(matches!(other, QueryError::DataFusion(_)), "{other}");
     }
 }

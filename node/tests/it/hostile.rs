@@ -315,7 +315,7 @@ async fn writes_are_bounded_in_tags_columns_and_series() {
         // `time`, the field and 297 tags fill the table: line 299's tag would be the 301st.
         assert!(b.contains("max_columns_per_table") && b.contains("line 299"), "{b}");
         let (s, b) = h.sql("SELECT * FROM t");
-        assert!(s == 400 && b.contains("not found"), "nothing written: {b}");
+        assert!(s == 404 && b.contains("table public.t does not exist"), "nothing written: {b}");
         let series: String =
             (0..5_001).map(|i| format!("s,host=h{i} f=1 1700000000000000000\n")).collect();
         let (s, b) = h.post("/write?db=public", &series);
@@ -580,8 +580,9 @@ async fn private_schemas_files_reserved_names_and_throttling() {
             let sql = format!("SELECT DISTINCT table_schema FROM information_schema.{view}");
             let listed = lister.ok(&sql);
             assert!(listed.contains("public") && !listed.contains("other"), "{view}: {listed}");
-            assert!(admin.ok(&sql).contains("other"), "the admin sees every database");
         }
+        let every = "SELECT DISTINCT table_schema FROM information_schema.tables";
+        assert!(admin.ok(every).contains("other"), "the admin sees every database");
         // Ten wrong passwords for one user lock that user out from this address, told so;
         // another user from the same address still logs in.
         for _ in 0..10 {

@@ -95,7 +95,7 @@ async fn read(
     let q = format!("SELECT v FROM reg WHERE host = 'h{k}'");
     match tokio::time::timeout(OP_TIMEOUT, sql.query(&q)).await {
         Err(_) => Err("timed out".into()),
-        Ok(Err(QueryError::DataFusion(e))) if e.to_string().contains("not found") => Ok(None),
+        Ok(Err(QueryError::UnknownTable(_))) => Ok(None),
         Ok(Err(e)) => Err(e.to_string()),
         Ok(Ok(batches)) => {
             let mut vals = Vec::new();

@@ -49,7 +49,7 @@ fn read(c: &LocalCluster, node: u16, k: usize) -> Option<Option<i64>> {
             Some(rows.first().copied())
         }
         // No write reached any shard yet: the table does not exist.
-        (400 | 404, body) if body.contains("table") && body.contains("not found") => Some(None),
+        (404, body) if body.contains("table") && body.contains("does not exist") => Some(None),
         _ => None,
     }
 }
