@@ -63,7 +63,7 @@ pub enum QueryError {
     /// DataFusion failed (planning or execution). A table DataFusion does not find is
     /// [`QueryError::UnknownTable`] instead (see the `From` conversion).
     #[error("{0}")]
-    DataFusion(DataFusionError),
+    DataFusion(#[source] DataFusionError),
     /// This replica does not lead its shard; the leader's node id if known.
     #[error("not the shard leader (leader: {})", .0.map(|l| l.to_string()).unwrap_or_else(|| "unknown".into()))]
     NotLeader(Option<u64>),

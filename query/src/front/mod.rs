@@ -429,7 +429,9 @@ impl Session {
     /// principal may read the database (what `information_schema.columns` lists, as types).
     pub async fn tables(&self) -> Result<Vec<(String, datafusion::arrow::datatypes::SchemaRef)>> {
         self.door.authorize(&self.who, Some(self.database()), Privilege::Read)?;
-        self.sql.tables().await
+        // On the statement threads, as a statement listing them would run.
+        let this = self.clone();
+        self.door.queries.run(async move { this.sql.tables().await }).await
     }
 
     /// Checks `sql` against the server's bounds on SQL text, for a protocol that splits a

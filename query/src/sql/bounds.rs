@@ -81,7 +81,20 @@ pub fn parse_checked(sql: &str, bounds: &SqlBounds) -> Result<VecDeque<DfStateme
     let mut statements =
         DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {}).map_err(QueryError::syntax)?;
     if super::pg_catalog::is_catalog_query(sql) {
-        // PostgreSQL clients' catalog queries, rewritten so DataFusion plans them.
+        // PostgreSQL clients' catalog queries, rewritten so DataFusion plans them. A rewrite
+        // puts a query in place of a name: what the text could grow to is held to the text's
+        // bound before any is made, and the client's own relations to theirs.
+        let grown = sql.len().saturating_add(super::pg_catalog::rewrite_growth(sql));
+        if grown > bounds.max_sql_bytes {
+            return Err(over(
+                format!("the SQL text's {grown} bytes once catalog names are expanded"),
+                bounds.max_sql_bytes,
+                "max_sql_bytes",
+            ));
+        }
+        for s in &statements {
+            check_relations(s, bounds.max_relations)?;
+        }
         let plain = statements.iter().all(|s| matches!(s, DfStatement::Statement(_)));
         match super::pg_catalog::rewritten(sql) {
             Some(pg) if plain && pg.len() == statements.len() => {

@@ -344,6 +344,7 @@ const WRAPPED: &[(&str, Foresee)] = &[
     ("array_concat", Foresee::Result),
     ("encode", Foresee::Result),
     ("to_hex", Foresee::Result),
+    ("format", Foresee::Result),
     ("levenshtein", Foresee::Pairs),
 ];
 

@@ -14,8 +14,8 @@ use datafusion::logical_expr::{
 /// argument as an identifier (double-quoted unless it is lower case letters, digits, `_` and
 /// `$`, not starting with a digit; PostgreSQL also quotes its reserved words), `%L` the next
 /// argument as a string literal (`NULL` if null), `%%` a percent sign. Argument positions
-/// (`%1$s`) and widths are refused. The result is at most the format's length plus the
-/// arguments' (each argument is used at most once).
+/// (`%1$s`) and widths are refused. Each argument is used at most once, and a batch of rows
+/// makes at most [`MAX_RESULT_BYTES`].
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct Format {
     signature: Signature,
@@ -44,39 +44,74 @@ impl ScalarUDFImpl for Format {
         args: ScalarFunctionArgs,
     ) -> datafusion::error::Result<ColumnarValue> {
         let rows = args.number_rows;
-        let texts =
-            args.args
-                .iter()
-                .map(|a| {
-                    let a = datafusion::arrow::compute::cast(&a.to_array(rows)?, &DataType::Utf8)?;
-                    a.as_any().downcast_ref::<StringArray>().cloned().ok_or_else(|| {
+        // A constant argument is read once, not copied for every row.
+        let texts = args
+            .args
+            .iter()
+            .map(|a| match a {
+                ColumnarValue::Scalar(v) if v.is_null() => Ok(Text::One(None)),
+                ColumnarValue::Scalar(v) => match v.cast_to(&DataType::Utf8)? {
+                    datafusion::scalar::ScalarValue::Utf8(t) => Ok(Text::One(t)),
+                    other => Ok(Text::One(Some(other.to_string()))),
+                },
+                ColumnarValue::Array(a) => {
+                    let a = datafusion::arrow::compute::cast(a, &DataType::Utf8)?;
+                    let a = a.as_any().downcast_ref::<StringArray>().cloned().ok_or_else(|| {
                         DataFusionError::Internal("format: an argument as text".into())
-                    })
-                })
-                .collect::<datafusion::error::Result<Vec<StringArray>>>()?;
+                    })?;
+                    Ok(Text::Each(a))
+                }
+            })
+            .collect::<datafusion::error::Result<Vec<Text>>>()?;
         let Some((fmt, values)) = texts.split_first() else {
             return Err(DataFusionError::Plan("format: takes a format string".into()));
         };
-        let out = (0..rows)
-            .map(|i| {
-                if fmt.is_null(i) {
-                    return Ok(None);
-                }
-                let args: Vec<Option<&str>> =
-                    values.iter().map(|v| (!v.is_null(i)).then(|| v.value(i))).collect();
-                formatted(fmt.value(i), &args).map(Some)
-            })
-            .collect::<datafusion::error::Result<StringArray>>()?;
-        Ok(ColumnarValue::Array(Arc::new(out)))
+        let mut made = 0usize;
+        let mut out = Vec::with_capacity(rows);
+        for i in 0..rows {
+            let Some(f) = fmt.get(i) else {
+                out.push(None);
+                continue;
+            };
+            let args: Vec<Option<&str>> = values.iter().map(|v| v.get(i)).collect();
+            let text = formatted(f, &args, MAX_RESULT_BYTES - made)?;
+            made += text.len();
+            out.push(Some(text));
+        }
+        Ok(ColumnarValue::Array(Arc::new(StringArray::from(out))))
     }
 }
 
-/// `fmt` with its conversions replaced by `args` in order.
-fn formatted(fmt: &str, args: &[Option<&str>]) -> datafusion::error::Result<String> {
-    let mut out = String::with_capacity(fmt.len());
+/// Most bytes `format` makes for one batch of rows (the statement's memory limit counts them
+/// too): text for names and messages, never a bulk value.
+const MAX_RESULT_BYTES: usize = 16 << 20;
+
+/// An argument's text: one for every row (a constant), or a value per row.
+enum Text {
+    One(Option<String>),
+    Each(StringArray),
+}
+
+impl Text {
+    fn get(&self, row: usize) -> Option<&str> {
+        match self {
+            Text::One(t) => t.as_deref(),
+            Text::Each(a) => (!a.is_null(row)).then(|| a.value(row)),
+        }
+    }
+}
+
+/// `fmt` with its conversions replaced by `args` in order, refused past `budget` bytes.
+fn formatted(fmt: &str, args: &[Option<&str>], budget: usize) -> datafusion::error::Result<String> {
+    let mut out = String::with_capacity(fmt.len().min(budget));
     let mut next = args.iter();
     let mut chars = fmt.chars();
     while let Some(c) = chars.next() {
+        if out.len() > budget {
+            return Err(DataFusionError::ResourcesExhausted(format!(
+                "format: the results of one batch of rows exceed {MAX_RESULT_BYTES} bytes"
+            )));
+        }
         if c != '%' {
             out.push(c);
             continue;
@@ -92,7 +127,15 @@ fn formatted(fmt: &str, args: &[Option<&str>]) -> datafusion::error::Result<Stri
             })
         };
         match conversion {
-            Some('s') => out.push_str(arg()?.unwrap_or("")),
+            Some('s') => {
+                let text = arg()?.unwrap_or("");
+                if out.len() + text.len() > budget {
+                    return Err(DataFusionError::ResourcesExhausted(format!(
+                        "format: the results of one batch of rows exceed {MAX_RESULT_BYTES} bytes"
+                    )));
+                }
+                out.push_str(text);
+            }
             Some('I') => match arg()? {
                 Some(name) => out.push_str(&identifier(name)),
                 None => {
@@ -115,6 +158,11 @@ fn formatted(fmt: &str, args: &[Option<&str>]) -> datafusion::error::Result<Stri
             }
         }
     }
+    if out.len() > budget {
+        return Err(DataFusionError::ResourcesExhausted(format!(
+            "format: the results of one batch of rows exceed {MAX_RESULT_BYTES} bytes"
+        )));
+    }
     Ok(out)
 }
 
@@ -136,7 +184,7 @@ mod tests {
 
     #[test]
     fn conversions_as_postgresql_writes_them() {
-        let f = |fmt: &str, args: &[Option<&str>]| formatted(fmt, args).expect(fmt);
+        let f = |fmt: &str, args: &[Option<&str>]| formatted(fmt, args, 1 << 20).expect(fmt);
         assert_eq!(f("%I.%I", &[Some("public"), Some("cpu")]), "public.cpu");
         assert_eq!(f("%I.%I", &[Some("My db"), Some("a\"b")]), "\"My db\".\"a\"\"b\"");
         assert_eq!(
@@ -150,7 +198,11 @@ mod tests {
             ("%", &[][..]),
             ("%I", &[None][..]),
         ] {
-            assert!(formatted(fmt, args).is_err(), "{fmt}");
+            assert!(formatted(fmt, args, 1 << 20).is_err(), "{fmt}");
         }
+        // One value used many times: refused at the budget, before it is all made.
+        let big = "x".repeat(1 << 16);
+        let many = vec![Some(big.as_str()); 1_000];
+        assert!(formatted(&"%s".repeat(1_000), &many, 1 << 20).is_err());
     }
 }

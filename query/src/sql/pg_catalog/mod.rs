@@ -619,6 +619,22 @@ pub fn is_catalog_query(sql: &str) -> bool {
     })
 }
 
+/// At most how many bytes the rewrites of `sql` add (each mention of a name a rewrite replaces
+/// counted at the size of its replacement), so a request can be refused before they are made.
+pub fn rewrite_growth(sql: &str) -> usize {
+    let lower = sql.to_ascii_lowercase();
+    let mentions = |w: &str| lower.matches(w).count();
+    let small = ["indkey", "indclass", "indcollation", "indoption", "conkey", "confkey"]
+        .iter()
+        .chain(&["reloptions", "generate_subscripts", "unnest"])
+        .map(|w| mentions(w))
+        .sum::<usize>();
+    mentions("information_schema")
+        .saturating_mul(COLUMNS.len())
+        .saturating_add(mentions("regclass").saturating_mul(REGCLASS_LOOKUP.len()))
+        .saturating_add(small.saturating_mul(128))
+}
+
 /// `sql`'s statements as PostgreSQL clients' catalog queries need them rewritten: whole queries
 /// DataFusion cannot plan replaced by equivalents (psql's row-policy query, pgcli's), then each
 /// statement rewritten. `None` if the text does not parse that way (the caller keeps its own
@@ -801,7 +817,7 @@ fn own_rewrites(mut statement: Statement) -> Statement {
                 Expr::Subquery(q) => one_row_of_catalog(q),
                 Expr::Cast { expr: name, data_type, .. }
                     if data_type.to_string().to_ascii_lowercase().ends_with("regclass")
-                        && !matches!(**name, Expr::Value(_)) =>
+                        && computes_text(name) =>
                 {
                     // `CAST(format('%I.%I', s, t) AS regclass)` (Metabase's column comments):
                     // the table of that name in the session's database (the only one
@@ -1040,6 +1056,17 @@ fn information_schema_table(
     Some(from)
 }
 
+/// Whether `e` computes a text (a function's result, a concatenation), not a column or a
+/// literal: an oid column cast to `regclass` stays the number it is (the crate's cast).
+fn computes_text(e: &datafusion::sql::sqlparser::ast::Expr) -> bool {
+    use datafusion::sql::sqlparser::ast::{BinaryOperator, Expr};
+    match e {
+        Expr::Function(_) | Expr::BinaryOp { op: BinaryOperator::StringConcat, .. } => true,
+        Expr::Nested(inner) | Expr::Cast { expr: inner, .. } => computes_text(inner),
+        _ => false,
+    }
+}
+
 /// The oid of the table a name computed in the query names (`schema.table`, quoted or not),
 /// for `CAST(name AS regclass)` of a name that is not a literal; the name is `NULL`'s place.
 const REGCLASS_LOOKUP: &str = "(SELECT first_value(k.oid) FROM pg_catalog.pg_class AS k \
@@ -1066,7 +1093,7 @@ const ALWAYS_EMPTY: [&str; 9] = [
 /// a.atthasdef THEN (SELECT pg_get_expr(...) FROM pg_attrdef WHERE a.atthasdef AND ...)`, a
 /// correlation DataFusion cannot plan inside `CASE`).
 fn over_nothing(q: &datafusion::sql::sqlparser::ast::Query) -> bool {
-    use datafusion::sql::sqlparser::ast::{Expr, GroupByExpr, SelectItem, SetExpr, TableFactor};
+    use datafusion::sql::sqlparser::ast::{GroupByExpr, SetExpr, TableFactor};
     let SetExpr::Select(select) = q.body.as_ref() else { return false };
     let [from] = select.from.as_slice() else { return false };
     let TableFactor::Table { name, args: None, .. } = &from.relation else { return false };
@@ -1078,16 +1105,52 @@ fn over_nothing(q: &datafusion::sql::sqlparser::ast::Query) -> bool {
         _ => false,
     };
     let grouped = !matches!(&select.group_by, GroupByExpr::Expressions(e, _) if e.is_empty());
-    let aggregate = select.projection.iter().any(|item| match item {
-        SelectItem::UnnamedExpr(Expr::Function(f))
-        | SelectItem::ExprWithAlias { expr: Expr::Function(f), .. } => {
-            let name = f.name.to_string().to_ascii_lowercase();
-            ["count", "max", "min", "sum", "array_agg", "bool_and", "bool_or", "string_agg"]
-                .contains(&name.as_str())
+    empty
+        && from.joins.is_empty()
+        && !grouped
+        && select.having.is_none()
+        && !select.projection.iter().any(aggregates)
+}
+
+/// Whether `item` calls an aggregate anywhere (`count(*) > 0`, `coalesce(max(x), 0)`): over no
+/// rows it is still a row.
+fn aggregates(item: &datafusion::sql::sqlparser::ast::SelectItem) -> bool {
+    use datafusion::sql::sqlparser::ast::{Expr, Visit, Visitor};
+    use std::ops::ControlFlow;
+    const AGGREGATES: [&str; 17] = [
+        "count",
+        "max",
+        "min",
+        "sum",
+        "avg",
+        "array_agg",
+        "string_agg",
+        "json_agg",
+        "jsonb_agg",
+        "json_object_agg",
+        "jsonb_object_agg",
+        "bool_and",
+        "bool_or",
+        "every",
+        "first_value",
+        "last_value",
+        "stddev",
+    ];
+    struct Finds;
+    impl Visitor for Finds {
+        type Break = ();
+        fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
+            if let Expr::Function(f) = expr {
+                let name = f.name.to_string().to_ascii_lowercase();
+                let name = name.strip_prefix("pg_catalog.").unwrap_or(&name);
+                if AGGREGATES.contains(&name) || f.over.is_some() {
+                    return ControlFlow::Break(());
+                }
+            }
+            ControlFlow::Continue(())
         }
-        _ => false,
-    });
-    empty && from.joins.is_empty() && !grouped && select.having.is_none() && !aggregate
+    }
+    item.visit(&mut Finds).is_break()
 }
 
 /// Whether `f` is `unnest(v)` or `generate_subscripts(v, 1)` of an index's vector column
@@ -1672,6 +1735,18 @@ mod tests {
     }
 
     #[test]
+    fn names_a_rewrite_expands_are_bounded_before_it_is_made() {
+        // 4 MiB of `information_schema.columns` would be about 250 MB once each is a query.
+        let many = vec!["information_schema.columns"; 100_000].join(", ");
+        let sql = format!("SELECT 1 FROM {many}");
+        assert!(matches!(parsed(&sql), Err(crate::QueryError::Limit(_))));
+        // What clients send is far below it.
+        let metabase = "SELECT c.column_name FROM information_schema.columns AS c \
+                        LEFT JOIN information_schema.key_column_usage AS k ON true";
+        assert!(parsed(metabase).is_ok());
+    }
+
+    #[test]
     fn tables_ebbdb_never_fills_are_empty_and_their_subqueries_null() {
         for table in ALWAYS_EMPTY {
             let count = one_row(&format!("SELECT count(*) FROM pg_catalog.{table}"));
@@ -1683,11 +1758,14 @@ mod tests {
                    WHERE a.atthasdef AND d.adrelid = a.attrelid AND d.adnum = a.attnum) \
                    ELSE NULL END FROM pg_catalog.pg_attribute a";
         assert_eq!(one_row(sql)[1], "");
-        // An aggregate over no rows is a row: kept.
-        let got =
-            parsed("SELECT (SELECT count(*) FROM pg_catalog.pg_attrdef) FROM pg_catalog.pg_class")
-                .expect("parse");
-        assert!(got[0].contains("count(*)"), "{got:?}");
+        // An aggregate over no rows is a row: kept, wherever it is in the select list.
+        for sub in ["count(*)", "count(*) > 0", "coalesce(max(adnum), 0)"] {
+            let sql = format!(
+                "SELECT (SELECT {sub} FROM pg_catalog.pg_attrdef) FROM pg_catalog.pg_class"
+            );
+            let got = parsed(&sql).expect("parse");
+            assert!(got[0].contains("pg_attrdef"), "{got:?}");
+        }
     }
 
     #[test]
