@@ -139,7 +139,14 @@ async fn sessions_set_their_timeout_and_statements_take_turns() {
         let (status, body) = h.sql(&format!("SET statement_timeout = 200; {slow}"));
         assert_eq!(status, 503, "{body}");
         assert!(body.contains("statement_timeout"), "{body}");
-        // One statement at a time: a second request waits for the first, then runs.
+        // One statement at a time: a second request waits for the first, then runs. The
+        // requests before hold their slot until their statements have wound down: the slot
+        // seen taken below must be the first's.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while h.metric("ebb_statements_running") > 0.0 {
+            assert!(Instant::now() < deadline, "an earlier statement never ended");
+            std::thread::sleep(Duration::from_millis(10));
+        }
         std::thread::scope(|s| {
             let first = s.spawn(|| {
                 let t = Instant::now();
