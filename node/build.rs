@@ -1,8 +1,12 @@
 //! Compiles the protos with protox (no system `protoc`): the cluster's gRPC services, and the
-//! messages of Prometheus' remote write and read protocol.
+//! messages of Prometheus' remote write and read protocol. Records the commit the binary is
+//! built from (`EBB_COMMIT`, which `ebb --version` prints).
+
+use std::process::Command;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
+    commit();
     let fds = protox::compile(["proto/cluster.proto"], ["proto"])?;
     tonic_prost_build::configure()
         .build_server(true)
@@ -13,4 +17,33 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fds = protox::compile(["remote.proto"], ["proto/prometheus"])?;
     tonic_prost_build::configure().build_server(false).build_client(false).compile_fds(fds)?;
     Ok(())
+}
+
+/// Sets `EBB_COMMIT` for the crate: the environment's `EBB_COMMIT` (a build without the
+/// repository, such as a container's, is given it), else the repository's `HEAD` (12 hex
+/// digits), else `unknown`. Built again when `HEAD` moves.
+fn commit() {
+    println!("cargo:rerun-if-env-changed=EBB_COMMIT");
+    let git = |args: &[&str]| -> Option<String> {
+        let out = Command::new("git").args(args).output().ok()?;
+        let text = String::from_utf8(out.stdout).ok()?;
+        (out.status.success() && !text.trim().is_empty()).then(|| text.trim().to_string())
+    };
+    // What `HEAD` is: the file, the branch it names, and packed branches.
+    for name in ["HEAD", "packed-refs"] {
+        if let Some(path) = git(&["rev-parse", "--git-path", name]) {
+            println!("cargo:rerun-if-changed={path}");
+        }
+    }
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+        if let Some(path) = git(&["rev-parse", "--git-path", &branch]) {
+            println!("cargo:rerun-if-changed={path}");
+        }
+    }
+    let commit = std::env::var("EBB_COMMIT")
+        .ok()
+        .filter(|c| !c.is_empty())
+        .or_else(|| git(&["rev-parse", "--short=12", "HEAD"]))
+        .unwrap_or_else(|| "unknown".to_string());
+    println!("cargo:rustc-env=EBB_COMMIT={commit}");
 }

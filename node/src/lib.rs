@@ -16,6 +16,17 @@
 //! and authorizes once for all of them; its one SQL session reaches a single node's database
 //! or, on a cluster, the [`cluster::Router`] (this crate's `ebb_query::sql::shard::Shards`).
 
+/// The release this binary is (the workspace's version).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The commit it was built from (12 hex digits, or what the build was told; `unknown`
+/// without either).
+pub const COMMIT: &str = env!("EBB_COMMIT");
+
+/// What `ebb --version` prints after the name: `0.1.0 (commit 0123456789ab)`.
+pub const VERSION_TEXT: &str =
+    concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("EBB_COMMIT"), ")");
+
 pub mod audit;
 pub mod backup;
 pub mod body;

@@ -9,7 +9,11 @@ use ebb_node::config::{self, LogFormat, Overrides};
 use ebb_node::error::NodeError;
 
 #[derive(Parser)]
-#[command(name = "ebb", version, about = "EbbDB: a time-series database that forgets on time")]
+#[command(
+    name = "ebb",
+    version = ebb_node::VERSION_TEXT,
+    about = "EbbDB: a time-series database that forgets on time"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -189,3 +189,37 @@ CREATE TABLE
     checks.await.expect("checks");
     server.shutdown().await.expect("shutdown");
 }
+
+/// `ebb --version` names the release and the commit, and the chart's `appVersion` is the same
+/// release.
+#[test]
+fn the_version_names_the_release_and_its_commit() {
+    let (ok, out, err) = ebb("http://127.0.0.1:1", &[std::ffi::OsStr::new("--version")]);
+    assert!(ok, "{err}");
+    let release = env!("CARGO_PKG_VERSION");
+    let commit = out
+        .trim()
+        .strip_prefix(&format!("ebb {release} (commit "))
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        commit == "unknown"
+            || (commit.len() == 12 && commit.bytes().all(|b| b.is_ascii_hexdigit())),
+        "{out}"
+    );
+    // Built in the repository, the commit is its HEAD's.
+    let head = Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).output();
+    if let Some(head) = head.ok().filter(|h| h.status.success()) {
+        if std::env::var("EBB_COMMIT").is_err() {
+            assert_eq!(commit, String::from_utf8_lossy(&head.stdout).trim(), "{out}");
+        }
+    }
+    let chart =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../helm/ebb/Chart.yaml"))
+            .expect("Chart.yaml");
+    let app = chart
+        .lines()
+        .find_map(|l| l.strip_prefix("appVersion:"))
+        .map(|v| v.trim().trim_matches('"').to_string());
+    assert_eq!(app.as_deref(), Some(release), "the chart's appVersion is the release");
+}
