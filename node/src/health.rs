@@ -10,7 +10,8 @@
 //! - in a cluster: the node has not joined or received the metadata, the metadata group has no
 //!   leader, or one of its shard replicas has no leader, or has applied more than
 //!   [`MAX_LAG`] entries fewer than its leader holds (catching up after a restart, or
-//!   receiving a snapshot).
+//!   receiving a snapshot), or its leader did not answer how far its log reaches (nothing
+//!   then shows the replica caught up).
 //!
 //! The checks run every second in the background ([`run`]); `/ready`, `system.nodes` and
 //! other nodes read the last result.

@@ -4,9 +4,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::proto::cluster_client::ClusterClient;
+use super::proto::LeadersReply;
 use super::proto::LeadersRequest;
 use super::router::Router;
 use crate::health::{Readiness, MAX_LAG};
+
+/// How long a leader has to say how far its log reaches.
+const LAG_QUESTION: Duration = Duration::from_secs(2);
 
 /// Checks the node: joined, metadata leader known, every replica placed here open, led and
 /// caught up, engines healthy, free space above the reserve.
@@ -61,27 +65,14 @@ pub async fn check(router: &Router, reserve: &ebb_storage::disk::Reserve) -> Rea
             let ch = router.conns().channel(&addr).ok()?;
             let mut client = ClusterClient::new(ch);
             let r = client.leaders(LeadersRequest {});
-            Some(tokio::time::timeout(Duration::from_secs(1), r).await.ok()?.ok()?.into_inner())
+            Some(tokio::time::timeout(LAG_QUESTION, r).await.ok()?.ok()?.into_inner())
         }
         .await;
         (addr, ids, reply)
     });
     for (addr, ids, reply) in futures::future::join_all(calls).await {
-        // A busy leader that misses the one-second limit says nothing about this replica, which
-        // still has a leader (above): only an answer that shows it far behind counts.
-        let Some(reply) = reply else { continue };
-        for id in ids {
-            let mine = applied.get(&id).copied().unwrap_or(0);
-            // Against what the leader has committed and applied, not its whole log (entries
-            // in flight under heavy ingest are not lag).
-            match reply.leaders.iter().find(|l| l.shard == id) {
-                Some(l) if l.applied_index.saturating_sub(mine) > MAX_LAG => out.fail(format!(
-                    "shard {id}: catching up, {mine} of its leader's {} entries applied",
-                    l.applied_index
-                )),
-                Some(_) => {}
-                None => out.fail(format!("shard {id}: its leader at {addr} does not hold it")),
-            }
+        for why in lag(&addr, &ids, &applied, reply.as_ref()) {
+            out.fail(why);
         }
     }
     let engines: Vec<_> = shards.iter().map(|s| (s.id, s.group.replica.engine())).collect();
@@ -91,4 +82,67 @@ pub async fn check(router: &Router, reserve: &ebb_storage::disk::Reserve) -> Rea
         &mut out,
     );
     out
+}
+
+/// Why the replicas `ids`, whose leaders are at `addr`, are not caught up, given what each has
+/// applied here (`applied`) and the leader node's `reply` (`None`: it did not answer within
+/// [`LAG_QUESTION`], so nothing shows the replicas caught up: they are not counted ready).
+fn lag(
+    addr: &str,
+    ids: &[u64],
+    applied: &BTreeMap<u64, u64>,
+    reply: Option<&LeadersReply>,
+) -> Vec<String> {
+    let Some(reply) = reply else {
+        return ids
+            .iter()
+            .map(|id| {
+                format!(
+                    "shard {id}: its leader at {addr} did not say how far its log reaches \
+                     within {} s",
+                    LAG_QUESTION.as_secs()
+                )
+            })
+            .collect();
+    };
+    ids.iter()
+        .filter_map(|&id| {
+            let mine = applied.get(&id).copied().unwrap_or(0);
+            // Against what the leader has committed and applied, not its whole log (entries in
+            // flight under heavy ingest are not lag).
+            match reply.leaders.iter().find(|l| l.shard == id) {
+                Some(l) if l.applied_index.saturating_sub(mine) > MAX_LAG => Some(format!(
+                    "shard {id}: catching up, {mine} of its leader's {} entries applied",
+                    l.applied_index
+                )),
+                Some(_) => None,
+                None => Some(format!("shard {id}: its leader at {addr} does not hold it")),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::proto::ShardLeader;
+
+    #[test]
+    fn a_replica_is_caught_up_only_by_its_leaders_answer() {
+        let applied = BTreeMap::from([(1, 5_000), (2, 100), (3, 7)]);
+        let leader =
+            |shard, applied_index| ShardLeader { shard, applied_index, ..Default::default() };
+        let reply = LeadersReply {
+            leaders: vec![leader(1, 5_500), leader(2, 9_000)],
+            ..Default::default()
+        };
+        let why = lag("n2:7090", &[1, 2, 3], &applied, Some(&reply));
+        assert_eq!(why.len(), 2, "{why:?}");
+        assert!(why[0].starts_with("shard 2: catching up, 100 of"), "{why:?}");
+        assert!(why[1].contains("shard 3: its leader at n2:7090 does not hold it"), "{why:?}");
+        // No answer: no replica of that leader counts as caught up.
+        let why = lag("n2:7090", &[1, 2], &applied, None);
+        assert_eq!(why.len(), 2, "{why:?}");
+        assert!(why.iter().all(|w| w.contains("did not say how far its log reaches")), "{why:?}");
+    }
 }
