@@ -29,16 +29,17 @@ fn commit() {
         let text = String::from_utf8(out.stdout).ok()?;
         (out.status.success() && !text.trim().is_empty()).then(|| text.trim().to_string())
     };
-    // What `HEAD` is: the file, the branch it names, and packed branches.
-    for name in ["HEAD", "packed-refs"] {
-        if let Some(path) = git(&["rev-parse", "--git-path", name]) {
+    // What `HEAD` is: the file, the branch it names, and packed branches. Only files that
+    // exist: cargo runs a build script every time when one it watches is missing.
+    let watch = |path: Option<String>| {
+        if let Some(path) = path.filter(|p| std::path::Path::new(p).exists()) {
             println!("cargo:rerun-if-changed={path}");
         }
-    }
+    };
+    watch(git(&["rev-parse", "--git-path", "HEAD"]));
+    watch(git(&["rev-parse", "--git-path", "packed-refs"]));
     if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
-        if let Some(path) = git(&["rev-parse", "--git-path", &branch]) {
-            println!("cargo:rerun-if-changed={path}");
-        }
+        watch(git(&["rev-parse", "--git-path", &branch]));
     }
     let commit = std::env::var("EBB_COMMIT")
         .ok()
