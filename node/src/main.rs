@@ -608,6 +608,14 @@ fn import(opts: ebb_node::cli::import::ImportOptions) -> Result<(), NodeError> {
 fn check(file: Option<PathBuf>, flags: Overrides) -> Result<(), NodeError> {
     let env = Overrides::from_env(|k| std::env::var(k).ok())?;
     let c = config::resolve(file.as_deref(), &env, &flags)?;
+    if !c.ignored_keys.is_empty() {
+        return Err(NodeError::Config(format!(
+            "unknown settings in the configuration file: {} (this build, ebb {}, does not know \
+             them; the server would ignore them)",
+            c.ignored_keys.join(", "),
+            ebb_node::VERSION
+        )));
+    }
     let mode = if c.cluster_mode() {
         let advertise = c.advertised_grpc()?;
         let role = if c.is_init_node() {
@@ -744,6 +752,12 @@ fn run_server(file: Option<PathBuf>, flags: Overrides) -> Result<(), NodeError> 
     let env = Overrides::from_env(|k| std::env::var(k).ok())?;
     let config = config::resolve(file.as_deref(), &env, &flags)?;
     init_logs(config.log_format);
+    for key in &config.ignored_keys {
+        tracing::warn!(
+            key,
+            "configuration file: unknown setting ignored (a newer build's, or a typo)"
+        );
+    }
     // Every file the server makes is its owner's alone (the data directory is 0700 too).
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -50,6 +50,16 @@ pub enum ReplicaError {
     /// A log index too large to derive engine sequence numbers from.
     #[error("log index {0} is too large for engine sequence numbers")]
     IndexTooLarge(u64),
+    /// A log entry in a format a newer build writes: applying it as anything else would make this
+    /// replica differ from those that read it, so the replica stops at it.
+    #[error("log entry {index}: {source}; upgrade this node to the build its peers run")]
+    NewerFormat {
+        /// The entry's log index.
+        index: u64,
+        /// What this build does not read.
+        #[source]
+        source: ebb_storage::BatchDecodeError,
+    },
     /// A snapshot that fails validation (missing or damaged files, a bad descriptor).
     #[error("invalid snapshot {dir}: {why}")]
     InvalidSnapshot {

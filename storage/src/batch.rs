@@ -231,14 +231,19 @@ impl WriteBatch {
         out
     }
 
-    /// Decodes bytes written by [`WriteBatch::to_bytes`]; `None` if they are malformed. An issue
+    /// Decodes bytes written by [`WriteBatch::to_bytes`]; `None` if they do not decode. An issue
     /// time of 0 means none was set.
     pub fn from_bytes(buf: &[u8]) -> Option<WriteBatch> {
+        Self::decode_bytes(buf).ok()
+    }
+
+    /// [`WriteBatch::from_bytes`], saying why the bytes do not decode.
+    pub fn decode_bytes(buf: &[u8]) -> Result<WriteBatch, BatchDecodeError> {
         let (_, mut batch) = Self::decode(buf)?;
         if batch.issued_at_ms == Some(0) {
             batch.issued_at_ms = None;
         }
-        Some(batch)
+        Ok(batch)
     }
 
     /// Encodes the batch with its first sequence number and issue time (the WAL record payload).
@@ -277,51 +282,96 @@ impl WriteBatch {
         }
     }
 
-    /// Decodes a payload written by [`WriteBatch::encode`]; `None` if malformed.
-    pub(crate) fn decode(mut buf: &[u8]) -> Option<(u64, WriteBatch)> {
-        let seq = u64::from_le_bytes(take(&mut buf, 8)?.try_into().ok()?);
-        let issued = u64::from_le_bytes(take(&mut buf, 8)?.try_into().ok()?);
-        let n = u32::from_le_bytes(take(&mut buf, 4)?.try_into().ok()?) as usize;
+    /// Decodes a payload written by [`WriteBatch::encode`].
+    pub(crate) fn decode(mut buf: &[u8]) -> Result<(u64, WriteBatch), BatchDecodeError> {
+        use BatchDecodeError::Malformed;
+        let seq = u64::from_le_bytes(
+            take(&mut buf, 8).ok_or(Malformed)?.try_into().map_err(|_| Malformed)?,
+        );
+        let issued = u64::from_le_bytes(
+            take(&mut buf, 8).ok_or(Malformed)?.try_into().map_err(|_| Malformed)?,
+        );
+        let n = u32::from_le_bytes(
+            take(&mut buf, 4).ok_or(Malformed)?.try_into().map_err(|_| Malformed)?,
+        ) as usize;
         let mut ops = Vec::with_capacity(n.min(1 << 16));
         for _ in 0..n {
-            let tag = *take(&mut buf, 1)?.first()?;
-            let key = Bytes::copy_from_slice(get_bytes(&mut buf)?);
-            ops.push(match tag {
-                OP_DELETE_RANGE => BatchOp::DeleteRange {
-                    lo: key,
-                    hi: Bytes::copy_from_slice(get_bytes(&mut buf)?),
-                },
-                OP_DELETE_TIME_RANGE => {
-                    let hi = Bytes::copy_from_slice(get_bytes(&mut buf)?);
-                    let t_lo = u64::from_le_bytes(take(&mut buf, 8)?.try_into().ok()?);
-                    let t_hi = u64::from_le_bytes(take(&mut buf, 8)?.try_into().ok()?);
-                    BatchOp::DeleteTimeRange { t_lo, t_hi, lo: key, hi }
-                }
-                t => match EntryKind::from_u8(t)? {
-                    EntryKind::Put => {
-                        BatchOp::Put { key, value: Bytes::copy_from_slice(get_bytes(&mut buf)?) }
-                    }
-                    EntryKind::Delete => BatchOp::Delete { key },
-                },
-            });
+            let tag = *take(&mut buf, 1).and_then(|t| t.first()).ok_or(Malformed)?;
+            if !matches!(tag, OP_DELETE_RANGE | OP_DELETE_TIME_RANGE)
+                && EntryKind::from_u8(tag).is_none()
+            {
+                return Err(BatchDecodeError::UnknownOp(tag));
+            }
+            ops.push(decode_op(tag, &mut buf).ok_or(Malformed)?);
         }
         let mut request = None;
         match buf.split_first() {
             Some((&REQUEST_TRAILER_V1, mut rest)) => {
-                let r: DeleteRequestV1 = postcard::from_bytes(get_bytes(&mut rest)?).ok()?;
+                let bytes = get_bytes(&mut rest).ok_or(Malformed)?;
+                let r: DeleteRequestV1 = postcard::from_bytes(bytes).map_err(|_| Malformed)?;
                 request = Some(Box::new(r.into()));
                 buf = rest;
             }
             Some((&REQUEST_TRAILER_V2, mut rest)) => {
-                request = Some(Box::new(postcard::from_bytes(get_bytes(&mut rest)?).ok()?));
+                let bytes = get_bytes(&mut rest).ok_or(Malformed)?;
+                request = Some(Box::new(postcard::from_bytes(bytes).map_err(|_| Malformed)?));
                 buf = rest;
             }
-            _ => {}
+            Some((&tag, _)) => return Err(BatchDecodeError::UnknownTrailer(tag)),
+            None => {}
         }
         if !buf.is_empty() {
-            return None;
+            return Err(Malformed);
         }
-        Some((seq, WriteBatch { ops, issued_at_ms: Some(issued), request }))
+        Ok((seq, WriteBatch { ops, issued_at_ms: Some(issued), request }))
+    }
+}
+
+/// Decodes the operation tagged `tag` (a known tag); `None` if its bytes are malformed.
+fn decode_op(tag: u8, buf: &mut &[u8]) -> Option<BatchOp> {
+    let key = Bytes::copy_from_slice(get_bytes(buf)?);
+    Some(match tag {
+        OP_DELETE_RANGE => {
+            BatchOp::DeleteRange { lo: key, hi: Bytes::copy_from_slice(get_bytes(buf)?) }
+        }
+        OP_DELETE_TIME_RANGE => {
+            let hi = Bytes::copy_from_slice(get_bytes(buf)?);
+            let t_lo = u64::from_le_bytes(take(buf, 8)?.try_into().ok()?);
+            let t_hi = u64::from_le_bytes(take(buf, 8)?.try_into().ok()?);
+            BatchOp::DeleteTimeRange { t_lo, t_hi, lo: key, hi }
+        }
+        t => match EntryKind::from_u8(t)? {
+            EntryKind::Put => BatchOp::Put { key, value: Bytes::copy_from_slice(get_bytes(buf)?) },
+            EntryKind::Delete => BatchOp::Delete { key },
+        },
+    })
+}
+
+/// Why bytes do not decode as a write batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BatchDecodeError {
+    /// The bytes are not a write batch (truncated, or lengths that do not add up).
+    #[error("malformed write batch")]
+    Malformed,
+    /// An operation this build does not know: a newer build wrote the batch.
+    #[error(
+        "write batch operation {0} is unknown to this build (ebb {build}, operations 0-3): a newer build wrote it",
+        build = env!("CARGO_PKG_VERSION")
+    )]
+    UnknownOp(u8),
+    /// A trailer this build does not know: a newer build wrote the batch.
+    #[error(
+        "write batch trailer {0:#x} is unknown to this build (ebb {build}, trailers 0xd1-0xd2): a newer build wrote it",
+        build = env!("CARGO_PKG_VERSION")
+    )]
+    UnknownTrailer(u8),
+}
+
+impl BatchDecodeError {
+    /// True if a newer build wrote the batch (as against bytes that are not a batch at all).
+    pub fn is_newer_format(&self) -> bool {
+        matches!(self, BatchDecodeError::UnknownOp(_) | BatchDecodeError::UnknownTrailer(_))
     }
 }
 
@@ -384,10 +434,36 @@ mod tests {
         assert!(d.has_deletes());
         for cut in 0..buf.len() {
             // Cutting the whole trailer off leaves a valid batch without a request.
-            if let Some((_, d)) = WriteBatch::decode(&buf[..cut]) {
+            if let Ok((_, d)) = WriteBatch::decode(&buf[..cut]) {
                 assert!(d.request().is_none() && d.ops() == b.ops(), "truncated at {cut}");
             }
         }
+    }
+
+    /// An operation or trailer this build does not know is told apart from bytes that are not a
+    /// batch: a newer build wrote it.
+    #[test]
+    fn operations_and_trailers_of_a_newer_build_are_named() {
+        let mut b = WriteBatch::new();
+        b.put("k", "v");
+        let mut buf = Vec::new();
+        b.encode(1, 1, &mut buf);
+        let mut op = buf.clone();
+        op[20] = 9; // the first operation's tag
+        let err = WriteBatch::decode(&op).unwrap_err();
+        assert_eq!(err, BatchDecodeError::UnknownOp(9));
+        assert!(
+            err.is_newer_format() && err.to_string().contains("a newer build wrote it"),
+            "{err}"
+        );
+        let mut trailer = buf.clone();
+        trailer.extend_from_slice(&[0xD9, 0, 0, 0, 0]);
+        assert_eq!(
+            WriteBatch::decode(&trailer).unwrap_err(),
+            BatchDecodeError::UnknownTrailer(0xD9)
+        );
+        let err = WriteBatch::decode(&buf[..buf.len() - 1]).unwrap_err();
+        assert!(!err.is_newer_format(), "{err}");
     }
 
     #[test]

@@ -64,3 +64,29 @@ mod tests {
         assert_eq!(get_varint(&[0xff; 11], &mut pos), None);
     }
 }
+
+/// Why [`decode_exact`] refused a record.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExactDecodeError {
+    /// The bytes do not decode as the record at all.
+    #[error("undecodable: {0}")]
+    Undecodable(#[from] postcard::Error),
+    /// The record decodes but bytes follow it: fields a newer build added, which this build would
+    /// otherwise drop without a word.
+    #[error(
+        "{0} bytes follow the record that this build (ebb {build}) does not read: a newer build wrote it",
+        build = env!("CARGO_PKG_VERSION")
+    )]
+    Trailing(usize),
+}
+
+/// Decodes a postcard record that must fill `buf` exactly. Postcard itself ignores what follows
+/// a record, so a field appended by a newer build would be lost; here it is refused.
+pub fn decode_exact<T: serde::de::DeserializeOwned>(buf: &[u8]) -> Result<T, ExactDecodeError> {
+    let (value, rest) = postcard::take_from_bytes(buf)?;
+    if !rest.is_empty() {
+        return Err(ExactDecodeError::Trailing(rest.len()));
+    }
+    Ok(value)
+}

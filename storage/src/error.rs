@@ -28,6 +28,32 @@ pub enum Error {
         /// What check failed.
         reason: String,
     },
+    /// A file written in a format this build does not read (a newer build wrote it). Nothing of
+    /// it is read: a reader never guesses at a format it does not know.
+    #[error(
+        "{path}: {what} format {found}; this build (ebb {}) reads {what} formats {}-{}",
+        env!("CARGO_PKG_VERSION"), supported.start(), supported.end()
+    )]
+    UnsupportedFormat {
+        /// The file.
+        path: PathBuf,
+        /// What kind of file (`table`, `range index`, `manifest`, ...).
+        what: &'static str,
+        /// The format the file says it is in.
+        found: u32,
+        /// The formats this build reads.
+        supported: std::ops::RangeInclusive<u32>,
+    },
+    /// A record this build does not read, which a newer build wrote (a replicated record whose
+    /// kind or fields are new). Applying it as anything else would make this copy differ from
+    /// those a newer build keeps.
+    #[error("{what}: {why}; this build (ebb {build}) does not read it: was it written by a newer build?", build = env!("CARGO_PKG_VERSION"))]
+    Unreadable {
+        /// The record.
+        what: String,
+        /// Why it does not read.
+        why: String,
+    },
     /// A durability operation (fsync, manifest commit) failed earlier; the engine refuses writes
     /// until it is reopened.
     #[error("engine is poisoned after a failed durability operation: {0}")]
@@ -67,6 +93,15 @@ impl Clone for Error {
             Error::Corruption { path, offset, reason } => {
                 Error::Corruption { path: path.clone(), offset: *offset, reason: reason.clone() }
             }
+            Error::UnsupportedFormat { path, what, found, supported } => Error::UnsupportedFormat {
+                path: path.clone(),
+                what,
+                found: *found,
+                supported: supported.clone(),
+            },
+            Error::Unreadable { what, why } => {
+                Error::Unreadable { what: what.clone(), why: why.clone() }
+            }
             Error::Poisoned(s) => Error::Poisoned(s.clone()),
             Error::InvalidArgument(s) => Error::InvalidArgument(s.clone()),
             Error::BeyondRetention { delete_key, horizon } => {
@@ -88,6 +123,16 @@ impl Error {
     /// Builds a corruption error.
     pub fn corruption(path: impl Into<PathBuf>, offset: u64, reason: impl Into<String>) -> Self {
         Error::Corruption { path: path.into(), offset, reason: reason.into() }
+    }
+
+    /// Builds the error of a file in a format this build does not read.
+    pub fn unsupported_format(
+        path: impl Into<PathBuf>,
+        what: &'static str,
+        found: u32,
+        supported: std::ops::RangeInclusive<u32>,
+    ) -> Self {
+        Error::UnsupportedFormat { path: path.into(), what, found, supported }
     }
 
     /// True if this error reports corrupt data.

@@ -74,8 +74,9 @@ pub mod sst;
 mod version;
 mod wal;
 
-pub use batch::{BatchOp, EntryKind, WriteBatch, MAX_KEY_LEN, MAX_VALUE_LEN};
+pub use batch::{BatchDecodeError, BatchOp, EntryKind, WriteBatch, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use clock::{Clock, ManualClock};
+pub use coding::{decode_exact, ExactDecodeError};
 pub use engine::{
     CompactionRecord, DeletionCheck, Engine, EngineStats, Layout, LayoutReason, LevelStats,
     LogClearance, RemainingEntry, Staged,

@@ -64,10 +64,16 @@ impl Applier for MetaApplier {
         batch: &WriteBatch,
         seq: u64,
     ) -> std::result::Result<(), ebb_storage::Error> {
+        // Every batch was checked against the view before it was proposed (`Meta::propose_at`),
+        // so one that does not apply here holds records a newer build wrote. It stops this
+        // replica of the metadata group rather than leaving its view short of them.
+        let mut next = self.view.read().clone();
+        next.apply(batch).map_err(|e| ebb_storage::Error::Unreadable {
+            what: format!("cluster metadata entry at sequence {seq}"),
+            why: e.to_string(),
+        })?;
         engine.write(batch, seq)?;
-        if let Err(e) = self.view.write().apply(batch) {
-            tracing::error!(%e, "applying cluster metadata");
-        }
+        *self.view.write() = next;
         self.changed.send_modify(|v| *v += 1);
         Ok(())
     }
@@ -244,6 +250,11 @@ impl Meta {
 
     /// [`Meta::propose`], returning the log index the batch was applied at.
     pub async fn propose_at(&self, batch: WriteBatch) -> std::result::Result<u64, MetaError> {
+        // A record that does not apply to the view is refused here, before every replica would
+        // stop at it.
+        if let Err(e) = self.view.read().clone().apply(&batch) {
+            return Err(MetaError::Failed(format!("refused metadata change: {e}")));
+        }
         let cmd = Command::Batch(batch.to_bytes());
         let write = self.group.raft.client_write(cmd);
         let written = tokio::time::timeout(COMMIT_TIMEOUT, write).await.map_err(|_| {

@@ -86,6 +86,9 @@ pub use env::ENV_VARS;
 /// Everything `ebb server` needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
+    /// Keys of the configuration file this build does not know, ignored (see
+    /// [`Overrides::ignored`]).
+    pub ignored_keys: Vec<String>,
     /// Data directory.
     pub data_dir: PathBuf,
     /// HTTP listen address (line protocol, SQL, health, metrics).
@@ -242,14 +245,19 @@ impl Default for Config {
             max_connections: 1024,
             tls: None,
             cluster_tls: None,
+            ignored_keys: Vec::new(),
         }
     }
 }
 
 /// Settings as written (file, environment or flags); unset ones keep the lower layer's value.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Overrides {
+    /// Keys of the file this build does not know, ignored: a newer build's settings (a chart
+    /// upgraded before a rollback of the image) or typos. The server logs them;
+    /// `ebb server --check-config` refuses them.
+    #[serde(skip)]
+    pub ignored: Vec<String>,
     /// See [`Config::data_dir`].
     pub data_dir: Option<PathBuf>,
     /// See [`Config::http_addr`].
@@ -358,7 +366,13 @@ impl Overrides {
     pub fn from_file(path: &Path) -> Result<Overrides> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| bad(format!("cannot read config file {}: {e}", path.display())))?;
-        toml::from_str(&text).map_err(|e| bad(format!("config file {}: {e}", path.display())))
+        let bad_file = |e: toml::de::Error| bad(format!("config file {}: {e}", path.display()));
+        let de = toml::Deserializer::parse(&text).map_err(bad_file)?;
+        let mut ignored = Vec::new();
+        let mut o: Overrides = serde_ignored::deserialize(de, |key| ignored.push(key.to_string()))
+            .map_err(bad_file)?;
+        o.ignored = ignored;
+        Ok(o)
     }
 
     /// Reads the `EBB_*` environment variables through `get`.
@@ -662,6 +676,7 @@ pub fn resolve(file: Option<&Path>, env: &Overrides, flags: &Overrides) -> Resul
     let file = file.map(Overrides::from_file).transpose()?;
     if let Some(f) = &file {
         f.apply(&mut c)?;
+        c.ignored_keys = f.ignored.clone();
     }
     env.apply(&mut c)?;
     flags.apply(&mut c)?;

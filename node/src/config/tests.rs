@@ -17,7 +17,14 @@ fn layers_apply_in_order() {
     assert_eq!(c.http_addr.port(), 3);
     assert_eq!(c.pg_addr.port(), 2);
     assert_eq!(c.grpc_addr.port(), 7090);
-    std::fs::write(&file, "nonsense = 1\n").expect("write");
+    // A key this build does not know is ignored and reported (a newer build's setting must not
+    // stop a rolled-back binary from starting); one of a known key's wrong type is refused.
+    std::fs::write(&file, "nonsense = 1\npg_addr = \"127.0.0.1:2\"\n[later]\nx = 2\n")
+        .expect("write");
+    let c = resolve(Some(&file), &Overrides::default(), &Overrides::default()).expect("resolve");
+    assert_eq!(c.ignored_keys, ["later", "nonsense"]);
+    assert_eq!(c.pg_addr.port(), 2);
+    std::fs::write(&file, "pg_addr = 5\n").expect("write");
     assert!(resolve(Some(&file), &Overrides::default(), &Overrides::default()).is_err());
     let bad = Overrides { http_addr: Some("localhost".into()), ..Default::default() };
     assert!(resolve(None, &bad, &Overrides::default())

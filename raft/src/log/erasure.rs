@@ -52,9 +52,16 @@ impl LogStore {
                     scan.entries += 1;
                     continue; // no batch, or one applied as a no-op everywhere
                 };
-                let Some(batch) = WriteBatch::from_bytes(&bytes) else {
-                    scan.entries += 1;
-                    continue; // applied as a no-op everywhere; holds nothing readable
+                let batch = match WriteBatch::decode_bytes(&bytes) {
+                    Ok(batch) => batch,
+                    // A newer build's batch may hold data this build cannot see: not skipped.
+                    Err(e) if e.is_newer_format() => {
+                        return Err(LogError::Corrupt(format!("entry {index}: {e}")))
+                    }
+                    Err(_) => {
+                        scan.entries += 1;
+                        continue; // applied as a no-op everywhere; holds nothing readable
+                    }
                 };
                 let seq = entry_seq(index).map_err(|e| LogError::Corrupt(e.to_string()))?;
                 scan_batches([(seq, &batch)], coverage, &mut scan);

@@ -37,7 +37,8 @@ impl Meta {
         if crc32fast::hash(&data[4..]) != crc {
             return Err(bad());
         }
-        postcard::from_bytes(&data[4..]).map_err(|e| LogError::Corrupt(format!("{FILE}: {e}")))
+        ebb_storage::decode_exact(&data[4..])
+            .map_err(|e| LogError::Corrupt(format!("{}: {e}", path.display())))
     }
 
     /// Makes this the durable state of `dir`.

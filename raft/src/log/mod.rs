@@ -300,7 +300,13 @@ impl State {
 }
 
 fn decode(payload: &[u8]) -> Result<Entry<TypeConfig>, LogError> {
-    postcard::from_bytes(payload).map_err(|e| LogError::Corrupt(format!("undecodable entry: {e}")))
+    // A command variant this build does not know fails here (a newer build proposed it).
+    ebb_storage::decode_exact(payload).map_err(|e| {
+        LogError::Corrupt(format!(
+            "entry {e} (this build, ebb {}, may not know its command)",
+            env!("CARGO_PKG_VERSION")
+        ))
+    })
 }
 
 fn bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {

@@ -82,6 +82,15 @@ impl Segment {
                 let len = MAGIC.len() as u64;
                 return Ok(Segment { first, path, file: Arc::new(file), len, records: Vec::new() });
             }
+            // The magic's last byte is the segment format: `EBBRLOG2` is a newer build's.
+            if data.len() >= MAGIC.len() && data[..MAGIC.len() - 1] == MAGIC[..MAGIC.len() - 1] {
+                return Err(LogError::Corrupt(format!(
+                    "{}: raft log segment format {}; this build (ebb {}) reads segment format 1",
+                    path.display(),
+                    char::from(data[MAGIC.len() - 1]),
+                    env!("CARGO_PKG_VERSION"),
+                )));
+            }
             return Err(LogError::Corrupt(format!("{} is not a raft log segment", path.display())));
         }
         let mut records = Vec::new();
@@ -261,6 +270,30 @@ mod tests {
         data[MAGIC.len() + HEADER + 2] ^= 1;
         std::fs::write(&path, &data).expect("write");
         assert!(matches!(Segment::open(path, 7, false), Err(LogError::Corrupt(_))));
+    }
+
+    /// A segment a newer build wrote is refused, naming the file and both formats, even as the
+    /// newest segment (whose bad tail would otherwise be cut).
+    #[test]
+    fn a_newer_segment_format_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s = Segment::create(dir.path(), 1).expect("create");
+        append(&mut s, 1, b"entry");
+        let path = s.path.clone();
+        drop(s);
+        let mut data = std::fs::read(&path).expect("read file");
+        data[MAGIC.len() - 1] = b'2';
+        std::fs::write(&path, &data).expect("write");
+        let Err(LogError::Corrupt(why)) = Segment::open(path.clone(), 1, true) else {
+            panic!("a newer segment was opened");
+        };
+        assert!(why.contains(&format!("{}: raft log segment format 2;", path.display())), "{why}");
+        assert!(why.ends_with("reads segment format 1"), "{why}");
+        assert_eq!(
+            std::fs::read(&path).expect("read file"),
+            data,
+            "the file must be left as it is"
+        );
     }
 
     #[test]

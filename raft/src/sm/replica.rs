@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ebb_storage::{BatchOp, Engine, Options, WriteBatch};
+use ebb_storage::{BatchDecodeError, BatchOp, Engine, Options, WriteBatch};
 use openraft::{EntryPayload, LogId, StoredMembership};
 use parking_lot::{Mutex, RwLock};
 
@@ -205,7 +205,7 @@ impl Replica {
                     match decoded {
                         Ok(b) => b,
                         Err(why) => {
-                            reply.error = Some(why.to_string());
+                            reply.error = Some(why.unless_newer(entry.log_id.index)?.to_string());
                             WriteBatch::new()
                         }
                     }
@@ -215,7 +215,7 @@ impl Replica {
                         .and_then(|b| Ok((b, decode_batch(child_batch.into())?)));
                     match decoded {
                         Err(why) => {
-                            reply.error = Some(why.to_string());
+                            reply.error = Some(why.unless_newer(entry.log_id.index)?.to_string());
                             WriteBatch::new()
                         }
                         Ok(_) if engine.get(&super::split::split_key(child), None)?.is_some() => {
@@ -478,6 +478,10 @@ enum Refused {
     /// Bytes that do not decode as a write batch.
     #[error("malformed write batch")]
     Malformed,
+    /// A batch in a format a newer build writes. Never applied as a no-op: replicas of the newer
+    /// build apply it, so this replica stops instead of diverging from them.
+    #[error(transparent)]
+    Newer(BatchDecodeError),
     /// More operations than a batch may hold.
     #[error("write batch of {ops} operations exceeds {MAX_BATCH_OPS}")]
     TooManyOps {
@@ -489,9 +493,23 @@ enum Refused {
     Reserved,
 }
 
+impl Refused {
+    /// The refusal, to be answered on every replica alike; or, for a batch of a newer format,
+    /// the error that stops this replica at log `index`.
+    fn unless_newer(self, index: u64) -> Result<Refused, ReplicaError> {
+        match self {
+            Refused::Newer(source) => Err(ReplicaError::NewerFormat { index, source }),
+            why => Ok(why),
+        }
+    }
+}
+
 /// Decodes a replicated batch and checks it may be applied.
 fn decode_batch(bytes: std::borrow::Cow<'_, [u8]>) -> Result<WriteBatch, Refused> {
-    let b = WriteBatch::from_bytes(&bytes).ok_or(Refused::Malformed)?;
+    let b = WriteBatch::decode_bytes(&bytes).map_err(|e| match e.is_newer_format() {
+        true => Refused::Newer(e),
+        false => Refused::Malformed,
+    })?;
     if b.len() > MAX_BATCH_OPS {
         return Err(Refused::TooManyOps { ops: b.len() });
     }

@@ -62,7 +62,8 @@ impl Descriptor {
         if u32::from_le_bytes(*crc) != crc32fast::hash(body) {
             return Err(ReplicaError::invalid(dir, "descriptor checksum mismatch"));
         }
-        let d: Descriptor = postcard::from_bytes(body)?;
+        let d: Descriptor = ebb_storage::decode_exact(body)
+            .map_err(|e| ReplicaError::invalid(dir, format!("descriptor {e}")))?;
         for f in &d.files {
             if !valid_name(&f.name) {
                 return Err(ReplicaError::invalid(dir, format!("bad file name {:?}", f.name)));

@@ -111,6 +111,33 @@ fn applied_state_survives_restarts_and_is_never_applied_twice() {
     assert_eq!(r.applied_state().unwrap().0, Some(log_id(9)));
 }
 
+/// A batch with an operation this build does not know (a newer build proposed it) is not applied
+/// as a no-op, which would leave this replica without what newer replicas apply: the replica
+/// stops at it, naming the entry, and applies it once a build that reads it takes over.
+#[test]
+fn a_batch_of_a_newer_format_stops_the_replica_instead_of_diverging() {
+    let d = tempfile::tempdir().unwrap();
+    let r = Replica::open(d.path(), opts()).unwrap();
+    let mut first = WriteBatch::new();
+    first.put(key(1, 1), "a");
+    r.apply(vec![batch_entry(1, &first)]).unwrap();
+    let mut newer = WriteBatch::new();
+    newer.put(key(2, 1), "b");
+    let mut bytes = newer.to_bytes();
+    bytes[20] = 9; // the first operation's tag: unknown here
+    let entry = Entry { log_id: log_id(2), payload: EntryPayload::Normal(Command::Batch(bytes)) };
+    let err = r.apply(vec![entry]).unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, ebb_raft::ReplicaError::NewerFormat { index: 2, .. }), "{text}");
+    assert!(text.contains("log entry 2: write batch operation 9 is unknown"), "{text}");
+    assert_eq!(
+        r.applied_state().unwrap().0,
+        Some(log_id(1)),
+        "the entry must not count as applied"
+    );
+    assert_eq!(contents(&r.engine()).len(), 1);
+}
+
 #[test]
 fn refused_entries_are_no_ops_with_an_error_on_every_replica() {
     let d = tempfile::tempdir().unwrap();

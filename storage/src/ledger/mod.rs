@@ -106,8 +106,8 @@ impl Ledger {
             let (raw, len) = read_records(&path, crate::log::OnBad::EndsLog)?;
             valid_len = len;
             for r in raw {
-                let entry: Entry = postcard::from_bytes(&r.payload).map_err(|e| {
-                    Error::corruption(&path, r.offset, format!("undecodable ledger record: {e}"))
+                let entry: Entry = crate::decode_exact(&r.payload).map_err(|e| {
+                    Error::corruption(&path, r.offset, format!("ledger record {e}"))
                 })?;
                 apply(&mut records, &mut requests, entry);
             }

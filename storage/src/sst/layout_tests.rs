@@ -14,6 +14,7 @@ use crate::cache::PageCache;
 use crate::filter::{RangeFilterOptions, RangeFilterSpec};
 use crate::iter::EntryCursor;
 use crate::options::{Compression, DeleteKeyExtractor};
+use crate::Error;
 
 type Entry = (Vec<u8>, u64, EntryKind, Vec<u8>);
 
@@ -257,5 +258,8 @@ fn format_version_1_files_are_read() {
     bytes[n - 4..].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&path, &bytes).unwrap();
     let err = Table::open_file(&path, Arc::new(PageCache::new(1 << 20))).unwrap_err();
-    assert!(err.to_string().contains("unsupported format version 9"), "{err}");
+    assert!(matches!(err, Error::UnsupportedFormat { found: 9, .. }), "{err:?}");
+    let text = err.to_string();
+    let named = format!("{}: table format 9; this build (ebb ", path.display());
+    assert!(text.starts_with(&named) && text.ends_with("reads table formats 1-3"), "{text}");
 }

@@ -472,7 +472,7 @@ fn read_layout(file: &File, path: &Path, size: u64) -> Result<Layout> {
     }
     let version = u32_at(&footer, 24).ok_or_else(bad_footer)?;
     if !(1..=FORMAT_VERSION).contains(&version) {
-        return Err(corrupt(foot_at, &format!("unsupported format version {version}")));
+        return Err(Error::unsupported_format(path, "table", version, 1..=FORMAT_VERSION));
     }
     let index_off = u64_at(&footer, 0).ok_or_else(bad_footer)?;
     let index_len = u32_at(&footer, 8).ok_or_else(bad_footer)?;

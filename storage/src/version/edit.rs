@@ -36,9 +36,9 @@ impl VersionEdit {
         postcard::to_stdvec(self).unwrap_or_default()
     }
 
-    /// Decodes a manifest payload.
-    pub(crate) fn decode(buf: &[u8]) -> Option<Self> {
-        postcard::from_bytes(buf).ok()
+    /// Decodes a manifest payload; an edit with fields this build does not know is refused.
+    pub(crate) fn decode(buf: &[u8]) -> Result<Self, crate::ExactDecodeError> {
+        crate::decode_exact(buf)
     }
 }
 
@@ -84,5 +84,17 @@ mod tests {
             assert_eq!(edit.range_delete_mode, mode);
             assert_eq!(edit.encode(), bytes, "{mode:?}");
         }
+    }
+
+    /// An edit with bytes after it (fields a newer build appended) is refused, not truncated.
+    #[test]
+    fn fields_of_a_newer_build_are_refused() {
+        let edit = VersionEdit { next_file_id: Some(4), ..VersionEdit::default() };
+        let mut bytes = edit.encode();
+        assert_eq!(VersionEdit::decode(&bytes).expect("decodes"), edit);
+        bytes.push(1);
+        let err = VersionEdit::decode(&bytes).unwrap_err();
+        assert!(matches!(err, crate::ExactDecodeError::Trailing(1)), "{err}");
+        assert!(err.to_string().contains("a newer build wrote it"), "{err}");
     }
 }

@@ -119,6 +119,10 @@ pub(crate) struct Manifest {
     sync_failed: bool,
 }
 
+/// The manifest format this build reads and writes (`CURRENT` names it after the file name when
+/// it is not 1).
+const MANIFEST_FORMAT: u32 = 1;
+
 impl Manifest {
     /// Reads the manifest named by `CURRENT`. `None` if the directory has no `CURRENT`.
     pub fn recover(dir: &Path) -> Result<Option<RecoveredManifest>> {
@@ -129,6 +133,19 @@ impl Manifest {
             Err(e) => return Err(Error::io(&current, e)),
         };
         let name = name.strip_suffix('\n').unwrap_or(&name);
+        // `MANIFEST-n` is format 1; a later format is written `MANIFEST-n vN`.
+        let (name, format) = match name.split_once(" v") {
+            Some((n, v)) => (n, v.parse::<u32>().ok()),
+            None => (name, Some(MANIFEST_FORMAT)),
+        };
+        match format {
+            Some(MANIFEST_FORMAT) => {}
+            Some(found) => {
+                let ours = MANIFEST_FORMAT..=MANIFEST_FORMAT;
+                return Err(Error::unsupported_format(&current, "manifest", found, ours));
+            }
+            None => return Err(Error::corruption(&current, 0, "CURRENT does not name a manifest")),
+        }
         let number = name
             .strip_prefix("MANIFEST-")
             .and_then(|n| n.parse::<u64>().ok())
@@ -149,7 +166,7 @@ impl Manifest {
         let mut state = RecoveredManifest { number, ..Default::default() };
         for rec in records {
             let edit = VersionEdit::decode(&rec.payload)
-                .ok_or_else(|| Error::corruption(&path, rec.offset, "undecodable version edit"))?;
+                .map_err(|e| Error::corruption(&path, rec.offset, format!("version edit {e}")))?;
             state.apply(edit, &path, rec.offset)?;
         }
         Ok(Some(state))

@@ -100,7 +100,7 @@ pub(crate) fn replay(path: &Path, newest: bool) -> Result<Vec<(u64, WriteBatch)>
         .into_iter()
         .map(|r| {
             WriteBatch::decode(&r.payload)
-                .ok_or_else(|| Error::corruption(path, r.offset, "undecodable write batch"))
+                .map_err(|e| Error::corruption(path, r.offset, format!("WAL record: {e}")))
         })
         .collect()
 }

@@ -210,6 +210,24 @@ fn missing_current_with_tables_is_refused() {
     assert!(!files(tmp.path(), |n| n.ends_with(".sst")).is_empty(), "tables must not be deleted");
 }
 
+/// A manifest in a format a newer build wrote is refused, naming `CURRENT` and both formats.
+#[test]
+fn a_newer_manifest_format_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    pristine(tmp.path());
+    let current = tmp.path().join("CURRENT");
+    let name = std::fs::read_to_string(&current).unwrap();
+    std::fs::write(&current, format!("{} v2\n", name.trim_end())).unwrap();
+    let err = Engine::open(tmp.path(), opts()).unwrap_err();
+    assert!(matches!(&err, Error::UnsupportedFormat { found: 2, .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("CURRENT: manifest format 2;"), "{text}");
+    assert!(text.ends_with("reads manifest formats 1-1"), "{text}");
+    // The format this build writes is read as before.
+    std::fs::write(&current, format!("{} v1\n", name.trim_end())).unwrap();
+    Engine::open(tmp.path(), opts()).unwrap();
+}
+
 #[test]
 fn truncated_sst_is_reported() {
     let tmp = tempfile::tempdir().unwrap();

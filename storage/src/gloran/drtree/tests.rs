@@ -83,3 +83,27 @@ fn corrupt_leaf_is_reported() {
     let err = t.probe(&15u16.to_be_bytes(), 0, u64::MAX).unwrap_err();
     assert!(err.is_corruption(), "{err}");
 }
+
+#[test]
+fn a_newer_format_is_refused_naming_both_formats() {
+    let pieces = build(&[(10, 20, 5)]);
+    let dir = tempfile::tempdir().unwrap();
+    let t = write(dir.path(), 4, &pieces, 256, 4);
+    let path = t.path().to_path_buf();
+    let meta = t.meta().clone();
+    drop(t);
+    let mut data = std::fs::read(&path).unwrap();
+    let foot = data.len() - super::FOOTER_LEN;
+    let magic = (super::MAGIC & !0xffff) | 2;
+    data[foot + 12..foot + 20].copy_from_slice(&magic.to_le_bytes());
+    let crc = crc32fast::hash(&data[foot..foot + 20]);
+    data[foot + 20..].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&path, &data).unwrap();
+    let err = DrTree::open(dir.path(), meta).unwrap_err();
+    assert!(!err.is_corruption(), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("range index format 2;") && text.ends_with("reads range index formats 1-1"),
+        "{text}"
+    );
+}

@@ -52,8 +52,15 @@ impl DrTree {
         if u32_at(&footer, 20) != Some(crc32fast::hash(&footer[..20])) {
             return Err(corrupt(foot_at, "footer checksum mismatch"));
         }
-        if u64_at(&footer, 12) != Some(MAGIC) {
-            return Err(corrupt(foot_at, "bad magic number"));
+        match u64_at(&footer, 12) {
+            Some(MAGIC) => {}
+            // The low 16 bits of the magic number are the file's format.
+            Some(m) if m >> 16 == MAGIC >> 16 => {
+                let found = (m & 0xffff) as u32;
+                let ours = (MAGIC & 0xffff) as u32;
+                return Err(Error::unsupported_format(&path, "range index", found, ours..=ours));
+            }
+            _ => return Err(corrupt(foot_at, "bad magic number")),
         }
         let index_off = u64_at(&footer, 0).unwrap_or(u64::MAX);
         let index_len = u32_at(&footer, 8).unwrap_or(0);
