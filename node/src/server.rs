@@ -203,6 +203,7 @@ impl Server {
             max_connections: config.max_connections,
             intent_patience: crate::cluster::router::DEFAULT_INTENT_PATIENCE,
             scaling: config.scaling,
+            versions: crate::cluster::version::VersionRange::BUILD,
         };
         let node =
             ClusterNode::start(&cc, grpc, Arc::new(ebb_raft::transport::Faults::new())).await?;

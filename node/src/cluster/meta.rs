@@ -14,6 +14,7 @@ use openraft::{BasicNode, ChangeMembers, Raft};
 use parking_lot::RwLock;
 use tokio::sync::watch;
 
+use super::version::{PeerVersion, Versions};
 use super::view::{self, MetaView, NodeInfo, NodeState, Settings, ShardInfo};
 use crate::error::{NodeError, Result};
 
@@ -47,6 +48,9 @@ pub enum MetaError {
     /// This node does not lead the metadata group; the leader's id and address if known.
     #[error("not the metadata leader")]
     NotLeader(Option<(u64, String)>),
+    /// Refused for good, whoever leads (a joining node whose binary the cluster cannot run).
+    #[error("{0}")]
+    Refused(String),
     /// Anything else.
     #[error("{0}")]
     Failed(String),
@@ -55,6 +59,7 @@ pub enum MetaError {
 struct MetaApplier {
     view: Arc<RwLock<MetaView>>,
     changed: watch::Sender<u64>,
+    versions: Arc<Versions>,
 }
 
 impl Applier for MetaApplier {
@@ -73,6 +78,7 @@ impl Applier for MetaApplier {
             why: e.to_string(),
         })?;
         engine.write(batch, seq)?;
+        self.versions.set_active(next.active_version());
         *self.view.write() = next;
         self.changed.send_modify(|v| *v += 1);
         Ok(())
@@ -80,7 +86,10 @@ impl Applier for MetaApplier {
 
     fn replaced(&self, engine: &Arc<Engine>) {
         match MetaView::load(engine) {
-            Ok(v) => *self.view.write() = v,
+            Ok(v) => {
+                self.versions.set_active(v.active_version());
+                *self.view.write() = v;
+            }
             Err(e) => tracing::error!(%e, "loading cluster metadata from a snapshot"),
         }
         self.changed.send_modify(|v| *v += 1);
@@ -97,6 +106,8 @@ pub struct Meta {
     write_lock: tokio::sync::Mutex<()>,
     /// Channels to the other nodes.
     conns: Arc<Connections>,
+    /// This node's binary's cluster versions and the active one.
+    versions: Arc<Versions>,
 }
 
 impl std::fmt::Debug for Meta {
@@ -113,18 +124,32 @@ impl Meta {
         opts: &GroupOptions,
         conns: Arc<Connections>,
         groups: &Groups,
+        versions: Arc<Versions>,
     ) -> Result<Arc<Meta>> {
         let start = |e: ebb_raft::StartError| NodeError::Cluster(format!("metadata group: {e}"));
         let (log, replica) = open_group(dir, opts).await.map_err(start)?;
         let loaded =
             MetaView::load(&replica.engine()).map_err(|e| NodeError::Cluster(e.to_string()))?;
+        // A binary too old for the cluster this node was part of does not start (a rollback
+        // after finalizing): its peers would refuse it anyway.
+        if let Some(why) = versions.unfit(loaded.active_version()) {
+            return Err(NodeError::Cluster(why));
+        }
+        versions.set_active(loaded.active_version());
         let view = Arc::new(RwLock::new(loaded));
         let (tx, changed) = watch::channel(0);
-        replica.set_applier(Arc::new(MetaApplier { view: view.clone(), changed: tx }));
+        let applier = MetaApplier { view: view.clone(), changed: tx, versions: versions.clone() };
+        replica.set_applier(Arc::new(applier));
         let group = run_group(node, META_GROUP, log, replica, opts, conns.clone(), groups)
             .await
             .map_err(start)?;
-        Ok(Arc::new(Meta { node, group, view, changed, write_lock: Default::default(), conns }))
+        let write_lock = Default::default();
+        Ok(Arc::new(Meta { node, group, view, changed, write_lock, conns, versions }))
+    }
+
+    /// This node's binary's cluster versions and the active one.
+    pub fn versions(&self) -> &Arc<Versions> {
+        &self.versions
     }
 
     /// Serializes a read-modify-write change of the metadata (on the leader).
@@ -219,6 +244,13 @@ impl Meta {
         let mut b = WriteBatch::new();
         view::put_settings(&mut b, &settings);
         view::put_node(&mut b, &me, me.id + 1);
+        // A new cluster runs at the newest version its first node's binary supports.
+        let version = view::ClusterVersionRecord {
+            active: self.versions.range().max,
+            since_ms: ebb_query::now_ms(),
+            by: "created".into(),
+        };
+        view::put_cluster_version(&mut b, &version);
         match plan {
             None => {
                 for s in 1..=settings.shards as u64 {
@@ -253,7 +285,7 @@ impl Meta {
         // A record that does not apply to the view is refused here, before every replica would
         // stop at it.
         if let Err(e) = self.view.read().clone().apply(&batch) {
-            return Err(MetaError::Failed(format!("refused metadata change: {e}")));
+            return Err(MetaError::Refused(format!("refused metadata change: {e}")));
         }
         let cmd = Command::Batch(batch.to_bytes());
         let write = self.group.raft.client_write(cmd);
@@ -296,12 +328,21 @@ impl Meta {
         grpc_addr: &str,
         http_addr: &str,
         pg_addr: &str,
+        peer: &PeerVersion,
     ) -> std::result::Result<u64, MetaError> {
         if !self.is_leader() {
             return Err(MetaError::NotLeader(self.leader()));
         }
         let _g = self.write_lock.lock().await;
         let v = self.view();
+        let active = v.active_version();
+        if !peer.range.runs_at(active) {
+            return Err(MetaError::Refused(format!(
+                "the joining node runs {}, and this cluster runs at cluster version {active}: \
+                 start it with a binary that supports cluster version {active}",
+                peer.describe()
+            )));
+        }
         let (id, next) = (v.next_node_id, v.next_node_id + 1);
         let mut b = WriteBatch::new();
         // Nodes join only while their data directory holds no node id. One registered at the
@@ -461,7 +502,7 @@ impl Meta {
                 }
             }
             Err(MetaError::NotLeader(None)) => return Err(failed("no leader".into())),
-            Err(MetaError::Failed(e)) => return Err(failed(e)),
+            Err(MetaError::Failed(e) | MetaError::Refused(e)) => return Err(failed(e)),
         };
         self.wait_applied(index, FORWARD_TIMEOUT).await
     }

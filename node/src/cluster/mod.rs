@@ -26,6 +26,8 @@ mod shard_reads;
 mod shards;
 pub mod split;
 mod system;
+pub mod upgrade;
+pub mod version;
 pub mod view;
 mod write_check;
 

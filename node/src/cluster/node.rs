@@ -21,6 +21,7 @@ use super::proto::JoinRequest;
 use super::router::Router;
 use super::service::{join, ClusterService};
 use super::shards::{self, ShardEnv, Shards};
+use super::version::{VersionRange, Versions};
 use super::view::{NodeInfo, NodeState, Settings};
 use crate::error::{NodeError, Result};
 use crate::tls::cluster::RequireClusterId;
@@ -82,6 +83,9 @@ pub struct ClusterConfig {
     pub intent_patience: Duration,
     /// When shards split by themselves and how fast replicas move.
     pub scaling: crate::config::scaling::Scaling,
+    /// The cluster versions this node supports: its binary's ([`VersionRange::BUILD`]), or an
+    /// older range a test pins it to, to run it as the previous release would.
+    pub versions: VersionRange,
 }
 
 /// A running cluster node.
@@ -168,10 +172,14 @@ impl ClusterNode {
         // A node is never its own seed.
         let seeds: Vec<String> =
             cfg.join.iter().filter(|s| **s != cfg.advertise_grpc).cloned().collect();
+        let versions = Arc::new(Versions::new(cfg.versions));
         let req = JoinRequest {
             grpc_addr: cfg.advertise_grpc.clone(),
             http_addr: cfg.http_addr.clone(),
             pg_addr: cfg.pg_addr.clone(),
+            binary_version: crate::VERSION.to_string(),
+            min_cluster_version: cfg.versions.min,
+            max_cluster_version: cfg.versions.max,
         };
         let restoring = super::restore::read_plan(&cfg.data_dir)?;
         // A restored set on the initial node (pod 0 of the Helm chart, as its restore
@@ -244,9 +252,11 @@ impl ClusterNode {
         let groups = Groups::new();
         let conns = Connections::new(id, faults);
         conns.snapshot_pacer().set_rate(cfg.scaling.move_rate);
-        conns.set_credentials(Credentials { tls: cfg.tls.clone(), cluster_id });
-        let meta =
-            Meta::open(id, &cfg.data_dir.join("meta"), &cfg.groups, conns.clone(), &groups).await?;
+        let version = Some(versions.header());
+        conns.set_credentials(Credentials { tls: cfg.tls.clone(), cluster_id, version });
+        let meta_dir = cfg.data_dir.join("meta");
+        let meta = Meta::open(id, &meta_dir, &cfg.groups, conns.clone(), &groups, versions.clone())
+            .await?;
         let (stop, rx) = watch::channel(false);
         let mut tasks = Vec::new();
         let raft_svc = RaftService::new(id, groups.clone()).into_server();
@@ -262,7 +272,7 @@ impl ClusterNode {
         health_reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
         let incoming =
             crate::tls::conn::incoming(listener, cfg.server_tls.clone(), cfg.max_connections)?;
-        let check = RequireClusterId::new(conns.clone());
+        let check = RequireClusterId::new(conns.clone(), versions.clone());
         tasks.push(tokio::spawn(async move {
             let res = crate::grpc::builder()
                 .layer(check)
@@ -411,6 +421,7 @@ async fn reconcile_loop(meta: Arc<Meta>, mut auto: AutoSplit, stop: watch::Recei
     let mut leaders_checked = Instant::now();
     let mut splits = super::split::SplitClock::default();
     let mut leader_tries = super::rebalance::LeaderTries::default();
+    let mut upgrade = super::upgrade::AutoFinalize::default();
     loop {
         if *stop.borrow() {
             return;
@@ -427,6 +438,7 @@ async fn reconcile_loop(meta: Arc<Meta>, mut auto: AutoSplit, stop: watch::Recei
         if auto.step(&meta).await {
             continue;
         }
+        upgrade.step(&meta).await;
         // Leaders are looked up on every node: not on every pass.
         if leaders_checked.elapsed() >= LEADER_CHECK {
             leaders_checked = Instant::now();

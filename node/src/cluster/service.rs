@@ -25,6 +25,7 @@ use super::proto::{
 };
 use super::router::{RouteError, Router, ShardRoute};
 use super::shards::Shards;
+use super::version::{PeerVersion, VersionRange};
 use super::view::MetaView;
 use crate::error::{NodeError, Result};
 
@@ -91,6 +92,41 @@ pub(super) async fn connect(
     Ok(ClusterClient::new(ch))
 }
 
+/// A change the metadata leader makes (`here`, tried first on this node), asked of the leader
+/// through `remote` when another node leads, within `wait`: failures as a statement reports
+/// them (a refusal as invalid, anything else as unavailable).
+pub(super) async fn on_metadata_leader<T, R>(
+    meta: &Meta,
+    here: impl std::future::Future<Output = std::result::Result<T, MetaError>>,
+    wait: Duration,
+    remote: impl FnOnce(ClusterClient<ClusterChannel>) -> R,
+) -> std::result::Result<T, ebb_query::error::QueryError>
+where
+    R: std::future::Future<Output = std::result::Result<T, Status>>,
+{
+    use ebb_query::error::QueryError;
+    match here.await {
+        Ok(done) => Ok(done),
+        Err(MetaError::NotLeader(Some((_, addr)))) => {
+            let c = connect(meta.conns(), &addr)
+                .await
+                .map_err(|e| QueryError::Unavailable(e.to_string()))?;
+            match tokio::time::timeout(wait, remote(c)).await {
+                Ok(Ok(done)) => Ok(done),
+                Ok(Err(s)) if s.code() == tonic::Code::FailedPrecondition => {
+                    Err(QueryError::invalid(s.message()))
+                }
+                Ok(Err(s)) => Err(QueryError::Unavailable(s.message().to_string())),
+                Err(_) => Err(QueryError::Unavailable("the metadata leader did not answer".into())),
+            }
+        }
+        Err(MetaError::NotLeader(None)) => {
+            Err(QueryError::Unavailable("the metadata group has no leader".into()))
+        }
+        Err(MetaError::Failed(why) | MetaError::Refused(why)) => Err(QueryError::invalid(why)),
+    }
+}
+
 /// Bytes a shard replica holds: its engine files and its active memtable.
 pub(super) fn replica_bytes(s: &super::Shard) -> u64 {
     let st = s.db.engine().stats();
@@ -125,7 +161,7 @@ impl ClusterService {
             Ok(ShardRoute::Here(s)) => Ok(Route::Here(s)),
             Ok(ShardRoute::There(addr)) => {
                 let c = connect(self.router.conns(), &addr).await?;
-                Ok(Route::There(c.max_decoding_message_size(super::MAX_MESSAGE_BYTES)))
+                Ok(Route::There(Box::new(c.max_decoding_message_size(super::MAX_MESSAGE_BYTES))))
             }
             Err(e) => Err(Status::unavailable(e.to_string())),
         }
@@ -135,7 +171,7 @@ impl ClusterService {
 /// Where a shard call runs ([`ClusterService::route`]).
 enum Route {
     Here(super::Shard),
-    There(ClusterClient<ClusterChannel>),
+    There(Box<ClusterClient<ClusterChannel>>),
 }
 
 #[tonic::async_trait]
@@ -271,9 +307,10 @@ impl Cluster for ClusterService {
         // Bounded, so the joining node hears back well within its attempt: a leader that has
         // lost its quorum would otherwise keep it waiting, and an answer is what tells it a
         // cluster is here.
+        let peer = joining_version(&r);
         let registered = tokio::time::timeout(
             JOIN_FORWARD,
-            self.meta.register(&r.grpc_addr, &r.http_addr, &r.pg_addr),
+            self.meta.register(&r.grpc_addr, &r.http_addr, &r.pg_addr, &peer),
         )
         .await
         .map_err(|_| Status::unavailable("the metadata group cannot take a node right now"))?;
@@ -281,7 +318,10 @@ impl Cluster for ClusterService {
             Ok(node_id) => Ok(Response::new(JoinReply {
                 node_id,
                 cluster_id: self.router.conns().cluster_id().unwrap_or_default(),
+                cluster_version: self.meta.versions().active(),
             })),
+            // Final: the joining node stops trying and says why.
+            Err(MetaError::Refused(why)) => Err(Status::failed_precondition(why)),
             Err(MetaError::NotLeader(Some((_, addr)))) => {
                 // One hop to the leader; the joining node retries if leadership moves again.
                 // Bounded, so the joining node hears back (an answer tells it a cluster is
@@ -386,6 +426,13 @@ impl Cluster for ClusterService {
         Ok(Response::new(super::proto::StatementsReply { statements }))
     }
 
+    async fn upgrade(
+        &self,
+        req: Request<super::proto::UpgradeRequest>,
+    ) -> std::result::Result<Response<super::proto::UpgradeReply>, Status> {
+        super::upgrade::serve(&self.meta, req.into_inner()).await.map(Response::new)
+    }
+
     async fn leaders(
         &self,
         _req: Request<LeadersRequest>,
@@ -408,10 +455,16 @@ impl Cluster for ClusterService {
             })
             .collect();
         let health = self.router.health().get();
+        let versions = self.meta.versions();
         Ok(Response::new(LeadersReply {
             leaders,
             ready: health.is_ready(),
             not_ready: health.reasons,
+            binary_version: crate::VERSION.to_string(),
+            commit: crate::COMMIT.to_string(),
+            min_cluster_version: versions.range().min,
+            max_cluster_version: versions.range().max,
+            active_cluster_version: versions.active(),
         }))
     }
 
@@ -521,7 +574,7 @@ impl Cluster for ClusterService {
             Err(MetaError::NotLeader(_)) => {
                 Err(Status::unavailable("this node no longer leads the metadata group"))
             }
-            Err(MetaError::Failed(e)) => Err(Status::unavailable(e)),
+            Err(MetaError::Failed(e) | MetaError::Refused(e)) => Err(Status::unavailable(e)),
         }
     }
 }
@@ -566,7 +619,7 @@ pub async fn decommission(meta: &Meta, id: u64) -> std::result::Result<(), Statu
         Err(MetaError::NotLeader(None)) => {
             Err(Status::unavailable("the cluster has no metadata leader right now"))
         }
-        Err(MetaError::Failed(e)) => Err(Status::failed_precondition(e)),
+        Err(MetaError::Failed(e) | MetaError::Refused(e)) => Err(Status::failed_precondition(e)),
     }
 }
 
@@ -581,6 +634,29 @@ pub struct JoinFailed {
     /// Some seed answered (it serves a cluster, which could not take the node just then), as
     /// opposed to none answering at all.
     pub answered: bool,
+    /// The cluster refused the node for good (`last` says why): trying again cannot help.
+    pub refused: bool,
+}
+
+/// How one attempt to join through a seed failed.
+enum Attempt {
+    /// The seed was not reached.
+    Unreached(String),
+    /// It answered, but could not take the node just then.
+    Answered(String),
+    /// It refused the node for good.
+    Refused(String),
+}
+
+/// The binary a join request describes (release 0.1.0 sends none of it).
+fn joining_version(r: &JoinRequest) -> PeerVersion {
+    match r.max_cluster_version {
+        0 => PeerVersion { binary: None, range: VersionRange::LEGACY },
+        max => PeerVersion {
+            binary: Some(r.binary_version.chars().take(64).collect()),
+            range: VersionRange { min: r.min_cluster_version.min(max), max },
+        },
+    }
 }
 
 /// Registers this node with the cluster through any of `seeds` (gRPC addresses, reached with
@@ -600,29 +676,39 @@ pub async fn join(
             // Bounded: a seed that is starting too has its port bound (connections queue) but
             // answers nothing until it has joined.
             let attempt = async {
-                let unreached = |e: String| (false, e);
                 let ep = ebb_raft::transport::endpoint(seed, tls.clone(), Duration::from_secs(2))
-                    .map_err(|e| unreached(e.to_string()))?;
+                    .map_err(|e| Attempt::Unreached(e.to_string()))?;
                 let ch = ep
                     .timeout(CALL_TIMEOUT)
                     .connect()
                     .await
-                    .map_err(|e| unreached(e.to_string()))?;
-                let r = ClusterClient::new(ch).join(req.clone()).await;
-                // An answer, even a refusal, comes from a node serving a cluster.
-                r.map(|r| r.into_inner()).map_err(|s| (true, s.message().to_string()))
+                    .map_err(|e| Attempt::Unreached(e.to_string()))?;
+                match ClusterClient::new(ch).join(req.clone()).await {
+                    Ok(r) => Ok(r.into_inner()),
+                    Err(s) if s.code() == tonic::Code::FailedPrecondition => {
+                        Err(Attempt::Refused(s.message().to_string()))
+                    }
+                    // An answer, even a refusal, comes from a node serving a cluster.
+                    Err(s) => Err(Attempt::Answered(s.message().to_string())),
+                }
             };
             match tokio::time::timeout(JOIN_ATTEMPT, attempt).await {
                 Ok(Ok(r)) => return Ok(r),
-                Ok(Err((a, e))) => {
-                    answered |= a;
+                Ok(Err(Attempt::Refused(why))) => {
+                    let last = format!("{seed}: {why}");
+                    let seeds = seeds.to_vec();
+                    return Err(JoinFailed { seeds, last, answered: true, refused: true });
+                }
+                Ok(Err(Attempt::Answered(e))) => {
+                    answered = true;
                     last = format!("{seed}: {e}");
                 }
+                Ok(Err(Attempt::Unreached(e))) => last = format!("{seed}: {e}"),
                 Err(_) => last = format!("{seed}: no answer within {JOIN_ATTEMPT:?}"),
             }
         }
         tracing::info!(%last, "waiting to join the cluster");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    Err(JoinFailed { seeds: seeds.to_vec(), last, answered })
+    Err(JoinFailed { seeds: seeds.to_vec(), last, answered, refused: false })
 }

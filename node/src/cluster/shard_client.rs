@@ -294,6 +294,18 @@ impl ebb_query::sql::shard::Shards for Router {
         super::split::request(self.meta(), shard).await
     }
 
+    async fn upgrade(
+        &self,
+        change: ebb_query::sql::shard::UpgradeChange,
+        issuer: &str,
+    ) -> Result<(u32, String), QueryError> {
+        super::upgrade::request(self.meta(), change, issuer).await
+    }
+
+    async fn cluster(&self) -> Result<Option<ebb_query::sql::shard::ClusterRow>, QueryError> {
+        Ok(Some(super::upgrade::cluster_row(self.meta()).await))
+    }
+
     async fn deletions(&self) -> Vec<ReplicaDeletion> {
         super::deletions::gather(self).await
     }

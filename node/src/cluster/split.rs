@@ -118,27 +118,10 @@ pub async fn plan(meta: &Meta, shard: u64) -> Result<u64, MetaError> {
 
 /// Splits shard `shard` from any node: planned on the metadata leader.
 pub async fn request(meta: &Meta, shard: u64) -> Result<u64, QueryError> {
-    match plan(meta, shard).await {
-        Ok(child) => Ok(child),
-        Err(MetaError::NotLeader(Some((_, addr)))) => {
-            let mut c = connect(meta.conns(), &addr)
-                .await
-                .map_err(|e| QueryError::Unavailable(e.to_string()))?;
-            let call = c.split_shard(SplitShardRequest { shard });
-            match tokio::time::timeout(STEP_TIMEOUT, call).await {
-                Ok(Ok(r)) => Ok(r.into_inner().child),
-                Ok(Err(s)) if s.code() == tonic::Code::FailedPrecondition => {
-                    Err(QueryError::invalid(s.message()))
-                }
-                Ok(Err(s)) => Err(QueryError::Unavailable(s.message().to_string())),
-                Err(_) => Err(QueryError::Unavailable("the metadata leader did not answer".into())),
-            }
-        }
-        Err(MetaError::NotLeader(None)) => {
-            Err(QueryError::Unavailable("the metadata group has no leader".into()))
-        }
-        Err(MetaError::Failed(why)) => Err(QueryError::invalid(why)),
-    }
+    super::service::on_metadata_leader(meta, plan(meta, shard), STEP_TIMEOUT, |mut c| async move {
+        Ok(c.split_shard(SplitShardRequest { shard }).await?.into_inner().child)
+    })
+    .await
 }
 
 /// The `SplitShard` call: plans the split here (this node leads the metadata group).
@@ -146,7 +129,9 @@ pub async fn serve_split(meta: &Meta, r: SplitShardRequest) -> Result<u64, Statu
     match plan(meta, r.shard).await {
         Ok(child) => Ok(child),
         Err(MetaError::NotLeader(_)) => Err(Status::unavailable("not the metadata leader")),
-        Err(MetaError::Failed(why)) => Err(Status::failed_precondition(why)),
+        Err(MetaError::Failed(why) | MetaError::Refused(why)) => {
+            Err(Status::failed_precondition(why))
+        }
     }
 }
 

@@ -15,27 +15,24 @@ use super::router::Router;
 struct NodeReport {
     not_ready: Vec<String>,
     bytes: BTreeMap<u64, u64>,
+    /// Its binary and commit, if it answered.
+    version: Option<(super::version::PeerVersion, String)>,
 }
 
 /// The report of each of `nodes`, from the node itself ([`crate::health`]).
 async fn reports(router: &Router, nodes: &[&super::view::NodeInfo]) -> Vec<NodeReport> {
-    use super::proto::cluster_client::ClusterClient;
     let me = router.meta().node();
     let calls = nodes.iter().map(|n| async move {
         if n.id == me {
             let shards = router.shards().all();
             let bytes = shards.iter().map(|s| (s.id, super::service::replica_bytes(s))).collect();
-            return NodeReport { not_ready: router.health().get().reasons, bytes };
+            let version = Some((router.meta().versions().me(), crate::COMMIT.to_string()));
+            return NodeReport { not_ready: router.health().get().reasons, bytes, version };
         }
-        let reply = async {
-            let ch = router.conns().channel(&n.grpc_addr).ok()?;
-            let mut client = ClusterClient::new(ch);
-            let call = client.leaders(super::proto::LeadersRequest {});
-            tokio::time::timeout(std::time::Duration::from_secs(1), call).await.ok()?.ok()
-        }
-        .await;
-        match reply.map(|r| r.into_inner()) {
+        let wait = std::time::Duration::from_secs(1);
+        match super::upgrade::ask(router.conns(), &n.grpc_addr, wait).await {
             Some(r) => NodeReport {
+                version: Some((super::upgrade::reply_version(&r), r.commit.clone())),
                 bytes: r.leaders.iter().map(|l| (l.shard, l.bytes)).collect(),
                 not_ready: match (r.ready, r.not_ready.is_empty()) {
                     (true, _) => Vec::new(),
@@ -43,9 +40,11 @@ async fn reports(router: &Router, nodes: &[&super::view::NodeInfo]) -> Vec<NodeR
                     (false, false) => r.not_ready,
                 },
             },
-            None => {
-                NodeReport { not_ready: vec!["does not answer".into()], bytes: BTreeMap::new() }
-            }
+            None => NodeReport {
+                not_ready: vec!["does not answer".into()],
+                bytes: BTreeMap::new(),
+                version: None,
+            },
         }
     });
     futures::future::join_all(calls).await
@@ -89,6 +88,9 @@ pub async fn nodes(router: &Router) -> Vec<NodeRow> {
             leaders: led(n.id),
             bytes: (!r.bytes.is_empty()).then(|| r.bytes.values().sum()),
             not_ready: r.not_ready,
+            version: r.version.as_ref().map(|(v, _)| v.binary.clone().unwrap_or("0.1.0".into())),
+            commit: r.version.as_ref().and_then(|(_, c)| (!c.is_empty()).then(|| c.clone())),
+            cluster_versions: r.version.as_ref().map(|(v, _)| v.range.to_string()),
         })
         .collect()
 }

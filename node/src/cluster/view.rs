@@ -34,6 +34,38 @@ pub const BACKUP_ORIGIN: &[u8] = b"meta/backup/origin";
 /// destination's deletion journal (`meta/backup/journal/` + request id big-endian).
 const BACKUP_JOURNAL: &[u8] = b"meta/backup/journal/";
 
+/// The cluster's active version (see [`super::version`]); absent: 1, a cluster created by
+/// release 0.1.0 and not finalized since.
+const CLUSTER_VERSION: &[u8] = b"meta/cluster-version";
+/// When an upgrade finalizes by itself ([`UpgradePolicy`]).
+const UPGRADE: &[u8] = b"meta/upgrade";
+
+/// The record of the cluster's active version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterVersionRecord {
+    /// The active cluster version.
+    pub active: super::version::ClusterVersion,
+    /// When it became active (the metadata leader's clock).
+    pub since_ms: u64,
+    /// Who made it active: `created` (a new cluster), `auto`, or the admin who finalized.
+    pub by: String,
+}
+
+/// When an upgrade finalizes by itself: once every node has supported a newer cluster version
+/// for `auto_finalize_after_ms` (`None`: only `ALTER CLUSTER FINALIZE UPGRADE` finalizes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpgradePolicy {
+    /// The delay, in milliseconds.
+    pub auto_finalize_after_ms: Option<u64>,
+}
+
+impl Default for UpgradePolicy {
+    /// A day: long enough to roll an upgrade back, short enough not to be forgotten.
+    fn default() -> Self {
+        UpgradePolicy { auto_finalize_after_ms: Some(24 * 3600 * 1000) }
+    }
+}
+
 /// Cluster-wide settings, fixed when the cluster is created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Settings {
@@ -159,6 +191,10 @@ pub struct MetaView {
     /// Delete requests completed on every shard that some destination's journal may lack,
     /// by request id.
     pub backup_journal: BTreeMap<u64, JournaledRequest>,
+    /// The cluster's active version, if ever recorded (see [`MetaView::active_version`]).
+    pub cluster_version: Option<ClusterVersionRecord>,
+    /// When an upgrade finalizes by itself, if ever set (else the default).
+    pub upgrade: Option<UpgradePolicy>,
 }
 
 /// A delete request completed on every shard, waiting to reach every backup destination's
@@ -288,11 +324,22 @@ impl MetaView {
             let r: JournaledRequest =
                 serde_json::from_slice(value).map_err(|e| err(e.to_string()))?;
             self.backup_journal.insert(r.intent.id, r);
+        } else if key == CLUSTER_VERSION {
+            let v: ClusterVersionRecord =
+                serde_json::from_slice(value).map_err(|e| err(e.to_string()))?;
+            self.cluster_version = Some(v);
+        } else if key == UPGRADE {
+            self.upgrade = Some(serde_json::from_slice(value).map_err(|e| err(e.to_string()))?);
         } else if key.starts_with(ACCESS) {
             let op = AccessOp::Put { key: key[ACCESS.len()..].to_vec(), value: value.to_vec() };
             self.access_op(op)?;
         }
         Ok(())
+    }
+
+    /// The cluster's active version: 1 until one is recorded.
+    pub fn active_version(&self) -> super::version::ClusterVersion {
+        self.cluster_version.as_ref().map_or(1, |v| v.active)
     }
 
     /// Active nodes, by id.
@@ -309,6 +356,16 @@ impl MetaView {
 /// Adds the record of `settings` to `batch`.
 pub fn put_settings(batch: &mut WriteBatch, settings: &Settings) {
     batch.put(SETTINGS, serde_json::to_vec(settings).unwrap_or_default());
+}
+
+/// Adds the record of the cluster's active version to `batch`.
+pub fn put_cluster_version(batch: &mut WriteBatch, v: &ClusterVersionRecord) {
+    batch.put(CLUSTER_VERSION, serde_json::to_vec(v).unwrap_or_default());
+}
+
+/// Adds the record of when an upgrade finalizes by itself to `batch`.
+pub fn put_upgrade_policy(batch: &mut WriteBatch, p: &UpgradePolicy) {
+    batch.put(UPGRADE, serde_json::to_vec(p).unwrap_or_default());
 }
 
 /// Adds the record of `node` (and the next node id after it) to `batch`.

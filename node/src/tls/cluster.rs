@@ -1,13 +1,18 @@
 //! What the cluster port checks besides the peer's certificate: every request carries the
 //! cluster id (`x-ebb-cluster-id`), so that a node of another cluster signed by the same CA (or
-//! a node that lost its data and created a new cluster) is not answered. Health checks and
-//! `Join` (how a new node learns the id) are exempt; `Join` still needs a member certificate
-//! when the port runs mutual TLS.
+//! a node that lost its data and created a new cluster) is not answered; and the sender's
+//! version (`x-ebb-version`, absent from release 0.1.0), so that a node whose binary does not
+//! support the cluster's active version is not answered either (see
+//! `crate::cluster::version`). Health checks and `Join` (how a new node learns the id; it
+//! checks the joining node's version itself) are exempt; `Join` still needs a member
+//! certificate when the port runs mutual TLS.
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use ebb_raft::transport::{Connections, CLUSTER_ID_HEADER};
+use ebb_raft::transport::{Connections, CLUSTER_ID_HEADER, VERSION_HEADER};
+
+use crate::cluster::version::{PeerVersion, Versions};
 use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
 use super::{ClusterFiles, TlsError, NODE_NAME};
@@ -31,17 +36,19 @@ pub fn client_config(files: &ClusterFiles) -> Result<ClientTlsConfig, TlsError> 
         .domain_name(NODE_NAME))
 }
 
-/// A tower layer refusing requests without this node's cluster id.
+/// A tower layer refusing requests without this node's cluster id, or from a node whose binary
+/// does not support the cluster's active version.
 #[derive(Debug, Clone)]
 pub struct RequireClusterId {
     conns: Arc<Connections>,
+    versions: Arc<Versions>,
 }
 
 impl RequireClusterId {
     /// Checks against the id `conns` sends (none: a cluster created before ids, nothing to
-    /// check).
-    pub fn new(conns: Arc<Connections>) -> RequireClusterId {
-        RequireClusterId { conns }
+    /// check) and the active version `versions` holds.
+    pub fn new(conns: Arc<Connections>, versions: Arc<Versions>) -> RequireClusterId {
+        RequireClusterId { conns, versions }
     }
 }
 
@@ -49,7 +56,7 @@ impl<S> tower::Layer<S> for RequireClusterId {
     type Service = ClusterIdCheck<S>;
 
     fn layer(&self, inner: S) -> ClusterIdCheck<S> {
-        ClusterIdCheck { inner, conns: self.conns.clone() }
+        ClusterIdCheck { inner, conns: self.conns.clone(), versions: self.versions.clone() }
     }
 }
 
@@ -58,19 +65,31 @@ impl<S> tower::Layer<S> for RequireClusterId {
 pub struct ClusterIdCheck<S> {
     inner: S,
     conns: Arc<Connections>,
+    versions: Arc<Versions>,
+}
+
+/// What a request says of its sender.
+struct Sent<'a> {
+    cluster_id: Option<&'a [u8]>,
+    version: Option<&'a [u8]>,
 }
 
 /// Why a request is refused, or `None` to serve it.
-fn refusal(path: &str, sent: Option<&[u8]>, ours: Option<&str>) -> Option<&'static str> {
-    let ours = ours?;
+fn refusal(path: &str, sent: &Sent<'_>, ours: Option<&str>, versions: &Versions) -> Option<String> {
     let exempt = |p: &&str| if p.ends_with('/') { path.starts_with(p) } else { path == *p };
     if EXEMPT.iter().any(exempt) {
         return None;
     }
-    match sent {
-        None => Some("the request carries no cluster id"),
-        Some(id) if id == ours.as_bytes() => None,
-        Some(_) => Some("the request belongs to another cluster"),
+    if let Some(ours) = ours {
+        match sent.cluster_id {
+            None => return Some("the request carries no cluster id".into()),
+            Some(id) if id == ours.as_bytes() => {}
+            Some(_) => return Some("the request belongs to another cluster".into()),
+        }
+    }
+    match PeerVersion::from_header(sent.version) {
+        None => Some(format!("the request's {VERSION_HEADER} header does not parse")),
+        Some(peer) => versions.refusal(&peer),
     }
 }
 
@@ -94,8 +113,11 @@ where
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let ours = self.conns.cluster_id();
-        let sent = req.headers().get(CLUSTER_ID_HEADER).map(|v| v.as_bytes());
-        match refusal(req.uri().path(), sent, ours.as_deref()) {
+        let sent = Sent {
+            cluster_id: req.headers().get(CLUSTER_ID_HEADER).map(|v| v.as_bytes()),
+            version: req.headers().get(VERSION_HEADER).map(|v| v.as_bytes()),
+        };
+        match refusal(req.uri().path(), &sent, ours.as_deref(), &self.versions) {
             None => futures::future::Either::Left(self.inner.call(req)),
             Some(why) => {
                 tracing::warn!(path = req.uri().path(), why, "refused a cluster request");
@@ -110,15 +132,32 @@ where
 mod tests {
     use super::*;
 
+    use crate::cluster::version::VersionRange;
+
     #[test]
-    fn requests_need_the_cluster_id() {
+    fn requests_need_the_cluster_id_and_a_version_the_cluster_runs() {
+        let v = Versions::new(VersionRange::BUILD);
+        let header = v.header();
+        let id =
+            |c: Option<&'static [u8]>| Sent { cluster_id: c, version: Some(header.as_bytes()) };
+        let check = |path: &str, sent: Sent<'_>, ours: Option<&str>| refusal(path, &sent, ours, &v);
         let vote = "/ebb.raft.v1.Raft/Vote";
-        assert_eq!(refusal(vote, None, None), None, "a cluster without an id checks nothing");
-        assert!(refusal(vote, None, Some("c1")).is_some());
-        assert!(refusal(vote, Some(b"c2"), Some("c1")).is_some());
-        assert_eq!(refusal(vote, Some(b"c1"), Some("c1")), None);
-        assert_eq!(refusal("/ebb.cluster.v1.Cluster/Join", None, Some("c1")), None);
-        assert_eq!(refusal("/grpc.health.v1.Health/Check", None, Some("c1")), None);
-        assert!(refusal("/ebb.cluster.v1.Cluster/JoinX", None, Some("c1")).is_some());
+        assert_eq!(check(vote, id(None), None), None, "a cluster without an id checks no id");
+        assert!(check(vote, id(None), Some("c1")).is_some());
+        assert!(check(vote, id(Some(b"c2")), Some("c1")).is_some());
+        assert_eq!(check(vote, id(Some(b"c1")), Some("c1")), None);
+        assert_eq!(check("/ebb.cluster.v1.Cluster/Join", id(None), Some("c1")), None);
+        assert_eq!(check("/grpc.health.v1.Health/Check", id(None), Some("c1")), None);
+        assert!(check("/ebb.cluster.v1.Cluster/JoinX", id(None), Some("c1")).is_some());
+        // The previous release sends no version: served until the cluster is finalized past it.
+        let legacy = || Sent { cluster_id: Some(b"c1"), version: None };
+        assert_eq!(check(vote, legacy(), Some("c1")), None);
+        let garbled = Sent { cluster_id: Some(b"c1"), version: Some(b"x") };
+        assert!(check(vote, garbled, Some("c1")).is_some());
+        v.set_active(2);
+        let why = check(vote, legacy(), Some("c1")).expect("refused once finalized");
+        assert!(why.contains("cluster versions 1-1") && why.contains("cluster version 2"), "{why}");
+        assert_eq!(check(vote, id(Some(b"c1")), Some("c1")), None);
+        assert_eq!(check("/ebb.cluster.v1.Cluster/Join", legacy(), Some("c1")), None);
     }
 }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ebb_node::cluster::version::VersionRange;
 use ebb_node::cluster::view::Settings;
 use ebb_node::cluster::{ClusterConfig, ClusterNode};
 use ebb_raft::transport::Faults;
@@ -32,6 +33,9 @@ pub(crate) struct Harness {
     pub scaling: ebb_node::config::scaling::Scaling,
     /// Fails the run if the test hangs; nodes started and stopped are its steps.
     pub watchdog: Watchdog,
+    /// Nodes pinned to older cluster versions than their binary's (to run as an older
+    /// release), by index.
+    pub pins: BTreeMap<usize, VersionRange>,
 }
 
 /// The longest a cluster test may run (the slowest takes a few minutes on a loaded machine).
@@ -51,6 +55,7 @@ impl Harness {
             clock: None,
             scaling: Default::default(),
             watchdog: Watchdog::arm(TEST_LIMIT),
+            pins: BTreeMap::new(),
         }
     }
 
@@ -58,6 +63,13 @@ impl Harness {
     /// still holds a handle to its previous instance (an operation in flight) waits for that
     /// instance to let go of its data directory.
     pub async fn start(&mut self, i: usize, join: &[usize]) {
+        if let Err(e) = self.try_start(i, join).await {
+            panic!("starting node {i}: {e}");
+        }
+    }
+
+    /// [`Harness::start`], returning why the node did not start.
+    pub async fn try_start(&mut self, i: usize, join: &[usize]) -> Result<(), String> {
         self.watchdog.step(format!("starting node {i}"));
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -65,12 +77,12 @@ impl Harness {
             match ClusterNode::start(&cfg, listener, self.faults.clone()).await {
                 Ok(node) => {
                     self.nodes.insert(i, node);
-                    return;
+                    return Ok(());
                 }
                 Err(e) if e.to_string().contains("locked") && Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 }
-                Err(e) => panic!("starting node {i}: {e}"),
+                Err(e) => return Err(e.to_string()),
             }
         }
     }
@@ -118,6 +130,7 @@ impl Harness {
             max_connections: 256,
             intent_patience: self.intent_patience,
             scaling: self.scaling,
+            versions: self.pins.get(&i).copied().unwrap_or(VersionRange::BUILD),
         };
         (cfg, listener)
     }

@@ -36,4 +36,5 @@ mod replicated_shard;
 mod rollup;
 mod server;
 mod tls;
+mod upgrade;
 mod watchdog;

@@ -524,7 +524,8 @@ impl Session {
         let statements = match Request::read(sql, bounds, self.database())? {
             Request::AlterCluster(stmt) => {
                 self.door.authorize(&self.who, None, Privilege::Admin)?;
-                return Ok(logged(self.sql.alter_cluster(stmt).await?));
+                let issuer = self.who.to_string();
+                return Ok(logged(self.sql.alter_cluster(stmt, &issuer).await?));
             }
             Request::Backup(request) => {
                 self.door.authorize(&self.who, None, Privilege::Admin)?;

@@ -130,7 +130,7 @@ impl SqlSession {
     pub async fn execute_all(&self, sql: &str) -> Result<Vec<QueryOutput>> {
         match Request::read(sql, &SqlBounds::default(), &self.database)? {
             Request::Erase(stmt) => Ok(vec![self.erase(stmt).await?]),
-            Request::AlterCluster(stmt) => Ok(vec![self.alter_cluster(stmt).await?]),
+            Request::AlterCluster(stmt) => Ok(vec![self.alter_cluster(stmt, "").await?]),
             Request::Backup(request) => Ok(vec![self.backup(request, "").await?]),
             Request::Statements(statements) => {
                 let mut out = Vec::with_capacity(statements.len());
@@ -317,8 +317,24 @@ impl SqlSession {
     }
 
     /// Runs an `ALTER CLUSTER` statement: one row naming the shard split and the new shard.
-    pub async fn alter_cluster(&self, stmt: ClusterStatement) -> Result<QueryOutput> {
+    pub async fn alter_cluster(&self, stmt: ClusterStatement, issuer: &str) -> Result<QueryOutput> {
         match stmt {
+            ClusterStatement::Upgrade(change) => {
+                let (active, message) = self.shards.upgrade(change, issuer).await?;
+                let schema = Arc::new(Schema::new(vec![
+                    Field::new("active_version", DataType::UInt64, false),
+                    Field::new("upgrade", DataType::Utf8, false),
+                ]));
+                let batch = RecordBatch::try_new(
+                    schema.clone(),
+                    vec![
+                        Arc::new(UInt64Array::from(vec![u64::from(active)])),
+                        Arc::new(datafusion::arrow::array::StringArray::from(vec![message])),
+                    ],
+                )
+                .map_err(|e| QueryError::Internal(e.to_string()))?;
+                Ok(rows_output(schema, batch, StatementKind::Query))
+            }
             ClusterStatement::SplitShard(shard) => {
                 let child = self.shards.split_shard(shard).await?;
                 let schema = Arc::new(Schema::new(vec![

@@ -12,7 +12,9 @@
 //!   (recent flushes, compactions and time-window executions) and `system.layout` (the KiWi+
 //!   delete-tile size h new files get per level, and why).
 //! - `system.queries`: the statements run lately (on a cluster, on every node).
-//! - `system.nodes` and `system.shards`: the members of a cluster.
+//! - `system.nodes` and `system.shards`: the members of a cluster (each node's binary release
+//!   and the cluster versions it supports), and `system.cluster`: the cluster's active version
+//!   and where an upgrade stands.
 //! - The access tables (`system.users`, `system.grants`, `system.tokens`).
 //!
 //! Rows are gathered when a table is scanned, so listing the schema costs nothing.
@@ -31,7 +33,7 @@ use datafusion::logical_expr::{Expr, TableType};
 use datafusion::physical_plan::ExecutionPlan;
 use ebb_storage::{DeletionKind, DeletionStatus};
 
-use super::shard::{EngineTable, NodeRow, ShardRow, Shards};
+use super::shard::{ClusterRow, EngineTable, NodeRow, ShardRow, Shards};
 use crate::access::{access_table, AccessStore, ACCESS_TABLES};
 use crate::db::Database;
 use crate::deletions::{ms_to_ns, ts_field};
@@ -50,11 +52,13 @@ enum Kind {
     Queries,
     Nodes,
     Shards,
+    Cluster,
 }
 
 impl Kind {
-    const ALL: [(&'static str, Kind); 9] = [
+    const ALL: [(&'static str, Kind); 10] = [
         ("backups", Kind::Backups),
+        ("cluster", Kind::Cluster),
         ("compactions", Kind::Engine(EngineTable::Compactions)),
         ("deletions", Kind::Deletions),
         ("engine_deletes", Kind::Engine(EngineTable::EngineDeletes)),
@@ -71,7 +75,7 @@ impl Kind {
 
     /// Only a cluster has members to describe.
     fn members(self) -> bool {
-        matches!(self, Kind::Nodes | Kind::Shards)
+        matches!(self, Kind::Nodes | Kind::Shards | Kind::Cluster)
     }
 
     fn schema(self) -> SchemaRef {
@@ -96,6 +100,18 @@ impl Kind {
                 Field::new("bytes", DataType::UInt64, true),
                 Field::new("ready", DataType::Boolean, false),
                 Field::new("not_ready", DataType::Utf8, true),
+                Field::new("version", DataType::Utf8, true),
+                Field::new("commit", DataType::Utf8, true),
+                Field::new("cluster_versions", DataType::Utf8, true),
+            ])),
+            Kind::Cluster => Arc::new(Schema::new(vec![
+                Field::new("cluster_id", DataType::Utf8, true),
+                Field::new("active_version", DataType::UInt64, false),
+                ts_field("active_since", true),
+                Field::new("activated_by", DataType::Utf8, true),
+                Field::new("finalizable_to", DataType::UInt64, true),
+                Field::new("upgrade", DataType::Utf8, false),
+                Field::new("auto_finalize_after", DataType::Utf8, false),
             ])),
             Kind::Shards => Arc::new(Schema::new(vec![
                 Field::new("shard", DataType::UInt64, false),
@@ -184,6 +200,7 @@ impl SystemTable {
             Kind::Engine(t) => per_shard(shards, t, &self.schema).await,
             Kind::Nodes => nodes_batch(&shards.nodes().await?.unwrap_or_default(), &self.schema),
             Kind::Shards => shards_batch(&shards.shards().await?.unwrap_or_default(), &self.schema),
+            Kind::Cluster => cluster_batch(shards.cluster().await?.as_ref(), &self.schema),
         }
     }
 }
@@ -295,6 +312,29 @@ fn nodes_batch(nodes: &[NodeRow], schema: &SchemaRef) -> Result<RecordBatch> {
         Arc::new(StringArray::from_iter(
             nodes.iter().map(|n| (!n.not_ready.is_empty()).then(|| n.not_ready.join("; "))),
         )),
+        Arc::new(StringArray::from_iter(nodes.iter().map(|n| n.version.as_deref()))),
+        Arc::new(StringArray::from_iter(nodes.iter().map(|n| n.commit.as_deref()))),
+        Arc::new(StringArray::from_iter(nodes.iter().map(|n| n.cluster_versions.as_deref()))),
+    ];
+    RecordBatch::try_new(schema.clone(), cols).map_err(arrow)
+}
+
+fn cluster_batch(row: Option<&ClusterRow>, schema: &SchemaRef) -> Result<RecordBatch> {
+    let rows: Vec<&ClusterRow> = row.into_iter().collect();
+    let after = |r: &ClusterRow| match r.auto_finalize_after {
+        Some(d) => crate::db::human_duration(d.as_secs()),
+        None => "never".to_string(),
+    };
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter(rows.iter().map(|r| r.cluster_id.as_deref()))),
+        Arc::new(UInt64Array::from_iter_values(rows.iter().map(|r| u64::from(r.active_version)))),
+        Arc::new(TimestampNanosecondArray::from_iter(
+            rows.iter().map(|r| r.active_since_ms.map(ms_to_ns)),
+        )),
+        Arc::new(StringArray::from_iter(rows.iter().map(|r| r.activated_by.as_deref()))),
+        Arc::new(UInt64Array::from_iter(rows.iter().map(|r| r.finalizable_to.map(u64::from)))),
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.upgrade.as_str()))),
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|r| after(r)))),
     ];
     RecordBatch::try_new(schema.clone(), cols).map_err(arrow)
 }

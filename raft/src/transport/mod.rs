@@ -43,17 +43,28 @@ pub const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
 /// The gRPC metadata key carrying the cluster id on every request between nodes.
 pub const CLUSTER_ID_HEADER: &str = "x-ebb-cluster-id";
 
-/// A channel to another node that stamps every request with the cluster id.
+/// The gRPC metadata key carrying the sender's binary version and the cluster versions it
+/// supports on every request between nodes (`0.2.0;1-2`; the node crate reads it).
+pub const VERSION_HEADER: &str = "x-ebb-version";
+
+/// A channel to another node that stamps every request with the cluster id and the sender's
+/// version.
 pub type ClusterChannel = InterceptedService<Channel, Stamp>;
 
-/// Adds the cluster id to a request's metadata.
+/// Adds the cluster id and the sender's version to a request's metadata.
 #[derive(Debug, Clone)]
-pub struct Stamp(Option<AsciiMetadataValue>);
+pub struct Stamp {
+    cluster_id: Option<AsciiMetadataValue>,
+    version: Option<AsciiMetadataValue>,
+}
 
 impl tonic::service::Interceptor for Stamp {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(id) = &self.0 {
+        if let Some(id) = &self.cluster_id {
             req.metadata_mut().insert(CLUSTER_ID_HEADER, id.clone());
+        }
+        if let Some(v) = &self.version {
+            req.metadata_mut().insert(VERSION_HEADER, v.clone());
         }
         Ok(req)
     }
@@ -67,6 +78,8 @@ pub struct Credentials {
     pub tls: Option<ClientTlsConfig>,
     /// The cluster id sent with every request (none on a cluster created before ids).
     pub cluster_id: Option<String>,
+    /// This node's version, sent with every request ([`VERSION_HEADER`]).
+    pub version: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -176,7 +189,8 @@ impl Connections {
 }
 
 fn stamp(c: &Credentials) -> Stamp {
-    Stamp(c.cluster_id.as_deref().and_then(|id| MetadataValue::try_from(id).ok()))
+    let value = |v: Option<&str>| v.and_then(|v| MetadataValue::try_from(v).ok());
+    Stamp { cluster_id: value(c.cluster_id.as_deref()), version: value(c.version.as_deref()) }
 }
 
 /// An endpoint for `addr` (`host:port`): TLS when `tls` is given.

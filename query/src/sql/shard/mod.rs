@@ -151,6 +151,44 @@ pub struct NodeRow {
     pub bytes: Option<u64>,
     /// Why it is not ready (empty: ready).
     pub not_ready: Vec<String>,
+    /// Its binary's release (`0.2.0`), if it said (release 0.1.0 says nothing).
+    pub version: Option<String>,
+    /// The commit its binary was built from, if it said.
+    pub commit: Option<String>,
+    /// The cluster versions its binary supports (`1-2`), if it answered.
+    pub cluster_versions: Option<String>,
+}
+
+/// A change to how the cluster's version moves (`ALTER CLUSTER FINALIZE UPGRADE`,
+/// `ALTER CLUSTER SET AUTO FINALIZE ...`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UpgradeChange {
+    /// Raise the active cluster version to the newest every node's binary supports.
+    Finalize,
+    /// Finalize by itself once every node has supported a newer version this long (`None`:
+    /// never by itself).
+    AutoFinalizeAfter(Option<Duration>),
+}
+
+/// The cluster as a whole (`system.cluster`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterRow {
+    /// Its id (`None`: created before cluster ids).
+    pub cluster_id: Option<String>,
+    /// The active cluster version: what every node writes and speaks.
+    pub active_version: u32,
+    /// Since when, and who made it active (`created`, `auto`, or an admin).
+    pub active_since_ms: Option<u64>,
+    /// Who made it active.
+    pub activated_by: Option<String>,
+    /// The version a finalize would move to, if above the active one.
+    pub finalizable_to: Option<u32>,
+    /// Where an upgrade stands, as a sentence: finalized, pending, or what blocks it.
+    pub upgrade: String,
+    /// How long after every node supports a newer version it finalizes by itself (`None`:
+    /// never).
+    pub auto_finalize_after: Option<Duration>,
 }
 
 /// One shard of a cluster (`system.shards`).
@@ -245,6 +283,15 @@ pub trait Shards: Send + Sync + std::fmt::Debug {
         ))
     }
 
+    /// Finalizes an upgrade, or sets when one finalizes by itself, as `issuer`: what was done,
+    /// as a sentence, and the active cluster version after it.
+    async fn upgrade(&self, change: UpgradeChange, issuer: &str) -> Result<(u32, String)> {
+        let _ = (change, issuer);
+        Err(QueryError::Unsupported(
+            "ALTER CLUSTER: this server runs as a single node, without a cluster version".into(),
+        ))
+    }
+
     /// Every delete request on every replica (`system.deletions`).
     async fn deletions(&self) -> Vec<ReplicaDeletion>;
 
@@ -277,6 +324,11 @@ pub trait Shards: Send + Sync + std::fmt::Debug {
 
     /// The member nodes (`system.nodes`); `None` where there is no cluster.
     async fn nodes(&self) -> Result<Option<Vec<NodeRow>>> {
+        Ok(None)
+    }
+
+    /// The cluster as a whole (`system.cluster`); `None` where there is no cluster.
+    async fn cluster(&self) -> Result<Option<ClusterRow>> {
         Ok(None)
     }
 
