@@ -5,7 +5,7 @@
 # (uid 10001) and the default configuration (`deploy/docker/config.toml`). It is the image
 # `deploy/Dockerfile` describes, for machines that cannot pull `rust` and `debian` images.
 #
-#   deploy/build-image.sh [--profile dist|release|dev | --bin PATH] [--tag ebbdb/ebb:0.1.0] [--check]
+#   deploy/build-image.sh [--profile dist|release|dev | --bin PATH] [--tag ebbdb/ebb:0.2.0] [--check]
 #
 # --profile: the cargo profile (default dist: thin LTO, about 44 minutes from a clean target
 #   on 2 cores; release builds in minutes). --bin: an `ebb` binary already built, put in the image

@@ -54,6 +54,7 @@ SECURED = [
     "--set", "auth.existingSecret=ebb-admin",
     "--set", "tls.existingSecret=ebb-tls",
     "--set", "tls.clusterSecret=ebb-cluster-tls",
+    "--set", "cluster.joinToken.existingSecret=ebb-join",
     # Backups to a directory in a ReadWriteMany claim (simulated at /mnt), two sets kept.
     "--set", "backup.enabled=true",
     "--set", "backup.existingClaim=ebb-backups",
@@ -74,11 +75,11 @@ def fail(msg):
     sys.exit(1)
 
 
-def render(helm, chart, replicas, out):
+def render(helm, chart, replicas, out, sets=()):
     shutil.rmtree(out, ignore_errors=True)
     subprocess.run(
         [helm, "template", RELEASE, chart, "--namespace", NAMESPACE, "--set", f"replicas={replicas}",
-         *SECURED, "--output-dir", str(out)],
+         *SECURED, *sets, "--output-dir", str(out)],
         check=True,
         stdout=subprocess.DEVNULL,
     )
@@ -100,14 +101,21 @@ class Pod:
         self.ip = f"127.0.10.{ordinal + 1}"
         self.pvc = sim.work / "pvc" / f"data-{self.name}"
         self.proc = None
+        # The pod template it runs (its revision), and whether the Service sends it writes.
+        self.template = None
+        self.up = False
+        # Held by a write in flight to it: a pod is stopped only once none is.
+        self.gate = threading.Lock()
 
     def url(self):
         return f"https://{self.ip}:{self.sim.ports['http']}"
 
     def start(self):
         self.pvc.mkdir(parents=True, exist_ok=True)
-        spec = self.sim.sts["spec"]["template"]["spec"]
+        self.template = self.sim.sts["spec"]["template"]
+        spec = self.template["spec"]
         (c,) = [c for c in spec["containers"] if c["name"] == "ebb"]
+        binary, image_env = self.sim.image(c["image"])
         env = {}
         for e in c.get("env", []):
             if "value" in e:
@@ -132,9 +140,10 @@ class Pod:
         run_env["EBB_FLIGHT_ADDR"] = f"{self.ip}:{self.sim.ports['flight']}"
         run_env["EBB_DATA_DIR"] = str(self.pvc)
         run_env.setdefault("EBB_LOG", "info")
+        run_env.update(image_env)
         logf = open(self.sim.work / f"{self.name}.log", "ab")
-        self.proc = subprocess.Popen([self.sim.ebb, *args], env=run_env, stdout=logf, stderr=logf)
-        log(f"pod {self.name} started ({self.ip}, volume {self.pvc.name})")
+        self.proc = subprocess.Popen([binary, *args], env=run_env, stdout=logf, stderr=logf)
+        log(f"pod {self.name} started ({self.ip}, volume {self.pvc.name}, image {c['image']})")
 
     def wait_ready(self, timeout=180):
         deadline = time.time() + timeout
@@ -145,6 +154,7 @@ class Pod:
                 with urllib.request.urlopen(self.url() + "/ready", timeout=2, context=self.sim.tls) as r:
                     if r.status == 200:
                         log(f"pod {self.name} ready")
+                        self.up = True
                         return
             except (urllib.error.URLError, OSError):
                 pass
@@ -161,12 +171,20 @@ class Pod:
         except (urllib.error.URLError, OSError):
             return ""
 
+    def drain(self):
+        """The Service stops sending it requests; returns once none is in flight."""
+        self.up = False
+        with self.gate:
+            pass
+
     def kill(self):
+        self.up = False
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
         log(f"pod {self.name} deleted (SIGKILL)")
 
     def stop(self):
+        self.up = False
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -178,6 +196,13 @@ class Pod:
 class Sim:
     def __init__(self, args):
         self.ebb = args.ebb
+        # The image tags the simulation knows: this build, and the previous release (its own
+        # binary, or this one pinned to the previous release's cluster versions).
+        self.images = {"current": (args.ebb, {})}
+        if args.ebb_prev:
+            self.images["previous"] = (args.ebb_prev, {})
+        else:
+            self.images["previous"] = (args.ebb, {"EBB_TEST_CLUSTER_VERSIONS": "1-1"})
         self.helm = args.helm
         self.chart = args.chart
         self.work = pathlib.Path(args.work)
@@ -201,6 +226,7 @@ class Sim:
             "ebb-tls": {"tls.crt": (certs / "node.crt").read_bytes(),
                         "tls.key": (certs / "node.key").read_bytes(),
                         "ca.crt": (certs / "ca.crt").read_bytes()},
+            "ebb-join": {"join-token": base64.b64encode(os.urandom(32))},
             "ebb-cluster-tls": {"ca.crt": (certs / "ca.crt").read_bytes(),
                                 "tls.crt": (certs / "node.crt").read_bytes(),
                                 "tls.key": (certs / "node.key").read_bytes()},
@@ -218,9 +244,20 @@ class Sim:
     def secret_dir(self, name):
         return self.work / "secrets" / name
 
-    def apply(self, replicas):
-        """helm install/upgrade: renders, checks the manifests, and reconciles the pods."""
-        docs = render(self.helm, self.chart, replicas, self.work / f"rendered-{replicas}")
+    def image(self, ref):
+        """The binary and extra environment of image `ref` (`repository:tag`)."""
+        tag = ref.rsplit(":", 1)[-1]
+        if tag not in self.images:
+            fail(f"no binary for image {ref}")
+        return self.images[tag]
+
+    def apply(self, replicas, tag="current", partition=0):
+        """helm install/upgrade: renders, checks the manifests, and reconciles the pods: new
+        pods start together; a changed pod template rolls the pods at or above `partition` one
+        at a time, highest first, each stopped, started on the new template and ready before
+        the next (the StatefulSet controller's RollingUpdate)."""
+        sets = ["--set", f"image.tag={tag}", "--set", f"updatePartition={partition}"]
+        docs = render(self.helm, self.chart, replicas, self.work / f"rendered-{replicas}", sets)
         (sts,) = [d for d in docs if d["kind"] == "StatefulSet"]
         (self.cronjob,) = [d for d in docs if d["kind"] == "CronJob"]
         # The server's configuration (the chart also ships the Grafana dashboard's ConfigMap).
@@ -242,8 +279,22 @@ class Sim:
         for key, text in cm["data"].items():
             (self.config_dir / key).write_text(text)
         self.write_hosts(max(replicas, len(self.pods)))
-        if old_template is not None and old_template["spec"]["template"] != sts["spec"]["template"]:
-            fail("scaling changed the pod template: Kubernetes would restart every pod")
+        if old_template is not None:
+            old = json.loads(json.dumps(old_template["spec"]["template"]))
+            new = json.loads(json.dumps(sts["spec"]["template"]))
+            old["spec"]["containers"][0]["image"] = new["spec"]["containers"][0]["image"]
+            if old != new:
+                fail("the upgrade changed the pod template beyond the image")
+        want = sts["spec"]["updateStrategy"].get("rollingUpdate", {}).get("partition", 0)
+        if want != partition:
+            fail(f"updatePartition={partition} rendered as partition {want}")
+        for pod in reversed(self.pods[partition:]):
+            if pod.template != sts["spec"]["template"]:
+                pod.drain()
+                pod.stop()
+                log(f"pod {pod.name} stopped for the rolling update")
+                pod.start()
+                pod.wait_ready()
         # Parallel: the new pods start together; the install or scale-up is done once all are
         # ready.
         new = []
@@ -315,11 +366,15 @@ class Sim:
         req = urllib.request.Request(
             pod.url() + "/write?db=public", data=lines.encode(), method="POST", headers=self.auth
         )
-        with urllib.request.urlopen(req, timeout=30, context=self.tls) as r:
-            if r.status != 204:
-                raise RuntimeError(f"write answered {r.status}")
-        with self.lock:
-            self.written += 500
+        with pod.gate:
+            if not pod.up:
+                return False  # the Service no longer sends it requests
+            with urllib.request.urlopen(req, timeout=30, context=self.tls) as r:
+                if r.status != 204:
+                    raise RuntimeError(f"write answered {r.status}")
+            with self.lock:
+                self.written += 500
+        return True
 
     def check_counts(self, when):
         """Every pod reads every acknowledged row, once."""
@@ -383,6 +438,8 @@ def settled(sim, n):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ebb", required=True)
+    ap.add_argument("--ebb-prev", help="the previous release's binary (default: --ebb pinned "
+                    "to the previous release's cluster versions)")
     ap.add_argument("--helm", required=True)
     ap.add_argument("--chart", required=True)
     ap.add_argument("--work", required=True)
@@ -393,8 +450,8 @@ def main():
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     sim = Sim(a)
     try:
-        log(f"helm install --set replicas={a.from_replicas}")
-        sim.apply(a.from_replicas)
+        log(f"helm install --set replicas={a.from_replicas} --set image.tag=previous")
+        sim.apply(a.from_replicas, tag="previous")
         for b in range(20):
             sim.write(sim.pods[b % len(sim.pods)], b)
         if sim.count(sim.pods[-1]) != sim.written:
@@ -421,8 +478,13 @@ def main():
         def writer():
             while not stop.is_set():
                 b = next(batches)
+                # The client Service sends requests to ready pods only.
+                serving = [p for p in sim.pods[: a.from_replicas] if p.up]
+                if not serving:
+                    time.sleep(0.1)
+                    continue
                 try:
-                    sim.write(sim.pods[b % a.from_replicas], b)
+                    sim.write(serving[b % len(serving)], b)
                 except Exception as e:  # noqa: BLE001 - any failure is reported below
                     errors.append(repr(e))
 
@@ -441,6 +503,48 @@ def main():
             if errors:
                 fail(f"writes failed during {what}: {errors[:3]}")
             sim.check_counts(f"after {what}")
+
+        # A rolling upgrade from the previous release under writes, a rollback of one pod before
+        # finalizing, and the finalization.
+        with writing("the rolling upgrade"):
+            log("helm upgrade --set image.tag=current")
+            sim.apply(a.from_replicas, tag="current")
+        cluster = "SELECT active_version, finalizable_to, upgrade FROM system.cluster"
+        st = sim.sql(sim.pods[0], cluster)[0]
+        if st["active_version"] != 1 or st["finalizable_to"] != 2:
+            fail(f"after the rolling upgrade, before finalizing: {st}")
+        log(f"rolling upgrade done: {st['upgrade']}")
+        with writing("the rollback of one pod"):
+            log("helm upgrade --set image.tag=previous --set updatePartition=2")
+            sim.apply(a.from_replicas, tag="previous", partition=2)
+            st = sim.sql(sim.pods[0], cluster)[0]
+            if st["active_version"] != 1 or st["finalizable_to"] is not None:
+                fail(f"with one pod rolled back: {st}")
+            log(f"pod 2 back on the previous release: {st['upgrade']}")
+            try:
+                sim.sql(sim.pods[1], "ALTER CLUSTER FINALIZE UPGRADE")
+                fail("finalized with a pod on the previous release")
+            except urllib.error.HTTPError as e:
+                log(f"finalize refused: {e.read().decode(errors='replace')[:200]}")
+            log("helm upgrade --set image.tag=current")
+            sim.apply(a.from_replicas, tag="current")
+        out = sim.sql(sim.pods[2], "ALTER CLUSTER FINALIZE UPGRADE")[0]
+        log(f"ALTER CLUSTER FINALIZE UPGRADE: {out['upgrade']}")
+        for p in sim.pods:
+            wait_until(lambda p=p: sim.sql(p, cluster)[0]["active_version"] == 2, 60,
+                       f"{p.name} to run at cluster version 2")
+        versions = sim.sql(sim.pods[0], "SELECT id, version, cluster_versions FROM system.nodes")
+        log(f"finalized: every pod at cluster version 2; nodes {versions}")
+        # Joining now takes a token. A cluster the previous release created has none: mint one
+        # and put it in the Secret, as the chart's README says.
+        tokens = sim.sql(sim.pods[0], "SELECT id FROM system.join_tokens")
+        if not any(t["id"] == "bootstrap" for t in tokens):
+            out = sim.sql(sim.pods[1], "CREATE JOIN TOKEN VALID FOR '1d' USES UNLIMITED")[0]
+            path = sim.secret_dir("ebb-join") / "join-token"
+            path.write_text(out["token"])
+            log(f"minted join token {out['id']} into the Secret")
+        else:
+            log("the cluster's pods join with the Secret's token (registered at install)")
 
         with writing("scale-out"):
             log(f"helm upgrade --set replicas={a.to_replicas}")

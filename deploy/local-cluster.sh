@@ -8,6 +8,8 @@
 #   deploy/local-cluster.sh add       start one more node; it joins and gets a share of shards
 #   deploy/local-cluster.sh kill I    stop node I with SIGKILL (as a crash would)
 #   deploy/local-cluster.sh start I   start node I again (it rejoins with its stored id)
+#   deploy/local-cluster.sh launch I  start node I without waiting for it to serve
+#   deploy/local-cluster.sh stop-node I  stop node I (SIGTERM), and wait until it has exited
 #   deploy/local-cluster.sh stop      stop every node (SIGTERM: they shut down cleanly)
 #   deploy/local-cluster.sh status    list the nodes
 #
@@ -61,6 +63,17 @@ secure() {
   fi
 }
 
+# The join token every node is given: the first registers it, the others join with it (a
+# binary from before join tokens is given none).
+join_args() {
+  "$bin" server --help 2>/dev/null | grep -q -- --join-token-file || return 0
+  if [[ ! -f $dir/join.token ]]; then
+    mkdir -p "$dir"
+    (umask 077 && head -c 32 /dev/urandom | base64 | tr -d '\n=' >"$dir/join.token")
+  fi
+  echo --join-token-file "$dir/join.token"
+}
+
 security_args() {
   [[ -n $plain ]] && return 0
   local c=$dir/certs
@@ -81,12 +94,12 @@ wait_ready() {
 }
 
 start_node() {
-  local i=$1 args=()
+  local i=$1 wait=${2:-wait} args=()
   if running "$i"; then echo "node $i is already running"; return 0; fi
   secure
   mkdir -p "$dir/n$i"
   # shellcheck disable=SC2207
-  args+=($(security_args))
+  args+=($(security_args) $(join_args))
   if [[ ! -f $dir/n$i/node_id ]]; then
     if [[ $i == 1 ]]; then
       args+=(--cluster)
@@ -98,6 +111,7 @@ start_node() {
     --pg-addr "127.0.0.1:$((base + 200 + i))" --flight-addr "127.0.0.1:$((base + 300 + i))" \
     ${args[@]+"${args[@]}"} >>"$dir/n$i.log" 2>&1 &
   echo $! >"$dir/n$i.pid"
+  [[ $wait == wait ]] || { echo "node $i started (pid $!)"; return 0; }
   wait_ready "$i"
   echo "node $i: HTTP $scheme://$(http "$i")  PostgreSQL 127.0.0.1:$((base + 200 + i))  Flight SQL 127.0.0.1:$((base + 300 + i))  gRPC $(grpc "$i")  data $dir/n$i  log $dir/n$i.log"
 }
@@ -115,6 +129,20 @@ case ${1:-} in
     ;;
   start)
     start_node "${2:?node number}"
+    ;;
+  launch)
+    start_node "${2:?node number}" nowait
+    ;;
+  stop-node)
+    i=${2:?node number}
+    running "$i" || { echo "node $i is not running"; exit 0; }
+    kill "$(cat "$dir/n$i.pid")" 2>/dev/null || true
+    for _ in $(seq 1 600); do running "$i" || break; sleep 0.1; done
+    if running "$i"; then
+      echo "node $i did not exit within 60 s of SIGTERM: killed" >&2
+      kill -9 "$(cat "$dir/n$i.pid")" 2>/dev/null || true
+    fi
+    echo "node $i stopped"
     ;;
   stop)
     for p in "$dir"/n*.pid; do
@@ -141,11 +169,11 @@ case ${1:-} in
     done
     ;;
   ''|-h|--help)
-    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
     ;;
   *)
     n=$1
-    [[ $n =~ ^[0-9]+$ && $n -ge 1 ]] || { echo "usage: $0 N|add|kill I|start I|stop|status" >&2; exit 2; }
+    [[ $n =~ ^[0-9]+$ && $n -ge 1 ]] || { echo "usage: $0 N|add|kill I|start I|launch I|stop-node I|stop|status" >&2; exit 2; }
     for i in $(seq 1 "$n"); do start_node "$i"; done
     if [[ -n $plain ]]; then
       cat <<MSG

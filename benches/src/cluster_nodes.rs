@@ -141,6 +141,24 @@ impl Cluster {
         Ok(c)
     }
 
+    /// The join token file every node is given (the first registers it), for binaries that
+    /// take one (a baseline build from before join tokens does not).
+    fn join_token_file(&self) -> Result<Option<PathBuf>, String> {
+        let help = Command::new(&self.bin)
+            .args(["server", "--help"])
+            .output()
+            .map_err(|e| format!("cannot run ebb: {e}"))?;
+        if !String::from_utf8_lossy(&help.stdout).contains("--join-token-file") {
+            return Ok(None);
+        }
+        let path = self.dir.join("join.token");
+        if !path.exists() {
+            std::fs::write(&path, "YmVuY2gtY2x1c3Rlci1qb2luLXRva2VuLTAxMjM0NTY3ODlhYg")
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(Some(path))
+    }
+
     /// Starts one more node, joining through the first; returns once it serves HTTP.
     pub fn add(&mut self) -> Result<(), String> {
         self.add_in(None)
@@ -188,6 +206,9 @@ impl Cluster {
             None => cmd.arg("--cluster"),
             Some(first) => cmd.args(["--join", &first.grpc]),
         };
+        if let Some(token) = self.join_token_file()? {
+            cmd.arg("--join-token-file").arg(token);
+        }
         let child = cmd
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log2))

@@ -23,7 +23,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// without either).
 pub const COMMIT: &str = env!("EBB_COMMIT");
 
-/// What `ebb --version` prints after the name: `0.1.0 (commit 0123456789ab)`.
+/// What `ebb --version` prints after the name: `0.2.0 (commit 0123456789ab)`.
 pub const VERSION_TEXT: &str =
     concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("EBB_COMMIT"), ")");
 

@@ -123,6 +123,10 @@ enum Command {
         /// [env EBB_ADMIN_PASSWORD_FILE; or the password itself in EBB_ADMIN_PASSWORD].
         #[arg(long)]
         admin_password_file: Option<PathBuf>,
+        /// A file holding the join token this node shows when it joins a cluster; the node
+        /// that creates a cluster accepts it from the others [env EBB_JOIN_TOKEN_FILE].
+        #[arg(long)]
+        join_token_file: Option<PathBuf>,
         /// Serve non-loopback addresses even without any user: every client may do anything
         /// [env EBB_INSECURE].
         #[arg(long)]
@@ -444,6 +448,7 @@ fn main() -> ExitCode {
             init_node,
             default_retention,
             admin_password_file,
+            join_token_file,
             insecure,
             query_memory,
             server_memory,
@@ -484,6 +489,7 @@ fn main() -> ExitCode {
                 init_node,
                 default_retention,
                 admin_password_file,
+                join_token_file,
                 insecure: insecure.then_some(true),
                 query_memory,
                 server_memory,

@@ -38,6 +38,29 @@ async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener> {
     TcpListener::bind(addr).await.map_err(|source| NodeError::Listen { what, addr, source })
 }
 
+/// The cluster versions this node supports: its binary's, or, for tests of mixed-version
+/// clusters (`deploy/k8s_sim.py` without a previous release's binary), an older range
+/// `EBB_TEST_CLUSTER_VERSIONS=1-1` pins it to, so that it runs as that release would.
+fn pinned_versions() -> Result<crate::cluster::version::VersionRange> {
+    use crate::cluster::version::VersionRange;
+    let Ok(text) = std::env::var("EBB_TEST_CLUSTER_VERSIONS") else {
+        return Ok(VersionRange::BUILD);
+    };
+    let parsed = text.split_once('-').and_then(|(a, b)| {
+        let r = VersionRange { min: a.trim().parse().ok()?, max: b.trim().parse().ok()? };
+        let build = VersionRange::BUILD;
+        (r.min <= r.max && r.min >= build.min && r.max <= build.max).then_some(r)
+    });
+    let r = parsed.ok_or_else(|| {
+        NodeError::Config(format!(
+            "EBB_TEST_CLUSTER_VERSIONS={text:?}: a range such as 1-1 within this binary's {}",
+            VersionRange::BUILD
+        ))
+    })?;
+    tracing::warn!(versions = %r, "running pinned to older cluster versions (a test setting)");
+    Ok(r)
+}
+
 /// `addr` as other nodes and clients reach it: on the advertised gRPC host when it listens on
 /// every interface (as in a container).
 fn reachable(addr: SocketAddr, advertise_grpc: &str) -> String {
@@ -203,7 +226,8 @@ impl Server {
             max_connections: config.max_connections,
             intent_patience: crate::cluster::router::DEFAULT_INTENT_PATIENCE,
             scaling: config.scaling,
-            versions: crate::cluster::version::VersionRange::BUILD,
+            versions: pinned_versions()?,
+            join_token_file: config.join_token_file.clone(),
         };
         let node =
             ClusterNode::start(&cc, grpc, Arc::new(ebb_raft::transport::Faults::new())).await?;

@@ -14,7 +14,8 @@ use openraft::{BasicNode, ChangeMembers, Raft};
 use parking_lot::RwLock;
 use tokio::sync::watch;
 
-use super::version::{PeerVersion, Versions};
+use super::join_token::{self, Admission};
+use super::version::{Gate, PeerVersion, Versions};
 use super::view::{self, MetaView, NodeInfo, NodeState, Settings, ShardInfo};
 use crate::error::{NodeError, Result};
 
@@ -206,8 +207,13 @@ impl Meta {
     }
 
     /// Creates a new cluster with this node (`me`) as its only member.
-    pub async fn bootstrap(&self, me: NodeInfo, settings: Settings) -> Result<()> {
-        self.bootstrap_with(me, settings, None).await
+    pub async fn bootstrap(
+        &self,
+        me: NodeInfo,
+        settings: Settings,
+        join_token: Option<&str>,
+    ) -> Result<()> {
+        self.bootstrap_with(me, settings, None, join_token).await
     }
 
     /// Creates a new cluster from a restored backup set (`plan`), with this node (`me`) as its
@@ -216,8 +222,9 @@ impl Meta {
         &self,
         me: NodeInfo,
         plan: &super::restore::RestorePlan,
+        join_token: Option<&str>,
     ) -> Result<()> {
-        self.bootstrap_with(me, plan.settings, Some(plan)).await
+        self.bootstrap_with(me, plan.settings, Some(plan), join_token).await
     }
 
     async fn bootstrap_with(
@@ -225,6 +232,7 @@ impl Meta {
         me: NodeInfo,
         settings: Settings,
         plan: Option<&super::restore::RestorePlan>,
+        join_token: Option<&str>,
     ) -> Result<()> {
         let members = BTreeMap::from([(me.id, BasicNode::new(me.grpc_addr.clone()))]);
         match self.group.raft.initialize(members).await {
@@ -251,6 +259,10 @@ impl Meta {
             by: "created".into(),
         };
         view::put_cluster_version(&mut b, &version);
+        // The other nodes of a new cluster join with the token the first one was given.
+        if let Some(t) = join_token {
+            view::put_join_token(&mut b, &join_token::bootstrap(t, ebb_query::now_ms()));
+        }
         match plan {
             None => {
                 for s in 1..=settings.shards as u64 {
@@ -329,6 +341,8 @@ impl Meta {
         http_addr: &str,
         pg_addr: &str,
         peer: &PeerVersion,
+        token: Option<&str>,
+        nonce: &str,
     ) -> std::result::Result<u64, MetaError> {
         if !self.is_leader() {
             return Err(MetaError::NotLeader(self.leader()));
@@ -345,6 +359,17 @@ impl Meta {
         }
         let (id, next) = (v.next_node_id, v.next_node_id + 1);
         let mut b = WriteBatch::new();
+        if active >= Gate::JoinTokens.since() {
+            let now = ebb_query::now_ms();
+            match join_token::admit(&v.join_tokens, token, nonce, id, now) {
+                Ok(Admission::Admit(spent)) => view::put_join_token(&mut b, &spent),
+                Ok(Admission::Again(node)) => return Ok(node),
+                Err(why) => {
+                    tracing::warn!(grpc_addr, why, "refused a joining node");
+                    return Err(MetaError::Refused(why));
+                }
+            }
+        }
         // Nodes join only while their data directory holds no node id. One registered at the
         // same address has lost its data (or never stored its id): it gets a new id, and the
         // old one, whose replicas are gone, is drained like a decommissioned node.

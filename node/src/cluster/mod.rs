@@ -9,6 +9,7 @@ pub mod deletions;
 pub mod hashspace;
 mod intents;
 pub mod ipc;
+pub mod join_token;
 mod meta;
 pub mod metrics;
 mod node;

@@ -86,6 +86,9 @@ pub struct ClusterConfig {
     /// The cluster versions this node supports: its binary's ([`VersionRange::BUILD`]), or an
     /// older range a test pins it to, to run it as the previous release would.
     pub versions: VersionRange,
+    /// The file holding the join token this node shows when it joins; the node that creates the
+    /// cluster registers it for the others ([`super::join_token`]).
+    pub join_token_file: Option<PathBuf>,
 }
 
 /// A running cluster node.
@@ -173,6 +176,10 @@ impl ClusterNode {
         let seeds: Vec<String> =
             cfg.join.iter().filter(|s| **s != cfg.advertise_grpc).cloned().collect();
         let versions = Arc::new(Versions::new(cfg.versions));
+        let join_token = match &cfg.join_token_file {
+            Some(path) => Some(super::join_token::read_file(path).map_err(NodeError::Config)?),
+            None => None,
+        };
         let req = JoinRequest {
             grpc_addr: cfg.advertise_grpc.clone(),
             http_addr: cfg.http_addr.clone(),
@@ -180,6 +187,8 @@ impl ClusterNode {
             binary_version: crate::VERSION.to_string(),
             min_cluster_version: cfg.versions.min,
             max_cluster_version: cfg.versions.max,
+            join_token: join_token.clone().unwrap_or_default(),
+            nonce: super::join_token::nonce(),
         };
         let restoring = super::restore::read_plan(&cfg.data_dir)?;
         // A restored set on the initial node (pod 0 of the Helm chart, as its restore
@@ -301,11 +310,11 @@ impl ClusterNode {
                 id,
                 &cfg.advertise_grpc,
             )?;
-            meta.bootstrap_restored(me, plan).await?;
+            meta.bootstrap_restored(me, plan, join_token.as_deref()).await?;
             std::fs::remove_file(cfg.data_dir.join(super::restore::PLAN_FILE))?;
             tracing::info!(set = %plan.set, shards = plan.shards.len(), "created the cluster from a backup set");
         } else if bootstrap {
-            meta.bootstrap(me, cfg.settings).await?;
+            meta.bootstrap(me, cfg.settings, join_token.as_deref()).await?;
         }
         let reserve = cfg.disk_reserve.for_dir(&cfg.data_dir);
         let env = ShardEnv {

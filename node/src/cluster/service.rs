@@ -116,6 +116,12 @@ where
                 Ok(Err(s)) if s.code() == tonic::Code::FailedPrecondition => {
                     Err(QueryError::invalid(s.message()))
                 }
+                Ok(Err(s)) if s.code() == tonic::Code::Unimplemented => {
+                    Err(QueryError::invalid(format!(
+                        "the metadata leader at {addr} runs an older release, which cannot do \
+                         this: upgrade every node first"
+                    )))
+                }
                 Ok(Err(s)) => Err(QueryError::Unavailable(s.message().to_string())),
                 Err(_) => Err(QueryError::Unavailable("the metadata leader did not answer".into())),
             }
@@ -310,7 +316,14 @@ impl Cluster for ClusterService {
         let peer = joining_version(&r);
         let registered = tokio::time::timeout(
             JOIN_FORWARD,
-            self.meta.register(&r.grpc_addr, &r.http_addr, &r.pg_addr, &peer),
+            self.meta.register(
+                &r.grpc_addr,
+                &r.http_addr,
+                &r.pg_addr,
+                &peer,
+                Some(r.join_token.as_str()).filter(|t| !t.is_empty()),
+                &r.nonce,
+            ),
         )
         .await
         .map_err(|_| Status::unavailable("the metadata group cannot take a node right now"))?;

@@ -302,6 +302,20 @@ impl ebb_query::sql::shard::Shards for Router {
         super::upgrade::request(self.meta(), change, issuer).await
     }
 
+    async fn join_token(
+        &self,
+        change: ebb_query::sql::shard::JoinTokenChange,
+        issuer: &str,
+    ) -> Result<ebb_query::sql::shard::JoinTokenRow, QueryError> {
+        super::join_token::change(self.meta(), change, issuer).await
+    }
+
+    async fn join_tokens(
+        &self,
+    ) -> Result<Option<Vec<ebb_query::sql::shard::JoinTokenRow>>, QueryError> {
+        Ok(Some(super::join_token::rows(self.meta())))
+    }
+
     async fn cluster(&self) -> Result<Option<ebb_query::sql::shard::ClusterRow>, QueryError> {
         Ok(Some(super::upgrade::cluster_row(self.meta()).await))
     }

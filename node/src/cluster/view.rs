@@ -39,6 +39,8 @@ const BACKUP_JOURNAL: &[u8] = b"meta/backup/journal/";
 const CLUSTER_VERSION: &[u8] = b"meta/cluster-version";
 /// When an upgrade finalizes by itself ([`UpgradePolicy`]).
 const UPGRADE: &[u8] = b"meta/upgrade";
+/// Prefix of the join tokens (`meta/join-token/` + id; see [`super::join_token`]).
+const JOIN_TOKEN: &[u8] = b"meta/join-token/";
 
 /// The record of the cluster's active version.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -195,6 +197,8 @@ pub struct MetaView {
     pub cluster_version: Option<ClusterVersionRecord>,
     /// When an upgrade finalizes by itself, if ever set (else the default).
     pub upgrade: Option<UpgradePolicy>,
+    /// The join tokens, by id.
+    pub join_tokens: BTreeMap<String, super::join_token::JoinToken>,
 }
 
 /// A delete request completed on every shard, waiting to reach every backup destination's
@@ -261,6 +265,10 @@ impl MetaView {
         for op in batch.ops() {
             match op {
                 BatchOp::Put { key, value } => self.put(key, value)?,
+                BatchOp::Delete { key } if key.starts_with(JOIN_TOKEN) => {
+                    let id = String::from_utf8_lossy(&key[JOIN_TOKEN.len()..]);
+                    self.join_tokens.remove(id.as_ref());
+                }
                 BatchOp::Delete { key } if key.starts_with(INTENT) => {
                     if let Some(id) = key[INTENT.len()..].try_into().ok().map(u64::from_be_bytes) {
                         self.intents.remove(&id);
@@ -328,6 +336,10 @@ impl MetaView {
             let v: ClusterVersionRecord =
                 serde_json::from_slice(value).map_err(|e| err(e.to_string()))?;
             self.cluster_version = Some(v);
+        } else if key.starts_with(JOIN_TOKEN) {
+            let t: super::join_token::JoinToken =
+                serde_json::from_slice(value).map_err(|e| err(e.to_string()))?;
+            self.join_tokens.insert(t.id.clone(), t);
         } else if key == UPGRADE {
             self.upgrade = Some(serde_json::from_slice(value).map_err(|e| err(e.to_string()))?);
         } else if key.starts_with(ACCESS) {
@@ -361,6 +373,17 @@ pub fn put_settings(batch: &mut WriteBatch, settings: &Settings) {
 /// Adds the record of the cluster's active version to `batch`.
 pub fn put_cluster_version(batch: &mut WriteBatch, v: &ClusterVersionRecord) {
     batch.put(CLUSTER_VERSION, serde_json::to_vec(v).unwrap_or_default());
+}
+
+/// Adds the record of join token `t` to `batch`.
+pub fn put_join_token(batch: &mut WriteBatch, t: &super::join_token::JoinToken) {
+    let key = [JOIN_TOKEN, t.id.as_bytes()].concat();
+    batch.put(key, serde_json::to_vec(t).unwrap_or_default());
+}
+
+/// Adds the removal of join token `id` to `batch`.
+pub fn drop_join_token(batch: &mut WriteBatch, id: &str) {
+    batch.delete([JOIN_TOKEN, id.as_bytes()].concat());
 }
 
 /// Adds the record of when an upgrade finalizes by itself to `batch`.
@@ -429,6 +452,7 @@ pub fn forwardable(batch: &WriteBatch) -> bool {
             || k.starts_with(INTENT)
             || k.starts_with(BACKUP_DEST)
             || k.starts_with(BACKUP_JOURNAL)
+            || k.starts_with(JOIN_TOKEN)
             || k == BACKUP_ORIGIN
     };
     batch.ops().iter().all(|op| match op {

@@ -31,6 +31,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("EBB_INIT_NODE", "init_node"),
     ("EBB_DEFAULT_RETENTION", "default_retention"),
     ("EBB_ADMIN_PASSWORD_FILE", "admin_password_file"),
+    ("EBB_JOIN_TOKEN_FILE", "join_token_file"),
     ("EBB_ADMIN_PASSWORD", "admin_password"),
     ("EBB_INSECURE", "insecure"),
     ("EBB_QUERY_MEMORY", "query_memory"),

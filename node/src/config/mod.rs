@@ -142,6 +142,9 @@ pub struct Config {
     pub default_retention: Option<Duration>,
     /// The password user `admin` is created with when the server has no users.
     pub admin_password: Option<Secret>,
+    /// A file holding the join token a cluster node shows when it joins (read when it joins);
+    /// the node that creates a cluster registers it for the others.
+    pub join_token_file: Option<PathBuf>,
     /// Serve addresses other machines reach without any user (everyone may do anything).
     pub insecure: bool,
     /// What statements may use (memory, time, the size and depth of their SQL).
@@ -239,6 +242,7 @@ impl Default for Config {
             init_node: None,
             default_retention: None,
             admin_password: None,
+            join_token_file: None,
             insecure: false,
             limits: ebb_query::front::Limits::default(),
             write_limits: ebb_query::WriteLimits::default(),
@@ -319,6 +323,8 @@ pub struct Overrides {
     /// [`Config::admin_password`] itself (from the environment only).
     #[serde(skip)]
     pub admin_password: Option<String>,
+    /// See [`Config::join_token_file`].
+    pub join_token_file: Option<PathBuf>,
     /// See [`Config::insecure`].
     pub insecure: Option<bool>,
     /// Memory one statement may hold (`"1GiB"`, `"512MiB"` or bytes).
@@ -400,6 +406,7 @@ impl Overrides {
                 "EBB_CLUSTER" => o.cluster = Some(boolean(var, &v)?),
                 "EBB_INSECURE" => o.insecure = Some(boolean(var, &v)?),
                 "EBB_ADMIN_PASSWORD_FILE" => o.admin_password_file = Some(PathBuf::from(v)),
+                "EBB_JOIN_TOKEN_FILE" => o.join_token_file = Some(PathBuf::from(v)),
                 "EBB_ADMIN_PASSWORD" => o.admin_password = Some(v),
                 "EBB_QUERY_MEMORY" => o.query_memory = Some(v),
                 "EBB_SERVER_MEMORY" => o.server_memory = Some(v),
@@ -565,6 +572,9 @@ impl Overrides {
         }
         if let Some(p) = &self.admin_password {
             c.admin_password = Some(Secret(p.clone()));
+        }
+        if let Some(p) = &self.join_token_file {
+            c.join_token_file = Some(p.clone());
         }
         if c.admin_password.as_ref().is_some_and(|p| p.0.is_empty()) {
             return Err(bad("the admin password is empty"));

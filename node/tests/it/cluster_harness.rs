@@ -36,6 +36,8 @@ pub(crate) struct Harness {
     /// Nodes pinned to older cluster versions than their binary's (to run as an older
     /// release), by index.
     pub pins: BTreeMap<usize, VersionRange>,
+    /// The join token file each node is given, by index.
+    pub join_tokens: BTreeMap<usize, std::path::PathBuf>,
 }
 
 /// The longest a cluster test may run (the slowest takes a few minutes on a loaded machine).
@@ -56,6 +58,7 @@ impl Harness {
             scaling: Default::default(),
             watchdog: Watchdog::arm(TEST_LIMIT),
             pins: BTreeMap::new(),
+            join_tokens: BTreeMap::new(),
         }
     }
 
@@ -131,6 +134,7 @@ impl Harness {
             intent_patience: self.intent_patience,
             scaling: self.scaling,
             versions: self.pins.get(&i).copied().unwrap_or(VersionRange::BUILD),
+            join_token_file: self.join_tokens.get(&i).cloned(),
         };
         (cfg, listener)
     }

@@ -20,8 +20,22 @@ pub fn loopback(dir: &Path) -> Config {
         pg_addr: "127.0.0.1:0".parse().expect("addr"),
         grpc_addr: "127.0.0.1:0".parse().expect("addr"),
         flight_addr: "127.0.0.1:0".parse().expect("addr"),
+        join_token_file: Some(join_token_file()),
         ..Config::default()
     }
+}
+
+/// The join token every test cluster's nodes are given (the first registers it, the others
+/// join with it), as the chart gives every pod the one in its Secret.
+pub fn join_token_file() -> std::path::PathBuf {
+    static FILE: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    let dir = FILE.get_or_init(|| {
+        let d = tempfile::tempdir().expect("tempdir");
+        std::fs::write(d.path().join("token"), "dGVzdC1jbHVzdGVycy1qb2luLXRva2VuLTAxMjM0NTY3ODk")
+            .expect("write the join token");
+        d
+    });
+    dir.path().join("token")
 }
 
 /// Sends the nodes' logs to stderr when `EBB_TEST_LOG` holds a filter (`info,openraft=warn`,

@@ -213,3 +213,73 @@ async fn an_upgrade_finalizes_by_itself_after_the_clusters_delay() {
         h.stop(i).await;
     }
 }
+
+/// Writes `token` to a file node `i` reads its join token from.
+fn give_token(h: &mut Harness, i: usize, token: &str) {
+    let path = h.dir.path().join(format!("join-token-{i}"));
+    std::fs::write(&path, token).unwrap();
+    h.join_tokens.insert(i, path);
+}
+
+/// The token `CREATE JOIN TOKEN ...` on node `i` answers with.
+async fn mint(h: &Harness, i: usize, q: &str) -> String {
+    let s = ebb_query::SqlSession::on(h.nodes[&i].router.clone(), h.nodes[&i].meta.clone(), "db");
+    let b = s.query(q).await.unwrap();
+    let col = b[0].column_by_name("token").unwrap();
+    let col = col.as_any().downcast_ref::<datafusion::arrow::array::StringArray>().unwrap();
+    col.value(0).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn joining_needs_a_token_the_cluster_knows_within_its_lifetime_and_uses() {
+    let mut h = Harness::new();
+    h.settings.replication = 1;
+    // The first node registers the token it was given (the chart's Secret) for the others.
+    let bootstrap = "Y2hhcnQtc2VjcmV0LWZvci1ldmVyeS1wb2QtMDEyMzQ1Njc4OWFiY2Rl";
+    give_token(&mut h, 0, bootstrap);
+    h.start(0, &[]).await;
+    give_token(&mut h, 1, bootstrap);
+    h.start(1, &[0]).await;
+    // Without a token, a node is refused at once, and told why.
+    let started = Instant::now();
+    let none = h.try_start(2, &[0]).await.unwrap_err();
+    assert!(none.contains("joining this cluster needs a join token"), "{none}");
+    assert!(started.elapsed() < Duration::from_secs(30), "a refused join is final");
+    // A minted one-use token admits one node; a second is refused.
+    let once = mint(&h, 1, "CREATE JOIN TOKEN VALID FOR '1h' USES 1").await;
+    assert!(once.starts_with("ebbj_"), "{once}");
+    give_token(&mut h, 2, &once);
+    h.start(2, &[0]).await;
+    give_token(&mut h, 3, &once);
+    let used = h.try_start(3, &[1]).await.unwrap_err();
+    assert!(used.contains("is used up"), "{used}");
+    // The list holds no secret.
+    let list =
+        sql(&h, 0, "SELECT id, token, uses_left, used_by FROM system.join_tokens ORDER BY id")
+            .await;
+    assert!(!list.contains(&once[18..]) && !list.contains(bootstrap), "{list}");
+    assert!(list.contains("| bootstrap    |       |           | 2 "), "{list}");
+    assert!(list.contains("| 0         | 3 "), "{list}");
+    // An expired token is refused, naming when it expired.
+    let brief = mint(&h, 0, "CREATE JOIN TOKEN VALID FOR '1s'").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    give_token(&mut h, 3, &brief);
+    let expired = h.try_start(3, &[0]).await.unwrap_err();
+    assert!(expired.contains("expired at"), "{expired}");
+    // A dropped token admits no one.
+    sql(&h, 0, "DROP JOIN TOKEN 'bootstrap'").await;
+    give_token(&mut h, 3, bootstrap);
+    let dropped = h.try_start(3, &[0]).await.unwrap_err();
+    assert!(dropped.contains("not one of this cluster's"), "{dropped}");
+    // Reading the token file happens at start: a file too short is refused before any join.
+    give_token(&mut h, 3, "short");
+    let short = h.try_start(3, &[0]).await.unwrap_err();
+    assert!(short.contains("at least 32 characters"), "{short}");
+    let unlimited = mint(&h, 2, "CREATE JOIN TOKEN VALID FOR '1d' USES UNLIMITED").await;
+    give_token(&mut h, 3, &unlimited);
+    h.start(3, &[2]).await;
+    h.wait("node 3 is a member", |n| n.meta.view().nodes.len() == 4).await;
+    for i in h.nodes.keys().copied().collect::<Vec<_>>() {
+        h.stop(i).await;
+    }
+}

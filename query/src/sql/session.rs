@@ -319,6 +319,11 @@ impl SqlSession {
     /// Runs an `ALTER CLUSTER` statement: one row naming the shard split and the new shard.
     pub async fn alter_cluster(&self, stmt: ClusterStatement, issuer: &str) -> Result<QueryOutput> {
         match stmt {
+            ClusterStatement::JoinToken(change) => {
+                let row = self.shards.join_token(change, issuer).await?;
+                let batch = super::system::join_tokens_batch(&[row])?;
+                Ok(rows_output(batch.schema(), batch, StatementKind::Query))
+            }
             ClusterStatement::Upgrade(change) => {
                 let (active, message) = self.shards.upgrade(change, issuer).await?;
                 let schema = Arc::new(Schema::new(vec![

@@ -33,7 +33,7 @@ use datafusion::logical_expr::{Expr, TableType};
 use datafusion::physical_plan::ExecutionPlan;
 use ebb_storage::{DeletionKind, DeletionStatus};
 
-use super::shard::{ClusterRow, EngineTable, NodeRow, ShardRow, Shards};
+use super::shard::{ClusterRow, EngineTable, JoinTokenRow, NodeRow, ShardRow, Shards};
 use crate::access::{access_table, AccessStore, ACCESS_TABLES};
 use crate::db::Database;
 use crate::deletions::{ms_to_ns, ts_field};
@@ -53,15 +53,17 @@ enum Kind {
     Nodes,
     Shards,
     Cluster,
+    JoinTokens,
 }
 
 impl Kind {
-    const ALL: [(&'static str, Kind); 10] = [
+    const ALL: [(&'static str, Kind); 11] = [
         ("backups", Kind::Backups),
         ("cluster", Kind::Cluster),
         ("compactions", Kind::Engine(EngineTable::Compactions)),
         ("deletions", Kind::Deletions),
         ("engine_deletes", Kind::Engine(EngineTable::EngineDeletes)),
+        ("join_tokens", Kind::JoinTokens),
         ("layout", Kind::Engine(EngineTable::Layout)),
         ("nodes", Kind::Nodes),
         ("queries", Kind::Queries),
@@ -75,7 +77,7 @@ impl Kind {
 
     /// Only a cluster has members to describe.
     fn members(self) -> bool {
-        matches!(self, Kind::Nodes | Kind::Shards | Kind::Cluster)
+        matches!(self, Kind::Nodes | Kind::Shards | Kind::Cluster | Kind::JoinTokens)
     }
 
     fn schema(self) -> SchemaRef {
@@ -104,6 +106,7 @@ impl Kind {
                 Field::new("commit", DataType::Utf8, true),
                 Field::new("cluster_versions", DataType::Utf8, true),
             ])),
+            Kind::JoinTokens => join_tokens_schema(),
             Kind::Cluster => Arc::new(Schema::new(vec![
                 Field::new("cluster_id", DataType::Utf8, true),
                 Field::new("active_version", DataType::UInt64, false),
@@ -201,6 +204,12 @@ impl SystemTable {
             Kind::Nodes => nodes_batch(&shards.nodes().await?.unwrap_or_default(), &self.schema),
             Kind::Shards => shards_batch(&shards.shards().await?.unwrap_or_default(), &self.schema),
             Kind::Cluster => cluster_batch(shards.cluster().await?.as_ref(), &self.schema),
+            Kind::JoinTokens => {
+                let mut rows = shards.join_tokens().await?.unwrap_or_default();
+                // The secrets are never listed (only `CREATE JOIN TOKEN` shows one, once).
+                rows.iter_mut().for_each(|r| r.token = None);
+                join_tokens_batch(&rows)
+            }
         }
     }
 }
@@ -317,6 +326,37 @@ fn nodes_batch(nodes: &[NodeRow], schema: &SchemaRef) -> Result<RecordBatch> {
         Arc::new(StringArray::from_iter(nodes.iter().map(|n| n.cluster_versions.as_deref()))),
     ];
     RecordBatch::try_new(schema.clone(), cols).map_err(arrow)
+}
+
+fn join_tokens_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("token", DataType::Utf8, true),
+        Field::new("created_by", DataType::Utf8, false),
+        ts_field("created_at", false),
+        ts_field("expires_at", true),
+        Field::new("uses_left", DataType::UInt64, true),
+        Field::new("used_by", DataType::Utf8, false),
+    ]))
+}
+
+/// Join tokens as `system.join_tokens` lists them (`token` only in the answer to
+/// `CREATE JOIN TOKEN`; `uses_left` null: any number; `expires_at` null: never).
+pub fn join_tokens_batch(rows: &[JoinTokenRow]) -> Result<RecordBatch> {
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.id.as_str()))),
+        Arc::new(StringArray::from_iter(rows.iter().map(|r| r.token.as_deref()))),
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.created_by.as_str()))),
+        Arc::new(TimestampNanosecondArray::from_iter_values(
+            rows.iter().map(|r| ms_to_ns(r.created_ms)),
+        )),
+        Arc::new(TimestampNanosecondArray::from_iter(
+            rows.iter().map(|r| r.expires_ms.map(ms_to_ns)),
+        )),
+        Arc::new(UInt64Array::from_iter(rows.iter().map(|r| r.uses_left.map(u64::from)))),
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|r| join(&r.used_by)))),
+    ];
+    RecordBatch::try_new(join_tokens_schema(), cols).map_err(arrow)
 }
 
 fn cluster_batch(row: Option<&ClusterRow>, schema: &SchemaRef) -> Result<RecordBatch> {

@@ -171,6 +171,41 @@ pub enum UpgradeChange {
     AutoFinalizeAfter(Option<Duration>),
 }
 
+/// A change to the tokens nodes join with (`CREATE JOIN TOKEN`, `DROP JOIN TOKEN`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JoinTokenChange {
+    /// Mint a token valid for `valid_for` (`None`: no expiry) and `uses` joins (`None`: any
+    /// number).
+    Create {
+        /// Its lifetime.
+        valid_for: Option<Duration>,
+        /// The joins it admits.
+        uses: Option<u32>,
+    },
+    /// Drop token `.0` (its id).
+    Drop(String),
+}
+
+/// A join token (`system.join_tokens`, and what `CREATE JOIN TOKEN` answers).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinTokenRow {
+    /// Its id.
+    pub id: String,
+    /// The token itself: only in the answer to `CREATE JOIN TOKEN`, shown once.
+    pub token: Option<String>,
+    /// Who made it.
+    pub created_by: String,
+    /// When.
+    pub created_ms: u64,
+    /// When it stops admitting nodes (`None`: never).
+    pub expires_ms: Option<u64>,
+    /// Joins it still admits (`None`: any number).
+    pub uses_left: Option<u32>,
+    /// The nodes it admitted (the latest).
+    pub used_by: Vec<u64>,
+}
+
 /// The cluster as a whole (`system.cluster`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterRow {
@@ -290,6 +325,20 @@ pub trait Shards: Send + Sync + std::fmt::Debug {
         Err(QueryError::Unsupported(
             "ALTER CLUSTER: this server runs as a single node, without a cluster version".into(),
         ))
+    }
+
+    /// Mints or drops a join token as `issuer`: the token minted (with its secret) or dropped.
+    async fn join_token(&self, change: JoinTokenChange, issuer: &str) -> Result<JoinTokenRow> {
+        let _ = (change, issuer);
+        Err(QueryError::Unsupported(
+            "join tokens: this server runs as a single node, which nodes do not join".into(),
+        ))
+    }
+
+    /// The join tokens (`system.join_tokens`, without their secrets); `None` where there is no
+    /// cluster.
+    async fn join_tokens(&self) -> Result<Option<Vec<JoinTokenRow>>> {
+        Ok(None)
     }
 
     /// Every delete request on every replica (`system.deletions`).
