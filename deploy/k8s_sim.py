@@ -632,6 +632,39 @@ def main():
         sim.write(sim.pods[-1], next(batches))
         log(f"full restart: {len(sim.pods)} pods ready again with their ids; {sim.written} rows")
 
+        # Pod 0 loses its volume while pods 1 and 2 (its other seeds) are paused: it must not
+        # create a cluster of its own, however long they stay silent; once they resume it joins
+        # theirs under a new id.
+        cluster_id = (sim.pods[1].pvc / "cluster_id").read_text()
+        first = sim.pods[0]
+        old_id = (first.pvc / "node_id").read_text().strip()
+        first.kill()
+        shutil.rmtree(first.pvc)
+        for p in sim.pods[1:3]:
+            p.up = False
+            p.proc.send_signal(signal.SIGSTOP)
+        log("pod 0's volume lost; pods 1 and 2 paused (SIGSTOP)")
+        first.start()
+        time.sleep(30)
+        if first.proc.poll() is not None:
+            fail(f"pod 0 exited while its seeds were paused ({first.proc.returncode})")
+        if (first.pvc / "node_id").exists():
+            fail("pod 0 created a cluster of its own while its seeds were paused")
+        for p in sim.pods[1:3]:
+            p.proc.send_signal(signal.SIGCONT)
+            p.up = True
+        log("30 s later pod 0 still waits for its seeds; pods 1 and 2 resumed")
+        first.wait_ready()
+        if (first.pvc / "cluster_id").read_text() != cluster_id:
+            fail("pod 0 came back in another cluster")
+        new_id = (first.pvc / "node_id").read_text().strip()
+        if new_id == old_id:
+            fail("pod 0 took over its lost node id")
+        ids[first.name] = new_id
+        sim.wait_balanced()
+        sim.check_counts("after pod 0 rejoined without its volume")
+        log(f"pod 0 joined the cluster as node {new_id} (was {old_id}); {sim.written} rows")
+
         # Backups: the chart's CronJob under writes, then at rest (its prune keeps two sets).
         with writing("the backup under writes"):
             sets = sim.backup_job()

@@ -5,6 +5,7 @@
 mod autosplit;
 pub mod backup;
 pub mod backup_registry;
+pub mod bootstrap;
 pub mod deletions;
 pub mod hashspace;
 mod intents;
@@ -33,7 +34,7 @@ pub mod view;
 mod write_check;
 
 pub use meta::{Meta, MetaError, META_GROUP, META_VOTERS};
-pub use node::{ClusterConfig, ClusterNode, INIT_PROBE, NODE_ID_FILE};
+pub use node::{ClusterConfig, ClusterNode, NODE_ID_FILE};
 pub use replication::PROPOSE_TIMEOUT;
 pub use service::{decommission, join, set_shard_members, ClusterService, MOVE_TIMEOUT};
 pub use shard::Shard;

@@ -34,10 +34,6 @@ pub const NODE_ID_FILE: &str = "node_id";
 /// before cluster ids; such a cluster neither sends nor checks one).
 pub const CLUSTER_ID_FILE: &str = "cluster_id";
 
-/// How long the initial node tries its seeds before it creates the cluster itself (if none
-/// of them answered at all).
-pub const INIT_PROBE: Duration = Duration::from_secs(20);
-
 /// How long a new node tries to join before it gives up (and, in Kubernetes, is restarted).
 pub const JOIN_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -206,6 +202,18 @@ impl ClusterNode {
         }
         let tls = cfg.tls.clone();
         let failed = |e: super::service::JoinFailed| NodeError::Cluster(e.to_string());
+        // Until it belongs to a cluster, the node tells the others so (see `bootstrap`).
+        let (listener, unjoined) = if stored.is_none() && !bootstrap {
+            let (l, u) = super::bootstrap::Unjoined::serve(
+                listener,
+                cfg.server_tls.clone(),
+                cfg.max_connections,
+            )
+            .await?;
+            (l, Some(u))
+        } else {
+            (listener, None)
+        };
         let joined = match stored {
             Some(id) => (id, read_cluster_id(&cfg.data_dir)?),
             None if bootstrap => {
@@ -216,19 +224,15 @@ impl ClusterNode {
                 }
                 (1, Some(new_cluster_id()))
             }
-            // The initial node creates the cluster only if no seed answers at all: a seed that
-            // answers serves a cluster already (perhaps without a quorum just now), and this
-            // node, with an empty volume, must join it rather than start a second one.
-            None if cfg.init_here => match join(&seeds, req.clone(), INIT_PROBE, tls.clone()).await
-            {
-                Ok(r) => (r.node_id, Some(r.cluster_id)),
-                Err(e) if !e.answered => {
-                    tracing::info!(%e, "no seed answers: creating the cluster");
+            // The initial node creates the cluster only once every seed has said it belongs to
+            // none; a seed that is a member serves a cluster already (perhaps without a quorum
+            // just now), which this node, with an empty volume, joins.
+            None if cfg.init_here => match super::bootstrap::decide(&seeds, tls.clone()).await {
+                super::bootstrap::Decision::Create => {
                     bootstrap = true;
                     (1, Some(new_cluster_id()))
                 }
-                Err(e) => {
-                    tracing::warn!(%e, "a seed serves a cluster already: joining it");
+                _ => {
                     let r = join(&seeds, req, JOIN_TIMEOUT, tls).await.map_err(failed)?;
                     (r.node_id, Some(r.cluster_id))
                 }
@@ -238,6 +242,9 @@ impl ClusterNode {
                 (r.node_id, Some(r.cluster_id))
             }
         };
+        if let Some(u) = unjoined {
+            u.close().await;
+        }
         let (id, cluster_id) = (joined.0, joined.1.filter(|c| !c.is_empty()));
         if stored.is_none() {
             // The cluster id first: a node id without it reads as a cluster without ids.
@@ -279,6 +286,8 @@ impl ClusterNode {
         let shutdown = stopped(rx.clone());
         let (health_reporter, health) = tonic_health::server::health_reporter();
         health_reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
+        let member = super::bootstrap::MEMBER_SERVICE;
+        health_reporter.set_service_status(member, tonic_health::ServingStatus::Serving).await;
         let incoming =
             crate::tls::conn::incoming(listener, cfg.server_tls.clone(), cfg.max_connections)?;
         let check = RequireClusterId::new(conns.clone(), versions.clone());

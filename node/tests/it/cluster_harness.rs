@@ -36,8 +36,9 @@ pub(crate) struct Harness {
     /// Nodes pinned to older cluster versions than their binary's (to run as an older
     /// release), by index.
     pub pins: BTreeMap<usize, VersionRange>,
-    /// The join token file each node is given, by index.
-    pub join_tokens: BTreeMap<usize, std::path::PathBuf>,
+    /// The join token file each node is given, by index (`None`: none); a node not named gets
+    /// the one every test cluster shares.
+    pub join_tokens: BTreeMap<usize, Option<std::path::PathBuf>>,
 }
 
 /// The longest a cluster test may run (the slowest takes a few minutes on a loaded machine).
@@ -134,7 +135,10 @@ impl Harness {
             intent_patience: self.intent_patience,
             scaling: self.scaling,
             versions: self.pins.get(&i).copied().unwrap_or(VersionRange::BUILD),
-            join_token_file: self.join_tokens.get(&i).cloned(),
+            join_token_file: match self.join_tokens.get(&i) {
+                Some(given) => given.clone(),
+                None => Some(crate::common::join_token_file()),
+            },
         };
         (cfg, listener)
     }

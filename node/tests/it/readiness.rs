@@ -106,8 +106,8 @@ async fn an_empty_initial_node_joins_the_cluster_its_seeds_serve() {
         tokio::spawn(
             async move { ebb_node::cluster::ClusterNode::start(&cfg, listener, faults).await },
         );
-    // Past the initial node's probe: it has not created a cluster of its own.
-    tokio::time::sleep(ebb_node::cluster::INIT_PROBE + Duration::from_secs(3)).await;
+    // A while later: it has not created a cluster of its own.
+    tokio::time::sleep(Duration::from_secs(8)).await;
     assert!(!starting.is_finished(), "the initial node gave up on its seeds");
     let dir = h.dir.path().join("n0");
     assert!(!dir.join("node_id").exists(), "the initial node created a cluster of its own");
@@ -117,6 +117,77 @@ async fn an_empty_initial_node_joins_the_cluster_its_seeds_serve() {
     let node = node.unwrap();
     assert_ne!(node.id, old, "an empty node must not take over its lost id");
     assert_eq!(std::fs::read_to_string(dir.join("cluster_id")).unwrap(), cluster);
+    h.nodes.insert(0, node);
+    wait_ready(&h, 0, Duration::from_secs(60)).await;
+    for i in h.nodes.keys().copied().collect::<Vec<_>>() {
+        h.stop(i).await;
+    }
+}
+
+/// The initial node creates the cluster only once every seed has said no cluster exists, and
+/// with its volume lost while its peers are paused (they accept connections and answer nothing)
+/// it waits for them, however long, then joins the cluster they serve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_initial_node_creates_a_cluster_only_when_every_seed_says_none_exists() {
+    let mut h = Harness::new();
+    // Three empty nodes start together, each with the others as seeds; node 0 is the initial one.
+    let mut prepared = Vec::new();
+    for i in 0..3 {
+        prepared.push(h.prepare(i, &[], i == 0).await);
+    }
+    let mut starting = Vec::new();
+    for (i, (mut cfg, listener)) in prepared.into_iter().enumerate() {
+        cfg.join = (0..3).filter(|j| *j != i).map(|j| h.addrs[&j].clone()).collect();
+        let faults = h.faults.clone();
+        starting.push(tokio::spawn(async move {
+            ebb_node::cluster::ClusterNode::start(&cfg, listener, faults).await
+        }));
+    }
+    for (i, s) in starting.into_iter().enumerate() {
+        let node = tokio::time::timeout(Duration::from_secs(120), s).await.unwrap().unwrap();
+        h.nodes.insert(i, node.unwrap_or_else(|e| panic!("node {i}: {e}")));
+    }
+    let id_file = |h: &Harness, i: usize, f: &str| {
+        std::fs::read_to_string(h.dir.path().join(format!("n{i}/{f}"))).unwrap()
+    };
+    let cluster = id_file(&h, 0, "cluster_id");
+    for i in 1..3 {
+        assert_eq!(id_file(&h, i, "cluster_id"), cluster, "node {i} is in another cluster");
+    }
+    assert_eq!(h.nodes[&0].id, 1, "the initial node created the cluster");
+    crate::cluster::wait_settled(&h, 3).await;
+
+    // Node 0 loses its volume while nodes 1 and 2 are paused: their ports take connections
+    // (the kernel's backlog) and answer nothing.
+    h.stop(0).await;
+    let paused: Vec<String> = (1..3).map(|i| h.addrs[&i].clone()).collect();
+    h.stop(1).await;
+    h.stop(2).await;
+    let mut held = Vec::new();
+    for a in &paused {
+        held.push(tokio::net::TcpListener::bind(a).await.unwrap());
+    }
+    std::fs::remove_dir_all(h.dir.path().join("n0")).unwrap();
+    let (cfg, listener) = h.prepare(0, &[1, 2], true).await;
+    let faults = h.faults.clone();
+    let restarting =
+        tokio::spawn(
+            async move { ebb_node::cluster::ClusterNode::start(&cfg, listener, faults).await },
+        );
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert!(!restarting.is_finished(), "the initial node gave up on its silent seeds");
+    assert!(
+        !h.dir.path().join("n0/node_id").exists(),
+        "the initial node created a cluster of its own beside the paused one"
+    );
+    // The peers resume: the initial node joins their cluster under a new id.
+    drop(held);
+    h.start(1, &[]).await;
+    h.start(2, &[]).await;
+    let node = tokio::time::timeout(Duration::from_secs(120), restarting).await.unwrap().unwrap();
+    let node = node.unwrap();
+    assert_ne!(node.id, 1, "an empty node must not take over its lost id");
+    assert_eq!(id_file(&h, 0, "cluster_id"), cluster);
     h.nodes.insert(0, node);
     wait_ready(&h, 0, Duration::from_secs(60)).await;
     for i in h.nodes.keys().copied().collect::<Vec<_>>() {

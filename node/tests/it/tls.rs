@@ -156,6 +156,10 @@ fn raft_request(id: Option<&str>) -> tonic::Request<RaftRequest> {
     if let Some(id) = id {
         req.metadata_mut().insert(ebb_raft::transport::CLUSTER_ID_HEADER, id.parse().expect("id"));
     }
+    // Sent as a node of this build does (see `versions_are_refused_below_the_clusters`).
+    let version =
+        format!("{};{}", ebb_node::VERSION, ebb_node::cluster::version::VersionRange::BUILD);
+    req.metadata_mut().insert(ebb_raft::transport::VERSION_HEADER, version.parse().expect("v"));
     req
 }
 
@@ -244,7 +248,14 @@ async fn cluster_port_answers_only_members_of_this_cluster() {
     assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
     let refused = append(ch.clone(), None).await.expect_err("no cluster id");
     assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
-    // With it, the request reaches Raft (which rejects this garbage message for itself).
+    // With the id but without a version (release 0.1.0) in a cluster this build created (at
+    // cluster version 2): refused, saying why.
+    let mut legacy = raft_request(Some(&id));
+    legacy.metadata_mut().remove(ebb_raft::transport::VERSION_HEADER);
+    let refused = RaftClient::new(ch.clone()).vote(legacy).await.expect_err("no version");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    assert!(refused.message().contains("cluster versions 1-1"), "{refused:?}");
+    // With both, the request reaches Raft (which rejects this garbage message for itself).
     if let Err(s) = vote(ch, Some(&id)).await {
         assert_ne!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
     }

@@ -218,7 +218,7 @@ async fn an_upgrade_finalizes_by_itself_after_the_clusters_delay() {
 fn give_token(h: &mut Harness, i: usize, token: &str) {
     let path = h.dir.path().join(format!("join-token-{i}"));
     std::fs::write(&path, token).unwrap();
-    h.join_tokens.insert(i, path);
+    h.join_tokens.insert(i, Some(path));
 }
 
 /// The token `CREATE JOIN TOKEN ...` on node `i` answers with.
@@ -241,6 +241,7 @@ async fn joining_needs_a_token_the_cluster_knows_within_its_lifetime_and_uses() 
     give_token(&mut h, 1, bootstrap);
     h.start(1, &[0]).await;
     // Without a token, a node is refused at once, and told why.
+    h.join_tokens.insert(2, None);
     let started = Instant::now();
     let none = h.try_start(2, &[0]).await.unwrap_err();
     assert!(none.contains("joining this cluster needs a join token"), "{none}");
