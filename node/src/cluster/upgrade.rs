@@ -69,6 +69,9 @@ enum Standing {
     Finalizable { to: ClusterVersion },
     /// Nothing to finalize (why, as a sentence).
     Current(String),
+    /// Nothing to finalize until a node whose binary is older is upgraded (which, as a
+    /// sentence).
+    Behind(String),
     /// Whether it could finalize is unknown (why).
     Unknown(String),
 }
@@ -95,7 +98,7 @@ fn standing(active: ClusterVersion, members: &[(NodeInfo, Option<PeerVersion>)])
         Some((id, binary))
             if members.iter().any(|(_, v)| v.as_ref().is_some_and(|v| v.range.max > active)) =>
         {
-            Standing::Current(format!("node {id} runs {binary}: upgrade it before finalizing"))
+            Standing::Behind(format!("node {id} runs {binary}: upgrade it before finalizing"))
         }
         _ => Standing::Current(format!(
             "every node runs at cluster version {active}, the newest its binary supports"
@@ -117,7 +120,7 @@ pub async fn finalize(
     let active = meta.view().active_version();
     let to = match standing(active, &members(meta, ASK).await) {
         Standing::Finalizable { to } => to,
-        Standing::Current(why) => {
+        Standing::Current(why) | Standing::Behind(why) => {
             return Err(MetaError::Failed(format!(
                 "nothing to finalize at cluster version {active}: {why}"
             )))
@@ -301,6 +304,7 @@ pub async fn cluster_row(meta: &Meta) -> ClusterRow {
             )
         }
         Standing::Current(why) => (None, format!("finalized: {why}")),
+        Standing::Behind(why) => (None, format!("waiting: {why}")),
         Standing::Unknown(why) => (None, format!("unknown: {why}")),
     };
     ClusterRow {
@@ -341,7 +345,7 @@ mod tests {
         let Standing::Current(why) = standing(2, &all_new) else { panic!("finalized") };
         assert!(why.contains("every node runs at cluster version 2"), "{why}");
         let mixed = [(node(1), new.clone()), (node(3), old)];
-        let Standing::Current(why) = standing(1, &mixed) else { panic!("mixed") };
+        let Standing::Behind(why) = standing(1, &mixed) else { panic!("mixed") };
         assert!(why.starts_with("node 3 runs ebb 0.1.0 or older (cluster versions 1-1)"), "{why}");
         let silent = [(node(1), new), (node(4), None)];
         let Standing::Unknown(why) = standing(1, &silent) else { panic!("unknown") };

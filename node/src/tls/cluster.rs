@@ -93,6 +93,24 @@ fn refusal(path: &str, sent: &Sent<'_>, ours: Option<&str>, versions: &Versions)
     }
 }
 
+/// Logs a refused request, at most once every 10 s (a node refused retries many times a second):
+/// with how many were refused since the last line.
+fn log_refusal(path: &str, why: &str) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST_MS: AtomicU64 = AtomicU64::new(0);
+    static SINCE: AtomicU64 = AtomicU64::new(0);
+    let now = ebb_query::now_ms();
+    let last = LAST_MS.load(Ordering::Relaxed);
+    if now.saturating_sub(last) < 10_000
+        || LAST_MS.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_err()
+    {
+        SINCE.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let others = SINCE.swap(0, Ordering::Relaxed);
+    tracing::warn!(path, why, others_in_the_last_10s = others, "refused a cluster request");
+}
+
 impl<S, B, RB> tower::Service<http::Request<B>> for ClusterIdCheck<S>
 where
     S: tower::Service<http::Request<B>, Response = http::Response<RB>>,
@@ -120,7 +138,7 @@ where
         match refusal(req.uri().path(), &sent, ours.as_deref(), &self.versions) {
             None => futures::future::Either::Left(self.inner.call(req)),
             Some(why) => {
-                tracing::warn!(path = req.uri().path(), why, "refused a cluster request");
+                log_refusal(req.uri().path(), &why);
                 let status = tonic::Status::permission_denied(why);
                 futures::future::Either::Right(futures::future::ready(Ok(status.into_http())))
             }
