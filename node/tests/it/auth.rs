@@ -271,7 +271,23 @@ async fn cluster_users_are_made_on_one_node_and_honoured_on_all() {
             let (s, b) = reader.sql("DELETE FROM cpu WHERE host = 'a'");
             assert_eq!(s, 403, "{b}");
             assert_eq!(h.sql("SELECT 1").0, 401);
+            // The cluster's id, its join tokens and the statements about them are the admin's.
+            for sql in [
+                "SELECT * FROM system.cluster",
+                "SELECT * FROM system.join_tokens",
+                "CREATE JOIN TOKEN",
+                "ALTER CLUSTER FINALIZE UPGRADE",
+            ] {
+                let (s, b) = reader.sql(sql);
+                assert_eq!(s, 403, "reader ran {sql}: {b}");
+            }
         }
+        let minted = admin(0).ok("CREATE JOIN TOKEN VALID FOR '10m' USES 2");
+        assert!(minted.contains("\"token\":\"ebbj_"), "{minted}");
+        let listing = || admin(1).ok("SELECT id, token, uses_left FROM system.join_tokens");
+        until(20, "the token reaches every node", || listing().contains("\"uses_left\":2"));
+        let listed = listing();
+        assert!(!listed.contains("ebbj_"), "the list shows a secret: {listed}");
         // A cluster lists its tables as a single node does, to each user only what it may
         // read; its shards' catalogs show in system.tables, one row set per shard.
         let (s, b) = hs[1].post_with(

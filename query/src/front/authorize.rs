@@ -9,9 +9,10 @@
 //! reads through a subquery (its own target included); `CREATE TABLE ... AS` and a materialized
 //! view need `READ` on their source. Statements that change data or schema need their own
 //! privilege on the database of every table they name. Tables of `system` need `READ` on the
-//! database `system`, but for `system.users`, `system.grants`, `system.tokens` and
-//! `system.backups` (where backups are kept says where a copy of every table is), which need
-//! `ADMIN` on all databases; `information_schema` and `pg_catalog` (which list only what the
+//! database `system`, but for `system.users`, `system.grants`, `system.tokens`,
+//! `system.backups` (where backups are kept says where a copy of every table is),
+//! `system.cluster` (the cluster id) and `system.join_tokens`, which need `ADMIN` on all
+//! databases; `information_schema` and `pg_catalog` (which list only what the
 //! user may read) only need a login.
 
 use datafusion::execution::context::SessionState;
@@ -27,7 +28,7 @@ use crate::error::Result;
 use crate::sql::ddl::{ident, table_name};
 
 /// Tables of `system` besides the access tables that only admins read.
-const ADMIN_TABLES: &[&str] = &["backups"];
+const ADMIN_TABLES: &[&str] = &["backups", "cluster", "join_tokens"];
 
 /// One privilege a statement needs: on a database, or (`None`) on all of them.
 pub type Need = (Option<String>, Privilege);
