@@ -89,14 +89,8 @@ impl PeerVersion {
     /// The version a request's [`VERSION_HEADER`] describes (`None`: no header, release
     /// 0.1.0); `None` if the header does not parse.
     pub fn from_header(header: Option<&[u8]>) -> Option<PeerVersion> {
-        let Some(h) = header else {
-            return Some(PeerVersion { binary: None, range: VersionRange::LEGACY });
-        };
-        let (binary, range) = std::str::from_utf8(h).ok()?.split_once(';')?;
-        let (min, max) = range.split_once('-')?;
-        let range = VersionRange { min: min.parse().ok()?, max: max.parse().ok()? };
-        (range.min <= range.max && !binary.is_empty() && binary.len() <= 64)
-            .then(|| PeerVersion { binary: Some(binary.to_string()), range })
+        let (binary, range) = parse_header(header)?;
+        Some(PeerVersion { binary: binary.map(str::to_string), range })
     }
 
     /// `ebb 0.2.0 (cluster versions 1-2)`.
@@ -104,6 +98,20 @@ impl PeerVersion {
         let binary = self.binary.as_deref().unwrap_or("0.1.0 or older");
         format!("ebb {binary} (cluster versions {})", self.range)
     }
+}
+
+/// The release and range a request's [`VERSION_HEADER`] gives, borrowed from it (checked on
+/// every request between nodes, so nothing is allocated): `(None, LEGACY)` without a header
+/// (release 0.1.0), `None` if it does not parse.
+pub fn parse_header(header: Option<&[u8]>) -> Option<(Option<&str>, VersionRange)> {
+    let Some(h) = header else {
+        return Some((None, VersionRange::LEGACY));
+    };
+    let (binary, range) = std::str::from_utf8(h).ok()?.split_once(';')?;
+    let (min, max) = range.split_once('-')?;
+    let range = VersionRange { min: min.parse().ok()?, max: max.parse().ok()? };
+    (range.min <= range.max && !binary.is_empty() && binary.len() <= 64)
+        .then_some((Some(binary), range))
 }
 
 /// This node's versions: its binary's range and the cluster's active version as this node last

@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 
 use ebb_raft::transport::{Connections, CLUSTER_ID_HEADER, VERSION_HEADER};
 
-use crate::cluster::version::{PeerVersion, Versions};
+use crate::cluster::version::{parse_header, PeerVersion, Versions};
 use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
 use super::{ClusterFiles, TlsError, NODE_NAME};
@@ -87,9 +87,11 @@ fn refusal(path: &str, sent: &Sent<'_>, ours: Option<&str>, versions: &Versions)
             Some(_) => return Some("the request belongs to another cluster".into()),
         }
     }
-    match PeerVersion::from_header(sent.version) {
+    // Served without allocating; the sender is described only when refused.
+    match parse_header(sent.version) {
         None => Some(format!("the request's {VERSION_HEADER} header does not parse")),
-        Some(peer) => versions.refusal(&peer),
+        Some((_, range)) if range.runs_at(versions.active()) => None,
+        Some(_) => PeerVersion::from_header(sent.version).and_then(|p| versions.refusal(&p)),
     }
 }
 
