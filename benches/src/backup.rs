@@ -65,6 +65,15 @@ pub struct BackupArgs {
 }
 
 impl BackupArgs {
+    /// The smallest run (`--quick`): 20 hosts for an hour, 3 backup sets, 5 deletes, a 2-minute
+    /// erasure deadline.
+    pub fn quick(&mut self) {
+        self.set = "20x1".into();
+        self.sets = 3;
+        self.deletes = 5;
+        self.deadline = 120;
+    }
+
     /// Runs the benchmark in `work`.
     pub fn run(&self, work: &Path) -> Result<Vec<Comparison>, String> {
         run(work, self)

@@ -20,13 +20,14 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 
 use crate::report::{Better, Comparison};
-use crate::workload::rng;
+use crate::workload::{rng, WriteSync};
 
 fn err(e: ebb_storage::Error) -> String {
     e.to_string()
 }
 
 fn line(
+    s: &Settings,
     metric: &str,
     params: &[(&str, String)],
     ebb: f64,
@@ -37,7 +38,11 @@ fn line(
     let c = Comparison {
         bench: "deletes".into(),
         metric: metric.into(),
-        params: params.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+        params: params
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .chain([("sync".to_string(), s.sync.name().to_string())])
+            .collect(),
         ebb,
         baseline: base_name.into(),
         base,
@@ -62,9 +67,11 @@ pub struct Settings {
     pub fade_ops: u64,
     /// KiWi+ tile sizes per level (levels 0, 1, 2, ...; the last repeats).
     pub kiwi_tiles: Vec<usize>,
+    /// When writes are made durable (every side).
+    pub sync: WriteSync,
 }
 
-fn ts_options(tiles: &[usize]) -> Options {
+fn ts_options(tiles: &[usize], sync: WriteSync) -> Options {
     Options {
         write_buffer_size: 4 << 20,
         target_file_size: 4 << 20,
@@ -75,6 +82,7 @@ fn ts_options(tiles: &[usize]) -> Options {
         page_cache_bytes: 8 << 20,
         delete_deadline: None,
         memtable_max_age: None,
+        sync: sync.engine(),
         ..Options::default()
     }
 }
@@ -83,12 +91,12 @@ fn ts_options(tiles: &[usize]) -> Options {
 /// `random_times`, else evenly spaced. Returns the engine and the next sequence number.
 fn load(
     dir: &Path,
-    tiles: &[usize],
+    (tiles, sync): (&[usize], WriteSync),
     series: u64,
     points: u64,
     random_times: bool,
 ) -> Result<(Engine, u64), String> {
-    let e = Engine::open(dir, ts_options(tiles)).map_err(err)?;
+    let e = Engine::open(dir, ts_options(tiles, sync)).map_err(err)?;
     let span = 1_000_000u64;
     let mut r = rng(7);
     let mut rows: Vec<(u64, u64)> = Vec::with_capacity((series * points) as usize);
@@ -136,13 +144,13 @@ fn copy_dir(from: &Path, to: &Path) -> Result<(), String> {
 fn run_window(
     base: &Path,
     dir: &Path,
-    tiles: &[usize],
+    (tiles, sync): (&[usize], WriteSync),
     seq: u64,
     t_lo: u64,
     t_hi: u64,
 ) -> Result<WindowFigures, String> {
     copy_dir(base, dir)?;
-    let e = Engine::open(dir, ts_options(tiles)).map_err(err)?;
+    let e = Engine::open(dir, ts_options(tiles, sync)).map_err(err)?;
     let data_bytes = e.stats().levels.iter().map(|l| l.bytes).sum();
     let start = Instant::now();
     e.delete_time_range(t_lo, t_hi, Vec::new(), Vec::new(), seq).map_err(err)?;
@@ -168,18 +176,19 @@ pub fn window(work: &Path, s: &Settings) -> Result<(), String> {
     // Each layout is loaded once; every delete runs on a fresh copy of it.
     let kiwi_base = work.join("w-kiwi-base");
     let h1_base = work.join("w-h1-base");
-    let (e, seq) = load(&kiwi_base, &s.kiwi_tiles, series, 50, true)?;
+    let (e, seq) = load(&kiwi_base, (&s.kiwi_tiles, s.sync), series, 50, true)?;
     print_levels("kiwi+", &e);
     e.close().map_err(err)?;
-    let (e, seq_h1) = load(&h1_base, &[1], series, 50, true)?;
+    let (e, seq_h1) = load(&h1_base, (&[1], s.sync), series, 50, true)?;
     print_levels("h=1", &e);
     e.close().map_err(err)?;
     for sel in [1u64, 5, 10, 20, 50] {
         // An interior window (two-sided), the harder case for page drops.
         let t_lo = 200_000;
         let t_hi = t_lo + sel * 10_000;
-        let k = run_window(&kiwi_base, &work.join("w-kiwi"), &s.kiwi_tiles, seq, t_lo, t_hi)?;
-        let c = run_window(&h1_base, &work.join("w-h1"), &[1], seq_h1, t_lo, t_hi)?;
+        let k =
+            run_window(&kiwi_base, &work.join("w-kiwi"), (&s.kiwi_tiles, s.sync), seq, t_lo, t_hi)?;
+        let c = run_window(&h1_base, &work.join("w-h1"), (&[1], s.sync), seq_h1, t_lo, t_hi)?;
         for (name, f) in [("kiwi+", k), ("h=1", c)] {
             println!(
                 "  sel={sel:>2}% {name:<6} data={}KiB read={}KiB written={}KiB pages dropped={} read={} time={:.0}ms",
@@ -188,6 +197,7 @@ pub fn window(work: &Path, s: &Settings) -> Result<(), String> {
         }
         let p = [("sel", sel.to_string())];
         line(
+            s,
             "bytes_rewritten",
             &p,
             k.bytes_written as f64,
@@ -195,7 +205,7 @@ pub fn window(work: &Path, s: &Settings) -> Result<(), String> {
             c.bytes_written as f64,
             Better::Lower,
         );
-        line("bytes_read", &p, k.bytes_read as f64, "h1", c.bytes_read as f64, Better::Lower);
+        line(s, "bytes_read", &p, k.bytes_read as f64, "h1", c.bytes_read as f64, Better::Lower);
     }
     let _ = std::fs::remove_dir_all(&kiwi_base);
     let _ = std::fs::remove_dir_all(&h1_base);
@@ -222,7 +232,7 @@ pub fn reads(work: &Path, s: &Settings) -> Result<(), String> {
     let mut results = Vec::new();
     for (name, tiles) in [("kiwi+", s.kiwi_tiles.clone()), ("h=1", vec![1])] {
         let dir = work.join(format!("r-{}", if name == "h=1" { "h1" } else { "kiwi" }));
-        let (e, _) = load(&dir, &tiles, series, 50, true)?;
+        let (e, _) = load(&dir, (&tiles, s.sync), series, 50, true)?;
         let mut r = rng(11);
         // Present keys: the first rows of the load's random sequence (same seed).
         let mut present = Vec::new();
@@ -275,10 +285,10 @@ pub fn reads(work: &Path, s: &Settings) -> Result<(), String> {
         let _ = std::fs::remove_dir_all(&dir);
     }
     let (k, c) = (results[0], results[1]);
-    line("lookup_mean", &[], k.0, "h1", c.0, Better::Lower);
-    line("lookup_mean_present", &[], k.2, "h1", c.2, Better::Lower);
-    line("lookup_mean_absent", &[], k.3, "h1", c.3, Better::Lower);
-    line("scan_mean", &[], k.1, "h1", c.1, Better::Lower);
+    line(s, "lookup_mean", &[], k.0, "h1", c.0, Better::Lower);
+    line(s, "lookup_mean_present", &[], k.2, "h1", c.2, Better::Lower);
+    line(s, "lookup_mean_absent", &[], k.3, "h1", c.3, Better::Lower);
+    line(s, "scan_mean", &[], k.1, "h1", c.1, Better::Lower);
     Ok(())
 }
 
@@ -291,10 +301,10 @@ pub fn series(work: &Path, s: &Settings) -> Result<(), String> {
         let mut figures = Vec::new();
         for (name, tiles) in [("kiwi", s.kiwi_tiles.clone()), ("h1", vec![1])] {
             let base = work.join(format!("s-{name}-base"));
-            let (e, seq) = load(&base, &tiles, series, points, random)?;
+            let (e, seq) = load(&base, (&tiles, s.sync), series, points, random)?;
             e.close().map_err(err)?;
             let dir = work.join(format!("s-{name}"));
-            figures.push(run_window(&base, &dir, &tiles, seq, 0, 1_000_000 / 30)?);
+            figures.push(run_window(&base, &dir, (&tiles, s.sync), seq, 0, 1_000_000 / 30)?);
             let _ = std::fs::remove_dir_all(&base);
         }
         let (k, c) = (figures[0], figures[1]);
@@ -304,6 +314,7 @@ pub fn series(work: &Path, s: &Settings) -> Result<(), String> {
         );
         let p = [("data", label.to_string())];
         line(
+            s,
             "purge_bytes_rewritten",
             &p,
             k.bytes_written as f64,
@@ -327,7 +338,7 @@ struct FadeFigures {
 /// E1/E5 on a logical clock: 1,024 operations per logical second.
 fn run_fade(
     dir: &Path,
-    ops: u64,
+    (ops, sync): (u64, WriteSync),
     deadline: Option<Duration>,
     d_th_ms: u64,
 ) -> Result<FadeFigures, String> {
@@ -341,6 +352,7 @@ fn run_fade(
         memtable_max_age: None,
         delete_deadline: deadline,
         clock: Clock::manual(&clock),
+        sync: sync.engine(),
         ..Options::default()
     };
     let e = Engine::open(dir, opts).map_err(err)?;
@@ -413,8 +425,8 @@ pub fn fade(work: &Path, s: &Settings) -> Result<(), String> {
     for frac in [4u64, 2] {
         let d_th_ms = runtime_ms / frac;
         let d = Duration::from_millis(d_th_ms);
-        let with = run_fade(&work.join("fade"), s.fade_ops, Some(d), d_th_ms)?;
-        let without = run_fade(&work.join("sat"), s.fade_ops, None, d_th_ms)?;
+        let with = run_fade(&work.join("fade"), (s.fade_ops, s.sync), Some(d), d_th_ms)?;
+        let without = run_fade(&work.join("sat"), (s.fade_ops, s.sync), None, d_th_ms)?;
         println!(
             "  D_th={}s ({}% of the run): stale {:.2}% vs {:.2}%, oldest unpersisted {}s vs {}s, space amp {:.3} vs {:.3}, compacted {}MiB vs {}MiB",
             d_th_ms / 1000, 100 / frac, with.stale_pct, without.stale_pct, with.oldest_ms / 1000, without.oldest_ms / 1000,
@@ -422,6 +434,7 @@ pub fn fade(work: &Path, s: &Settings) -> Result<(), String> {
         );
         let p = [("dth_pct", (100 / frac).to_string())];
         line(
+            s,
             "stale_deletes_pct",
             &p,
             with.stale_pct,
@@ -429,8 +442,9 @@ pub fn fade(work: &Path, s: &Settings) -> Result<(), String> {
             without.stale_pct,
             Better::Lower,
         );
-        line("space_amp", &p, with.space_amp, "saturation", without.space_amp, Better::Lower);
+        line(s, "space_amp", &p, with.space_amp, "saturation", without.space_amp, Better::Lower);
         line(
+            s,
             "bytes_compacted",
             &p,
             with.bytes_compacted as f64,

@@ -30,7 +30,7 @@ pub struct EbbFigures {
 pub fn options(s: &DbBenchSettings) -> Options {
     Options {
         wal: true,
-        sync: ebb_storage::SyncMode::None,
+        sync: s.sync.engine(),
         write_buffer_size: s.write_buffer_size,
         max_immutable_memtables: 2,
         bloom_bits_per_key: s.bloom_bits,
@@ -177,16 +177,16 @@ pub fn run(
 ) -> Result<Vec<Comparison>, String> {
     println!(
         "settings: num={} reads={} seeks={} seek_nexts={} key={}B value={}B compression=none \
-         write_buffer={}B bloom_bits={} cache={}B page/block={}B wal=on sync=off threads=1 repeat={}",
+         write_buffer={}B bloom_bits={} cache={}B page/block={}B wal=on sync={} threads=1 repeat={}",
         s.num, s.reads, s.seeks, s.seek_nexts, s.key_size, s.value_size, s.write_buffer_size,
-        s.bloom_bits, s.cache_size, s.block_size, repeat
+        s.bloom_bits, s.cache_size, s.block_size, s.sync.name(), repeat
     );
     let mut rounds = Vec::new();
     for round in 1..=repeat.max(1) {
         rounds.push(run_once(work, db_bench, s, round)?);
     }
     let names = ["fillrandom", "readrandom", "seekrandom"];
-    let mut params = Vec::new();
+    let mut params = vec![("sync".to_string(), s.sync.name().to_string())];
     if rounds.len() > 1 {
         params.push(("median_of".to_string(), rounds.len().to_string()));
     }

@@ -58,6 +58,11 @@ fn lines(from: u64, n: u64, t0: i64) -> String {
 }
 
 impl MovesArgs {
+    /// The smallest run (`--quick`): 20,000 rows.
+    pub fn quick(&mut self) {
+        self.rows = 20_000;
+    }
+
     fn one(&self, work: &Path, rate: MoveRate) -> Result<Run, String> {
         let settings =
             ClusterSettings { shards: 4, replication: 3, snapshot_every: 200, move_rate: rate };

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::workload::WriteSync;
+
 /// A server under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum System {
@@ -103,23 +105,48 @@ pub fn questdb_jar() -> Result<PathBuf, String> {
     }
 }
 
-/// Starts `system` with its data under `dir`.
+impl System {
+    /// How `self` makes a write durable under `sync`, as the benchmarks print it: the setting
+    /// [`start_build`] gives it, where it has one.
+    pub fn durability(self, sync: WriteSync) -> &'static str {
+        match (self, sync) {
+            (System::Ebb, WriteSync::Always) => "--sync always (an fsync before the answer)",
+            (System::Ebb, WriteSync::Off) => "--sync none (no fsync before the answer)",
+            (System::Influx, WriteSync::Always) => {
+                "wal-fsync-delay=0s (an fsync of the WAL before the answer)"
+            }
+            // A longer delay makes each write wait that long for a shared fsync: no setting of
+            // InfluxDB 1.x answers before its WAL is synced.
+            (System::Influx, WriteSync::Off) => {
+                "wal-fsync-delay=0s (it has no setting that answers before an fsync)"
+            }
+            (System::QuestDb, WriteSync::Always) => "cairo.commit.mode=sync (an fsync per commit)",
+            (System::QuestDb, WriteSync::Off) => "cairo.commit.mode=nosync",
+            (System::Victoria, _) => {
+                "no setting (buffers rows in memory and writes them to disk about every second)"
+            }
+        }
+    }
+}
+
+/// Starts `system` with its data under `dir`, with its default durability.
 pub fn start(system: System, dir: &Path) -> Result<Running, String> {
-    start_with(system, dir, &[])
+    start_build(system, None, dir, &[], WriteSync::Always)
 }
 
-/// [`start`], passing `ebb_args` to `ebb server` (other systems ignore them).
-pub fn start_with(system: System, dir: &Path, ebb_args: &[String]) -> Result<Running, String> {
-    start_build(system, None, dir, ebb_args)
-}
-
-/// [`start_with`], EbbDB from the binary `ebb` (an earlier build) if given.
+/// Starts `system` with its data under `dir`, EbbDB from the binary `ebb` (an earlier build)
+/// if given and with `ebb_args`; every system made as durable as `sync` says (see
+/// [`System::durability`]).
 pub fn start_build(
     system: System,
     ebb: Option<&Path>,
     dir: &Path,
     ebb_args: &[String],
+    sync: WriteSync,
 ) -> Result<Running, String> {
+    if ebb_args.iter().any(|a| a == "--sync" || a.starts_with("--sync=")) {
+        return Err("give the durability with the benchmark's --sync, not in --ebb-args".into());
+    }
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     let port = free_port()?;
     let url = format!("http://127.0.0.1:{port}");
@@ -142,6 +169,13 @@ pub fn start_build(
                 .args(["--http-addr", &format!("127.0.0.1:{port}")])
                 .args(["--pg-addr", &pg_addr])
                 .args(["--grpc-addr", &format!("127.0.0.1:{}", free_port()?)])
+                .args([
+                    "--sync",
+                    match sync {
+                        WriteSync::Always => "always",
+                        WriteSync::Off => "none",
+                    },
+                ])
                 .args(ebb_args)
                 .env("EBB_LOG", "warn");
             c
@@ -153,6 +187,7 @@ pub fn start_build(
                 "reporting-disabled = true\nbind-address = \"127.0.0.1:{}\"\n\
                  [meta]\n  dir = \"{d}/meta\"\n\
                  [data]\n  dir = \"{d}/data\"\n  wal-dir = \"{d}/wal\"\n  query-log-enabled = false\n\
+                 \x20 wal-fsync-delay = \"0s\"\n\
                  [http]\n  bind-address = \"127.0.0.1:{port}\"\n  log-enabled = false\n  max-body-size = 0\n\
                  [monitor]\n  store-enabled = false\n\
                  [continuous_queries]\n  enabled = false\n",
@@ -184,6 +219,13 @@ pub fn start_build(
                 .env("QDB_LINE_TCP_NET_BIND_TO", format!("127.0.0.1:{}", free_port()?))
                 .env("QDB_HTTP_MIN_NET_BIND_TO", format!("127.0.0.1:{}", free_port()?))
                 .env("QDB_LINE_UDP_ENABLED", "false")
+                .env(
+                    "QDB_CAIRO_COMMIT_MODE",
+                    match sync {
+                        WriteSync::Always => "sync",
+                        WriteSync::Off => "nosync",
+                    },
+                )
                 .env("QDB_TELEMETRY_ENABLED", "false");
             c
         }

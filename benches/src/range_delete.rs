@@ -10,10 +10,10 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-use ebb_storage::{Compression, Engine, Options, RangeDeleteMode};
+use ebb_storage::{Compression, Engine, Options, RangeDeleteMode, WriteBatch};
 use rand::Rng;
 
-use crate::workload::rng;
+use crate::workload::{rng, WriteSync};
 
 /// Lookup classes.
 pub const CLASSES: [&str; 3] = ["live", "absent", "deleted"];
@@ -39,6 +39,8 @@ pub struct Settings {
     pub target_file_size: u64,
     /// Level-1 target size (both systems).
     pub base_level_size: u64,
+    /// When writes are made durable (both systems).
+    pub sync: WriteSync,
 }
 
 /// One operation. `class` is the oracle's verdict for lookups.
@@ -187,6 +189,7 @@ pub fn options(s: &Settings, mode: RangeDeleteMode) -> Options {
         base_level_size: s.base_level_size,
         compression: Compression::None,
         bloom_bits_per_key: 10,
+        sync: s.sync.engine(),
         ..Options::default()
     }
 }
@@ -202,9 +205,15 @@ pub fn run_ebb(
     let value = vec![b'v'; s.value_size];
     let err = |e: ebb_storage::Error| e.to_string();
     let mut seq = 0u64;
-    for &id in &w.preload {
-        seq += 1;
-        e.put(key(id), value.clone(), seq).map_err(err)?;
+    // The preload goes in batches of 1,000 puts (as on the RocksDB side), so that under
+    // `sync=always` it costs an fsync per batch rather than per put.
+    for chunk in w.preload.chunks(1000) {
+        let mut b = WriteBatch::new();
+        for &id in chunk {
+            b.put(key(id), value.clone());
+        }
+        e.write(&b, seq + 1).map_err(err)?;
+        seq += chunk.len() as u64;
     }
     e.wait_for_background().map_err(err)?;
     let mut classes: [Vec<f64>; 3] = Default::default();
@@ -264,6 +273,7 @@ pub fn run_rocksdb(
         s.cache_size.to_string().into(),
         s.target_file_size.to_string().into(),
         s.base_level_size.to_string().into(),
+        u8::from(s.sync.rocksdb()).to_string().into(),
     ];
     let text = crate::rocksdb::run_driver(driver, &args)?;
     let mut f = Figures::default();

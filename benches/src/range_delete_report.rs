@@ -7,12 +7,20 @@ use ebb_storage::RangeDeleteMode;
 use crate::range_delete::{self, Figures, Settings, CLASSES};
 use crate::range_delete_plot::{self, Series};
 use crate::report::{Better, Comparison};
+use crate::workload::WriteSync;
 
-fn line(metric: &str, rd: f64, ebb: f64, baseline: &str, base: f64, better: Better) -> String {
+fn line(
+    metric: &str,
+    (rd, sync): (f64, WriteSync),
+    ebb: f64,
+    baseline: &str,
+    base: f64,
+    better: Better,
+) -> String {
     Comparison {
         bench: "range-delete".into(),
         metric: metric.into(),
-        params: vec![("rd".into(), format!("{rd}"))],
+        params: vec![("rd".into(), format!("{rd}")), ("sync".into(), sync.name().into())],
         ebb,
         baseline: baseline.into(),
         base,
@@ -130,7 +138,7 @@ pub fn run(
 ) -> Result<(), String> {
     println!(
         "settings: universe={} preload={} ops={} range_len={} key=16B value={}B write_buffer={}B \
-         cache={}B target_file={}B level1={}B bloom_bits=10 compression=none wal=on sync=off \
+         cache={}B target_file={}B level1={}B bloom_bits=10 compression=none wal=on sync={} \
          repeat={repeat}",
         s.universe,
         s.preload,
@@ -140,7 +148,8 @@ pub fn run(
         s.write_buffer_size,
         s.cache_size,
         s.target_file_size,
-        s.base_level_size
+        s.base_level_size,
+        s.sync.name()
     );
     std::fs::create_dir_all(work).map_err(|e| e.to_string())?;
     let driver = if systems.contains(&System::Rocksdb) {
@@ -173,7 +182,7 @@ pub fn run(
         let _ = std::fs::remove_file(&file);
         results.push(row);
     }
-    print_results(&results);
+    print_results(&results, s.sync);
     if let Some(path) = plot {
         let labels = ["EbbDB (GLORAN)", "EbbDB (tombstones)", "RocksDB"];
         let series: Vec<Series> = (0..3)
@@ -192,7 +201,7 @@ pub fn run(
     Ok(())
 }
 
-fn print_results(results: &[Row]) {
+fn print_results(results: &[Row], sync: WriteSync) {
     let rd0 = results.iter().find(|r| r.0 == 0.0).and_then(|r| r.1[0].clone());
     for (rd, [ebb, tomb, rdb]) in results {
         let Some(ebb) = ebb else { continue };
@@ -212,7 +221,7 @@ fn print_results(results: &[Row]) {
             let Some(base) = base else { continue };
             println!(
                 "{}",
-                line("lookup_mean", *rd, ebb.all.mean, name, base.all.mean, Better::Lower)
+                line("lookup_mean", (*rd, sync), ebb.all.mean, name, base.all.mean, Better::Lower)
             );
         }
         if let Some(rdb) = rdb {
@@ -220,25 +229,39 @@ fn print_results(results: &[Row]) {
                 if ebb.classes[i].count > 0 && rdb.classes[i].count > 0 {
                     let m = format!("lookup_mean_{c}");
                     let (e, b) = (ebb.classes[i].mean, rdb.classes[i].mean);
-                    println!("{}", line(&m, *rd, e, "rocksdb", b, Better::Lower));
+                    println!("{}", line(&m, (*rd, sync), e, "rocksdb", b, Better::Lower));
                 }
             }
             println!(
                 "{}",
-                line("lookup_p99", *rd, ebb.all.p99, "rocksdb", rdb.all.p99, Better::Lower)
+                line("lookup_p99", (*rd, sync), ebb.all.p99, "rocksdb", rdb.all.p99, Better::Lower)
             );
         }
         if let Some(z) = &rd0 {
             println!(
                 "{}",
-                line("lookup_mean", *rd, ebb.all.mean, "ebb_rd0", z.all.mean, Better::Lower)
+                line(
+                    "lookup_mean",
+                    (*rd, sync),
+                    ebb.all.mean,
+                    "ebb_rd0",
+                    z.all.mean,
+                    Better::Lower
+                )
             );
         }
         for (name, base) in baselines {
             let Some(base) = base else { continue };
             println!(
                 "{}",
-                line("throughput", *rd, ebb.throughput, name, base.throughput, Better::Higher)
+                line(
+                    "throughput",
+                    (*rd, sync),
+                    ebb.throughput,
+                    name,
+                    base.throughput,
+                    Better::Higher
+                )
             );
         }
     }

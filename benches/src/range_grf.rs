@@ -10,10 +10,11 @@ use std::path::Path;
 use std::time::Instant;
 
 use ebb_storage::filter::RangeFilterOptions;
-use ebb_storage::{Compression, Engine, Options, SyncMode, TileLayout};
+use ebb_storage::{Compression, Engine, Options, TileLayout};
 
 use crate::range_query::Rng;
 use crate::report::{Better, Comparison};
+use crate::workload::WriteSync;
 
 /// Settings of one run.
 #[derive(Debug, Clone)]
@@ -30,6 +31,8 @@ pub struct Settings {
     pub window_secs: u64,
     /// Page cache in bytes.
     pub cache_size: usize,
+    /// When writes are made durable (every side).
+    pub sync: WriteSync,
 }
 
 const STEP_NS: u64 = 10_000_000_000;
@@ -90,7 +93,7 @@ fn run_one(dir: &Path, s: &Settings, runs: u64, filter: Filter) -> Result<Figure
     let err = |e: ebb_storage::Error| e.to_string();
     let window = s.window_secs * 1_000_000_000;
     let opts = Options {
-        sync: SyncMode::None,
+        sync: s.sync.engine(),
         write_buffer_size: 1 << 30,
         memtable_max_age: None,
         level0_compaction_trigger: 1 << 20,
@@ -171,8 +174,11 @@ pub fn run(work: &Path, s: &Settings) -> Result<Vec<Comparison>, String> {
     let mut out = Vec::new();
     for &runs in &s.runs {
         eprintln!(
-            "range-query grf: {runs} runs x {} series x {} points, {} queries per kind",
-            s.series, s.points, s.queries
+            "range-query grf: {runs} runs x {} series x {} points, {} queries per kind, sync={}",
+            s.series,
+            s.points,
+            s.queries,
+            s.sync.name()
         );
         let mut figs = Vec::new();
         for (name, f) in
@@ -191,7 +197,11 @@ pub fn run(work: &Path, s: &Settings) -> Result<Vec<Comparison>, String> {
             let line = |baseline: &str, base: f64| Comparison {
                 bench: "range-query".into(),
                 metric: "grf_latency".into(),
-                params: vec![("runs".into(), runs.to_string()), ("kind".into(), kind.to_string())],
+                params: vec![
+                    ("runs".into(), runs.to_string()),
+                    ("kind".into(), kind.to_string()),
+                    ("sync".into(), s.sync.name().into()),
+                ],
                 ebb: g.latency[i],
                 baseline: baseline.into(),
                 base,
@@ -203,7 +213,7 @@ pub fn run(work: &Path, s: &Settings) -> Result<Vec<Comparison>, String> {
         let info = |metric: &str, ebb: f64, base: f64| Comparison {
             bench: "range-query".into(),
             metric: metric.into(),
-            params: vec![("runs".into(), runs.to_string())],
+            params: vec![("runs".into(), runs.to_string()), ("sync".into(), s.sync.name().into())],
             ebb,
             baseline: "rosetta".into(),
             base,

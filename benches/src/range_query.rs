@@ -8,9 +8,10 @@ use std::path::Path;
 use std::time::Instant;
 
 use ebb_storage::filter::RangeFilterOptions;
-use ebb_storage::{Compression, Engine, Options, SyncMode};
+use ebb_storage::{Compression, Engine, Options};
 
 use crate::report::{Better, Comparison};
+use crate::workload::WriteSync;
 
 /// Settings of one run.
 #[derive(Debug, Clone)]
@@ -29,6 +30,8 @@ pub struct Settings {
     pub cache_size: usize,
     /// Run RocksDB too.
     pub rocksdb: bool,
+    /// When writes are made durable (both systems; the load is not timed).
+    pub sync: WriteSync,
 }
 
 const DISTS: [&str; 2] = ["uniform", "correlated"];
@@ -90,7 +93,7 @@ fn options(s: &Settings, filter: bool) -> Options {
     let max_range = s.ranges.iter().copied().max().unwrap_or(64);
     Options {
         wal: true,
-        sync: SyncMode::None,
+        sync: s.sync.engine(),
         write_buffer_size: 8 << 20,
         page_cache_bytes: s.cache_size,
         compression: Compression::None,
@@ -171,7 +174,12 @@ fn run_rocksdb(
         w.extend_from_slice(&c.to_le_bytes());
     }
     std::fs::write(&file, &w).map_err(|e| e.to_string())?;
-    let args = [work.join("rocksdb").into(), file.into(), s.cache_size.to_string().into()];
+    let args = [
+        work.join("rocksdb").into(),
+        file.into(),
+        s.cache_size.to_string().into(),
+        u8::from(s.sync.rocksdb()).to_string().into(),
+    ];
     let text = crate::rocksdb::run_driver(&driver, &args)?;
     let mut means = vec![0.0; DISTS.len() * s.ranges.len()];
     let mut found = 0;
@@ -195,7 +203,16 @@ fn run_rocksdb(
 /// Runs the benchmark; one comparison per (distribution, range size) and baseline.
 pub fn run(work: &Path, s: &Settings) -> Result<Vec<Comparison>, String> {
     let (keys, qs) = workload(s);
-    eprintln!("range-query: {} keys, {} empty queries", keys.len(), qs.len());
+    eprintln!(
+        "range-query: {} keys, {} empty queries; value={}B bits_per_key={} cache={}B \
+         compression=none wal=on sync={}",
+        keys.len(),
+        qs.len(),
+        s.value_size,
+        s.bits_per_key,
+        s.cache_size,
+        s.sync.name()
+    );
     let (ebb, found) = run_ebb(&work.join("ebb"), s, true, &keys, &qs)?;
     let (plain, found_plain) = run_ebb(&work.join("ebb-nofilter"), s, false, &keys, &qs)?;
     if found + found_plain > 0 {
@@ -222,6 +239,7 @@ pub fn run(work: &Path, s: &Settings) -> Result<Vec<Comparison>, String> {
                 params: vec![
                     ("dist".into(), dist.to_string()),
                     ("range".into(), range.to_string()),
+                    ("sync".into(), s.sync.name().into()),
                 ],
                 ebb: ebb[c],
                 baseline: baseline.into(),

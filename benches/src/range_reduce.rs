@@ -7,9 +7,10 @@
 use std::path::Path;
 use std::time::Instant;
 
-use ebb_storage::{Compression, Engine, Options, SyncMode, TileLayout};
+use ebb_storage::{Compression, Engine, Options, TileLayout};
 
 use crate::report::{Better, Comparison};
+use crate::workload::WriteSync;
 
 /// Settings of one run.
 #[derive(Debug, Clone)]
@@ -22,6 +23,8 @@ pub struct Settings {
     pub scans: u64,
     /// Keys per scanned range.
     pub range: u64,
+    /// When writes are made durable (both sides).
+    pub sync: WriteSync,
 }
 
 struct Figures {
@@ -38,7 +41,7 @@ fn key(i: u64) -> [u8; 8] {
 fn run_one(dir: &Path, s: &Settings, on: bool) -> Result<Figures, String> {
     let err = |e: ebb_storage::Error| e.to_string();
     let opts = Options {
-        sync: SyncMode::None,
+        sync: s.sync.engine(),
         write_buffer_size: 1 << 20,
         target_file_size: 1 << 20,
         base_level_size: 4 << 20,
@@ -110,7 +113,7 @@ pub fn run(work: &Path, s: &Settings) -> Result<Vec<Comparison>, String> {
     let cmp = |metric: &str, a: f64, b: f64| Comparison {
         bench: "range-query".into(),
         metric: metric.into(),
-        params: Vec::new(),
+        params: vec![("sync".into(), s.sync.name().into())],
         ebb: a,
         baseline: "off".into(),
         base: b,

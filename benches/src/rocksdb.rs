@@ -27,6 +27,8 @@ pub struct DbBenchSettings {
     pub cache_size: usize,
     /// Block / page size in bytes.
     pub block_size: usize,
+    /// When writes are made durable (both sides).
+    pub sync: crate::workload::WriteSync,
 }
 
 /// Builds the RocksDB driver `rocksdb-driver/{name}.cc` into `out` (needs a C++ compiler and
@@ -130,7 +132,7 @@ pub fn run(
         .arg(format!("--seek_nexts={}", s.seek_nexts))
         .arg("--threads=1")
         .arg("--disable_wal=false")
-        .arg("--sync=false")
+        .arg(format!("--sync={}", s.sync.rocksdb()))
         .arg("--max_background_jobs=2")
         .arg("--seed=1")
         .arg(format!("--use_existing_db={use_existing}"));

@@ -39,6 +39,13 @@ pub struct RollupArgs {
 }
 
 impl RollupArgs {
+    /// The smallest run (`--quick`): 20 hosts x 360 points, 5 queries.
+    pub fn quick(&mut self) {
+        self.hosts = 20;
+        self.points = 360;
+        self.queries = 5;
+    }
+
     /// Runs the benchmark in `work`.
     pub fn run(&self, work: &Path) -> Result<Vec<Comparison>, String> {
         run(work, self)

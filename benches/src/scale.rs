@@ -82,6 +82,15 @@ pub struct ScaleArgs {
 }
 
 impl ScaleArgs {
+    /// The smallest run (`--quick`): 20 hosts for an hour, 4 shards, a second to settle, each
+    /// node at half a CPU.
+    pub fn quick(&mut self) {
+        self.set = "20x1".into();
+        self.shards = 4;
+        self.settle = 1;
+        self.share = 0.5;
+    }
+
     /// Runs the benchmark in `work`.
     pub fn run(&self, work: &Path) -> Result<(), String> {
         let s = Settings {

@@ -13,6 +13,7 @@ use ebb_query::{Database, SqlSession};
 use ebb_storage::{Options, TileLayout};
 
 use crate::report::{Better, Comparison};
+use crate::workload::WriteSync;
 
 /// Settings of one run.
 #[derive(Debug, Clone)]
@@ -27,6 +28,8 @@ pub struct Settings {
     pub queries: u64,
     /// Decoded page cache per side, bytes.
     pub page_cache: usize,
+    /// When writes are made durable (both sides).
+    pub sync: WriteSync,
 }
 
 const HOUR_NS: i64 = 3_600_000_000_000;
@@ -42,6 +45,7 @@ fn options(s: &Settings, tuned: bool) -> Options {
         base_level_size: 4 << 20,
         target_file_size: 2 << 20,
         memtable_max_age: None,
+        sync: s.sync.engine(),
         ..Options::default()
     };
     if tuned {
@@ -132,6 +136,15 @@ async fn run_one(dir: &Path, s: &Settings, tuned: bool, start_ns: i64) -> Result
 
 /// Runs both sides; the two comparisons.
 pub fn run(work: &Path, s: &Settings) -> Result<Vec<Comparison>, String> {
+    eprintln!(
+        "server-layout: {} hosts x {} points every {} s, {} queries, page cache {} B, sync={}",
+        s.hosts,
+        s.points,
+        s.step_secs,
+        s.queries,
+        s.page_cache,
+        s.sync.name()
+    );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -150,10 +163,13 @@ pub fn run(work: &Path, s: &Settings) -> Result<Vec<Comparison>, String> {
             r.levels, r.layout, r.delete_bytes, r.query_ms
         );
     }
-    let cmp = |metric: &str, params: Vec<(String, String)>, a: f64, b: f64| Comparison {
+    let cmp = |metric: &str, mut params: Vec<(String, String)>, a: f64, b: f64| Comparison {
         bench: "server".into(),
         metric: metric.into(),
-        params,
+        params: {
+            params.push(("sync".into(), s.sync.name().into()));
+            params
+        },
         ebb: a,
         baseline: "h1".into(),
         base: b,

@@ -12,6 +12,7 @@ use rand::Rng;
 use crate::peers::{dir_bytes, start_build, Running, System};
 use crate::report::{Better, Comparison};
 use crate::workload::rng;
+use crate::workload::WriteSync;
 
 /// 2016-01-01T00:00:00Z, TSBS's default start, in seconds.
 pub const START_S: i64 = 1_451_606_400;
@@ -222,6 +223,7 @@ pub fn ingest(
     sets: &[Dataset],
     clients: usize,
     ebb_args: &[String],
+    sync: WriteSync,
     peers: &[System],
     before: Option<&Before>,
 ) -> Result<(), String> {
@@ -235,6 +237,9 @@ pub fn ingest(
             ds.rows(),
             batches.len()
         );
+        for sys in std::iter::once(System::Ebb).chain(peers.iter().copied()) {
+            println!("  {:<16} durability: {}", sys.name(), sys.durability(sync));
+        }
         let rounds = before.map_or(1, |b| b.rounds.max(1));
         let builds = (0..rounds).flat_map(|_| {
             let earlier = before.map(|b| ("before", System::Ebb, Some(b.bin.as_path())));
@@ -245,7 +250,7 @@ pub fn ingest(
         for (name, sys, bin) in runs {
             let dir = work.join(format!("{name}-{}", ds.label()));
             let _ = std::fs::remove_dir_all(&dir);
-            let s = start_build(sys, bin, &dir, ebb_args)?;
+            let s = start_build(sys, bin, &dir, ebb_args, sync)?;
             prepare(&s)?;
             // Warm-up: the same load into another table, so that no system is measured cold
             // (QuestDB's JIT compiler, every server's allocator and caches).
@@ -273,7 +278,7 @@ pub fn ingest(
             print(&Comparison {
                 bench: "ingest".into(),
                 metric: "rows_per_sec".into(),
-                params: vec![("dataset".into(), ds.label())],
+                params: vec![("dataset".into(), ds.label()), ("sync".into(), sync.name().into())],
                 ebb,
                 baseline: other.into(),
                 base: median(other).unwrap_or(0.0),

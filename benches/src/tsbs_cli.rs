@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use crate::peers::System;
 use crate::tsbs::Dataset;
+use crate::workload::WriteSync;
 
 fn peers(names: &[String]) -> Result<Vec<System>, String> {
     names
@@ -34,7 +35,11 @@ pub struct IngestArgs {
     /// Peers measured after EbbDB.
     #[arg(long, value_delimiter = ',', default_value = "influxdb,victoriametrics,questdb")]
     pub peers: Vec<String>,
-    /// Extra arguments for `ebb server` (e.g. `--sync=none`); the default is the server's own.
+    /// When a write is durable, for EbbDB and each peer as close as it has a setting for
+    /// (printed per system): `always` (EbbDB's default) or `off`.
+    #[arg(long, value_enum, default_value_t = WriteSync::Always)]
+    pub sync: WriteSync,
+    /// Extra arguments for `ebb server` (not `--sync`: see `--sync`).
     #[arg(long, allow_hyphen_values = true, value_delimiter = ' ')]
     pub ebb_args: Vec<String>,
     /// An earlier `ebb` binary, loaded alternately with this build (`before=` in the RESULT
@@ -50,6 +55,12 @@ pub struct IngestArgs {
 }
 
 impl IngestArgs {
+    /// The smallest run (`--quick`): 10 hosts for an hour, one round.
+    pub fn quick(&mut self) {
+        self.sets = vec!["10x1".into()];
+        self.rounds = 1;
+    }
+
     /// Runs the benchmark in `work`.
     pub fn run(&self, work: &Path) -> Result<(), String> {
         let ebb_args: Vec<String> =
@@ -59,6 +70,7 @@ impl IngestArgs {
             &sets(&self.sets)?,
             self.clients.max(1),
             &ebb_args,
+            self.sync,
             &peers(&self.peers)?,
             self.baseline_bin
                 .clone()
@@ -81,7 +93,11 @@ pub struct QueryArgs {
     /// Peers measured after EbbDB.
     #[arg(long, value_delimiter = ',', default_value = "influxdb,questdb")]
     pub peers: Vec<String>,
-    /// Extra arguments for `ebb server`.
+    /// When a write is durable, for EbbDB and each peer as close as it has a setting for:
+    /// `always` (EbbDB's default) or `off`.
+    #[arg(long, value_enum, default_value_t = WriteSync::Always)]
+    pub sync: WriteSync,
+    /// Extra arguments for `ebb server` (not `--sync`: see `--sync`).
     #[arg(long, allow_hyphen_values = true, value_delimiter = ' ')]
     pub ebb_args: Vec<String>,
     /// An earlier `ebb` binary, measured after this build with the same data and settings
@@ -94,6 +110,12 @@ pub struct QueryArgs {
 }
 
 impl QueryArgs {
+    /// The smallest run (`--quick`): 10 hosts for 12 hours, two timed runs per query.
+    pub fn quick(&mut self) {
+        self.sets = vec!["10x12".into()];
+        self.reps = 2;
+    }
+
     /// Runs the benchmark in `work`.
     pub fn run(&self, work: &Path) -> Result<(), String> {
         let peers = peers(&self.peers)?;
@@ -105,6 +127,7 @@ impl QueryArgs {
         let s = crate::tsbs_query::Settings {
             reps: self.reps.max(1),
             ebb_args: self.ebb_args.iter().filter(|a| !a.is_empty()).cloned().collect(),
+            sync: self.sync,
             peers,
             baseline_bin: self.baseline_bin.clone(),
         };

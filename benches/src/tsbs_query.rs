@@ -11,6 +11,7 @@ use crate::peers::{start_build, Running, System};
 use crate::report::{Better, Comparison};
 use crate::tsbs::{agent, generate, load, prepare, Dataset, START_S};
 use crate::tsbs_queries::{instances, Dialect, NAMES};
+use crate::workload::WriteSync;
 
 /// Settings of a query run.
 #[derive(Debug, Clone)]
@@ -19,6 +20,8 @@ pub struct Settings {
     pub reps: usize,
     /// Extra `ebb server` arguments.
     pub ebb_args: Vec<String>,
+    /// When writes are durable, on every system.
+    pub sync: WriteSync,
     /// Systems besides EbbDB.
     pub peers: Vec<System>,
     /// An earlier `ebb` build, measured like this one (`before`).
@@ -234,6 +237,9 @@ pub fn query(work: &Path, sets: &[Dataset], s: &Settings) -> Result<(), String> 
     for ds in sets {
         let batches = generate(*ds, 5000);
         println!("query {}: {} rows, {} runs per query (median)", ds.label(), ds.rows(), s.reps);
+        for sys in std::iter::once(System::Ebb).chain(s.peers.iter().copied()) {
+            println!("  {:<16} durability: {}", sys.name(), sys.durability(s.sync));
+        }
         let mut all = Vec::new();
         // This build, the earlier one if given (named `before`), then the peers.
         let before = s.baseline_bin.as_deref().map(|bin| ("before", System::Ebb, Some(bin)));
@@ -242,7 +248,7 @@ pub fn query(work: &Path, sets: &[Dataset], s: &Settings) -> Result<(), String> 
         for (name, sys, bin) in runs {
             let dir = work.join(format!("q-{name}-{}", ds.label()));
             let _ = std::fs::remove_dir_all(&dir);
-            let r = start_build(sys, bin, &dir, &s.ebb_args)?;
+            let r = start_build(sys, bin, &dir, &s.ebb_args, s.sync)?;
             prepare(&r)?;
             load(&r, &batches, 4)?;
             wait_visible(&r, ds.rows())?;
@@ -255,7 +261,11 @@ pub fn query(work: &Path, sets: &[Dataset], s: &Settings) -> Result<(), String> 
             let c = Comparison {
                 bench: "query".into(),
                 metric: "latency_ms".into(),
-                params: vec![("q".into(), q.to_string()), ("dataset".into(), ds.label())],
+                params: vec![
+                    ("q".into(), q.to_string()),
+                    ("dataset".into(), ds.label()),
+                    ("sync".into(), s.sync.name().into()),
+                ],
                 ebb: e,
                 baseline: peer.into(),
                 base: b,

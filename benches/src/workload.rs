@@ -25,3 +25,38 @@ pub fn value_pool(rng: &mut impl RngCore, len: usize) -> Vec<u8> {
     rng.fill_bytes(&mut v);
     v
 }
+
+/// When a benchmark's writes are made durable, applied to EbbDB and to its baseline alike and
+/// printed with the settings (`sync=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum WriteSync {
+    /// No fsync per write: EbbDB [`ebb_storage::SyncMode::None`], RocksDB `sync=false` (both
+    /// keep their write-ahead log, written back by the operating system).
+    Off,
+    /// An fsync before each write returns: EbbDB [`ebb_storage::SyncMode::Always`], RocksDB
+    /// `WriteOptions::sync`.
+    Always,
+}
+
+impl WriteSync {
+    /// The engine's setting.
+    pub fn engine(self) -> ebb_storage::SyncMode {
+        match self {
+            WriteSync::Off => ebb_storage::SyncMode::None,
+            WriteSync::Always => ebb_storage::SyncMode::Always,
+        }
+    }
+
+    /// RocksDB's `WriteOptions::sync` (and `db_bench --sync`).
+    pub fn rocksdb(self) -> bool {
+        self == WriteSync::Always
+    }
+
+    /// As printed: `off` or `always`.
+    pub fn name(self) -> &'static str {
+        match self {
+            WriteSync::Off => "off",
+            WriteSync::Always => "always",
+        }
+    }
+}

@@ -5,10 +5,15 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 use ebb_benches::range_delete_report::System;
 use ebb_benches::rocksdb::DbBenchSettings;
+use ebb_benches::workload::WriteSync;
 
 #[derive(Parser)]
 #[command(name = "ebb-bench", about = "EbbDB benchmarks, each beside its baseline in the same run")]
 struct Cli {
+    /// A small run of the command (seconds, not minutes), to check that it still works: the
+    /// sizes are the command's smallest, and its figures are not meant to be quoted.
+    #[arg(long, global = true)]
+    quick: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -75,9 +80,9 @@ enum Cmd {
         /// Paired runs; RESULT lines report the medians.
         #[arg(long, default_value_t = 1)]
         repeat: usize,
-        /// Small run for a smoke test (num=200000, reads=30000, seeks=10000).
-        #[arg(long)]
-        quick: bool,
+        /// When writes are made durable, on both systems (`always`: an fsync per write).
+        #[arg(long, value_enum, default_value_t = WriteSync::Off)]
+        sync: WriteSync,
         /// Path of RocksDB's db_bench.
         #[arg(long, default_value = "db_bench")]
         db_bench: PathBuf,
@@ -112,9 +117,10 @@ enum Cmd {
         /// Page / block cache in bytes (both systems).
         #[arg(long, default_value_t = 8 << 20)]
         cache_size: usize,
-        /// Small run for a smoke test (universe 400k, preload 200k, ops 100k).
-        #[arg(long)]
-        quick: bool,
+        /// When writes are made durable, on every system (`always`: an fsync per write, and per
+        /// preload batch of 1,000 puts).
+        #[arg(long, value_enum, default_value_t = WriteSync::Off)]
+        sync: WriteSync,
         /// Systems to run: ebb (GLORAN), tombstones (EbbDB's RocksDB-style baseline), rocksdb.
         #[arg(long, value_delimiter = ',', default_value = "ebb,tombstones,rocksdb")]
         systems: Vec<String>,
@@ -143,6 +149,9 @@ enum Cmd {
         /// KiWi+ tile sizes for levels 0, 1, ... (default: from the cost model).
         #[arg(long, value_delimiter = ',')]
         kiwi_tiles: Vec<usize>,
+        /// When writes are made durable, on every side (`always`: an fsync per write).
+        #[arg(long, value_enum, default_value_t = WriteSync::Off)]
+        sync: WriteSync,
         /// Working directory (default: a temporary directory, removed afterwards).
         #[arg(long)]
         dir: Option<PathBuf>,
@@ -182,6 +191,9 @@ enum Cmd {
         /// Level-0 runs compared (`--part grf`).
         #[arg(long, value_delimiter = ',', default_value = "4,16,48")]
         runs: Vec<u64>,
+        /// When the load's writes are made durable, on every system (the load is not timed).
+        #[arg(long, value_enum, default_value_t = WriteSync::Off)]
+        sync: WriteSync,
         /// Working directory (default: a temporary directory, removed afterwards).
         #[arg(long)]
         dir: Option<PathBuf>,
@@ -205,6 +217,9 @@ enum Cmd {
         /// Decoded page cache per side, in MiB.
         #[arg(long, default_value_t = 64)]
         page_cache_mb: usize,
+        /// When writes are made durable, on both sides (the server's default: `always`).
+        #[arg(long, value_enum, default_value_t = WriteSync::Always)]
+        sync: WriteSync,
         /// Working directory (default: a temporary directory, removed afterwards).
         #[arg(long)]
         dir: Option<PathBuf>,
@@ -304,6 +319,7 @@ fn work_dir(dir: Option<PathBuf>, tmp: &mut Option<tempfile::TempDir>) -> PathBu
 
 fn main() {
     let cli = Cli::parse();
+    let quick = cli.quick;
     match cli.cmd {
         Cmd::Engine {
             num,
@@ -313,12 +329,15 @@ fn main() {
             write_buffer_size,
             cache_size,
             repeat,
-            quick,
+            sync,
             db_bench,
             dir,
         } => {
-            let (num, reads, seeks) =
-                if quick { (200_000, 30_000, 10_000) } else { (num, reads, seeks) };
+            // The quick run's memtable is small enough for the fill to reach level 1.
+            let (num, reads, seeks, seek_nexts, repeat, write_buffer_size) = match quick {
+                true => (20_000, 5_000, 1_000, 10, 1, 256 << 10),
+                false => (num, reads, seeks, seek_nexts, repeat, write_buffer_size),
+            };
             let s = DbBenchSettings {
                 num,
                 reads,
@@ -330,6 +349,7 @@ fn main() {
                 bloom_bits: 10,
                 cache_size,
                 block_size: 4096,
+                sync,
             };
             let mut tmp = None;
             let work = work_dir(dir, &mut tmp);
@@ -345,13 +365,15 @@ fn main() {
                 }
             }
         }
-        Cmd::Deletes { parts, rows, fade_ops, kiwi_tiles, dir } => {
+        Cmd::Deletes { parts, rows, fade_ops, kiwi_tiles, sync, dir } => {
+            let (rows, fade_ops) = if quick { (20_000, 16_384) } else { (rows, fade_ops) };
             let kiwi_tiles = if kiwi_tiles.is_empty() {
                 ebb_benches::deletes::default_kiwi_tiles()
             } else {
                 kiwi_tiles
             };
-            let s = ebb_benches::deletes::Settings { rows, fade_ops, kiwi_tiles };
+            let s = ebb_benches::deletes::Settings { rows, fade_ops, kiwi_tiles, sync };
+            println!("settings: rows={rows} fade_ops={fade_ops} sync={}", sync.name());
             let mut tmp = None;
             let work = work_dir(dir, &mut tmp);
             for part in &parts {
@@ -369,7 +391,10 @@ fn main() {
                 }
             }
         }
-        Cmd::Ingest(args) => {
+        Cmd::Ingest(mut args) => {
+            if quick {
+                args.quick();
+            }
             let mut tmp = None;
             let work = work_dir(args.dir.clone(), &mut tmp);
             if let Err(e) = args.run(&work) {
@@ -387,8 +412,11 @@ fn main() {
             no_rocksdb,
             part,
             runs,
+            sync,
             dir,
         } => {
+            let (keys, queries, runs) =
+                if quick { (20_000, 1_000, vec![2, 4]) } else { (keys, queries, runs) };
             let mut tmp = None;
             let work = work_dir(dir, &mut tmp);
             let result = match part.as_str() {
@@ -401,6 +429,7 @@ fn main() {
                         queries,
                         window_secs: 300,
                         cache_size,
+                        sync,
                     },
                 ),
                 "reduce" => ebb_benches::range_reduce::run(
@@ -409,7 +438,8 @@ fn main() {
                         keys,
                         updates: keys,
                         scans: queries,
-                        range: 10_000,
+                        range: if quick { 1_000 } else { 10_000 },
+                        sync,
                     },
                 ),
                 "filters" => ebb_benches::range_query::run(
@@ -422,39 +452,52 @@ fn main() {
                         bits_per_key,
                         cache_size,
                         rocksdb: !no_rocksdb,
+                        sync,
                     },
                 ),
                 other => Err(format!("unknown part {other:?} (filters, grf, reduce)")),
             };
             print_results(result);
         }
-        Cmd::ServerLayout { hosts, points, step_secs, queries, page_cache_mb, dir } => {
+        Cmd::ServerLayout { hosts, points, step_secs, queries, page_cache_mb, sync, dir } => {
+            let (hosts, points, queries) =
+                if quick { (500, 20, 20) } else { (hosts, points, queries) };
             let s = ebb_benches::server_layout::Settings {
                 hosts,
                 points,
                 step_secs,
                 queries,
                 page_cache: page_cache_mb << 20,
+                sync,
             };
             let mut tmp = None;
             let work = work_dir(dir, &mut tmp);
             print_results(ebb_benches::server_layout::run(&work, &s));
         }
-        Cmd::Backup(args) => {
+        Cmd::Backup(mut args) => {
+            if quick {
+                args.quick();
+            }
             let mut tmp = None;
             print_results(args.run(&work_dir(args.dir.clone(), &mut tmp)));
         }
-        Cmd::Rollup(args) => {
+        Cmd::Rollup(mut args) => {
+            if quick {
+                args.quick();
+            }
             let mut tmp = None;
             print_results(args.run(&work_dir(args.dir.clone(), &mut tmp)));
         }
-        Cmd::Moves(args) => {
+        Cmd::Moves(mut args) => {
+            if quick {
+                args.quick();
+            }
             let mut tmp = None;
             print_results(args.run(&work_dir(args.dir.clone(), &mut tmp)));
         }
         Cmd::Cluster { set, clients, shards, snapshot_every, baseline_bin, dir } => {
             let s = ebb_benches::cluster::Settings {
-                dataset: dataset(&set),
+                dataset: dataset(if quick { "20x1" } else { &set }),
                 clients: clients.max(1),
                 shards: shards.max(1),
                 snapshot_every: snapshot_every.max(16),
@@ -467,7 +510,10 @@ fn main() {
                 std::process::exit(1);
             }
         }
-        Cmd::Scale(args) => {
+        Cmd::Scale(mut args) => {
+            if quick {
+                args.quick();
+            }
             let mut tmp = None;
             let work = work_dir(args.dir.clone(), &mut tmp);
             if let Err(e) = args.run(&work) {
@@ -476,12 +522,16 @@ fn main() {
             }
         }
         Cmd::Erasure { set, clients, shards, erasures, interval, deadline, dir } => {
+            let (erasures, deadline) = if quick { (2, 10) } else { (erasures, deadline) };
             let s = ebb_benches::erasure::Settings {
-                dataset: dataset(&set),
+                dataset: dataset(if quick { "50x1" } else { &set }),
                 clients: clients.max(1),
                 shards: shards.max(1),
                 erasures: erasures.max(1),
-                interval: std::time::Duration::from_secs(interval.max(1)),
+                interval: match quick {
+                    true => std::time::Duration::from_millis(50),
+                    false => std::time::Duration::from_secs(interval.max(1)),
+                },
                 deadline: std::time::Duration::from_secs(deadline.max(1)),
             };
             let mut tmp = None;
@@ -492,9 +542,10 @@ fn main() {
             }
         }
         Cmd::Security { set, clients, reps, repeat, dir } => {
+            let (reps, repeat) = if quick { (10, 1) } else { (reps, repeat) };
             let mut tmp = None;
             let work = work_dir(dir, &mut tmp);
-            let ds = dataset(&set);
+            let ds = dataset(if quick { "10x1" } else { &set });
             match ebb_benches::security::security(
                 &work,
                 ds,
@@ -510,6 +561,10 @@ fn main() {
             }
         }
         Cmd::Durability { set, clients, rows_per_request, repeat, dir } => {
+            let (set, rows_per_request, repeat) = match quick {
+                true => ("10x1".to_string(), vec![500], 1),
+                false => (set, rows_per_request, repeat),
+            };
             let mut tmp = None;
             let work = work_dir(dir, &mut tmp);
             let sizes: Vec<usize> = rows_per_request.iter().map(|n| (*n).max(1)).collect();
@@ -527,7 +582,10 @@ fn main() {
                 }
             }
         }
-        Cmd::Query(args) => {
+        Cmd::Query(mut args) => {
+            if quick {
+                args.quick();
+            }
             let mut tmp = None;
             let work = work_dir(args.dir.clone(), &mut tmp);
             if let Err(e) = args.run(&work) {
@@ -544,7 +602,7 @@ fn main() {
             value_size,
             write_buffer_size,
             cache_size,
-            quick,
+            sync,
             systems,
             repeat,
             plot,
@@ -558,8 +616,11 @@ fn main() {
                         std::process::exit(2);
                     }
                 };
-            let (universe, preload, ops) =
-                if quick { (400_000, 200_000, 100_000) } else { (universe, preload, ops) };
+            // The quick run's memtable is small enough for the preload to reach level 1.
+            let (universe, preload, ops, repeat, write_buffer_size) = match quick {
+                true => (20_000, 10_000, 10_000, 1, 256 << 10),
+                false => (universe, preload, ops, repeat, write_buffer_size),
+            };
             let s = ebb_benches::range_delete::Settings {
                 universe,
                 preload,
@@ -570,6 +631,7 @@ fn main() {
                 cache_size,
                 target_file_size: write_buffer_size as u64,
                 base_level_size: 4 * write_buffer_size as u64,
+                sync,
             };
             let mut tmp = None;
             let work = work_dir(dir, &mut tmp);
