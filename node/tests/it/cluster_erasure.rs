@@ -180,3 +180,62 @@ async fn erasure_under_writes_is_persisted_everywhere_and_proven() {
         s.shutdown().await.expect("shutdown");
     }
 }
+
+/// An erasure answers with the rows it removed, writes in flight when it was issued included:
+/// those proposals precede its entry in every shard's log, so it removes their rows too. With
+/// several writers of the erased user's series going on throughout, every acknowledged row is
+/// either counted by the erasure or still there (in a series created after it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_erasure_counts_the_rows_of_writes_in_flight() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().expect("tempdir")).collect();
+    let servers = start_cluster(&dirs, config).await;
+    let hs: Vec<Http> = servers.iter().map(|s| Http::new(s.http_addr)).collect();
+    let start = Instant::now();
+    loop {
+        let (status, body) = hs[0]
+            .sql("SELECT count(*) AS c FROM system.shards WHERE leader IS NOT NULL AND NOT moving");
+        if status == 200 && body.contains("\"c\":4") {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "placement never settled: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, b) = hs[0].post("/write?db=public", &lines("w", 0, 10));
+    assert_eq!(status, 204, "{b}");
+    let acked = Arc::new(AtomicU64::new(30));
+    let stop = Arc::new(AtomicBool::new(false));
+    // Four writers, each on its own points (no row merges), through every node.
+    let writers: Vec<_> = (0..4i64)
+        .map(|k| {
+            let (stop, acked) = (stop.clone(), acked.clone());
+            let addr = servers[k as usize % 3].http_addr;
+            std::thread::spawn(move || {
+                let h = Http::new(addr);
+                let mut p = 1_000 + k * 1_000_000;
+                while !stop.load(Ordering::Relaxed) {
+                    let body = lines("w", p, p + 20);
+                    let (status, b) = h.post("/write?db=public", &body);
+                    assert_eq!(status, 204, "{b}");
+                    acked.fetch_add(body.lines().count() as u64, Ordering::Relaxed);
+                    p += 20;
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let v = hs[2].json("ERASE WHERE user = 'w' DEADLINE '30s'");
+    let erased: u64 =
+        v.as_array().expect("rows").iter().map(|r| r["rows_erased"].as_u64().unwrap_or(0)).sum();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.join().expect("writer");
+    }
+    let left = hs[0].count("SELECT count(*) AS c FROM temp WHERE user = 'w'");
+    let acked = acked.load(Ordering::Relaxed);
+    assert!(erased > 30, "the erasure removed the rows written before it: {v}");
+    assert_eq!(left + erased, acked, "{left} left + {erased} erased against {acked} acknowledged");
+    for s in servers {
+        s.shutdown().await.expect("shutdown");
+    }
+}

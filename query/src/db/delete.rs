@@ -89,7 +89,7 @@ impl Database {
                 table.name, r.source, r.source
             )));
         }
-        let snap = self.engine().staged_snapshot();
+        let snap = self.counting_snapshot();
         let mut seen: HashSet<bytes::Bytes> = HashSet::new();
         let dedupe = targets.len() > 1;
         let mut rows = 0u64;

@@ -46,7 +46,7 @@ impl Database {
         let mut w = self.writer.lock();
         self.check_not_completed(spec)?;
         let engine = self.engine();
-        let snap = engine.staged_snapshot();
+        let snap = self.counting_snapshot();
         let mut out =
             EraseOutcome { rows: 0, series: 0, tables: 0, ids: Vec::new(), request: spec.id };
         // (table, series, rows) of everything to erase.

@@ -212,6 +212,17 @@ impl Replication {
 }
 
 impl Database {
+    /// A snapshot holding every write the database has accepted, to count what a delete or
+    /// an erasure issued next removes. Taken under the writer lock: on a shard replica, the
+    /// proposals in flight are applied first, since the delete's entry follows theirs in the
+    /// log and removes their rows too.
+    pub(super) fn counting_snapshot(&self) -> ebb_storage::Snapshot {
+        if let Some(rep) = &self.replication {
+            rep.drain();
+        }
+        self.engine().staged_snapshot()
+    }
+
     /// The database of a shard replica over `engine`, which applies what the replica's group
     /// commits (through [`Database::apply_committed`]) from now on. Its changes go through the
     /// group once [`Database::replicate_through`] names the group's replicator.
