@@ -72,23 +72,27 @@ pub(crate) fn files_with(dir: &Path, needle: &[u8]) -> Vec<String> {
     out
 }
 
+/// Waits until every node holds all four shards and each shard has a leader and is not moving.
+async fn placement_settled(servers: &[ebb_node::server::Server], h: &Http) {
+    let start = Instant::now();
+    loop {
+        let held = servers.iter().all(|s| s.cluster().expect("cluster").shards.ids().len() == 4);
+        let (status, body) = h
+            .sql("SELECT count(*) AS c FROM system.shards WHERE leader IS NOT NULL AND NOT moving");
+        if held && status == 200 && body.contains("\"c\":4") {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "placement never settled: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn erasure_under_writes_is_persisted_everywhere_and_proven() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().expect("tempdir")).collect();
     let servers = start_cluster(&dirs, config).await;
     let hs: Vec<Http> = servers.iter().map(|s| Http::new(s.http_addr)).collect();
-    // Every node holds every shard, each with a leader.
-    let start = Instant::now();
-    loop {
-        let held = servers.iter().all(|s| s.cluster().expect("cluster").shards.ids().len() == 4);
-        let (status, body) = hs[0]
-            .sql("SELECT count(*) AS c FROM system.shards WHERE leader IS NOT NULL AND NOT moving");
-        if held && status == 200 && body.contains("\"c\":4") {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(60), "placement never settled: {body}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    placement_settled(&servers, &hs[0]).await;
 
     // Ten users' data, then writes of the others go on throughout.
     let mut expected = 0;
@@ -190,16 +194,7 @@ async fn an_erasure_counts_the_rows_of_writes_in_flight() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().expect("tempdir")).collect();
     let servers = start_cluster(&dirs, config).await;
     let hs: Vec<Http> = servers.iter().map(|s| Http::new(s.http_addr)).collect();
-    let start = Instant::now();
-    loop {
-        let (status, body) = hs[0]
-            .sql("SELECT count(*) AS c FROM system.shards WHERE leader IS NOT NULL AND NOT moving");
-        if status == 200 && body.contains("\"c\":4") {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(60), "placement never settled: {body}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    placement_settled(&servers, &hs[0]).await;
     let (status, b) = hs[0].post("/write?db=public", &lines("w", 0, 10));
     assert_eq!(status, 204, "{b}");
     let acked = Arc::new(AtomicU64::new(30));
