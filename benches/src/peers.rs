@@ -45,6 +45,26 @@ pub struct Running {
     child: Child,
 }
 
+impl Running {
+    /// Stops the server as its service manager would (SIGTERM: EbbDB flushes its memtables,
+    /// the peers close their files) and waits up to `grace` for it to exit, then kills it.
+    pub fn stop(mut self, grace: Duration) -> Result<(), String> {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status();
+        if !sent.is_ok_and(|s| s.success()) {
+            return Err(format!("cannot signal {} (pid {pid})", self.system.name()));
+        }
+        let start = Instant::now();
+        while start.elapsed() < grace {
+            if self.child.try_wait().map_err(|e| e.to_string())?.is_some() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(format!("{} did not stop within {grace:?} of SIGTERM", self.system.name()))
+    }
+}
+
 impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -15,8 +15,9 @@ use rand::Rng;
 use crate::tsbs::{Dataset, FIELDS, START_S};
 use crate::workload::rng;
 
-/// The TSBS devops queries measured.
-pub const NAMES: [&str; 7] = [
+/// The queries measured: the TSBS devops set, then three a dashboard or a new user asks of
+/// the whole data set (`count`, `mean-per-host-hour`, `max-time-per-host`).
+pub const NAMES: [&str; 10] = [
     "single-groupby-1-1-1",
     "single-groupby-5-8-1",
     "cpu-max-all-8",
@@ -24,6 +25,9 @@ pub const NAMES: [&str; 7] = [
     "high-cpu-1",
     "lastpoint",
     "groupby-orderby-limit",
+    "count",
+    "mean-per-host-hour",
+    "max-time-per-host",
 ];
 
 /// A dialect.
@@ -77,6 +81,7 @@ pub fn instances(name: &'static str, ds: Dataset, count: usize, seed: u64) -> Ve
                 "double-groupby-1" => (0, 12),
                 "high-cpu-1" => (1, 12),
                 "groupby-orderby-limit" => (0, 1),
+                "count" | "mean-per-host-hour" | "max-time-per-host" => (0, ds.hours as i64),
                 _ => (0, 0),
             };
             let len = (hours * 3600).min(span);
@@ -201,6 +206,32 @@ impl Instance {
                 "SELECT max(usage_user) from cpu WHERE time < {e} group by time(1m) \
                  order by time desc limit 5"
             ),
+            ("count", Dialect::Ebb) => "SELECT count(*) AS n FROM cpu".into(),
+            ("count", Dialect::QuestDb) => "SELECT count() AS n FROM cpu".into(),
+            ("count", Dialect::InfluxQl) => "SELECT count(usage_user) FROM cpu".into(),
+            ("mean-per-host-hour", Dialect::Ebb) => format!(
+                "SELECT {} AS hour, hostname, avg(usage_user) AS mean_usage_user FROM cpu \
+                 GROUP BY hour, hostname ORDER BY hour, hostname",
+                bin("1 hour")
+            ),
+            ("mean-per-host-hour", Dialect::QuestDb) => {
+                "SELECT timestamp, hostname, avg(usage_user) AS avg_usage_user FROM cpu \
+                 SAMPLE BY 1h"
+                    .into()
+            }
+            // InfluxQL bounds a `GROUP BY time` by now() unless told: the whole data set.
+            ("mean-per-host-hour", Dialect::InfluxQl) => format!(
+                "SELECT mean(usage_user) from cpu where {window} group by time(1h),hostname"
+            ),
+            ("max-time-per-host", Dialect::Ebb) => {
+                "SELECT hostname, max(time) AS last FROM cpu GROUP BY hostname".into()
+            }
+            ("max-time-per-host", Dialect::QuestDb) => {
+                "SELECT hostname, max(timestamp) AS last FROM cpu".into()
+            }
+            ("max-time-per-host", Dialect::InfluxQl) => {
+                "SELECT last(usage_user) from cpu group by hostname".into()
+            }
             (other, _) => format!("-- unknown TSBS query {other}"),
         }
     }

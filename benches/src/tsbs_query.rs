@@ -1,8 +1,10 @@
 //! `ebb-bench query`: the TSBS devops query set ([`crate::tsbs_queries`]) on TSBS cpu data,
 //! EbbDB (SQL over HTTP) against InfluxDB 1.x (InfluxQL over HTTP) and QuestDB (SQL over HTTP),
-//! each loaded by the same client; then a prepared statement over the PostgreSQL wire protocol
-//! (EbbDB and QuestDB), and a 30-minute time-window `DELETE` (EbbDB and InfluxDB; QuestDB has no
-//! row delete).
+//! each loaded by the same client. Every query is asked right after the load (`state=fresh`:
+//! EbbDB's newest rows are still in its memtables) and again after a restart
+//! (`state=restarted`: EbbDB has flushed them). Then a prepared statement over the PostgreSQL
+//! wire protocol (EbbDB and QuestDB), and a 30-minute time-window `DELETE` (EbbDB and InfluxDB;
+//! QuestDB has no row delete).
 
 use std::path::Path;
 use std::time::{Duration, Instant, UNIX_EPOCH};
@@ -179,17 +181,26 @@ fn pg_error(e: &tokio_postgres::Error) -> String {
     }
 }
 
-/// Latencies of one system on one data set: per TSBS query, then the prepared statement and the
-/// delete (`None` where the system has none).
+/// The states the queries are asked in: right after the load (EbbDB's newest rows still in its
+/// memtables), then after a restart (EbbDB flushes its memtables when it stops; each peer stops
+/// as its service manager would stop it, on SIGTERM).
+const STATES: [&str; 2] = ["fresh", "restarted"];
+
+/// How long a server may take to stop on SIGTERM.
+const STOP_GRACE: Duration = Duration::from_secs(300);
+
+/// Latencies of one system on one data set: per state and query, then the prepared statement
+/// and the delete (`None` where the system has none).
 struct Figures {
-    queries: Vec<f64>,
+    queries: Vec<Vec<f64>>,
     prepared: Option<f64>,
     delete: Option<f64>,
 }
 
-fn measure(s: &Running, ds: Dataset, reps: usize) -> Result<Figures, String> {
+/// The median latency of every query in [`NAMES`], each after one warm-up.
+fn queries(s: &Running, ds: Dataset, reps: usize, state: &str) -> Result<Vec<f64>, String> {
     let d = dialect(s.system);
-    let mut queries = Vec::new();
+    let mut out = Vec::new();
     for (n, name) in NAMES.iter().enumerate() {
         let inst = instances(name, ds, reps + 1, 100 + n as u64);
         let (_, rows) = timed(s, &inst[0].text(d))?; // warm-up
@@ -202,12 +213,21 @@ fn measure(s: &Running, ds: Dataset, reps: usize) -> Result<Figures, String> {
         }
         let m = median(times);
         println!(
-            "  {:<16} {name:<24} {m:>9.2} ms  (warm-up {rows} rows, {:.1} rows per run)",
+            "  {:<16} {state:<9} {name:<24} {m:>9.2} ms  (warm-up {rows} rows, {:.1} rows per run)",
             s.system.name(),
             total as f64 / reps as f64
         );
-        queries.push(m);
+        out.push(m);
     }
+    Ok(out)
+}
+
+/// The prepared statement, then the time-window delete, on the restarted server.
+fn prepared_and_delete(
+    s: &Running,
+    ds: Dataset,
+    reps: usize,
+) -> Result<(Option<f64>, Option<f64>), String> {
     let prepared = match s.system {
         System::Ebb | System::QuestDb => {
             let ms = prepared(s, ds, reps.max(20))?;
@@ -229,7 +249,30 @@ fn measure(s: &Running, ds: Dataset, reps: usize) -> Result<Figures, String> {
         }
         _ => None,
     };
-    Ok(Figures { queries, prepared, delete })
+    Ok((prepared, delete))
+}
+
+/// Loads `batches` into a new server of `sys` in `dir`, asks every query fresh, restarts the
+/// server and asks them again, then measures the prepared statement and the delete.
+fn measure(
+    sys: System,
+    bin: Option<&Path>,
+    dir: &Path,
+    ds: Dataset,
+    batches: &[String],
+    s: &Settings,
+) -> Result<Figures, String> {
+    let r = start_build(sys, bin, dir, &s.ebb_args, s.sync)?;
+    prepare(&r)?;
+    load(&r, batches, 4)?;
+    wait_visible(&r, ds.rows())?;
+    let mut queries_by_state = vec![self::queries(&r, ds, s.reps, STATES[0])?];
+    r.stop(STOP_GRACE)?;
+    let r = start_build(sys, bin, dir, &s.ebb_args, s.sync)?;
+    wait_visible(&r, ds.rows())?;
+    queries_by_state.push(self::queries(&r, ds, s.reps, STATES[1])?);
+    let (prepared, delete) = prepared_and_delete(&r, ds, s.reps)?;
+    Ok(Figures { queries: queries_by_state, prepared, delete })
 }
 
 /// Part `query`: every TSBS query on every data set, EbbDB against each peer.
@@ -248,24 +291,19 @@ pub fn query(work: &Path, sets: &[Dataset], s: &Settings) -> Result<(), String> 
         for (name, sys, bin) in runs {
             let dir = work.join(format!("q-{name}-{}", ds.label()));
             let _ = std::fs::remove_dir_all(&dir);
-            let r = start_build(sys, bin, &dir, &s.ebb_args, s.sync)?;
-            prepare(&r)?;
-            load(&r, &batches, 4)?;
-            wait_visible(&r, ds.rows())?;
-            all.push((name, measure(&r, *ds, s.reps)?));
-            drop(r);
+            all.push((name, measure(sys, bin, &dir, *ds, &batches, s)?));
             let _ = std::fs::remove_dir_all(&dir);
         }
         let ebb = &all[0].1;
-        let line = |q: &str, e: f64, peer: &str, b: f64| {
+        let line = |q: &str, state: Option<&str>, e: f64, peer: &str, b: f64| {
+            let mut params = vec![("q".into(), q.to_string())];
+            params.extend(state.map(|st| ("state".to_string(), st.to_string())));
+            params.push(("dataset".into(), ds.label()));
+            params.push(("sync".into(), s.sync.name().into()));
             let c = Comparison {
                 bench: "query".into(),
                 metric: "latency_ms".into(),
-                params: vec![
-                    ("q".into(), q.to_string()),
-                    ("dataset".into(), ds.label()),
-                    ("sync".into(), s.sync.name().into()),
-                ],
+                params,
                 ebb: e,
                 baseline: peer.into(),
                 base: b,
@@ -274,14 +312,16 @@ pub fn query(work: &Path, sets: &[Dataset], s: &Settings) -> Result<(), String> 
             println!("{}", c.line());
         };
         for (peer, f) in &all[1..] {
-            for (i, name) in NAMES.iter().enumerate() {
-                line(name, ebb.queries[i], peer, f.queries[i]);
+            for (st, state) in STATES.iter().enumerate() {
+                for (i, name) in NAMES.iter().enumerate() {
+                    line(name, Some(state), ebb.queries[st][i], peer, f.queries[st][i]);
+                }
             }
             if let (Some(e), Some(b)) = (ebb.prepared, f.prepared) {
-                line("prepared-single-groupby-1-1-1", e, peer, b);
+                line("prepared-single-groupby-1-1-1", None, e, peer, b);
             }
             if let (Some(e), Some(b)) = (ebb.delete, f.delete) {
-                line("delete-30min", e, peer, b);
+                line("delete-30min", None, e, peer, b);
             }
         }
     }

@@ -216,6 +216,14 @@ impl Metrics {
             "Pages aggregate scans answered from their summaries without reading them.",
             sum(&|s| s.summarized_pages),
         );
+        line(
+            &mut o,
+            "ebb_summarized_memtable_runs_total",
+            "counter",
+            "Memtable runs (one series over ten minutes) aggregate scans answered from the \
+             summaries kept as their rows arrived, without reading them.",
+            sum(&|s| s.summarized_runs),
+        );
         let groups: Vec<_> = engines.iter().map(|(_, db)| db.group_commits()).collect();
         line(
             &mut o,

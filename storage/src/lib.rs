@@ -93,5 +93,7 @@ pub use options::{
     SyncMode, TileLayout, TimeToDeleteKey,
 };
 pub use snapshot::Snapshot;
-pub use sst::{FileMeta, PageSummarizer, PageTaker, SummarizedPage, TableProps};
+pub use sst::{
+    FileMeta, PageSummarizer, PageTaker, RunKey, SummarizedPage, SummaryAccumulator, TableProps,
+};
 pub use version::VersionEdit;

@@ -67,7 +67,8 @@ pub async fn start_cluster(
     servers
 }
 
-/// [`start_cluster`], then waits (up to 60 s) until every node answers `/ready`.
+/// [`start_cluster`], then waits (up to 120 s each) until every node answers `/ready`; fails
+/// with what a node still waits for.
 pub async fn ready_cluster(
     dirs: &[tempfile::TempDir],
     config: impl Fn(&Path) -> Config,
@@ -75,8 +76,22 @@ pub async fn ready_cluster(
     let servers = start_cluster(dirs, config).await;
     let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.http_addr).collect();
     tokio::task::spawn_blocking(move || {
+        let start = Instant::now();
         for a in addrs {
-            until(60, "the cluster ready", || Http::new(a).get("/ready").0 == 200);
+            // The last answer names what the node still waits for, should it never be ready.
+            let mut last = (0, String::new());
+            until_or(120, || {
+                last = Http::new(a).get("/ready");
+                last.0 == 200
+            })
+            .unwrap_or_else(|()| {
+                panic!(
+                    "node {a} not ready after {:?}: {} {}",
+                    start.elapsed(),
+                    last.0,
+                    last.1.trim()
+                )
+            });
         }
     })
     .await
@@ -170,12 +185,20 @@ pub fn psql_as(port: u16, user: &str, password: &str, sql: &str) -> (bool, Strin
 }
 
 /// Polls until `f` holds, for up to `secs` seconds, then fails naming `what`.
-pub fn until(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
+pub fn until(secs: u64, what: &str, f: impl FnMut() -> bool) {
+    until_or(secs, f).unwrap_or_else(|()| panic!("timed out: {what}"));
+}
+
+/// Polls until `f` holds, for up to `secs` seconds: `Err` if it never did.
+pub fn until_or(secs: u64, mut f: impl FnMut() -> bool) -> Result<(), ()> {
     let start = Instant::now();
     while !f() {
-        assert!(start.elapsed() < Duration::from_secs(secs), "timed out: {what}");
+        if start.elapsed() >= Duration::from_secs(secs) {
+            return Err(());
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
+    Ok(())
 }
 
 /// The admin password of [`secured`] servers.

@@ -92,6 +92,7 @@ struct Counters {
     window_bytes_written: AtomicU64,
     range_filter_probes: AtomicU64,
     pub(crate) summarized_pages: AtomicU64,
+    pub(crate) summarized_runs: AtomicU64,
     range_filter_skips: AtomicU64,
     global_filter_probes: AtomicU64,
     global_filter_skips: AtomicU64,

@@ -368,7 +368,10 @@ pub(super) fn open(dir: &Path, opts: Options) -> Result<Inner> {
         if opts.wal { Some(Wal::create(dir, wal_number, opts.fail_points.clone())?) } else { None };
 
     let sv = SuperVersion {
-        mem: Arc::new(Memtable::new(wal_number, opts.write_buffer_size)),
+        mem: Arc::new(
+            Memtable::new(wal_number, opts.write_buffer_size)
+                .summarized(opts.page_summary.as_ref(), &opts.delete_key),
+        ),
         imms: Vec::new(),
         version: Arc::new(version),
     };

@@ -147,9 +147,14 @@ impl Engine {
             summaries,
         };
         let mut children: Vec<Box<dyn EntryCursor>> = Vec::new();
-        children.push(Box::new(MemCursor::new(sv.mem.clone())));
-        for m in &sv.imms {
-            children.push(Box::new(MemCursor::new(m.clone())));
+        // Memtables in the state's order (the one taking writes first), each offering its
+        // summarized runs to a summarized scan.
+        for (i, m) in std::iter::once(&sv.mem).chain(&sv.imms).enumerate() {
+            let cursor = MemCursor::new(m.clone());
+            children.push(Box::new(match &prune.summaries {
+                Some(offer) => cursor.summarized(offer.clone(), i),
+                None => cursor,
+            }));
         }
         // Range filters answer for ranges inside one head (one series): the global filter
         // once for every file it indexes, else each file's own.

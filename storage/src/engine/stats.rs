@@ -75,6 +75,9 @@ pub struct EngineStats {
     pub range_filter_probes: u64,
     /// Pages summarized scans answered from their summaries (not read).
     pub summarized_pages: u64,
+    /// Memtable runs summarized scans answered from the summaries kept as their rows arrived
+    /// (not read).
+    pub summarized_runs: u64,
     /// Of those, files the filter showed hold nothing in the range (not opened).
     pub range_filter_skips: u64,
     /// Range scans inside one head answered by the global range filter (one probe each).
@@ -157,6 +160,7 @@ impl Inner {
             window_bytes_written: c.window_bytes_written.load(Ordering::Relaxed),
             range_filter_probes: c.range_filter_probes.load(Ordering::Relaxed),
             summarized_pages: c.summarized_pages.load(Ordering::Relaxed),
+            summarized_runs: c.summarized_runs.load(Ordering::Relaxed),
             range_filter_skips: c.range_filter_skips.load(Ordering::Relaxed),
             global_filter_probes: c.global_filter_probes.load(Ordering::Relaxed),
             global_filter_skips: c.global_filter_skips.load(Ordering::Relaxed),

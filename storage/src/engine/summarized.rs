@@ -7,8 +7,8 @@ use super::retention::Rule;
 use super::{Engine, Inner, SuperVersion};
 use crate::iter::EngineIter;
 use crate::kiwi::TimeWindow;
+use crate::memtable::Memtable;
 use crate::snapshot::Snapshot;
-use crate::sst::summary::PageSummary;
 use crate::sst::{PageMeta, PageOffer, PageTaker, SummarizedPage, Table};
 use crate::Result;
 
@@ -43,8 +43,8 @@ pub(crate) struct PageUse {
     pub rules: Arc<Vec<Rule>>,
     /// The newest range delete (GLORAN) the state holds, if any.
     pub newest_range: Option<u64>,
-    /// Per file offering pages and per other source, the last gap found (see `clear`).
-    pub gaps: parking_lot::Mutex<std::collections::HashMap<(u64, Source), Gap>>,
+    /// Per source offering pages and per other source, the last gap found (see `clear`).
+    pub gaps: parking_lot::Mutex<std::collections::HashMap<(Source, Source), Gap>>,
 }
 
 impl std::fmt::Debug for PageUse {
@@ -80,37 +80,41 @@ impl PageUse {
             && self.time.is_none_or(|(lo, hi)| pm.min_dkey >= lo && pm.max_dkey < hi)
     }
 
-    /// No delete, time window or retention rule can hide an entry of the page.
-    fn undeleted(&self, table: &Table, pm: &PageMeta, s: &PageSummary) -> bool {
+    /// No delete, time window or retention rule can hide an entry of the page, whose oldest
+    /// entry is `min_seq`, in a file whose writing applied the range deletes up to
+    /// `rd_applied` (0 for a memtable).
+    fn undeleted(&self, rd_applied: u64, pm: &PageMeta, min_seq: u64) -> bool {
         if self.inner.deletes.ranges.in_files() {
             return false;
         }
         // Range deletes up to `rd_applied` dropped what they covered when the file was written;
         // one older than every entry of the page covers none of them.
-        let applied = table.meta().props.rd_applied.max(s.min_seq);
+        let applied = rd_applied.max(min_seq);
         if self.newest_range.is_some_and(|r| r > applied) {
             return false;
         }
         let windows_miss = self
             .windows
             .iter()
-            .all(|w| w.seq > self.snapshot || s.min_seq >= w.seq || w.misses_page(pm));
+            .all(|w| w.seq > self.snapshot || min_seq >= w.seq || w.misses_page(pm));
         windows_miss && self.inner.keeps_all(&self.rules, (&pm.min_key, &pm.max_key), pm.min_dkey)
     }
 
-    /// No memtable and no other file holds a key inside the page's key range, so no other
-    /// version of its keys exists anywhere (all versions of a key share one page).
-    fn alone(&self, table: &Table, pm: &PageMeta) -> bool {
+    /// No other memtable or file than `owner` holds a key inside the page's key range, so no
+    /// other version of its keys exists anywhere (all versions of a key share one page, or
+    /// one memtable run).
+    fn alone(&self, owner: Source, pm: &PageMeta) -> bool {
         let (lo, hi) = (pm.min_key.as_slice(), pm.max_key.as_slice());
         let sv = &self.sv;
-        let owner = table.id();
         for (i, m) in std::iter::once(&sv.mem).chain(&sv.imms).enumerate() {
-            if !self.clear(owner, Source::Memtable(i), (lo, hi), |k| Ok(m.first_key_from(k))) {
+            if owner != Source::Memtable(i)
+                && !self.clear(owner, Source::Memtable(i), (lo, hi), |k| Ok(m.first_key_from(k)))
+            {
                 return false;
             }
         }
         let mut other = |t: &Arc<Table>| {
-            t.id() != owner
+            owner != Source::Table(t.id())
                 && !self.clear(owner, Source::Table(t.id()), (lo, hi), |k| t.first_key_from(k))
         };
         let mut levels = sv.version.levels.iter();
@@ -131,7 +135,7 @@ impl PageUse {
     /// after a key (an error answers "not clear").
     fn clear(
         &self,
-        owner: u64,
+        owner: Source,
         source: Source,
         (lo, hi): (&[u8], &[u8]),
         next_of: impl FnOnce(&[u8]) -> Result<Option<Vec<u8>>>,
@@ -165,25 +169,81 @@ pub(crate) struct Gap {
     next: Option<Vec<u8>>,
 }
 
-impl PageOffer for PageUse {
-    fn offer(&self, table: &Table, page: usize) -> bool {
-        let pm = &table.index().pages[page];
-        let Some(s) = &pm.summary else { return false };
-        let taken = s.max_seq <= self.snapshot
+impl PageUse {
+    /// True if the taker answered the page `pm` of `owner` from `summary`: its entries (from
+    /// `min_seq` to `max_seq`) are all visible, inside the scan, undeleted (`rd_applied`: see
+    /// [`PageUse::undeleted`]) and alone.
+    fn answers(
+        &self,
+        owner: Source,
+        pm: &PageMeta,
+        (min_seq, max_seq): (u64, u64),
+        rd_applied: u64,
+        summary: &[u8],
+    ) -> bool {
+        max_seq <= self.snapshot
             && self.inside(pm)
-            && self.undeleted(table, pm, s)
-            && self.alone(table, pm)
+            && self.undeleted(rd_applied, pm, min_seq)
+            && self.alone(owner, pm)
             && self.taker.take(&SummarizedPage {
                 min_key: &pm.min_key,
                 max_key: &pm.max_key,
                 min_dkey: pm.min_dkey,
                 max_dkey: pm.max_dkey,
                 entries: pm.entries,
-                summary: &s.data,
-            });
+                summary,
+            })
+    }
+}
+
+impl PageOffer for PageUse {
+    fn offer(&self, table: &Table, page: usize) -> bool {
+        let pm = &table.index().pages[page];
+        let Some(s) = &pm.summary else { return false };
+        let rd_applied = table.meta().props.rd_applied;
+        let taken = self.answers(
+            Source::Table(table.id()),
+            pm,
+            (s.min_seq, s.max_seq),
+            rd_applied,
+            &s.data,
+        );
         if taken {
             let c = &self.inner.counters.summarized_pages;
             c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        taken
+    }
+
+    fn offer_runs(&self, source: usize, mem: &Memtable, from: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut taken = Vec::new();
+        let end = match &self.end {
+            Bound::Included(k) => Bound::Included(k.as_slice()),
+            Bound::Excluded(k) => Bound::Excluded(k.as_slice()),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        for run in mem.runs(Bound::Included(from), end) {
+            // A run as a page of its memtable (no range delete applied to it), checked alike.
+            let pm = PageMeta {
+                offset: 0,
+                len: 0,
+                entries: run.entries,
+                min_key: run.min_key,
+                max_key: run.max_key,
+                min_dkey: run.min_dkey,
+                max_dkey: run.max_dkey,
+                filter_offset: 0,
+                filter_len: 0,
+                summary: None,
+            };
+            let seqs = (run.min_seq, run.max_seq);
+            if self.answers(Source::Memtable(source), &pm, seqs, 0, &run.summary) {
+                taken.push((pm.min_key, pm.max_key));
+            }
+        }
+        if !taken.is_empty() {
+            let c = &self.inner.counters.summarized_runs;
+            c.fetch_add(taken.len() as u64, std::sync::atomic::Ordering::Relaxed);
         }
         taken
     }

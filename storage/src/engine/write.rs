@@ -251,7 +251,10 @@ impl Inner {
             imms.push(sv.mem.clone());
             imms.extend(sv.imms.iter().cloned());
             *sv = Arc::new(SuperVersion {
-                mem: Arc::new(Memtable::new(wal_number, self.opts.write_buffer_size)),
+                mem: Arc::new(
+                    Memtable::new(wal_number, self.opts.write_buffer_size)
+                        .summarized(self.opts.page_summary.as_ref(), &self.opts.delete_key),
+                ),
                 imms,
                 version: sv.version.clone(),
             });

@@ -1,5 +1,6 @@
 //! An owned cursor over a memtable.
 
+use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -8,6 +9,7 @@ use bytes::{Bytes, BytesMut};
 use super::{KeyBuf, MemKey, MemValue, Memtable};
 use crate::batch::EntryKind;
 use crate::iter::EntryCursor;
+use crate::sst::PageOffer;
 use crate::Result;
 
 /// Entries copied per refill.
@@ -36,6 +38,11 @@ pub(crate) struct MemCursor {
     last: Option<MemKey>,
     pos: usize,
     exhausted: bool,
+    /// For a summarized scan: what answers runs from their summaries, and the memtable's
+    /// place in the state.
+    offer: Option<(Arc<dyn PageOffer>, usize)>,
+    /// Key ranges of the runs answered from their summaries, passed over.
+    skip: VecDeque<(Vec<u8>, Vec<u8>)>,
 }
 
 impl MemCursor {
@@ -48,14 +55,23 @@ impl MemCursor {
             last: None,
             pos: 0,
             exhausted: true,
+            offer: None,
+            skip: VecDeque::new(),
         }
+    }
+
+    /// The same cursor, offering `offer` the memtable's summarized runs at its first seek (it
+    /// is memtable `source` of the state); the runs taken are passed over.
+    pub fn summarized(mut self, offer: Arc<dyn PageOffer>, source: usize) -> Self {
+        self.offer = Some((offer, source));
+        self
     }
 
     fn fill(&mut self, from: Bound<&MemKey>) {
         let mut data = BytesMut::with_capacity(self.data.len().max(4096));
         let slots = &mut self.slots;
         slots.clear();
-        let n = self.mem.chunk(from, CHUNK, |k: &MemKey, v: &MemValue| {
+        let (_, more) = self.mem.chunk(from, CHUNK, &mut self.skip, |k: &MemKey, v: &MemValue| {
             let key_at = data.len();
             data.extend_from_slice(&k.key);
             let value_at = data.len();
@@ -66,7 +82,7 @@ impl MemCursor {
             .last()
             .map(|s| MemKey { key: KeyBuf::from_slice(&data[s.key_at..s.value_at]), seq: s.seq });
         self.pos = 0;
-        self.exhausted = n < CHUNK;
+        self.exhausted = !more;
         self.data = data.freeze();
     }
 
@@ -77,6 +93,10 @@ impl MemCursor {
 
 impl EntryCursor for MemCursor {
     fn seek(&mut self, target: &[u8]) -> Result<()> {
+        // Offered once: only runs wholly at or past the first target (scans go forward).
+        if let Some((offer, source)) = self.offer.take() {
+            self.skip = offer.offer_runs(source, &self.mem, target).into();
+        }
         let probe = MemKey { key: KeyBuf::from_slice(target), seq: u64::MAX };
         self.fill(Bound::Included(&probe));
         Ok(())

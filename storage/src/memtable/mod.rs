@@ -2,6 +2,7 @@
 
 pub mod budget;
 mod cursor;
+mod runs;
 
 use std::cmp::Ordering;
 use std::ops::Bound;
@@ -16,6 +17,8 @@ use crossbeam_skiplist::base::SkipList;
 use smallvec::SmallVec;
 
 pub(crate) use cursor::MemCursor;
+pub(crate) use runs::RunView;
+use runs::{Runs, RunsGuard};
 
 use crate::batch::EntryKind;
 use crate::gloran::buffer::RangeBuffer;
@@ -77,6 +80,8 @@ pub struct Memtable {
     pub(crate) ranges: RangeBuffer,
     /// WAL file holding this memtable's writes (0 without a WAL).
     pub(crate) wal_number: u64,
+    /// Summaries of its rows, kept as they arrive (with a summarizer that keeps them).
+    runs: Option<Runs>,
 }
 
 impl Memtable {
@@ -94,7 +99,33 @@ impl Memtable {
             filter: MemFilter::new(capacity_bytes),
             ranges: RangeBuffer::default(),
             wal_number,
+            runs: None,
         }
+    }
+
+    /// The same memtable, keeping summaries of its rows as they arrive when `summarizer`
+    /// keeps them (see [`runs`]). Call before the first insert.
+    pub(crate) fn summarized(
+        mut self,
+        summarizer: Option<&std::sync::Arc<dyn crate::sst::PageSummarizer>>,
+        delete_key: &crate::options::DeleteKeyExtractor,
+    ) -> Self {
+        self.runs = summarizer.and_then(|s| Runs::new(s, delete_key.clone()));
+        self
+    }
+
+    /// The summarized runs lying wholly inside `[lo, hi]`, in key order (none without
+    /// summaries).
+    pub(crate) fn runs(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Vec<RunView> {
+        self.runs.as_ref().map(|r| r.views(lo, hi)).unwrap_or_default()
+    }
+
+    /// True if it holds a version of `key`.
+    fn holds(&self, key: &[u8], guard: &crossbeam_epoch::Guard) -> bool {
+        let probe = MemKey { key: KeyBuf::from_slice(key), seq: u64::MAX };
+        self.map
+            .lower_bound(Bound::Included(&probe), guard)
+            .is_some_and(|e| e.key().key.as_slice() == key)
     }
 
     /// Inserts one entry.
@@ -108,6 +139,7 @@ impl Memtable {
         MemBatch {
             mem: self,
             guard: crossbeam_epoch::pin(),
+            runs: None,
             bytes: 0,
             max_seq: 0,
             min_seq: u64::MAX,
@@ -201,22 +233,47 @@ impl Memtable {
     }
 
     /// Visits up to `limit` entries after `from`, in order, under one epoch pin; `visit` sees
-    /// each entry's key, sequence number and value by reference.
+    /// each entry's key, sequence number and value by reference. Entries inside the key ranges
+    /// of `skip` (`[lo, hi]`, in key order, disjoint) are passed over; ranges the walk has gone
+    /// past leave the front of `skip`. Returns the entries visited, and whether the walk
+    /// stopped at `limit` (else it reached the end of the memtable).
     pub(crate) fn chunk(
         &self,
         from: Bound<&MemKey>,
         limit: usize,
+        skip: &mut std::collections::VecDeque<(Vec<u8>, Vec<u8>)>,
         mut visit: impl FnMut(&MemKey, &MemValue),
-    ) -> usize {
+    ) -> (usize, bool) {
         let guard = crossbeam_epoch::pin();
         let mut n = 0;
-        let mut range = self.map.range((from, Bound::Unbounded), &guard);
-        while n < limit {
-            let Some(e) = range.next() else { break };
-            visit(e.key(), e.value());
-            n += 1;
+        let mut after: Option<MemKey> = None;
+        loop {
+            let start = match &after {
+                Some(k) => Bound::Excluded(k),
+                None => from,
+            };
+            let mut range = self.map.range((start, Bound::Unbounded), &guard);
+            let jump = loop {
+                if n == limit {
+                    return (n, true);
+                }
+                let Some(e) = range.next() else { return (n, false) };
+                let key = e.key().key.as_slice();
+                while skip.front().is_some_and(|(_, hi)| key > hi.as_slice()) {
+                    skip.pop_front();
+                }
+                if let Some((lo, hi)) = skip.front() {
+                    if key >= lo.as_slice() {
+                        // Past the range's last key: its oldest version sorts last.
+                        break MemKey { key: KeyBuf::from_slice(hi), seq: 0 };
+                    }
+                }
+                visit(e.key(), e.value());
+                n += 1;
+            };
+            skip.pop_front();
+            after = Some(jump);
         }
-        n
     }
 }
 
@@ -224,17 +281,29 @@ impl Memtable {
 pub(crate) struct MemBatch<'m> {
     mem: &'m Memtable,
     guard: crossbeam_epoch::Guard,
+    /// The runs, locked at the batch's first row that belongs to one.
+    runs: Option<RunsGuard<'m>>,
     bytes: usize,
     max_seq: u64,
     min_seq: u64,
     oldest_delete: u64,
 }
 
-impl MemBatch<'_> {
+impl<'m> MemBatch<'m> {
     /// Inserts one entry.
     pub(crate) fn insert(&mut self, key: &[u8], seq: u64, kind: EntryKind, value: Bytes) {
         self.bytes += key.len() + value.len() + ENTRY_OVERHEAD;
-        self.mem.filter.insert(crate::sst::bloom::key_hash(key));
+        let hash = crate::sst::bloom::key_hash(key);
+        let mem: &'m Memtable = self.mem;
+        if let Some(runs) = &mem.runs {
+            if let Some(run) = runs.run_of(key) {
+                // A second version of a key ends its run's summary.
+                let again = mem.filter.may_contain(hash) && mem.holds(key, &self.guard);
+                let map = self.runs.get_or_insert_with(|| runs.lock());
+                self.bytes += runs.note(map, run, key, seq, kind, &value, again);
+            }
+        }
+        self.mem.filter.insert(hash);
         let k = MemKey { key: KeyBuf::from_slice(key), seq };
         self.mem.map.insert(k, MemValue { kind, value }, &self.guard).release(&self.guard);
         self.max_seq = self.max_seq.max(seq);

@@ -54,6 +54,16 @@ pub(crate) struct Prune {
 pub(crate) trait PageOffer: Send + Sync + std::fmt::Debug {
     /// True if the page was answered from its summary.
     fn offer(&self, table: &Table, page: usize) -> bool;
+
+    /// The summarized runs of memtable `mem` (memtable `source` of the scan's state) wholly at
+    /// or after `from` that were answered from their summaries: their key ranges, in key
+    /// order. Asked once per memtable cursor, at its first seek.
+    fn offer_runs(
+        &self,
+        source: usize,
+        mem: &crate::memtable::Memtable,
+        from: &[u8],
+    ) -> Vec<(Vec<u8>, Vec<u8>)>;
 }
 
 impl Prune {

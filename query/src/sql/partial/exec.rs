@@ -141,6 +141,8 @@ struct Group {
     sid: u64,
     bucket: i64,
     rows: u64,
+    /// The earliest and latest time of its rows (`None` while it has none).
+    times: Option<(i64, i64)>,
     /// Per field of [`Spec::fields`].
     fields: Vec<FieldStats>,
 }
@@ -148,11 +150,22 @@ struct Group {
 impl Group {
     fn new(sid: u64, bucket: i64, n: usize) -> Group {
         let empty = FieldStats { count: 0, stats: Stats::Other };
-        Group { sid, bucket, rows: 0, fields: vec![empty; n] }
+        Group { sid, bucket, rows: 0, times: None, fields: vec![empty; n] }
+    }
+
+    /// Adds rows from `lo` to `hi` to the time span.
+    fn span(&mut self, lo: i64, hi: i64) {
+        self.times = Some(match self.times {
+            Some((a, b)) => (a.min(lo), b.max(hi)),
+            None => (lo, hi),
+        });
     }
 
     fn merge(&mut self, other: &Group) -> bool {
         self.rows += other.rows;
+        if let Some((lo, hi)) = other.times {
+            self.span(lo, hi);
+        }
         self.fields.iter_mut().zip(&other.fields).all(|(a, b)| a.merge(b))
     }
 }
@@ -179,6 +192,8 @@ impl PageFolder {
         let summary = RowsSummary::decode(page.summary)?;
         let mut g = Group::new(s1, bucket, self.spec.fields.len());
         g.rows = u64::from(page.entries);
+        // Keys of one series sort by time: the page's first and last keys bound its times.
+        g.span(lo, hi);
         for ((f, ty), slot) in self.spec.fields.iter().zip(&mut g.fields) {
             let s = summary.field(*f);
             let fits = s.count == 0
@@ -282,6 +297,12 @@ impl<'a> Output<'a> {
         for (col, st) in self.cols[ngroups..].iter_mut().zip(&self.spec.states) {
             let fs = st.field.and_then(|f| g.fields.get(f));
             match st.role {
+                Role::MinTime | Role::MaxTime => {
+                    let t = g.times.map(|(lo, hi)| if st.role == Role::MinTime { lo } else { hi });
+                    if let Col::Time(b) = col {
+                        b.append_option(t);
+                    }
+                }
                 Role::Count => {
                     let n = fs.map_or(g.rows, |f| f.count);
                     match col {
@@ -504,6 +525,7 @@ fn scan_window(
             }
             let Some(g) = cur.as_mut() else { continue };
             g.rows += 1;
+            g.span(time, time);
             if !spec.fields.is_empty() {
                 decode_fields(v, &spec.wanted, &mut fields)?;
                 for ((f, _), acc) in spec.fields.iter().zip(&mut g.fields) {

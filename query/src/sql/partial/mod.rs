@@ -1,6 +1,6 @@
 //! Aggregates computed in the scan: DataFusion's partial aggregation of `min`, `max`, `sum`,
-//! `count` and `avg` over a table's fields, grouped by tags and a fixed-width `date_bin` of
-//! time, replaced by a scan that aggregates as it reads.
+//! `count` and `avg` over a table's fields (and `min` and `max` of time), grouped by tags and a
+//! fixed-width `date_bin` of time, replaced by a scan that aggregates as it reads.
 //!
 //! Rows arrive in key order (series, then time), so the scan folds each (series, bucket) run
 //! into one partial row without a hash table, and tags (a function of the series) are looked up
@@ -12,7 +12,8 @@
 //!
 //! The rule applies when the partial aggregate reads the table scan directly (every filter
 //! pushed into the scan exactly), no aggregate is `DISTINCT`, filtered or ordered, and each
-//! argument is a field column (or `count(*)`); `avg` over integers (a cast) is left as is.
+//! argument is a field column (or `count(*)`, or time for `min` and `max`); `avg` over integers
+//! (a cast) is left as is.
 
 mod exec;
 
@@ -183,6 +184,10 @@ pub(crate) enum Role {
     Sum,
     /// Rows with the field (`count(field)`), or all rows (`count(*)`).
     Count,
+    /// The earliest time (`min(time)`).
+    MinTime,
+    /// The latest time (`max(time)`).
+    MaxTime,
 }
 
 /// One state column: its role and the aggregated field (`None`: `count(*)`), as an index into
@@ -241,6 +246,21 @@ impl Spec {
             }
             let [arg] = a.expressions().try_into().ok()?;
             let name = a.fun().name().to_ascii_lowercase();
+            if column(&arg) == Some(Column::Time) {
+                // `min(time)`, `max(time)`: from the keys (and a page's first and last key).
+                let role = match name.as_str() {
+                    "min" => Role::MinTime,
+                    "max" => Role::MaxTime,
+                    _ => return None,
+                };
+                let [s] = a.state_fields().ok()?.try_into().ok()?;
+                let ty = s.data_type().clone();
+                if !matches!(ty, DataType::Timestamp(TimeUnit::Nanosecond, _)) {
+                    return None;
+                }
+                spec.states.push(State { role, field: None, ty });
+                continue;
+            }
             let field = match column(&arg) {
                 Some(Column::Field(f)) => Some((f, part.def.fields.get(f)?.1)),
                 Some(_) => return None,
