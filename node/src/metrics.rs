@@ -220,8 +220,8 @@ impl Metrics {
             &mut o,
             "ebb_summarized_memtable_runs_total",
             "counter",
-            "Memtable runs (one series over ten minutes) aggregate scans answered from the \
-             summaries kept as their rows arrived, without reading them.",
+            "Memtable runs (one series over ten minutes) aggregate scans answered from their \
+             summaries without reading them.",
             sum(&|s| s.summarized_runs),
         );
         let groups: Vec<_> = engines.iter().map(|(_, db)| db.group_commits()).collect();

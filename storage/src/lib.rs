@@ -93,7 +93,5 @@ pub use options::{
     SyncMode, TileLayout, TimeToDeleteKey,
 };
 pub use snapshot::Snapshot;
-pub use sst::{
-    FileMeta, PageSummarizer, PageTaker, RunKey, SummarizedPage, SummaryAccumulator, TableProps,
-};
+pub use sst::{FileMeta, PageSummarizer, PageTaker, RunKey, SummarizedPage, TableProps};
 pub use version::VersionEdit;

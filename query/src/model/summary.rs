@@ -14,7 +14,7 @@
 //! do); sums of integers wrap (as DataFusion's `sum` does), so adding up summaries in any order
 //! gives the rows' sums exactly. Float sums may differ from a row-by-row sum in the last bits.
 
-use ebb_storage::{PageSummarizer, RunKey, SummaryAccumulator};
+use ebb_storage::{PageSummarizer, RunKey};
 
 use super::keys::{parse_row_key, CATALOG_TABLE};
 use super::row::{decode_row, Value};
@@ -229,8 +229,9 @@ impl RowsSummary {
 }
 
 /// The span of time of a memtable run: rows of one series within one ten-minute slot (from
-/// the epoch) are summarized together as they arrive, so aggregates by minutes of ten or more,
-/// by hour or over everything answer fresh rows from the runs' summaries.
+/// the epoch) are summarized together (once, and again after new rows arrive in it), so
+/// aggregates by minutes of ten or more, by hour or over everything answer fresh rows from the
+/// runs' summaries.
 pub const RUN_SPAN_NS: i64 = 600 * 1_000_000_000;
 
 /// Bytes of a row key before its time: the table and the series.
@@ -242,25 +243,6 @@ const SERIES_PREFIX: usize = 12;
 #[derive(Debug, Default)]
 pub struct RowSummarizer;
 
-/// A [`RowsSummary`] built one row at a time (a memtable run's).
-#[derive(Debug, Default)]
-struct RowsAccumulator(RowsSummary);
-
-impl SummaryAccumulator for RowsAccumulator {
-    fn add(&mut self, _key: &[u8], value: &[u8]) -> bool {
-        decode_row(value).is_ok_and(|row| self.0.add_row(&row))
-    }
-
-    fn summary(&self) -> Option<Vec<u8>> {
-        Some(self.0.encode())
-    }
-
-    fn bytes(&self) -> usize {
-        std::mem::size_of::<Self>()
-            + self.0.fields.capacity() * std::mem::size_of::<(usize, FieldStats)>()
-    }
-}
-
 impl PageSummarizer for RowSummarizer {
     fn run_of(&self, key: &[u8]) -> Option<RunKey> {
         let (table, _, time) = parse_row_key(key)?;
@@ -268,10 +250,6 @@ impl PageSummarizer for RowSummarizer {
             return None;
         }
         Some(RunKey { prefix_len: SERIES_PREFIX, slot: time.div_euclid(RUN_SPAN_NS) })
-    }
-
-    fn accumulator(&self) -> Option<Box<dyn SummaryAccumulator>> {
-        Some(Box::<RowsAccumulator>::default())
     }
 
     fn summarize(&self, entries: &mut dyn Iterator<Item = (&[u8], &[u8])>) -> Option<Vec<u8>> {

@@ -222,7 +222,8 @@ impl PageOffer for PageUse {
             Bound::Excluded(k) => Bound::Excluded(k.as_slice()),
             Bound::Unbounded => Bound::Unbounded,
         };
-        for run in mem.runs(Bound::Included(from), end) {
+        for run in mem.runs(Bound::Included(from), end, self.snapshot) {
+            let Some(summary) = run.summary else { continue };
             // A run as a page of its memtable (no range delete applied to it), checked alike.
             let pm = PageMeta {
                 offset: 0,
@@ -237,7 +238,7 @@ impl PageOffer for PageUse {
                 summary: None,
             };
             let seqs = (run.min_seq, run.max_seq);
-            if self.answers(Source::Memtable(source), &pm, seqs, 0, &run.summary) {
+            if self.answers(Source::Memtable(source), &pm, seqs, 0, &summary) {
                 taken.push((pm.min_key, pm.max_key));
             }
         }

@@ -80,7 +80,8 @@ pub struct Memtable {
     pub(crate) ranges: RangeBuffer,
     /// WAL file holding this memtable's writes (0 without a WAL).
     pub(crate) wal_number: u64,
-    /// Summaries of its rows, kept as they arrive (with a summarizer that keeps them).
+    /// Runs of its rows, kept as they arrive, and their summaries once made (with a
+    /// summarizer that places keys in runs).
     runs: Option<Runs>,
 }
 
@@ -103,21 +104,68 @@ impl Memtable {
         }
     }
 
-    /// The same memtable, keeping summaries of its rows as they arrive when `summarizer`
-    /// keeps them (see [`runs`]). Call before the first insert.
+    /// The same memtable, keeping runs of its rows for `summarizer` to summarize (see
+    /// [`runs`]). Call before the first insert.
     pub(crate) fn summarized(
         mut self,
         summarizer: Option<&std::sync::Arc<dyn crate::sst::PageSummarizer>>,
         delete_key: &crate::options::DeleteKeyExtractor,
     ) -> Self {
-        self.runs = summarizer.and_then(|s| Runs::new(s, delete_key.clone()));
+        self.runs = summarizer.map(|s| Runs::new(s, delete_key.clone()));
         self
     }
 
-    /// The summarized runs lying wholly inside `[lo, hi]`, in key order (none without
-    /// summaries).
-    pub(crate) fn runs(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Vec<RunView> {
-        self.runs.as_ref().map(|r| r.views(lo, hi)).unwrap_or_default()
+    /// The runs lying wholly inside `[lo, hi]` whose rows (two or more, only puts, one version
+    /// of each key) are all visible at `snapshot`, each with its summary (made now where the
+    /// run has none yet, and kept), in key order.
+    pub(crate) fn runs(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>, snapshot: u64) -> Vec<RunView> {
+        let Some(runs) = &self.runs else { return Vec::new() };
+        let mut views = runs.views(lo, hi, snapshot);
+        views.retain_mut(|v| {
+            if v.summary.is_none() {
+                v.summary = self.summarize_run(runs, v).map(|s| {
+                    let s: std::sync::Arc<[u8]> = s.into();
+                    let added = runs.keep(v, s.clone());
+                    self.bytes.fetch_add(added, AtomicOrdering::Relaxed);
+                    s
+                });
+            }
+            v.summary.is_some()
+        });
+        views.sort_by(|a, b| a.min_key.cmp(&b.min_key));
+        views
+    }
+
+    /// The summary of run `v`'s rows, read from the skiplist: `None` unless they are exactly
+    /// `v.entries` puts of distinct keys, none newer than `v.max_seq` (a row arriving
+    /// meanwhile leaves the run to be read).
+    fn summarize_run(&self, runs: &Runs, v: &RunView) -> Option<Vec<u8>> {
+        let lo = MemKey { key: KeyBuf::from_slice(&v.min_key), seq: u64::MAX };
+        let hi = MemKey { key: KeyBuf::from_slice(&v.max_key), seq: 0 };
+        let mut data = Vec::new();
+        let mut rows: Vec<(usize, usize, usize)> = Vec::with_capacity(v.entries as usize);
+        {
+            let guard = crossbeam_epoch::pin();
+            let mut last: Option<(usize, usize)> = None;
+            for e in self.map.range((Bound::Included(&lo), Bound::Included(&hi)), &guard) {
+                let (k, val) = (e.key(), e.value());
+                let again = last.is_some_and(|(a, b)| data[a..b] == *k.key.as_slice());
+                if val.kind != EntryKind::Put || k.seq > v.max_seq || again {
+                    return None;
+                }
+                let at = data.len();
+                data.extend_from_slice(&k.key);
+                let mid = data.len();
+                data.extend_from_slice(&val.value);
+                rows.push((at, mid, data.len()));
+                last = Some((at, mid));
+            }
+        }
+        if rows.len() != v.entries as usize {
+            return None;
+        }
+        let mut pairs = rows.iter().map(|&(a, m, b)| (&data[a..m], &data[m..b]));
+        runs.summarizer().summarize(&mut pairs)
     }
 
     /// True if it holds a version of `key`.
@@ -297,10 +345,10 @@ impl<'m> MemBatch<'m> {
         let mem: &'m Memtable = self.mem;
         if let Some(runs) = &mem.runs {
             if let Some(run) = runs.run_of(key) {
-                // A second version of a key ends its run's summary.
+                // A second version of a key leaves its run to be read.
                 let again = mem.filter.may_contain(hash) && mem.holds(key, &self.guard);
                 let map = self.runs.get_or_insert_with(|| runs.lock());
-                self.bytes += runs.note(map, run, key, seq, kind, &value, again);
+                self.bytes += runs.note(map, run, (key, seq), kind, again);
             }
         }
         self.mem.filter.insert(hash);

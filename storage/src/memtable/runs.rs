@@ -1,48 +1,34 @@
-//! Summaries of a memtable's rows, kept as the rows arrive, so that a summarized scan answers
-//! fresh data as it answers flushed pages (see [`crate::sst::summary`]).
+//! Runs of a memtable's rows, summarized once and kept, so that a summarized scan answers fresh
+//! data as it answers flushed pages (see [`crate::sst::summary`]).
 //!
 //! The engine's [`PageSummarizer`] places each key in a run ([`PageSummarizer::run_of`]: for
-//! EbbDB, one series over a slot of time); each run keeps a running summary of its rows
-//! ([`SummaryAccumulator`]), its key bounds, its row count and its sequence numbers. A run
-//! that receives a delete, or a second version of a key it holds, keeps no summary from then
-//! on (its rows are read). A run of one row keeps no summary either (its one row is cheap to
-//! read): its accumulator is made when the second row arrives, so series written once cost
-//! only the run's bounds.
-//!
-//! Writers are serialised by the engine and take the runs' lock once per batch; scans take it
-//! once, to copy the summaries of the runs inside their range ([`Runs::views`]).
+//! EbbDB, one series over a slot of ten minutes). As rows arrive, each run keeps only its key
+//! and delete-key bounds, its row count and its sequence numbers: a few comparisons per row,
+//! inside the engine's serialised write, and no decoding. The first summarized scan that meets
+//! a run with two rows or more summarizes it (one pass over its rows) and the run keeps that
+//! summary while no row arrives in it; a dashboard asking every few seconds summarizes only
+//! the runs written since it last asked (the newest of each series). A run that receives a
+//! delete, or a second version of a key it holds, has no summary from then on (its rows are
+//! read).
 
 use std::collections::HashMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::KeyBuf;
 use crate::batch::EntryKind;
 use crate::options::DeleteKeyExtractor;
-use crate::sst::{PageSummarizer, SummaryAccumulator};
+use crate::sst::PageSummarizer;
 
-/// Memory a run costs besides its accumulator, for the memtable's accounting.
-const RUN_OVERHEAD: usize = 160;
-
-/// What a run knows of its rows.
-#[derive(Debug)]
-enum Summary {
-    /// One row so far: its value (shared with the skiplist entry).
-    One(Bytes),
-    /// Two or more rows, summarized.
-    Many(Box<dyn SummaryAccumulator>),
-    /// A delete, a second version of a key, or a row the summarizer refused: no summary.
-    None,
-}
+/// Memory a run costs besides its summary, for the memtable's accounting.
+pub(crate) const RUN_OVERHEAD: usize = 144;
 
 /// One run.
 #[derive(Debug)]
 pub(crate) struct Run {
     slot: i64,
-    summary: Summary,
     min_key: KeyBuf,
     max_key: KeyBuf,
     min_dkey: u64,
@@ -50,9 +36,13 @@ pub(crate) struct Run {
     entries: u32,
     min_seq: u64,
     max_seq: u64,
+    /// Only puts, one version of each key, so far.
+    clean: bool,
+    /// Its summary, made when it held `.0` rows.
+    summary: Option<(u32, Arc<[u8]>)>,
 }
 
-/// A run as a scan sees it: bounds, counts and summary bytes.
+/// A run as a scan sees it: bounds, counts and, once made, its summary.
 #[derive(Debug, Clone)]
 pub(crate) struct RunView {
     pub min_key: Vec<u8>,
@@ -62,32 +52,32 @@ pub(crate) struct RunView {
     pub entries: u32,
     pub min_seq: u64,
     pub max_seq: u64,
-    pub summary: Vec<u8>,
+    pub summary: Option<Arc<[u8]>>,
 }
+
+/// Runs by key prefix (series), each prefix's in slot order.
+pub(crate) type RunMap = HashMap<KeyBuf, Vec<Run>, foldhash::fast::RandomState>;
+
+/// The runs' map, locked for one batch of inserts.
+pub(crate) type RunsGuard<'a> = MutexGuard<'a, RunMap>;
 
 /// The runs of one memtable.
 #[derive(Debug)]
 pub(crate) struct Runs {
     summarizer: Arc<dyn PageSummarizer>,
     delete_key: DeleteKeyExtractor,
-    /// Per key prefix (series), its runs in slot order.
     map: Mutex<RunMap>,
 }
 
-/// Runs by key prefix, each prefix's in slot order.
-pub(crate) type RunMap = HashMap<KeyBuf, Vec<Run>>;
-
-/// The runs' map, locked for one batch of inserts.
-pub(crate) type RunsGuard<'a> = MutexGuard<'a, RunMap>;
-
 impl Runs {
-    /// Runs summarized by `summarizer`, if it keeps memtable summaries.
-    pub fn new(
-        summarizer: &Arc<dyn PageSummarizer>,
-        delete_key: DeleteKeyExtractor,
-    ) -> Option<Runs> {
-        summarizer.accumulator()?;
-        Some(Runs { summarizer: summarizer.clone(), delete_key, map: Mutex::new(HashMap::new()) })
+    /// Runs for the keys `summarizer` places in runs.
+    pub fn new(summarizer: &Arc<dyn PageSummarizer>, delete_key: DeleteKeyExtractor) -> Runs {
+        Runs { summarizer: summarizer.clone(), delete_key, map: Mutex::new(RunMap::default()) }
+    }
+
+    /// The summarizer.
+    pub fn summarizer(&self) -> &Arc<dyn PageSummarizer> {
+        &self.summarizer
     }
 
     /// Locks the runs for a batch of [`Runs::note`]s.
@@ -101,20 +91,18 @@ impl Runs {
         Some((key.get(..r.prefix_len)?, r.slot))
     }
 
-    /// Records an entry written to the memtable (`again`: the memtable already held a version
-    /// of the key). Returns the memory it added, in bytes.
-    #[allow(clippy::too_many_arguments)]
+    /// Records an entry written to the memtable, of `kind`, in run `(prefix, slot)` (`again`:
+    /// the memtable already held a version of the key). Returns the memory it added, in bytes.
     pub fn note(
         &self,
         map: &mut RunsGuard<'_>,
         (prefix, slot): (&[u8], i64),
-        key: &[u8],
-        seq: u64,
+        (key, seq): (&[u8], u64),
         kind: EntryKind,
-        value: &Bytes,
         again: bool,
     ) -> usize {
         let dkey = self.delete_key.extract(key);
+        let clean = kind == EntryKind::Put && !again;
         if !map.contains_key(prefix) {
             map.insert(KeyBuf::from_slice(prefix), Vec::new());
         }
@@ -123,14 +111,9 @@ impl Runs {
         let at = match runs.iter().rposition(|r| r.slot <= slot) {
             Some(i) if runs[i].slot == slot => i,
             found => {
-                let summary = match kind {
-                    EntryKind::Put if !again => Summary::One(value.clone()),
-                    _ => Summary::None,
-                };
                 let k = KeyBuf::from_slice(key);
                 let run = Run {
                     slot,
-                    summary,
                     min_key: k.clone(),
                     max_key: k,
                     min_dkey: dkey,
@@ -138,13 +121,14 @@ impl Runs {
                     entries: 1,
                     min_seq: seq,
                     max_seq: seq,
+                    clean,
+                    summary: None,
                 };
                 runs.insert(found.map_or(0, |i| i + 1), run);
                 return RUN_OVERHEAD;
             }
         };
         let run = &mut runs[at];
-        let mut added = 0;
         run.entries = run.entries.saturating_add(1);
         run.min_seq = run.min_seq.min(seq);
         run.max_seq = run.max_seq.max(seq);
@@ -152,42 +136,18 @@ impl Runs {
         run.max_dkey = run.max_dkey.max(dkey);
         if key < run.min_key.as_slice() {
             run.min_key = KeyBuf::from_slice(key);
-        }
-        if key > run.max_key.as_slice() {
+        } else if key > run.max_key.as_slice() {
             run.max_key = KeyBuf::from_slice(key);
         }
-        if kind != EntryKind::Put || again {
-            run.summary = Summary::None;
-            return added;
-        }
-        run.summary = match std::mem::replace(&mut run.summary, Summary::None) {
-            Summary::One(first) => {
-                let Some(mut acc) = self.summarizer.accumulator() else { return added };
-                // The first row's key: the run's other bound, as the second row made one of them.
-                let first_key =
-                    if key == run.min_key.as_slice() { &run.max_key } else { &run.min_key };
-                if !(acc.add(first_key, &first) && acc.add(key, value)) {
-                    return added;
-                }
-                added += acc.bytes();
-                Summary::Many(acc)
-            }
-            Summary::Many(mut acc) => {
-                let before = acc.bytes();
-                if !acc.add(key, value) {
-                    return added;
-                }
-                added += acc.bytes().saturating_sub(before);
-                Summary::Many(acc)
-            }
-            Summary::None => Summary::None,
-        };
-        added
+        run.clean &= clean;
+        run.summary = None;
+        0
     }
 
-    /// The summarized runs lying wholly inside `[lo, hi]`, ordered by their smallest key. A
-    /// range inside one prefix (one series) looks at that prefix's runs only.
-    pub fn views(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Vec<RunView> {
+    /// The clean runs of two rows or more lying wholly inside `[lo, hi]` whose rows are all
+    /// visible at `snapshot`, with their summaries where made. A range inside one prefix (one
+    /// series) looks at that prefix's runs only.
+    pub fn views(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>, snapshot: u64) -> Vec<RunView> {
         let inside = |r: &Run| {
             let after = match lo {
                 Bound::Included(k) => r.min_key.as_slice() >= k,
@@ -213,24 +173,39 @@ impl Runs {
             Some(p) => Box::new(map.get(p).into_iter().flatten()),
             None => Box::new(map.values().flatten()),
         };
-        let mut out: Vec<RunView> = runs
-            .filter(|r| inside(r))
-            .filter_map(|r| {
-                let Summary::Many(acc) = &r.summary else { return None };
-                Some(RunView {
-                    min_key: r.min_key.to_vec(),
-                    max_key: r.max_key.to_vec(),
-                    min_dkey: r.min_dkey,
-                    max_dkey: r.max_dkey,
-                    entries: r.entries,
-                    min_seq: r.min_seq,
-                    max_seq: r.max_seq,
-                    summary: acc.summary()?,
-                })
+        runs.filter(|r| r.clean && r.entries > 1 && r.max_seq <= snapshot && inside(r))
+            .map(|r| RunView {
+                min_key: r.min_key.to_vec(),
+                max_key: r.max_key.to_vec(),
+                min_dkey: r.min_dkey,
+                max_dkey: r.max_dkey,
+                entries: r.entries,
+                min_seq: r.min_seq,
+                max_seq: r.max_seq,
+                summary: r
+                    .summary
+                    .as_ref()
+                    .filter(|(n, _)| *n == r.entries)
+                    .map(|(_, s)| s.clone()),
             })
-            .collect();
-        drop(map);
-        out.sort_by(|a, b| a.min_key.cmp(&b.min_key));
-        out
+            .collect()
+    }
+
+    /// Keeps `summary`, made of `view`'s rows, if its run still holds just those rows.
+    /// Returns the memory it added, in bytes.
+    pub fn keep(&self, view: &RunView, summary: Arc<[u8]>) -> usize {
+        let Some((prefix, slot)) = self.run_of(&view.min_key) else { return 0 };
+        let mut map = self.map.lock();
+        let Some(run) =
+            map.get_mut(prefix).and_then(|runs| runs.iter_mut().find(|r| r.slot == slot))
+        else {
+            return 0;
+        };
+        if !run.clean || run.entries != view.entries || run.summary.is_some() {
+            return 0;
+        }
+        let bytes = summary.len();
+        run.summary = Some((view.entries, summary));
+        bytes
     }
 }

@@ -42,7 +42,7 @@ pub(crate) mod writer;
 pub(crate) use cursor::{PageOffer, Prune, TableCursor};
 pub use props::{FileMeta, TableProps};
 pub(crate) use props::{Fragment, IndexBlock, IndexBlockV1, IndexBlockV2, PageMeta, TileMeta};
-pub use summary::{PageSummarizer, PageTaker, RunKey, SummarizedPage, SummaryAccumulator};
+pub use summary::{PageSummarizer, PageTaker, RunKey, SummarizedPage};
 pub(crate) use table::Table;
 pub(crate) use writer::TableWriter;
 

@@ -8,8 +8,8 @@
 //! range; no delete, retention rule or time window can hide any of its entries; and the page lies
 //! wholly inside the scan's key range and time window. A page the taker takes is never read; the
 //! scan returns every other entry as usual, so the taker's totals plus the returned rows are the
-//! scan's rows exactly once. Memtables offer the runs they summarized as rows arrived
-//! ([`PageSummarizer::run_of`], [`SummaryAccumulator`]) under the same rules.
+//! scan's rows exactly once. Memtables offer their runs of rows ([`PageSummarizer::run_of`])
+//! under the same rules.
 
 use std::sync::Arc;
 
@@ -25,17 +25,11 @@ pub trait PageSummarizer: Send + Sync + std::fmt::Debug {
     /// The summary of one page's entries.
     fn summarize(&self, entries: &mut dyn Iterator<Item = (&[u8], &[u8])>) -> Option<Vec<u8>>;
 
-    /// The memtable run `key` belongs to, for summaries a memtable keeps as rows arrive (see
-    /// [`crate::memtable`]'s runs); `None` (the default) for a key no run holds. A run holds
-    /// keys sharing the prefix and slot given; every key that sorts between two keys of one
-    /// run must belong to that run.
+    /// The memtable run `key` belongs to, for the memtable to summarize its rows by runs
+    /// (see [`crate::memtable`]'s runs); `None` (the default) for a key no run holds. A run
+    /// holds keys sharing the prefix and slot given; every key that sorts between two keys of
+    /// one run must belong to that run. A run is summarized with [`PageSummarizer::summarize`].
     fn run_of(&self, _key: &[u8]) -> Option<RunKey> {
-        None
-    }
-
-    /// An empty running summary for a memtable run; `None` (the default): memtables keep no
-    /// summaries.
-    fn accumulator(&self) -> Option<Box<dyn SummaryAccumulator>> {
         None
     }
 }
@@ -47,20 +41,6 @@ pub struct RunKey {
     pub prefix_len: usize,
     /// Which slot of the prefix's keys (a span of time, say).
     pub slot: i64,
-}
-
-/// A summary built one row at a time (a memtable run's), equal to what
-/// [`PageSummarizer::summarize`] makes of the same rows.
-pub trait SummaryAccumulator: Send + Sync + std::fmt::Debug {
-    /// Adds one row (a put of a key not added before); `false` if the rows can have no
-    /// summary (the accumulator is then dropped).
-    fn add(&mut self, key: &[u8], value: &[u8]) -> bool;
-
-    /// The summary of the rows added so far.
-    fn summary(&self) -> Option<Vec<u8>>;
-
-    /// Approximate memory it holds, in bytes.
-    fn bytes(&self) -> usize;
 }
 
 /// The summary of one page as stored in the index block.
