@@ -249,7 +249,11 @@ pub(super) async fn take_here(
     let dest = Destination::parse(&req.to)?;
     let store = BackupStore::open(&dest, Throttle::new(req.rate)).await?;
     let lock = store.lock(LockKind::Shared, &name).await?;
-    let staging = backup_dir.join("staging").join(&name);
+    // A directory of this take's own: a coordinator that asks again (its call failed in
+    // transit) while an earlier take of the same part still runs here must not have either
+    // take remove the other's checkpoint.
+    let take = TAKES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let staging = backup_dir.join("staging").join(format!("{name}.{take}"));
     // A cache per group: each part's files are of its own engine.
     let cache_path = backup_dir.join(format!("hashes-{name_of_group}"));
     let taken = async {
@@ -308,6 +312,9 @@ pub(super) async fn take_here(
     let _ = tokio::fs::remove_dir_all(&staging).await;
     reply
 }
+
+/// Takes of parts started on this node, numbering their staging directories.
+static TAKES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// The gRPC status of a part that could not be taken.
 pub(super) fn part_status(e: BackupError) -> Status {

@@ -35,7 +35,7 @@ impl Inner {
             edit.log_number = Some(0);
             (edit, version, meta.persisted_seq)
         };
-        let tmp = target.with_extension("checkpoint.tmp");
+        let tmp = building(target);
         let _ = std::fs::remove_dir_all(&tmp);
         crate::durable::create_dir_all(&tmp).at(&tmp)?;
         link_files(&version, &tmp)?;
@@ -55,7 +55,7 @@ impl Inner {
     /// number it holds. Needs the engine's own WAL (`Options::wal`).
     pub(super) fn checkpoint_live(&self, target: &Path) -> Result<u64> {
         refuse_existing(target)?;
-        let tmp = target.with_extension("checkpoint.tmp");
+        let tmp = building(target);
         let _ = std::fs::remove_dir_all(&tmp);
         crate::durable::create_dir_all(&tmp).at(&tmp)?;
         // Where the log ends, and the deletes persisted then: under the writer's lock, so both
@@ -116,6 +116,16 @@ impl Inner {
         drop(version);
         Ok(upto)
     }
+}
+
+/// Where a checkpoint into `target` is built before it is published: `target`'s whole name
+/// and `.checkpoint.tmp`. (Replacing an extension instead would give targets that differ only
+/// after a dot, such as backup parts `20261201T010654.072Z-1` and `-3`, one directory, and one
+/// checkpoint would remove or publish the other's.)
+fn building(target: &Path) -> std::path::PathBuf {
+    let mut name = target.file_name().map(std::ffi::OsString::from).unwrap_or_default();
+    name.push(".checkpoint.tmp");
+    target.with_file_name(name)
 }
 
 /// The numbers of the write-ahead log segments in `dir`.

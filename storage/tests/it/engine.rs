@@ -178,6 +178,41 @@ fn checkpoint_is_a_consistent_openable_copy() {
     assert_eq!(got[0].1, b"v0");
 }
 
+/// Checkpoints into targets whose names differ only after a dot (backup parts of one set,
+/// `<time>.<ms>Z-<shard>`) are built apart: one taken while the other is being built neither
+/// removes nor publishes the other's.
+#[test]
+fn checkpoints_into_names_that_differ_after_a_dot_are_built_apart() {
+    let d = tempfile::tempdir().unwrap();
+    let (a, b) = (
+        Engine::open(d.path().join("a"), opts()).unwrap(),
+        Engine::open(d.path().join("b"), opts()).unwrap(),
+    );
+    for i in 0..50 {
+        a.put(key(i), "a", i as u64 + 1).unwrap();
+        b.put(key(i), "b", i as u64 + 1).unwrap();
+    }
+    let staging = d.path().join("staging");
+    std::fs::create_dir(&staging).unwrap();
+    // Shard 3's checkpoint, midway: its directory in the making, under the name it is built
+    // as now, and under the name an extension's replacement gave every part of the set.
+    let others = ["20261201T010654.072Z-3.checkpoint.tmp", "20261201T010654.checkpoint.tmp"];
+    for o in others {
+        std::fs::create_dir(staging.join(o)).unwrap();
+        std::fs::write(staging.join(o).join("marker"), "shard 3").unwrap();
+    }
+    a.checkpoint(staging.join("20261201T010654.072Z-1")).unwrap();
+    b.checkpoint_live(staging.join("20261201T010654.072Z-2"), u64::MAX).unwrap();
+    for o in others {
+        assert_eq!(std::fs::read_to_string(staging.join(o).join("marker")).unwrap(), "shard 3");
+    }
+    for (name, v) in [("20261201T010654.072Z-1", "a"), ("20261201T010654.072Z-2", "b")] {
+        let cp = Engine::open(staging.join(name), opts()).unwrap();
+        assert_eq!(all(&cp).len(), 50, "{name}");
+        assert_eq!(cp.get(&key(7), None).unwrap().unwrap(), v, "{name}");
+    }
+}
+
 #[test]
 fn directory_lock_prevents_a_second_instance() {
     let d = tempfile::tempdir().unwrap();
