@@ -623,6 +623,11 @@ impl Service {
                 purge::purge(&store, &purge::work_dir(&self.dir), self.registry.as_ref()).await
             };
             let r = done.await;
+            // Sets a purge rewrote are read again at once (`system.deletions` shows them
+            // purged), not after the rest of the round.
+            if r.as_ref().is_ok_and(|p| !p.sets.is_empty()) {
+                self.seen.lock().clear();
+            }
             for e in &entries {
                 if !self.sent.lock().contains(&(uri.clone(), e.id, true)) {
                     everywhere.remove(&e.id);
@@ -636,9 +641,6 @@ impl Service {
             self.sent.lock().retain(|(_, id, _)| !everywhere.contains(id));
         }
         self.collect_keys_purging().await;
-        if out.iter().any(|(_, r)| r.as_ref().is_ok_and(|p| !p.sets.is_empty())) {
-            self.seen.lock().clear();
-        }
         out
     }
 

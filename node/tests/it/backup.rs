@@ -481,7 +481,16 @@ async fn an_erase_reaches_every_set_and_every_restore() {
     // and the journal entry goes (every set holds the request).
     store.unlock(&other).await;
     purged_everywhere(&store, &dest, &[id1, id2], erasure, marker).await;
-    let persisted = backup_copies(&admin, erasure);
+    // The server sees the purged sets once its purge round ends (up to 60 s).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let persisted = loop {
+        let p = backup_copies(&admin, erasure);
+        let done = p.len() == 2 && p.iter().all(|(_, s)| s == "persisted");
+        if done || std::time::Instant::now() > deadline {
+            break p;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
     assert_eq!(persisted.len(), 2, "{persisted:?}");
     assert!(persisted.iter().all(|(_, s)| s == "persisted"), "{persisted:?}");
     let mut named = std::collections::HashSet::new();
