@@ -11,7 +11,7 @@
 //! delete, or a second version of a key it holds, has no summary from then on (its rows are
 //! read).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -28,7 +28,6 @@ pub(crate) const RUN_OVERHEAD: usize = 144;
 /// One run.
 #[derive(Debug)]
 pub(crate) struct Run {
-    slot: i64,
     min_key: KeyBuf,
     max_key: KeyBuf,
     min_dkey: u64,
@@ -55,8 +54,9 @@ pub(crate) struct RunView {
     pub summary: Option<Arc<[u8]>>,
 }
 
-/// Runs by key prefix (series), each prefix's in slot order.
-pub(crate) type RunMap = HashMap<KeyBuf, Vec<Run>, foldhash::fast::RandomState>;
+/// Runs by key prefix (series), each prefix's by slot: ordered, so that rows written in any
+/// time order (a backfill's, newest first) cost a logarithmic look-up each.
+pub(crate) type RunMap = HashMap<KeyBuf, BTreeMap<i64, Run>, foldhash::fast::RandomState>;
 
 /// The runs' map, locked for one batch of inserts.
 pub(crate) type RunsGuard<'a> = MutexGuard<'a, RunMap>;
@@ -103,32 +103,23 @@ impl Runs {
     ) -> usize {
         let dkey = self.delete_key.extract(key);
         let clean = kind == EntryKind::Put && !again;
-        if !map.contains_key(prefix) {
-            map.insert(KeyBuf::from_slice(prefix), Vec::new());
-        }
-        let Some(runs) = map.get_mut(prefix) else { return 0 };
-        // Rows mostly arrive in time order: the slot is the last one, or near it.
-        let at = match runs.iter().rposition(|r| r.slot <= slot) {
-            Some(i) if runs[i].slot == slot => i,
-            found => {
-                let k = KeyBuf::from_slice(key);
-                let run = Run {
-                    slot,
-                    min_key: k.clone(),
-                    max_key: k,
-                    min_dkey: dkey,
-                    max_dkey: dkey,
-                    entries: 1,
-                    min_seq: seq,
-                    max_seq: seq,
-                    clean,
-                    summary: None,
-                };
-                runs.insert(found.map_or(0, |i| i + 1), run);
-                return RUN_OVERHEAD;
-            }
+        let runs = map.entry(KeyBuf::from_slice(prefix)).or_default();
+        let Some(run) = runs.get_mut(&slot) else {
+            let k = KeyBuf::from_slice(key);
+            let run = Run {
+                min_key: k.clone(),
+                max_key: k,
+                min_dkey: dkey,
+                max_dkey: dkey,
+                entries: 1,
+                min_seq: seq,
+                max_seq: seq,
+                clean,
+                summary: None,
+            };
+            runs.insert(slot, run);
+            return RUN_OVERHEAD;
         };
-        let run = &mut runs[at];
         run.entries = run.entries.saturating_add(1);
         run.min_seq = run.min_seq.min(seq);
         run.max_seq = run.max_seq.max(seq);
@@ -170,8 +161,8 @@ impl Runs {
         };
         let map = self.map.lock();
         let runs: Box<dyn Iterator<Item = &Run>> = match one_prefix {
-            Some(p) => Box::new(map.get(p).into_iter().flatten()),
-            None => Box::new(map.values().flatten()),
+            Some(p) => Box::new(map.get(p).into_iter().flat_map(BTreeMap::values)),
+            None => Box::new(map.values().flat_map(BTreeMap::values)),
         };
         runs.filter(|r| r.clean && r.entries > 1 && r.max_seq <= snapshot && inside(r))
             .map(|r| RunView {
@@ -196,9 +187,7 @@ impl Runs {
     pub fn keep(&self, view: &RunView, summary: Arc<[u8]>) -> usize {
         let Some((prefix, slot)) = self.run_of(&view.min_key) else { return 0 };
         let mut map = self.map.lock();
-        let Some(run) =
-            map.get_mut(prefix).and_then(|runs| runs.iter_mut().find(|r| r.slot == slot))
-        else {
+        let Some(run) = map.get_mut(prefix).and_then(|runs| runs.get_mut(&slot)) else {
             return 0;
         };
         if !run.clean || run.entries != view.entries || run.summary.is_some() {

@@ -341,4 +341,10 @@ fn memtable_runs_are_answered_from_their_summaries() {
     let (plain, psum, _) = totals(&e, all, None, false);
     let (rows, sum, _) = totals(&e, all, None, true);
     assert_eq!((rows, sum), (plain, psum));
+    // A backfill, newest first: series 5's 1,000 runs (two rows each) all answered.
+    for t in (0..2_000).rev() {
+        put(5, t * 8, 1);
+    }
+    let (rows, sum, pages) = totals(&e, (5, 6, 0, u64::MAX), None, true);
+    assert_eq!((rows, sum, pages), (2_000, 2_000, 1_000));
 }
